@@ -1,0 +1,49 @@
+//! NVIDIA GPUs through `core::arch::nvptx` and PTX `fence` instructions.
+
+use crate::{Arch, Scope};
+use core::arch::{asm, nvptx};
+
+/// The current thread of a kernel launched on an NVIDIA GPU.
+#[derive(Clone, Copy, Debug)]
+pub struct Gpu;
+
+// SAFETY: the ids are the hardware's special registers; `bar.sync 0` is the CTA barrier.
+unsafe impl Arch for Gpu {
+    #[inline(always)]
+    fn thread_id(&self) -> u32 {
+        // SAFETY: reading a special register has no preconditions in a kernel.
+        unsafe { nvptx::_thread_idx_x() }
+    }
+    #[inline(always)]
+    fn block_id(&self) -> u32 {
+        // SAFETY: as above.
+        unsafe { nvptx::_block_idx_x() }
+    }
+    #[inline(always)]
+    fn block_dim(&self) -> u32 {
+        // SAFETY: as above.
+        unsafe { nvptx::_block_dim_x() }
+    }
+    #[inline(always)]
+    fn grid_dim(&self) -> u32 {
+        // SAFETY: as above.
+        unsafe { nvptx::_grid_dim_x() }
+    }
+    #[inline(always)]
+    fn sync_block(&self) {
+        // SAFETY: kernels call this from converged control flow (a documented rule of
+        // every block-cooperative function in symmem).
+        unsafe { nvptx::_syncthreads() }
+    }
+    #[inline(always)]
+    fn fence(&self, scope: Scope) {
+        // SAFETY: fences only order memory.
+        unsafe {
+            match scope {
+                Scope::Block => asm!("fence.sc.cta;"),
+                Scope::Device => asm!("fence.sc.gpu;"),
+                Scope::System => asm!("fence.sc.sys;"),
+            }
+        }
+    }
+}

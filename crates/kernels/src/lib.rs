@@ -1,0 +1,97 @@
+//! Grid-level kernel bodies, written once against [`Arch`].
+//!
+//! `device/` wraps each body in an exported `extern "gpu-kernel"` function for AMD and
+//! NVIDIA code objects; the CPU backend runs the same bodies on host threads. Every body
+//! is a grid-stride loop, so it is correct for any launch geometry; the fast geometry on
+//! a GPU is about one 16-byte vector per thread, where the loop runs once.
+#![no_std]
+
+use symmem_arch::Arch;
+use symmem_translate::{PeerBases, U32x4};
+
+/// Bytes one thread moves per loop iteration on the vector path.
+pub const VECTOR_BYTES: usize = core::mem::size_of::<U32x4>();
+
+/// Copies `n` bytes from `src` to `dst`, the whole grid cooperating.
+///
+/// When both pointers are 16-byte aligned the bulk moves as [`U32x4`] (one vector load
+/// and store per element) and the last `n % 16` bytes move one per thread; otherwise
+/// every byte moves on its own.
+///
+/// # Safety
+/// `src..src+n` must be readable and `dst..dst+n` writable by every thread of the
+/// launch, the ranges must not overlap, and nothing else may write `dst..dst+n` during
+/// the launch.
+#[inline(always)]
+pub unsafe fn copy<A: Arch>(arch: &A, dst: *mut u8, src: *const u8, n: usize) {
+    let stride = arch.global_threads();
+    let mut i = arch.global_id();
+    if (dst.addr() | src.addr()) % VECTOR_BYTES == 0 {
+        let vectors = n / VECTOR_BYTES;
+        let (vdst, vsrc) = (dst.cast::<U32x4>(), src.cast::<U32x4>());
+        while i < vectors {
+            // SAFETY: i < n / 16 keeps both 16-byte accesses in range; both aligned.
+            unsafe { vdst.add(i).write(vsrc.add(i).read()) };
+            i += stride;
+        }
+        let done = vectors * VECTOR_BYTES;
+        let tail = arch.global_id();
+        if tail < n - done {
+            // SAFETY: done + tail < n.
+            unsafe { dst.add(done + tail).write(src.add(done + tail).read()) };
+        }
+    } else {
+        while i < n {
+            // SAFETY: i < n.
+            unsafe { dst.add(i).write(src.add(i).read()) };
+            i += stride;
+        }
+    }
+}
+
+/// Put: copies `n` bytes from the local `src` into rank `to`'s copy of the symmetric
+/// buffer whose local address is `dst`.
+///
+/// # Safety
+/// `cur` and `to` are ranks of `bases`; `dst..dst+n` lies in a symmetric allocation whose
+/// peer-base table is `bases` (so `bases[cur] <= dst`), rank `to`'s copy is mapped; plus
+/// the requirements of [`copy`] on the translated destination.
+#[inline(always)]
+pub unsafe fn put<A: Arch>(
+    arch: &A,
+    dst: *mut u8,
+    src: *const u8,
+    n: usize,
+    bases: PeerBases<'_>,
+    cur: usize,
+    to: usize,
+) {
+    // SAFETY: forwarded from the caller.
+    unsafe { copy(arch, bases.remote_unchecked(dst, cur, to), src, n) }
+}
+
+/// Get: copies `n` bytes from rank `from`'s copy of the symmetric buffer whose local
+/// address is `src` into the local `dst`.
+///
+/// # Safety
+/// As [`put`], with the roles of source and destination swapped.
+#[inline(always)]
+pub unsafe fn get<A: Arch>(
+    arch: &A,
+    dst: *mut u8,
+    src: *const u8,
+    n: usize,
+    bases: PeerBases<'_>,
+    cur: usize,
+    from: usize,
+) {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        copy(
+            arch,
+            dst,
+            bases.remote_unchecked(src.cast_mut(), cur, from),
+            n,
+        )
+    }
+}
