@@ -1,9 +1,78 @@
 //! symmem: symmetric memory for multi-GPU programs.
 //!
-//! Every rank owns memory that every other rank can address; kernels translate a local
-//! pointer into a peer's with a device-resident table of per-rank base addresses
-//! (see `symmem-translate`).
+//! Every rank owns memory that every other rank can address. [`World::allocate_symmetric`]
+//! returns a buffer and its device-resident peer-base table (entry `r` is the buffer's
+//! address on rank `r`, as mapped here; entry `rank` is the local pointer), so kernels
+//! translate with `p - bases[cur] + bases[to]` (see `symmem-translate`). Any
+//! [`PeerBaseProvider`] (the heap, a [`Rendezvous`] of existing allocations) drives the
+//! same kernels.
+//!
+//! ```
+//! use symmem::{Config, backend::cpu::Cpu};
+//! let results = symmem::launch(2, &Config::default(), |_| Ok(Cpu::new()), |world| {
+//!     let (buffer, bases) = world.allocate_symmetric::<u32>(1024)?;
+//!     assert_eq!(bases.entries()[world.rank()], buffer.ptr());
+//!     world.barrier()
+//! }).unwrap();
+//! assert!(results.iter().all(Result::is_ok));
+//! ```
 #![deny(missing_docs)]
 
+pub mod backend;
+pub mod bootstrap;
 pub mod code_objects;
 pub mod cpu_launch;
+mod error;
+pub mod kernels;
+pub mod offset_alloc;
+mod provider;
+mod world;
+
+pub use error::{Error, Result};
+pub use provider::Rendezvous;
+pub use world::{Config, PeerBaseProvider, PeerBases, RawSymmetric, SymmetricBuffer, World};
+
+use backend::Backend;
+use bootstrap::local::LocalBootstrap;
+
+/// Runs `body` on `world_size` ranks as threads of this process, each with its own
+/// backend from `make_backend(rank)` and its own [`World`], and returns each rank's
+/// result, indexed by rank. World creation errors are returned as the rank's `Err`
+/// result through `body` never being called for it; a rank's panic is re-raised here.
+pub fn launch<B, R, MakeBackend, Body>(
+    world_size: usize,
+    config: &Config,
+    make_backend: MakeBackend,
+    body: Body,
+) -> Result<Vec<Result<R>>>
+where
+    B: Backend,
+    R: Send,
+    MakeBackend: Fn(usize) -> Result<B> + Sync,
+    Body: Fn(World<B>) -> Result<R> + Sync,
+{
+    if world_size == 0 {
+        return Err(Error::RankOutOfRange { rank: 0, world: 0 });
+    }
+    let group = LocalBootstrap::group(world_size, config.timeout);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = group
+            .into_iter()
+            .enumerate()
+            .map(|(rank, bootstrap)| {
+                let (make_backend, body) = (&make_backend, &body);
+                std::thread::Builder::new()
+                    .name(format!("symmem-rank-{rank}"))
+                    .spawn_scoped(s, move || {
+                        let world = World::new(Box::new(bootstrap), make_backend(rank)?, config)?;
+                        body(world)
+                    })
+                    .map_err(|source| Error::Os { what: "spawning a rank thread", source })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.map(|h| h.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))))
+            .collect()
+    })
+}

@@ -1,0 +1,78 @@
+//! Device-side RMA over symmetric memory, written once for CPU threads, AMD GPUs
+//! (`amdgcn-amd-amdhsa`) and NVIDIA GPUs (`nvptx64-nvidia-cuda`).
+//!
+//! A kernel holds a [`Team`]: a peer-base table ([`PeerBases`]) and its own rank. Every
+//! remote address is the caller's *local* pointer translated through that table by
+//! [`PeerBases::remote_unchecked`] (a pointer offset, so provenance and the global
+//! address space survive), so this crate never learns which provider built the table.
+//!
+//! On a team a kernel has:
+//!
+//! * point operations: [`Team::load`], [`Team::store`] of any `Copy` element, including
+//!   the 16-byte [`U32x4`];
+//! * block-cooperative ranges: [`Team::put_block`], [`Team::get_block`],
+//!   [`Team::copy_block`] and their non-blocking `_nbi_` forms, with [`Team::fence`] and
+//!   [`Team::quiet_block`] (see [`copy`] for the vector/head/tail scheme);
+//! * atomics on a remote element ([`atomic`]): add, sub, xchg, cas, and, or, xor, min,
+//!   max on `u32`/`i32`/`u64`/`i64`, fetch and non-fetch, each with an [`Order`] and a
+//!   [`Scope`] that reach the instruction;
+//! * signals ([`signal`]): [`Team::put_with_signal_block`], [`Team::signal_wait_until`]
+//!   and a cross-rank [`Team::barrier_block`] over a signal array in the heap;
+//! * [`collectives`]: all-gather, all-reduce (one-shot and two-shot), reduce-scatter,
+//!   all-to-all and broadcast as kernel bodies built on the above.
+//!
+//! Block-cooperative functions must be called by every thread of the block from
+//! converged control flow (they contain block barriers).
+#![no_std]
+#![feature(portable_simd)]
+#![cfg_attr(target_arch = "nvptx64", feature(asm_experimental_arch))]
+#![deny(missing_docs)]
+
+#[cfg(feature = "std")]
+extern crate std;
+
+pub mod atomic;
+mod bf16;
+pub mod collectives;
+pub mod copy;
+pub mod signal;
+mod team;
+
+pub use atomic::{AtomicInt, AtomicOp};
+pub use bf16::Bf16;
+pub use signal::{Cmp, SignalOp};
+pub use symmem_arch::Scope;
+pub use symmem_translate::{PeerBases, U32x2, U32x4};
+pub use team::Team;
+
+/// The memory order of an atomic operation (C++/Rust semantics).
+///
+/// On GPUs the order is applied at the operation's [`Scope`]. Each target maps an order
+/// its instructions lack onto a stronger sequence (documented in [`atomic`]); a load
+/// keeps the acquire half of an order and a store the release half.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Order {
+    /// Atomicity only; no ordering of other memory.
+    Relaxed,
+    /// Later memory operations stay after this one.
+    Acquire,
+    /// Earlier memory operations stay before this one.
+    Release,
+    /// Both acquire and release: the default for read-modify-writes.
+    #[default]
+    AcqRel,
+    /// Acquire-release plus a single total order of all `SeqCst` operations.
+    SeqCst,
+}
+
+/// Spins once in a wait loop: a CPU pause hint, and with the `std` feature on a host
+/// target, every 64th spin yields the OS thread (ranks run as threads there).
+#[inline(always)]
+pub(crate) fn spin(count: &mut u32) {
+    *count = count.wrapping_add(1);
+    core::hint::spin_loop();
+    #[cfg(feature = "std")]
+    if *count % 64 == 0 {
+        std::thread::yield_now();
+    }
+}

@@ -1,0 +1,236 @@
+//! The CPU backend: each rank's heap is an anonymous shared-memory file (memfd), peers
+//! map it from its file descriptor at an address of their own, and kernels are the
+//! `symmem-kernels` bodies run on host threads.
+//!
+//! memfds live in no file system, so nothing is left in `/dev/shm` after a run, a crash
+//! or a killed rank: the memory goes when the last descriptor and mapping go.
+
+use super::{Backend, BackendKind, DeviceRegion, Grid, Shareable};
+use crate::cpu_launch;
+use crate::error::{Error, Result};
+use crate::kernels::KernelCall;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use symmem_translate::PeerBases;
+
+/// The CPU backend of one rank.
+#[derive(Debug, Default)]
+pub struct Cpu {
+    syncs: AtomicU64,
+}
+
+impl Cpu {
+    /// A CPU backend; never fails.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+/// A shared mapping of a memfd (own memory, or a peer's). Drop unmaps it.
+#[derive(Debug)]
+pub struct CpuMemory {
+    ptr: *mut u8,
+    len: usize,
+    fd: Option<OwnedFd>,
+}
+
+// SAFETY: the mapping is plain shared memory; access to it is the kernels' business and
+// is synchronised by symmem's collectives, exactly as device memory is.
+unsafe impl Send for CpuMemory {}
+// SAFETY: as above.
+unsafe impl Sync for CpuMemory {}
+
+impl DeviceRegion for CpuMemory {
+    fn base(&self) -> u64 {
+        self.ptr.expose_provenance() as u64
+    }
+    fn len(&self) -> usize {
+        self.len
+    }
+}
+
+impl Drop for CpuMemory {
+    fn drop(&mut self) {
+        // SAFETY: `ptr..ptr+len` is a mapping this value created and nobody else unmaps.
+        // munmap of a valid mapping cannot fail.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+impl CpuMemory {
+    /// A fresh memfd of `len` bytes, mapped shared.
+    fn create(len: usize) -> Result<Self> {
+        // SAFETY: a NUL-terminated name and valid flags.
+        let raw = unsafe { libc::memfd_create(c"symmem-heap".as_ptr(), libc::MFD_CLOEXEC) };
+        if raw < 0 {
+            return Err(Error::last_os("memfd_create"));
+        }
+        // SAFETY: `raw` is a fresh descriptor nobody else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let size = libc::off_t::try_from(len).map_err(|_| Error::TooLarge {
+            requested: len,
+            capacity: libc::off_t::MAX as usize,
+        })?;
+        // SAFETY: `fd` is a valid memfd.
+        if unsafe { libc::ftruncate(fd.as_raw_fd(), size) } != 0 {
+            return Err(Error::last_os("ftruncate of the heap memfd"));
+        }
+        let mut memory = Self::map(&fd, len)?;
+        memory.fd = Some(fd);
+        Ok(memory)
+    }
+
+    /// Maps `len` bytes of `fd` shared, at an address the kernel picks (so every
+    /// mapping of the same memory gets its own address).
+    fn map(fd: &OwnedFd, len: usize) -> Result<Self> {
+        // SAFETY: a fresh shared mapping of a valid descriptor; no existing memory is
+        // replaced (no MAP_FIXED).
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(Error::last_os("mmap of a heap"));
+        }
+        Ok(Self { ptr: ptr.cast(), len, fd: None })
+    }
+
+    fn export(&self) -> Result<Shareable> {
+        let fd = self.fd.as_ref().ok_or(Error::Unsupported("exporting a peer's mapping"))?;
+        let fd = fd.try_clone().map_err(|source| Error::Os { what: "dup of a heap fd", source })?;
+        Ok(Shareable { bytes: (self.len as u64).to_le_bytes().to_vec(), fd: Some(fd) })
+    }
+
+    fn import(handle: Shareable, len: usize) -> Result<Self> {
+        let fd = handle.fd.ok_or_else(|| Error::Bootstrap("CPU handle without an fd".into()))?;
+        let exported = handle.bytes.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes);
+        if exported.is_none_or(|exported| exported < len as u64) {
+            return Err(Error::Bootstrap(format!(
+                "peer exported {exported:?} bytes, {len} expected"
+            )));
+        }
+        Self::map(&fd, len)
+    }
+}
+
+fn ptr_at(addr: u64) -> *mut u8 {
+    std::ptr::with_exposed_provenance_mut(addr as usize)
+}
+
+impl Backend for Cpu {
+    type Heap = CpuMemory;
+    type Mapping = CpuMemory;
+    type DeviceMemory = CpuMemory;
+
+    fn kind(&self) -> BackendKind {
+        BackendKind::Cpu
+    }
+    fn device_name(&self) -> String {
+        format!("host CPU ({} threads)", std::thread::available_parallelism().map_or(1, |n| n.get()))
+    }
+    fn heap_granularity(&self) -> usize {
+        // SAFETY: sysconf has no preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        usize::try_from(page).unwrap_or(4096)
+    }
+
+    fn create_heap(&self, bytes: usize) -> Result<CpuMemory> {
+        CpuMemory::create(bytes)
+    }
+    fn export_heap(&self, heap: &CpuMemory) -> Result<Shareable> {
+        heap.export()
+    }
+    fn import_heap(&self, handle: Shareable, bytes: usize) -> Result<CpuMemory> {
+        CpuMemory::import(handle, bytes)
+    }
+
+    fn alloc_device(&self, bytes: usize) -> Result<CpuMemory> {
+        CpuMemory::create(bytes.max(1))
+    }
+    fn export_device_memory(&self, memory: &CpuMemory) -> Result<Shareable> {
+        memory.export()
+    }
+    fn import_device_memory(&self, handle: Shareable, bytes: usize) -> Result<CpuMemory> {
+        CpuMemory::import(handle, bytes)
+    }
+
+    fn upload(&self, dst: u64, src: &[u8]) -> Result<()> {
+        // SAFETY: the caller passes a destination it owns of at least `src.len()` bytes
+        // (every caller in this crate uploads into memory it allocated for that size).
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), ptr_at(dst), src.len()) };
+        Ok(())
+    }
+    fn download(&self, dst: &mut [u8], src: u64) -> Result<()> {
+        self.syncs.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: as in `upload`, with the roles swapped.
+        unsafe { std::ptr::copy_nonoverlapping(ptr_at(src), dst.as_mut_ptr(), dst.len()) };
+        Ok(())
+    }
+    fn memset(&self, dst: u64, value: u8, bytes: usize) -> Result<()> {
+        // SAFETY: as in `upload`.
+        unsafe { ptr_at(dst).write_bytes(value, bytes) };
+        Ok(())
+    }
+
+    fn launch(&self, call: &KernelCall, grid: Grid) -> Result<()> {
+        // SAFETY: the world checked every address and rank it put into `call`: the
+        // ranges lie in live mappings and tables of this process.
+        unsafe { run_on_threads(call, grid) };
+        Ok(())
+    }
+    fn default_grid(&self, call: &KernelCall) -> Grid {
+        let threads = if call.bytes() < 1 << 16 { 1 } else { 4 };
+        Grid { blocks: 1, threads }
+    }
+    fn synchronize(&self) -> Result<()> {
+        // Launches run to completion before `launch` returns: nothing to wait for.
+        self.syncs.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+    fn device_to_host_syncs(&self) -> u64 {
+        self.syncs.load(Ordering::Relaxed)
+    }
+}
+
+/// Runs `call`'s kernel body on host threads shaped like `grid`.
+///
+/// # Safety
+/// Every address in `call` must be valid for the accesses the kernel makes.
+unsafe fn run_on_threads(call: &KernelCall, grid: Grid) {
+    // Addresses travel into the threads as integers (raw pointers are not `Sync`) and
+    // become pointers again, with the provenance the mappings exposed, inside.
+    match *call {
+        KernelCall::Put { dst, src, bytes, bases, world, cur, to } => {
+            cpu_launch::launch(grid, |arch| {
+                // SAFETY: forwarded from the caller.
+                unsafe {
+                    let bases = PeerBases::from_raw_parts(ptr_at(bases).cast(), world as usize);
+                    let (dst, src) = (ptr_at(dst), ptr_at(src));
+                    symmem_kernels::put(arch, dst, src, bytes as usize, bases, cur as usize, to as usize);
+                }
+            });
+        }
+        KernelCall::Get { dst, src, bytes, bases, world, cur, from } => {
+            cpu_launch::launch(grid, |arch| {
+                // SAFETY: forwarded from the caller.
+                unsafe {
+                    let bases = PeerBases::from_raw_parts(ptr_at(bases).cast(), world as usize);
+                    let (dst, src) = (ptr_at(dst), ptr_at(src));
+                    symmem_kernels::get(arch, dst, src, bytes as usize, bases, cur as usize, from as usize);
+                }
+            });
+        }
+        KernelCall::Copy { dst, src, bytes } => {
+            cpu_launch::launch(grid, |arch| {
+                // SAFETY: forwarded from the caller.
+                unsafe { symmem_kernels::copy(arch, ptr_at(dst), ptr_at(src), bytes as usize) }
+            });
+        }
+    }
+}

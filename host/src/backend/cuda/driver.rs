@@ -1,0 +1,477 @@
+//! The one module that calls the CUDA driver (`cudarc::driver::sys`).
+//!
+//! Each wrapper is a 1:1 thin layer over one driver entry point: it checks the
+//! `CUresult` before reading any out-parameter and maps a failure to
+//! [`Error::Driver`] with `cuGetErrorString`'s text (`CUDA_ERROR_NO_DEVICE` becomes
+//! [`Error::NoDevice`]). Handles are small `Copy` newtypes; who owns them (and frees
+//! them) is decided one level up, in the RAII types of `super`.
+//!
+//! cudarc's loader (`dynamic-loading`) panics when `libcuda` cannot be opened, and when a
+//! symbol is missing from it. [`library_present`] is called before any other wrapper, so
+//! the first case is an `Err`. Every symbol used here exists in every driver that supports
+//! the VMM POSIX-fd path (CUDA 10.2 and later), so the second case cannot arise on a driver
+//! this backend can use at all.
+
+use crate::error::{Error, Result};
+use cudarc::driver::sys;
+use std::ffi::{CStr, c_int, c_uint, c_void};
+use std::mem::MaybeUninit;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+
+/// A device address.
+pub(super) type DevicePtr = sys::CUdeviceptr;
+/// A device ordinal handle (`CUdevice`).
+pub(super) type Device = sys::CUdevice;
+/// A VMM physical allocation handle (`CUmemGenericAllocationHandle`).
+pub(super) type MemHandle = sys::CUmemGenericAllocationHandle;
+
+/// A `CUcontext`.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Context(sys::CUcontext);
+/// A `CUstream`.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Stream(sys::CUstream);
+/// A `CUmodule`.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Module(sys::CUmodule);
+/// A `CUfunction`.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Function(sys::CUfunction);
+
+// SAFETY: driver-API handles are opaque tokens that the CUDA driver accepts from any
+// thread of the process (the driver API is thread-safe); nothing is dereferenced here.
+unsafe impl Send for Context {}
+// SAFETY: as above; sharing the token shares no Rust-visible state.
+unsafe impl Sync for Context {}
+// SAFETY: as for `Context`.
+unsafe impl Send for Stream {}
+// SAFETY: as for `Context`.
+unsafe impl Sync for Stream {}
+// SAFETY: as for `Context`.
+unsafe impl Send for Module {}
+// SAFETY: as for `Context`.
+unsafe impl Sync for Module {}
+// SAFETY: as for `Context`.
+unsafe impl Send for Function {}
+// SAFETY: as for `Context`.
+unsafe impl Sync for Function {}
+
+/// Size of a `CUipcMemHandle`.
+pub(super) const IPC_HANDLE_BYTES: usize = 64;
+
+/// The text `cuGetErrorString` gives for `code`.
+fn error_string(code: sys::CUresult) -> String {
+    let mut text: *const std::ffi::c_char = std::ptr::null();
+    // SAFETY: `text` is a valid out-pointer; the driver stores a pointer to a static string.
+    let rc = unsafe { sys::cuGetErrorString(code, &mut text) };
+    if rc != sys::CUresult::CUDA_SUCCESS || text.is_null() {
+        return format!("{code:?}");
+    }
+    // SAFETY: on success `text` points to a NUL-terminated static string of the driver.
+    let text = unsafe { CStr::from_ptr(text) };
+    format!("{code:?}: {}", text.to_string_lossy())
+}
+
+/// Maps a driver result to `Result`.
+fn check(call: &'static str, rc: sys::CUresult) -> Result<()> {
+    match rc {
+        sys::CUresult::CUDA_SUCCESS => Ok(()),
+        sys::CUresult::CUDA_ERROR_NO_DEVICE => Err(Error::NoDevice { backend: "cuda" }),
+        code => Err(Error::Driver { call, code: code as i64, message: error_string(code) }),
+    }
+}
+
+/// Whether `libcuda` can be loaded. Must be true before any other wrapper is called.
+pub(super) fn library_present() -> bool {
+    // SAFETY: tries `dlopen` on cudarc's candidate names and closes what it opened; it
+    // runs the library's initialisers but calls nothing in it.
+    unsafe { sys::is_culib_present() }
+}
+
+/// `cuInit(0)`. A stub `libcuda` (the toolkit's link stub) is `LibraryMissing`.
+pub(super) fn init() -> Result<()> {
+    // SAFETY: no pointers; `library_present` was checked by the caller.
+    let rc = unsafe { sys::cuInit(0) };
+    if rc == sys::CUresult::CUDA_ERROR_STUB_LIBRARY {
+        return Err(Error::LibraryMissing { library: "libcuda.so" });
+    }
+    check("cuInit", rc)
+}
+
+/// `cuDriverGetVersion`.
+pub(super) fn driver_version() -> Result<i32> {
+    let mut v = MaybeUninit::<c_int>::uninit();
+    // SAFETY: `v` is a valid out-pointer.
+    check("cuDriverGetVersion", unsafe { sys::cuDriverGetVersion(v.as_mut_ptr()) })?;
+    // SAFETY: written by the driver on success.
+    Ok(unsafe { v.assume_init() })
+}
+
+/// `cuDeviceGetCount`.
+pub(super) fn device_count() -> Result<usize> {
+    let mut n = MaybeUninit::<c_int>::uninit();
+    // SAFETY: `n` is a valid out-pointer.
+    check("cuDeviceGetCount", unsafe { sys::cuDeviceGetCount(n.as_mut_ptr()) })?;
+    // SAFETY: written by the driver on success.
+    Ok(usize::try_from(unsafe { n.assume_init() }).unwrap_or(0))
+}
+
+/// `cuDeviceGet`.
+pub(super) fn device_get(ordinal: usize) -> Result<Device> {
+    let ordinal = c_int::try_from(ordinal).map_err(|_| Error::NoDevice { backend: "cuda" })?;
+    let mut d = MaybeUninit::<Device>::uninit();
+    // SAFETY: `d` is a valid out-pointer.
+    check("cuDeviceGet", unsafe { sys::cuDeviceGet(d.as_mut_ptr(), ordinal) })?;
+    // SAFETY: written by the driver on success.
+    Ok(unsafe { d.assume_init() })
+}
+
+/// `cuDeviceGetName`.
+pub(super) fn device_name(dev: Device) -> Result<String> {
+    let mut buf = [0 as std::ffi::c_char; 256];
+    // SAFETY: `buf` holds `buf.len()` bytes; the driver writes a NUL-terminated name.
+    check("cuDeviceGetName", unsafe {
+        sys::cuDeviceGetName(buf.as_mut_ptr(), buf.len() as c_int, dev)
+    })?;
+    // Reinterpret the C chars as bytes and cut at the first NUL (the driver wrote one).
+    let bytes: Vec<u8> = buf.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// `cuDeviceGetAttribute`.
+pub(super) fn device_attribute(attr: sys::CUdevice_attribute, dev: Device) -> Result<i32> {
+    let mut v = MaybeUninit::<c_int>::uninit();
+    // SAFETY: `v` is a valid out-pointer.
+    check("cuDeviceGetAttribute", unsafe { sys::cuDeviceGetAttribute(v.as_mut_ptr(), attr, dev) })?;
+    // SAFETY: written by the driver on success.
+    Ok(unsafe { v.assume_init() })
+}
+
+/// `cuDevicePrimaryCtxRetain`: one more reference to the device's primary context.
+pub(super) fn primary_ctx_retain(dev: Device) -> Result<Context> {
+    let mut c = MaybeUninit::<sys::CUcontext>::uninit();
+    // SAFETY: `c` is a valid out-pointer.
+    check("cuDevicePrimaryCtxRetain", unsafe { sys::cuDevicePrimaryCtxRetain(c.as_mut_ptr(), dev) })?;
+    // SAFETY: written by the driver on success.
+    Ok(Context(unsafe { c.assume_init() }))
+}
+
+/// `cuDevicePrimaryCtxRelease`: drops one reference taken by [`primary_ctx_retain`].
+pub(super) fn primary_ctx_release(dev: Device) -> Result<()> {
+    // SAFETY: no pointers; the caller owns one retain of this device's primary context.
+    check("cuDevicePrimaryCtxRelease", unsafe { sys::cuDevicePrimaryCtxRelease_v2(dev) })
+}
+
+/// `cuCtxSetCurrent` on the calling thread.
+pub(super) fn ctx_set_current(ctx: Context) -> Result<()> {
+    // SAFETY: `ctx` is a live context (the caller holds a retain of it).
+    check("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(ctx.0) })
+}
+
+/// `cuStreamCreate(CU_STREAM_NON_BLOCKING)` in the current context.
+pub(super) fn stream_create_non_blocking() -> Result<Stream> {
+    let mut s = MaybeUninit::<sys::CUstream>::uninit();
+    let flags = sys::CUstream_flags::CU_STREAM_NON_BLOCKING as c_uint;
+    // SAFETY: `s` is a valid out-pointer.
+    check("cuStreamCreate", unsafe { sys::cuStreamCreate(s.as_mut_ptr(), flags) })?;
+    // SAFETY: written by the driver on success.
+    Ok(Stream(unsafe { s.assume_init() }))
+}
+
+/// `cuStreamDestroy`.
+///
+/// # Safety
+/// `stream` was created by [`stream_create_non_blocking`] and is not used afterwards.
+pub(super) unsafe fn stream_destroy(stream: Stream) -> Result<()> {
+    // SAFETY: forwarded from the caller.
+    check("cuStreamDestroy", unsafe { sys::cuStreamDestroy_v2(stream.0) })
+}
+
+/// `cuStreamSynchronize`.
+pub(super) fn stream_synchronize(stream: Stream) -> Result<()> {
+    // SAFETY: the caller passes a live stream of the current context.
+    check("cuStreamSynchronize", unsafe { sys::cuStreamSynchronize(stream.0) })
+}
+
+/// `cuModuleLoadData` of a NUL-terminated PTX image (or a cubin).
+pub(super) fn module_load_data(image: &CStr) -> Result<Module> {
+    let mut m = MaybeUninit::<sys::CUmodule>::uninit();
+    // SAFETY: `image` is NUL-terminated and outlives the call; `m` is a valid out-pointer.
+    check("cuModuleLoadData", unsafe {
+        sys::cuModuleLoadData(m.as_mut_ptr(), image.as_ptr().cast::<c_void>())
+    })?;
+    // SAFETY: written by the driver on success.
+    Ok(Module(unsafe { m.assume_init() }))
+}
+
+/// `cuModuleUnload`.
+///
+/// # Safety
+/// No kernel of `module` is running or enqueued, and its functions are not used afterwards.
+pub(super) unsafe fn module_unload(module: Module) -> Result<()> {
+    // SAFETY: forwarded from the caller.
+    check("cuModuleUnload", unsafe { sys::cuModuleUnload(module.0) })
+}
+
+/// `cuModuleGetFunction`.
+pub(super) fn module_get_function(module: Module, name: &CStr) -> Result<Function> {
+    let mut f = MaybeUninit::<sys::CUfunction>::uninit();
+    // SAFETY: `module` is loaded, `name` NUL-terminated, `f` a valid out-pointer.
+    check("cuModuleGetFunction", unsafe {
+        sys::cuModuleGetFunction(f.as_mut_ptr(), module.0, name.as_ptr())
+    })?;
+    // SAFETY: written by the driver on success.
+    Ok(Function(unsafe { f.assume_init() }))
+}
+
+/// `cuLaunchKernel` with a 1-D grid and no dynamic shared memory.
+///
+/// # Safety
+/// `params` holds one pointer per kernel parameter, in order, each to a value of the
+/// parameter's size, all valid for the call; the kernel's accesses are in bounds.
+pub(super) unsafe fn launch_kernel(
+    function: Function,
+    blocks: u32,
+    threads: u32,
+    stream: Stream,
+    params: &mut [*mut c_void],
+) -> Result<()> {
+    // SAFETY: forwarded from the caller; the driver copies the parameters before returning.
+    check("cuLaunchKernel", unsafe {
+        sys::cuLaunchKernel(
+            function.0,
+            blocks,
+            1,
+            1,
+            threads,
+            1,
+            1,
+            0,
+            stream.0,
+            params.as_mut_ptr(),
+            std::ptr::null_mut(),
+        )
+    })
+}
+
+/// `cuMemAlloc`.
+pub(super) fn mem_alloc(bytes: usize) -> Result<DevicePtr> {
+    let mut p = MaybeUninit::<DevicePtr>::uninit();
+    // SAFETY: `p` is a valid out-pointer.
+    check("cuMemAlloc", unsafe { sys::cuMemAlloc_v2(p.as_mut_ptr(), bytes) })?;
+    // SAFETY: written by the driver on success.
+    Ok(unsafe { p.assume_init() })
+}
+
+/// `cuMemFree`.
+///
+/// # Safety
+/// `ptr` came from [`mem_alloc`] and is not used afterwards.
+pub(super) unsafe fn mem_free(ptr: DevicePtr) -> Result<()> {
+    // SAFETY: forwarded from the caller.
+    check("cuMemFree", unsafe { sys::cuMemFree_v2(ptr) })
+}
+
+/// `cuIpcGetMemHandle`: the 64 opaque bytes of an IPC handle for a `cuMemAlloc` base.
+pub(super) fn ipc_get_mem_handle(ptr: DevicePtr) -> Result<[u8; IPC_HANDLE_BYTES]> {
+    let mut h = MaybeUninit::<sys::CUipcMemHandle>::uninit();
+    // SAFETY: `h` is a valid out-pointer; the driver validates `ptr`.
+    check("cuIpcGetMemHandle", unsafe { sys::cuIpcGetMemHandle(h.as_mut_ptr(), ptr) })?;
+    // SAFETY: written by the driver on success.
+    let h = unsafe { h.assume_init() };
+    Ok(h.reserved.map(|c| c as u8))
+}
+
+/// `cuIpcOpenMemHandle(CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)`.
+pub(super) fn ipc_open_mem_handle(handle: &[u8; IPC_HANDLE_BYTES]) -> Result<DevicePtr> {
+    let h = sys::CUipcMemHandle { reserved: handle.map(|b| b as std::ffi::c_char) };
+    let flags = sys::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as c_uint;
+    let mut p = MaybeUninit::<DevicePtr>::uninit();
+    // SAFETY: `p` is a valid out-pointer; the handle is passed by value.
+    check("cuIpcOpenMemHandle", unsafe { sys::cuIpcOpenMemHandle_v2(p.as_mut_ptr(), h, flags) })?;
+    // SAFETY: written by the driver on success.
+    Ok(unsafe { p.assume_init() })
+}
+
+/// `cuIpcCloseMemHandle`.
+///
+/// # Safety
+/// `ptr` came from [`ipc_open_mem_handle`] and is not used afterwards.
+pub(super) unsafe fn ipc_close_mem_handle(ptr: DevicePtr) -> Result<()> {
+    // SAFETY: forwarded from the caller.
+    check("cuIpcCloseMemHandle", unsafe { sys::cuIpcCloseMemHandle(ptr) })
+}
+
+/// Allocation properties of a heap on device `ordinal`: pinned device memory that can be
+/// exported as a POSIX file descriptor.
+fn heap_prop(ordinal: c_int) -> sys::CUmemAllocationProp {
+    sys::CUmemAllocationProp {
+        type_: sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED,
+        requestedHandleTypes: sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+        location: sys::CUmemLocation {
+            type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+            id: ordinal,
+        },
+        win32HandleMetaData: std::ptr::null_mut(),
+        allocFlags: sys::CUmemAllocationProp_st__bindgen_ty_1 {
+            compressionType: 0,
+            gpuDirectRDMACapable: 0,
+            usage: 0,
+            reserved: [0; 4],
+        },
+    }
+}
+
+/// `cuMemGetAllocationGranularity(MINIMUM)` for heap allocations on device `ordinal`.
+pub(super) fn allocation_granularity(ordinal: c_int) -> Result<usize> {
+    let prop = heap_prop(ordinal);
+    let mut g = MaybeUninit::<usize>::uninit();
+    let option = sys::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_MINIMUM;
+    // SAFETY: `prop` and `g` are valid for the call.
+    check("cuMemGetAllocationGranularity", unsafe {
+        sys::cuMemGetAllocationGranularity(g.as_mut_ptr(), &prop, option)
+    })?;
+    // SAFETY: written by the driver on success.
+    Ok(unsafe { g.assume_init() })
+}
+
+/// `cuMemCreate` of `bytes` (a multiple of the granularity) of exportable memory on
+/// device `ordinal`.
+pub(super) fn mem_create(bytes: usize, ordinal: c_int) -> Result<MemHandle> {
+    let prop = heap_prop(ordinal);
+    let mut h = MaybeUninit::<MemHandle>::uninit();
+    // SAFETY: `prop` and `h` are valid for the call.
+    check("cuMemCreate", unsafe { sys::cuMemCreate(h.as_mut_ptr(), bytes, &prop, 0) })?;
+    // SAFETY: written by the driver on success.
+    Ok(unsafe { h.assume_init() })
+}
+
+/// `cuMemRelease`.
+///
+/// # Safety
+/// `handle` came from [`mem_create`] or [`import_fd`] and is not used afterwards (mappings
+/// of it may remain; the memory is freed when the last one is unmapped).
+pub(super) unsafe fn mem_release(handle: MemHandle) -> Result<()> {
+    // SAFETY: forwarded from the caller.
+    check("cuMemRelease", unsafe { sys::cuMemRelease(handle) })
+}
+
+/// `cuMemAddressReserve` of `bytes` of virtual address space aligned to `align`.
+pub(super) fn mem_address_reserve(bytes: usize, align: usize) -> Result<DevicePtr> {
+    let mut p = MaybeUninit::<DevicePtr>::uninit();
+    // SAFETY: `p` is a valid out-pointer; no fixed address is requested.
+    check("cuMemAddressReserve", unsafe {
+        sys::cuMemAddressReserve(p.as_mut_ptr(), bytes, align, 0, 0)
+    })?;
+    // SAFETY: written by the driver on success.
+    Ok(unsafe { p.assume_init() })
+}
+
+/// `cuMemAddressFree`.
+///
+/// # Safety
+/// `(ptr, bytes)` is a reservation from [`mem_address_reserve`] with nothing mapped in
+/// it, not used afterwards.
+pub(super) unsafe fn mem_address_free(ptr: DevicePtr, bytes: usize) -> Result<()> {
+    // SAFETY: forwarded from the caller.
+    check("cuMemAddressFree", unsafe { sys::cuMemAddressFree(ptr, bytes) })
+}
+
+/// `cuMemMap` of all `bytes` of `handle` at `ptr`.
+///
+/// # Safety
+/// `(ptr, bytes)` lies in a reservation of this process with nothing mapped there.
+pub(super) unsafe fn mem_map(ptr: DevicePtr, bytes: usize, handle: MemHandle) -> Result<()> {
+    // SAFETY: forwarded from the caller.
+    check("cuMemMap", unsafe { sys::cuMemMap(ptr, bytes, 0, handle, 0) })
+}
+
+/// `cuMemUnmap`.
+///
+/// # Safety
+/// `(ptr, bytes)` was mapped by [`mem_map`], and no device work that touches it is pending.
+pub(super) unsafe fn mem_unmap(ptr: DevicePtr, bytes: usize) -> Result<()> {
+    // SAFETY: forwarded from the caller.
+    check("cuMemUnmap", unsafe { sys::cuMemUnmap(ptr, bytes) })
+}
+
+/// `cuMemSetAccess`: read/write for device `ordinal` on `(ptr, bytes)`.
+pub(super) fn mem_set_access_rw(ptr: DevicePtr, bytes: usize, ordinal: c_int) -> Result<()> {
+    let desc = sys::CUmemAccessDesc {
+        location: sys::CUmemLocation {
+            type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+            id: ordinal,
+        },
+        flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+    };
+    // SAFETY: `desc` is one valid descriptor; the driver validates the range.
+    check("cuMemSetAccess", unsafe { sys::cuMemSetAccess(ptr, bytes, &desc, 1) })
+}
+
+/// `cuMemExportToShareableHandle(POSIX_FILE_DESCRIPTOR)`: a new fd owned by the caller.
+pub(super) fn export_fd(handle: MemHandle) -> Result<OwnedFd> {
+    let mut fd: c_int = -1;
+    let kind = sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    // SAFETY: for a POSIX fd handle type the driver writes an `int` to the out-pointer.
+    check("cuMemExportToShareableHandle", unsafe {
+        sys::cuMemExportToShareableHandle((&raw mut fd).cast::<c_void>(), handle, kind, 0)
+    })?;
+    if fd < 0 {
+        return Err(Error::Driver {
+            call: "cuMemExportToShareableHandle",
+            code: i64::from(fd),
+            message: "the driver returned no file descriptor".into(),
+        });
+    }
+    // SAFETY: on success `fd` is a new open descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `cuMemImportFromShareableHandle(POSIX_FILE_DESCRIPTOR)`. The fd stays the caller's.
+pub(super) fn import_fd(fd: BorrowedFd<'_>) -> Result<MemHandle> {
+    let mut h = MaybeUninit::<MemHandle>::uninit();
+    let kind = sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    // For POSIX fds the OS handle is the fd value itself, cast to a pointer.
+    let os_handle = fd.as_raw_fd() as usize as *mut c_void;
+    // SAFETY: `h` is a valid out-pointer; `fd` is open for the duration of the call.
+    check("cuMemImportFromShareableHandle", unsafe {
+        sys::cuMemImportFromShareableHandle(h.as_mut_ptr(), os_handle, kind)
+    })?;
+    // SAFETY: written by the driver on success.
+    Ok(unsafe { h.assume_init() })
+}
+
+/// `cuMemcpyHtoDAsync` from pageable `src`.
+///
+/// For pageable memory the driver copies `src` into a staging buffer before returning,
+/// so `src` may be reused as soon as this returns; the DMA itself is ordered on `stream`.
+///
+/// # Safety
+/// `dst..dst + src.len()` is device memory writable by this context.
+pub(super) unsafe fn memcpy_htod_async(dst: DevicePtr, src: &[u8], stream: Stream) -> Result<()> {
+    // SAFETY: `src` is valid for reads of its length; `dst` is forwarded from the caller.
+    check("cuMemcpyHtoDAsync", unsafe {
+        sys::cuMemcpyHtoDAsync_v2(dst, src.as_ptr().cast::<c_void>(), src.len(), stream.0)
+    })
+}
+
+/// `cuMemcpyDtoHAsync` into `dst`.
+///
+/// # Safety
+/// `src..src + dst.len()` is device memory readable by this context, and `stream` is
+/// synchronised before `dst` is read, moved or freed.
+pub(super) unsafe fn memcpy_dtoh_async(dst: &mut [u8], src: DevicePtr, stream: Stream) -> Result<()> {
+    // SAFETY: `dst` is valid for writes of its length; the rest is forwarded.
+    check("cuMemcpyDtoHAsync", unsafe {
+        sys::cuMemcpyDtoHAsync_v2(dst.as_mut_ptr().cast::<c_void>(), src, dst.len(), stream.0)
+    })
+}
+
+/// `cuMemsetD8Async`.
+///
+/// # Safety
+/// `dst..dst + bytes` is device memory writable by this context.
+pub(super) unsafe fn memset_d8_async(dst: DevicePtr, value: u8, bytes: usize, stream: Stream) -> Result<()> {
+    // SAFETY: forwarded from the caller.
+    check("cuMemsetD8Async", unsafe { sys::cuMemsetD8Async(dst, value, bytes, stream.0) })
+}

@@ -1,0 +1,118 @@
+//! What the host needs from a device runtime, as one small trait per backend.
+//!
+//! A backend instance belongs to one rank (its own device context and stream). It owns
+//! device memory of three kinds, each an RAII value that frees itself on drop:
+//! the rank's symmetric heap ([`Backend::Heap`]), mappings of peers' memory
+//! ([`Backend::Mapping`]) and plain device allocations ([`Backend::DeviceMemory`]: peer
+//! tables, and the user allocations the rendezvous provider shares).
+//!
+//! Memory is shared through a [`Shareable`]: opaque bytes plus at most one file
+//! descriptor (a memfd on the CPU backend, a POSIX handle from the CUDA VMM API), which
+//! every bootstrap knows how to hand to peers.
+
+pub mod cpu;
+pub mod cuda;
+
+use crate::error::Result;
+use crate::kernels::KernelCall;
+use std::os::fd::OwnedFd;
+
+pub use crate::cpu_launch::Grid;
+
+/// Which runtime a backend drives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BackendKind {
+    /// Ranks' heaps in shared memory, kernels on host threads.
+    Cpu,
+    /// NVIDIA GPUs through the CUDA driver API.
+    Cuda,
+    /// AMD GPUs through HIP.
+    Hip,
+}
+
+impl BackendKind {
+    /// The name used on command lines (`cpu`, `cuda`, `hip`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Cpu => "cpu",
+            Self::Cuda => "cuda",
+            Self::Hip => "hip",
+        }
+    }
+}
+
+/// What a peer needs to map a piece of memory: opaque bytes and at most one fd.
+#[derive(Debug, Default)]
+pub struct Shareable {
+    /// Backend-defined bytes (an IPC handle, a size, an offset, the exporter's pid).
+    pub bytes: Vec<u8>,
+    /// A file descriptor that carries the memory, if the backend uses one.
+    pub fd: Option<OwnedFd>,
+}
+
+/// A range of device memory visible at `base` in this rank's address space.
+pub trait DeviceRegion: Send + Sync {
+    /// Device address of the first byte.
+    fn base(&self) -> u64;
+    /// Length in bytes.
+    fn len(&self) -> usize;
+    /// True for an empty region.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// One rank's view of a device runtime.
+///
+/// Every method is called only by the rank that owns the instance; implementations need
+/// `Send + Sync` so a world can move between threads, not to be called concurrently.
+/// Methods that enqueue work (`upload`, `memset`, `launch`) are ordered on the rank's
+/// stream; only [`Backend::download`] and [`Backend::synchronize`] wait for the device,
+/// and the backend counts every such wait in [`Backend::device_to_host_syncs`].
+pub trait Backend: Send + Sync + 'static {
+    /// This rank's symmetric heap: physical memory and its local mapping.
+    type Heap: DeviceRegion;
+    /// A peer's memory mapped into this address space. Drop unmaps it.
+    type Mapping: DeviceRegion;
+    /// A plain device allocation, shareable through the rendezvous provider.
+    type DeviceMemory: DeviceRegion;
+
+    /// Which runtime this is.
+    fn kind(&self) -> BackendKind;
+    /// A human-readable device name.
+    fn device_name(&self) -> String;
+    /// The allocation granularity of heaps; heap sizes are rounded up to it.
+    fn heap_granularity(&self) -> usize;
+
+    /// Allocates this rank's heap of `bytes` (a multiple of the granularity).
+    fn create_heap(&self, bytes: usize) -> Result<Self::Heap>;
+    /// Exports the heap so that peers can map it.
+    fn export_heap(&self, heap: &Self::Heap) -> Result<Shareable>;
+    /// Maps a peer's exported heap of `bytes` at a fresh address in this address space.
+    fn import_heap(&self, handle: Shareable, bytes: usize) -> Result<Self::Mapping>;
+
+    /// Allocates plain device memory of `bytes` (the user-allocation path:
+    /// `cuMemAlloc` on CUDA); its contents are undefined.
+    fn alloc_device(&self, bytes: usize) -> Result<Self::DeviceMemory>;
+    /// Exports a device allocation for the rendezvous provider (`cuIpcGetMemHandle`).
+    fn export_device_memory(&self, memory: &Self::DeviceMemory) -> Result<Shareable>;
+    /// Maps a peer's exported device allocation of `bytes` (`cuIpcOpenMemHandle`).
+    fn import_device_memory(&self, handle: Shareable, bytes: usize) -> Result<Self::Mapping>;
+
+    /// Enqueues a host-to-device copy of `src` to device address `dst`. Returns once
+    /// `src` may be reused; never waits for the device.
+    fn upload(&self, dst: u64, src: &[u8]) -> Result<()>;
+    /// Copies `dst.len()` bytes from device address `src` to the host, after all work
+    /// enqueued so far: one counted device-to-host synchronisation.
+    fn download(&self, dst: &mut [u8], src: u64) -> Result<()>;
+    /// Enqueues setting `bytes` bytes at `dst` to `value`.
+    fn memset(&self, dst: u64, value: u8, bytes: usize) -> Result<()>;
+    /// Enqueues `call` with launch shape `grid`.
+    fn launch(&self, call: &KernelCall, grid: Grid) -> Result<()>;
+    /// The launch shape this backend uses for `call` by default.
+    fn default_grid(&self, call: &KernelCall) -> Grid;
+    /// Waits until all enqueued work is done: one counted synchronisation.
+    fn synchronize(&self) -> Result<()>;
+    /// How many times this rank has waited for its device (downloads and synchronises).
+    fn device_to_host_syncs(&self) -> u64;
+}

@@ -1,0 +1,134 @@
+//! Ranks as threads of one process.
+//!
+//! All ranks share one rendezvous table guarded by a mutex. A collective is a numbered
+//! round: each rank deposits its contribution in its slot and waits for the others.
+//! A rank whose [`LocalBootstrap`] is dropped (it returned, or panicked) is marked
+//! departed, so its peers stop waiting for it at once with `PeerLost`.
+
+use super::{Bootstrap, DEFAULT_TIMEOUT};
+use crate::backend::Shareable;
+use crate::error::{Error, Result};
+use std::collections::HashMap;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+#[derive(Default)]
+struct Round {
+    slots: Vec<Option<Shareable>>,
+    taken: usize,
+}
+
+struct State {
+    rounds: HashMap<u64, Round>,
+    departed: Vec<bool>,
+}
+
+struct Group {
+    world: usize,
+    timeout: Duration,
+    state: Mutex<State>,
+    changed: Condvar,
+}
+
+impl Group {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A rank that panicked while holding the lock left consistent state behind: every
+        // update below is a single insertion or flag.
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// One thread-rank's end of an in-process group.
+pub struct LocalBootstrap {
+    rank: usize,
+    round: u64,
+    group: Arc<Group>,
+}
+
+impl LocalBootstrap {
+    /// Creates a group of `world` ranks; element `r` of the result is rank `r`'s end.
+    /// Waits give up after `timeout` with `PeerLost`.
+    pub fn group(world: usize, timeout: Duration) -> Vec<LocalBootstrap> {
+        let group = Arc::new(Group {
+            world,
+            timeout,
+            state: Mutex::new(State { rounds: HashMap::new(), departed: vec![false; world] }),
+            changed: Condvar::new(),
+        });
+        (0..world).map(|rank| LocalBootstrap { rank, round: 0, group: group.clone() }).collect()
+    }
+
+    /// A group with the default timeout.
+    pub fn default_group(world: usize) -> Vec<LocalBootstrap> {
+        Self::group(world, DEFAULT_TIMEOUT)
+    }
+
+    fn exchange(&mut self, mine: Shareable) -> Result<Vec<Shareable>> {
+        let group = self.group.clone();
+        let (world, round) = (group.world, self.round);
+        self.round += 1;
+        let start = Instant::now();
+        let mut state = group.lock();
+        let entry = state.rounds.entry(round).or_insert_with(|| Round {
+            slots: (0..world).map(|_| None).collect(),
+            taken: 0,
+        });
+        entry.slots[self.rank] = Some(mine);
+        group.changed.notify_all();
+        loop {
+            let round_state = &state.rounds[&round];
+            let missing = round_state.slots.iter().position(Option::is_none);
+            let Some(missing) = missing else { break };
+            if state.departed[missing] {
+                return Err(Error::PeerLost { rank: Some(missing), waited: start.elapsed() });
+            }
+            let Some(left) = group.timeout.checked_sub(start.elapsed()) else {
+                return Err(Error::PeerLost { rank: Some(missing), waited: start.elapsed() });
+            };
+            state = group.changed.wait_timeout(state, left).map_or_else(|p| p.into_inner().0, |r| r.0);
+        }
+        let round_state = state.rounds.get_mut(&round).expect("present until the last taker");
+        let mut out = Vec::with_capacity(world);
+        for (rank, slot) in round_state.slots.iter().enumerate() {
+            let slot = slot.as_ref().expect("all slots filled");
+            let fd = match &slot.fd {
+                Some(fd) => Some(fd.try_clone().map_err(|source| Error::Os {
+                    what: "dup of a peer's fd",
+                    source,
+                })?),
+                None => None,
+            };
+            debug_assert!(rank < world);
+            out.push(Shareable { bytes: slot.bytes.clone(), fd });
+        }
+        round_state.taken += 1;
+        if round_state.taken == world {
+            state.rounds.remove(&round);
+        }
+        Ok(out)
+    }
+}
+
+impl Drop for LocalBootstrap {
+    fn drop(&mut self) {
+        let group = self.group.clone();
+        group.lock().departed[self.rank] = true;
+        group.changed.notify_all();
+    }
+}
+
+impl Bootstrap for LocalBootstrap {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+    fn world_size(&self) -> usize {
+        self.group.world
+    }
+    fn all_gather(&mut self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
+        let all = self.exchange(Shareable { bytes: mine.to_vec(), fd: None })?;
+        Ok(all.into_iter().map(|s| s.bytes).collect())
+    }
+    fn all_gather_shareable(&mut self, mine: Shareable) -> Result<Vec<Shareable>> {
+        self.exchange(mine)
+    }
+}

@@ -1,0 +1,517 @@
+//! A rank's world: its backend, its bootstrap, its symmetric heap and every peer's heap
+//! mapped into this address space.
+//!
+//! ## Collective calls and what happens when ranks disagree
+//! Allocation and free are collective: every rank makes the same calls in the same
+//! order, and because the heap allocator is deterministic, the same call sequence gives
+//! the same offset on every rank, so no message is needed to build a peer table (which
+//! keeps allocation fast and free of device-to-host syncs). Each rank folds every
+//! alloc/free (size, alignment, resulting offset) into a running hash. The next
+//! collective ([`World::barrier`], and every host collective) compares the hashes of all
+//! ranks first and fails with [`Error::CollectiveMismatch`] if any differ, naming the
+//! first rank that diverged from rank 0. Ranks that drop buffers in different orders
+//! are caught the same way: the free order is part of the hash. Call `barrier` before
+//! touching a peer's copy of a fresh allocation, as with any symmetric-memory library.
+
+use crate::backend::{Backend, DeviceRegion, Shareable};
+use crate::bootstrap::Bootstrap;
+use crate::error::{Error, Result};
+use crate::kernels::KernelCall;
+use crate::offset_alloc::{AllocError, MIN_ALIGN, OffsetAllocator};
+use std::marker::PhantomData;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+/// How a world is made.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Bytes of symmetric heap per rank (rounded up to the backend's granularity); the
+    /// same on every rank.
+    pub heap_bytes: usize,
+    /// How long a rank waits for peers before reporting them lost.
+    pub timeout: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self { heap_bytes: 64 << 20, timeout: crate::bootstrap::DEFAULT_TIMEOUT }
+    }
+}
+
+/// The device-resident peer-base table of one allocation: entry `r` is the allocation's
+/// address on rank `r` as mapped in this address space. Entry `rank` is the local
+/// pointer. The device copy lives as long as the buffer (or provider) it came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeerBases {
+    device: u64,
+    entries: Arc<[u64]>,
+}
+
+impl PeerBases {
+    pub(crate) fn new(device: u64, entries: Arc<[u64]>) -> Self {
+        Self { device, entries }
+    }
+    /// Device address of the table (`len()` u64 entries): what kernels take.
+    pub fn device_ptr(&self) -> u64 {
+        self.device
+    }
+    /// The table's entries, as uploaded.
+    pub fn entries(&self) -> &[u64] {
+        &self.entries
+    }
+    /// Entries in the table (the world size).
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+    /// True for an empty table (never, for a live world).
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+/// Anything that can produce a device-resident peer-base table: the whole provider
+/// contract. `table().entries()[world.rank()]` is the provider's local pointer.
+pub trait PeerBaseProvider {
+    /// The device-resident table, indexed by rank.
+    fn table(&self) -> &PeerBases;
+    /// The local pointer (`table().entries()[rank]`).
+    fn local_ptr(&self) -> u64;
+    /// Bytes of the allocation on every rank.
+    fn byte_len(&self) -> usize;
+}
+
+const TABLES_PER_CHUNK: usize = 1024;
+
+/// Device-resident storage for peer tables: chunks of fixed-size slots.
+struct TableArena<M> {
+    chunks: Vec<M>,
+    free: Vec<u64>,
+}
+
+struct HeapState<M> {
+    allocator: OffsetAllocator,
+    tables: TableArena<M>,
+    ledger_hash: u64,
+    ledger_ops: u64,
+}
+
+/// One rank's world.
+pub struct World<B: Backend> {
+    rank: usize,
+    world_size: usize,
+    backend: B,
+    bootstrap: Mutex<Box<dyn Bootstrap>>,
+    heap: B::Heap,
+    /// Peers' heaps mapped here; `None` at this rank's own index.
+    _peer_heaps: Vec<Option<B::Mapping>>,
+    heap_bases: PeerBases,
+    _heap_bases_memory: B::DeviceMemory,
+    state: Mutex<HeapState<B::DeviceMemory>>,
+}
+
+fn fnv(hash: u64, words: &[u64]) -> u64 {
+    words.iter().flat_map(|w| w.to_le_bytes()).fold(hash, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
+}
+
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+
+fn alloc_error(e: AllocError) -> Error {
+    match e {
+        AllocError::ZeroSize => Error::ZeroSize,
+        AllocError::BadAlignment { align } => Error::BadAlignment { align },
+        AllocError::OutOfMemory { requested, available } => Error::OutOfHeap { requested, available },
+        AllocError::TooLarge { requested, capacity } => Error::TooLarge { requested, capacity },
+        AllocError::NotAllocated { offset } => Error::NotAllocated { offset },
+    }
+}
+
+impl<B: Backend> World<B> {
+    /// Forms a world collectively: every rank of `bootstrap` calls this with the same
+    /// `config`. Creates this rank's heap, exchanges handles, maps every peer's heap at
+    /// an address of its own and uploads the heap-base table.
+    ///
+    /// Errors: `HeapSizeMismatch` if ranks ask for different sizes, `PeerLost` if a
+    /// rank does not take part in time, and the backend's own errors.
+    pub fn new(mut bootstrap: Box<dyn Bootstrap>, backend: B, config: &Config) -> Result<Self> {
+        let (rank, world_size) = (bootstrap.rank(), bootstrap.world_size());
+        let sizes = bootstrap.all_gather(&(config.heap_bytes as u64).to_le_bytes())?;
+        for (peer, size) in sizes.iter().enumerate() {
+            let size = size.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes);
+            let first = sizes[0].get(..8).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes);
+            if size != first {
+                return Err(Error::HeapSizeMismatch {
+                    rank: peer,
+                    expected: first.unwrap_or(0) as usize,
+                    found: size.unwrap_or(0) as usize,
+                });
+            }
+        }
+        if config.heap_bytes == 0 {
+            return Err(Error::ZeroSize);
+        }
+        let granule = backend.heap_granularity().max(MIN_ALIGN);
+        let heap_len = config.heap_bytes.div_ceil(granule) * granule;
+        let heap = backend.create_heap(heap_len)?;
+        let handles = bootstrap.all_gather_shareable(backend.export_heap(&heap)?)?;
+        let mut peer_heaps = Vec::with_capacity(world_size);
+        let mut bases = Vec::with_capacity(world_size);
+        for (peer, handle) in handles.into_iter().enumerate() {
+            if peer == rank {
+                bases.push(heap.base());
+                peer_heaps.push(None);
+            } else {
+                let mapping = backend.import_heap(handle, heap_len)?;
+                bases.push(mapping.base());
+                peer_heaps.push(Some(mapping));
+            }
+        }
+        let heap_bases_memory = backend.alloc_device(world_size * 8)?;
+        backend.upload(heap_bases_memory.base(), bytemuck::cast_slice(&bases))?;
+        let heap_bases = PeerBases { device: heap_bases_memory.base(), entries: bases.into() };
+        bootstrap.barrier()?;
+        Ok(Self {
+            rank,
+            world_size,
+            backend,
+            bootstrap: Mutex::new(bootstrap),
+            heap,
+            _peer_heaps: peer_heaps,
+            heap_bases,
+            _heap_bases_memory: heap_bases_memory,
+            state: Mutex::new(HeapState {
+                allocator: OffsetAllocator::new(heap_len),
+                tables: TableArena { chunks: Vec::new(), free: Vec::new() },
+                ledger_hash: FNV_OFFSET,
+                ledger_ops: 0,
+            }),
+        })
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+    /// Ranks in the world.
+    pub fn world_size(&self) -> usize {
+        self.world_size
+    }
+    /// This rank's backend.
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+    /// Bytes of symmetric heap per rank.
+    pub fn heap_len(&self) -> usize {
+        self.heap.len()
+    }
+    /// The device-resident heap-base table: entry `r` is rank `r`'s heap as mapped here.
+    pub fn heap_bases(&self) -> &PeerBases {
+        &self.heap_bases
+    }
+    /// Free bytes left in this rank's heap.
+    pub fn heap_free(&self) -> usize {
+        self.lock_state().allocator.free_bytes()
+    }
+
+    fn lock_state(&self) -> MutexGuard<'_, HeapState<B::DeviceMemory>> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn check_rank(&self, rank: usize) -> Result<()> {
+        if rank < self.world_size { Ok(()) } else { Err(Error::RankOutOfRange { rank, world: self.world_size }) }
+    }
+
+    /// Allocates `len` elements of `T` in every rank's heap, collectively, without
+    /// touching the memory; returns the buffer and its device-resident peer table.
+    ///
+    /// The table is computed from the heap bases and uploaded asynchronously: no
+    /// device-to-host copy or synchronisation. Alignment is at least 256 bytes.
+    pub fn allocate_symmetric<T: bytemuck::Pod>(
+        &self,
+        len: usize,
+    ) -> Result<(SymmetricBuffer<'_, T, B>, PeerBases)> {
+        self.allocate_aligned(len, MIN_ALIGN)
+    }
+
+    /// As [`World::allocate_symmetric`], with alignment `align` (a power of two; at
+    /// least 256 is used).
+    pub fn allocate_aligned<T: bytemuck::Pod>(
+        &self,
+        len: usize,
+        align: usize,
+    ) -> Result<(SymmetricBuffer<'_, T, B>, PeerBases)> {
+        let bytes = len.checked_mul(size_of::<T>()).ok_or(Error::TooLarge {
+            requested: usize::MAX,
+            capacity: self.heap.len(),
+        })?;
+        let mut state = self.lock_state();
+        let offset = state.allocator.alloc(bytes, align.max(align_of::<T>())).map_err(alloc_error)?;
+        state.ledger_ops += 1;
+        state.ledger_hash = fnv(state.ledger_hash, &[1, bytes as u64, align as u64, offset as u64]);
+        let entries: Arc<[u64]> = self.heap_bases.entries.iter().map(|b| b + offset as u64).collect();
+        let slot = match self.table_slot(&mut state) {
+            Ok(slot) => slot,
+            Err(e) => {
+                // Undo locally; the ledger keeps the attempt so all ranks stay in step.
+                let _ = state.allocator.free(offset);
+                return Err(e);
+            }
+        };
+        drop(state);
+        self.backend.upload(slot, bytemuck::cast_slice(&entries))?;
+        let table = PeerBases { device: slot, entries };
+        let buffer = SymmetricBuffer { world: self, offset, len, table: table.clone(), _t: PhantomData };
+        Ok((buffer, table))
+    }
+
+    fn table_slot(&self, state: &mut HeapState<B::DeviceMemory>) -> Result<u64> {
+        if state.tables.free.is_empty() {
+            let stride = (self.world_size * 8).next_multiple_of(64);
+            let chunk = self.backend.alloc_device(stride * TABLES_PER_CHUNK)?;
+            state.tables.free.extend((0..TABLES_PER_CHUNK).rev().map(|i| chunk.base() + (i * stride) as u64));
+            state.tables.chunks.push(chunk);
+        }
+        Ok(state.tables.free.pop().expect("refilled above"))
+    }
+
+    fn release(&self, offset: usize, table: u64) -> Result<usize> {
+        let mut state = self.lock_state();
+        state.ledger_ops += 1;
+        state.ledger_hash = fnv(state.ledger_hash, &[2, offset as u64]);
+        let freed = state.allocator.free(offset).map_err(alloc_error)?;
+        state.tables.free.push(table);
+        Ok(freed)
+    }
+
+    /// `empty`: [`World::allocate_symmetric`] without its table in the result.
+    pub fn empty<T: bytemuck::Pod>(&self, len: usize) -> Result<SymmetricBuffer<'_, T, B>> {
+        self.allocate_symmetric(len).map(|(buffer, _)| buffer)
+    }
+
+    /// A symmetric buffer of `len` zeroed elements (zeroed on the device, asynchronously).
+    pub fn zeros<T: bytemuck::Pod>(&self, len: usize) -> Result<SymmetricBuffer<'_, T, B>> {
+        let buffer = self.empty(len)?;
+        self.backend.memset(buffer.ptr(), 0, buffer.byte_len())?;
+        Ok(buffer)
+    }
+
+    /// A symmetric buffer of `len` copies of `value`.
+    pub fn full<T: bytemuck::Pod>(&self, len: usize, value: T) -> Result<SymmetricBuffer<'_, T, B>> {
+        self.from_slice(&vec![value; len])
+    }
+
+    /// A symmetric buffer holding a copy of `data` on this rank (each rank passes its own).
+    pub fn from_slice<T: bytemuck::Pod>(&self, data: &[T]) -> Result<SymmetricBuffer<'_, T, B>> {
+        let buffer = self.empty(data.len())?;
+        self.backend.upload(buffer.ptr(), bytemuck::cast_slice(data))?;
+        Ok(buffer)
+    }
+
+    /// True when `ptr` is inside a live symmetric allocation of this rank's heap.
+    pub fn is_symmetric(&self, ptr: u64) -> bool {
+        self.locate(ptr).is_ok()
+    }
+
+    /// The live allocation (heap offset, length) that holds `ptr`.
+    fn locate(&self, ptr: u64) -> Result<(usize, usize)> {
+        let base = self.heap.base();
+        let offset = ptr.checked_sub(base).filter(|&o| o < self.heap.len() as u64);
+        offset
+            .and_then(|o| self.lock_state().allocator.allocation(o as usize))
+            .ok_or(Error::NotSymmetric { addr: ptr })
+    }
+
+    /// Translates the local `ptr` (inside a live symmetric allocation) to rank `to`'s
+    /// copy, as mapped in this address space: the checked host-side form.
+    pub fn translate(&self, ptr: u64, to: usize) -> Result<u64> {
+        self.check_rank(to)?;
+        self.locate(ptr)?;
+        let bases = symmem_translate::PeerBases::new(&self.heap_bases.entries);
+        let local = std::ptr::without_provenance_mut::<u8>(ptr as usize);
+        bases
+            .remote(local, self.heap.len(), self.world_size, self.rank, to)
+            .map(|p| p.addr() as u64)
+            .map_err(|_| Error::NotSymmetric { addr: ptr })
+    }
+
+    /// The peer table of `buffer`.
+    pub fn peer_bases<T: bytemuck::Pod>(&self, buffer: &SymmetricBuffer<'_, T, B>) -> PeerBases {
+        buffer.table.clone()
+    }
+
+    /// Collective: checks that every rank made the same heap calls, then waits for all.
+    pub fn barrier(&self) -> Result<()> {
+        let (hash, ops) = {
+            let state = self.lock_state();
+            (state.ledger_hash, state.ledger_ops)
+        };
+        let mut bootstrap = self.bootstrap.lock().unwrap_or_else(|p| p.into_inner());
+        let mut mine = hash.to_le_bytes().to_vec();
+        mine.extend(ops.to_le_bytes());
+        let all = bootstrap.all_gather(&mine)?;
+        if let Some(rank) = all.iter().position(|h| *h != all[0]) {
+            return Err(Error::CollectiveMismatch { rank, ops });
+        }
+        Ok(())
+    }
+
+    /// All-gathers `mine` over the bootstrap (a host-side collective).
+    pub fn all_gather_bytes(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
+        self.bootstrap.lock().unwrap_or_else(|p| p.into_inner()).all_gather(mine)
+    }
+
+    pub(crate) fn all_gather_shareable(&self, mine: Shareable) -> Result<Vec<Shareable>> {
+        self.bootstrap.lock().unwrap_or_else(|p| p.into_inner()).all_gather_shareable(mine)
+    }
+
+    /// Enqueues `call` on this rank's device with the backend's default launch shape.
+    pub fn launch(&self, call: &KernelCall) -> Result<()> {
+        self.backend.launch(call, self.backend.default_grid(call))
+    }
+
+    /// Translated put: `len` elements from `src` (a device address on this rank) into
+    /// rank `to`'s copy of `dst`, starting at element `at`. Checked: rank, range.
+    pub fn put<T: bytemuck::Pod>(
+        &self,
+        dst: &SymmetricBuffer<'_, T, B>,
+        at: usize,
+        src: u64,
+        len: usize,
+        to: usize,
+    ) -> Result<()> {
+        self.check_rank(to)?;
+        let start = dst.element_addr(at, len)?;
+        self.launch(&KernelCall::Put {
+            dst: start,
+            src,
+            bytes: (len * size_of::<T>()) as u64,
+            bases: dst.table.device,
+            world: self.world_size as u32,
+            cur: self.rank as u32,
+            to: to as u32,
+        })
+    }
+
+    /// Translated get: `len` elements of rank `from`'s copy of `src`, starting at
+    /// element `at`, into `dst` (a device address on this rank).
+    pub fn get<T: bytemuck::Pod>(
+        &self,
+        dst: u64,
+        src: &SymmetricBuffer<'_, T, B>,
+        at: usize,
+        len: usize,
+        from: usize,
+    ) -> Result<()> {
+        self.check_rank(from)?;
+        let start = src.element_addr(at, len)?;
+        self.launch(&KernelCall::Get {
+            dst,
+            src: start,
+            bytes: (len * size_of::<T>()) as u64,
+            bases: src.table.device,
+            world: self.world_size as u32,
+            cur: self.rank as u32,
+            from: from as u32,
+        })
+    }
+
+    /// Copies this rank's copy of `buffer` to the host (one counted synchronisation).
+    pub fn read<T: bytemuck::Pod>(&self, buffer: &SymmetricBuffer<'_, T, B>) -> Result<Vec<T>> {
+        let mut out = vec![T::zeroed(); buffer.len];
+        self.backend.download(bytemuck::cast_slice_mut(&mut out), buffer.ptr())?;
+        Ok(out)
+    }
+
+    /// Enqueues writing `data` into this rank's copy of `buffer`, from element `at`.
+    pub fn write<T: bytemuck::Pod>(
+        &self,
+        buffer: &SymmetricBuffer<'_, T, B>,
+        at: usize,
+        data: &[T],
+    ) -> Result<()> {
+        let start = buffer.element_addr(at, data.len())?;
+        self.backend.upload(start, bytemuck::cast_slice(data))
+    }
+
+    /// Frees a buffer given up with [`SymmetricBuffer::into_raw`] (collective).
+    /// Errors: `NotAllocated` for a buffer freed already or not of this world.
+    pub fn free_raw(&self, raw: RawSymmetric) -> Result<()> {
+        self.release(raw.offset, raw.table).map(drop)
+    }
+}
+
+/// A symmetric buffer given up by [`SymmetricBuffer::into_raw`]: a heap offset and its
+/// table slot, to be freed with [`World::free_raw`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RawSymmetric {
+    offset: usize,
+    table: u64,
+}
+
+/// `len` elements of `T` at the same heap offset on every rank. Frees itself on drop
+/// (a collective call: see the module documentation for mismatched orders).
+pub struct SymmetricBuffer<'w, T, B: Backend> {
+    world: &'w World<B>,
+    offset: usize,
+    len: usize,
+    table: PeerBases,
+    _t: PhantomData<T>,
+}
+
+impl<T, B: Backend> SymmetricBuffer<'_, T, B> {
+    /// Device address of this rank's copy.
+    pub fn ptr(&self) -> u64 {
+        self.world.heap.base() + self.offset as u64
+    }
+    /// Elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// True for zero elements.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// Bytes.
+    pub fn byte_len(&self) -> usize {
+        self.len * size_of::<T>()
+    }
+    /// Offset in the heap, the same on every rank.
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+    /// The device-resident peer table.
+    pub fn peer_bases(&self) -> &PeerBases {
+        &self.table
+    }
+    /// Gives up ownership without freeing; see [`World::free_raw`].
+    pub fn into_raw(self) -> RawSymmetric {
+        let raw = RawSymmetric { offset: self.offset, table: self.table.device };
+        std::mem::forget(self);
+        raw
+    }
+    /// Device address of element `at`, checking that `at..at+len` is inside.
+    fn element_addr(&self, at: usize, len: usize) -> Result<u64> {
+        match at.checked_add(len) {
+            Some(end) if end <= self.len => Ok(self.ptr() + (at * size_of::<T>()) as u64),
+            _ => Err(Error::OutOfBounds { start: at, len, capacity: self.len }),
+        }
+    }
+}
+
+impl<T, B: Backend> PeerBaseProvider for SymmetricBuffer<'_, T, B> {
+    fn table(&self) -> &PeerBases {
+        &self.table
+    }
+    fn local_ptr(&self) -> u64 {
+        self.ptr()
+    }
+    fn byte_len(&self) -> usize {
+        self.len * size_of::<T>()
+    }
+}
+
+impl<T, B: Backend> Drop for SymmetricBuffer<'_, T, B> {
+    fn drop(&mut self) {
+        // The offset came from this world's allocator and is freed once: cannot fail.
+        let _ = self.world.release(self.offset, self.table.device);
+    }
+}
