@@ -123,11 +123,17 @@ impl fmt::Display for Error {
         match self {
             Self::ZeroSize => write!(f, "zero-sized allocation"),
             Self::BadAlignment { align } => write!(f, "alignment {align} is not a power of two"),
-            Self::OutOfHeap { requested, available } => write!(
+            Self::OutOfHeap {
+                requested,
+                available,
+            } => write!(
                 f,
                 "symmetric heap exhausted: requested {requested} bytes, {available} bytes free"
             ),
-            Self::TooLarge { requested, capacity } => write!(
+            Self::TooLarge {
+                requested,
+                capacity,
+            } => write!(
                 f,
                 "requested {requested} bytes, larger than the whole heap of {capacity} bytes"
             ),
@@ -137,7 +143,11 @@ impl fmt::Display for Error {
             Self::RankOutOfRange { rank, world } => {
                 write!(f, "rank {rank} is out of range for a world of {world}")
             }
-            Self::OutOfBounds { start, len, capacity } => write!(
+            Self::OutOfBounds {
+                start,
+                len,
+                capacity,
+            } => write!(
                 f,
                 "elements {start}..{start}+{len} are outside a buffer of {capacity}"
             ),
@@ -148,11 +158,18 @@ impl fmt::Display for Error {
                 f,
                 "rank {rank} made different collective heap calls than rank 0 ({ops} calls so far)"
             ),
-            Self::HeapSizeMismatch { rank, expected, found } => write!(
+            Self::HeapSizeMismatch {
+                rank,
+                expected,
+                found,
+            } => write!(
                 f,
                 "rank {rank} asked for a heap of {found} bytes, rank 0 for {expected}"
             ),
-            Self::PeerLost { rank: Some(rank), waited } => {
+            Self::PeerLost {
+                rank: Some(rank),
+                waited,
+            } => {
                 write!(f, "rank {rank} was lost (waited {waited:?})")
             }
             Self::PeerLost { rank: None, waited } => {
@@ -160,7 +177,11 @@ impl fmt::Display for Error {
             }
             Self::NoDevice { backend } => write!(f, "{backend}: no device found"),
             Self::LibraryMissing { library } => write!(f, "cannot load {library}"),
-            Self::Driver { call, code, message } => write!(f, "{call} failed: {code} ({message})"),
+            Self::Driver {
+                call,
+                code,
+                message,
+            } => write!(f, "{call} failed: {code} ({message})"),
             Self::NoCodeObject { arch } => write!(f, "no symmem code object for {arch}"),
             Self::Os { what, source } => write!(f, "{what}: {source}"),
             Self::Bootstrap(msg) => write!(f, "bootstrap: {msg}"),
@@ -181,6 +202,9 @@ impl std::error::Error for Error {
 impl Error {
     /// An `Os` error from the current `errno`.
     pub(crate) fn last_os(what: &'static str) -> Self {
-        Self::Os { what, source: std::io::Error::last_os_error() }
+        Self::Os {
+            what,
+            source: std::io::Error::last_os_error(),
+        }
     }
 }

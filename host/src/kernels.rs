@@ -80,9 +80,33 @@ impl KernelCall {
     pub fn args(&self) -> Vec<KernelArg> {
         use KernelArg::{U32, U64};
         match *self {
-            Self::Put { dst, src, bytes, bases, world, cur, to: peer }
-            | Self::Get { dst, src, bytes, bases, world, cur, from: peer } => {
-                vec![U64(dst), U64(src), U64(bytes), U64(bases), U32(world), U32(cur), U32(peer)]
+            Self::Put {
+                dst,
+                src,
+                bytes,
+                bases,
+                world,
+                cur,
+                to: peer,
+            }
+            | Self::Get {
+                dst,
+                src,
+                bytes,
+                bases,
+                world,
+                cur,
+                from: peer,
+            } => {
+                vec![
+                    U64(dst),
+                    U64(src),
+                    U64(bytes),
+                    U64(bases),
+                    U32(world),
+                    U32(cur),
+                    U32(peer),
+                ]
             }
             Self::Copy { dst, src, bytes } => vec![U64(dst), U64(src), U64(bytes)],
         }

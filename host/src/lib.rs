@@ -67,12 +67,20 @@ where
                         let world = World::new(Box::new(bootstrap), make_backend(rank)?, config)?;
                         body(world)
                     })
-                    .map_err(|source| Error::Os { what: "spawning a rank thread", source })
+                    .map_err(|source| Error::Os {
+                        what: "spawning a rank thread",
+                        source,
+                    })
             })
             .collect();
         handles
             .into_iter()
-            .map(|h| h.map(|h| h.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))))
+            .map(|h| {
+                h.map(|h| {
+                    h.join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+                })
+            })
             .collect()
     })
 }

@@ -29,7 +29,11 @@ impl<B: Backend> Rendezvous<B> {
             return Err(Error::ZeroSize);
         }
         if len > memory.len() {
-            return Err(Error::OutOfBounds { start: 0, len, capacity: memory.len() });
+            return Err(Error::OutOfBounds {
+                start: 0,
+                len,
+                capacity: memory.len(),
+            });
         }
         let lens = world.all_gather_bytes(&(len as u64).to_le_bytes())?;
         if let Some(rank) = lens.iter().position(|l| *l != lens[0]) {
@@ -51,7 +55,13 @@ impl<B: Backend> Rendezvous<B> {
         let table_memory = backend.alloc_device(entries.len() * 8)?;
         backend.upload(table_memory.base(), bytemuck::cast_slice(&entries))?;
         let table = PeerBases::new(table_memory.base(), entries.into());
-        Ok(Self { table, local: memory.base(), len, _mappings: mappings, _table_memory: table_memory })
+        Ok(Self {
+            table,
+            local: memory.base(),
+            len,
+            _mappings: mappings,
+            _table_memory: table_memory,
+        })
     }
 }
 

@@ -34,7 +34,10 @@ pub struct Config {
 
 impl Default for Config {
     fn default() -> Self {
-        Self { heap_bytes: 64 << 20, timeout: crate::bootstrap::DEFAULT_TIMEOUT }
+        Self {
+            heap_bytes: 64 << 20,
+            timeout: crate::bootstrap::DEFAULT_TIMEOUT,
+        }
     }
 }
 
@@ -110,7 +113,10 @@ pub struct World<B: Backend> {
 }
 
 fn fnv(hash: u64, words: &[u64]) -> u64 {
-    words.iter().flat_map(|w| w.to_le_bytes()).fold(hash, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
+    words
+        .iter()
+        .flat_map(|w| w.to_le_bytes())
+        .fold(hash, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
 }
 
 const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
@@ -119,8 +125,20 @@ fn alloc_error(e: AllocError) -> Error {
     match e {
         AllocError::ZeroSize => Error::ZeroSize,
         AllocError::BadAlignment { align } => Error::BadAlignment { align },
-        AllocError::OutOfMemory { requested, available } => Error::OutOfHeap { requested, available },
-        AllocError::TooLarge { requested, capacity } => Error::TooLarge { requested, capacity },
+        AllocError::OutOfMemory {
+            requested,
+            available,
+        } => Error::OutOfHeap {
+            requested,
+            available,
+        },
+        AllocError::TooLarge {
+            requested,
+            capacity,
+        } => Error::TooLarge {
+            requested,
+            capacity,
+        },
         AllocError::NotAllocated { offset } => Error::NotAllocated { offset },
     }
 }
@@ -136,8 +154,14 @@ impl<B: Backend> World<B> {
         let (rank, world_size) = (bootstrap.rank(), bootstrap.world_size());
         let sizes = bootstrap.all_gather(&(config.heap_bytes as u64).to_le_bytes())?;
         for (peer, size) in sizes.iter().enumerate() {
-            let size = size.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes);
-            let first = sizes[0].get(..8).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes);
+            let size = size
+                .get(..8)
+                .and_then(|b| b.try_into().ok())
+                .map(u64::from_le_bytes);
+            let first = sizes[0]
+                .get(..8)
+                .and_then(|b| b.try_into().ok())
+                .map(u64::from_le_bytes);
             if size != first {
                 return Err(Error::HeapSizeMismatch {
                     rank: peer,
@@ -167,7 +191,10 @@ impl<B: Backend> World<B> {
         }
         let heap_bases_memory = backend.alloc_device(world_size * 8)?;
         backend.upload(heap_bases_memory.base(), bytemuck::cast_slice(&bases))?;
-        let heap_bases = PeerBases { device: heap_bases_memory.base(), entries: bases.into() };
+        let heap_bases = PeerBases {
+            device: heap_bases_memory.base(),
+            entries: bases.into(),
+        };
         bootstrap.barrier()?;
         Ok(Self {
             rank,
@@ -180,7 +207,10 @@ impl<B: Backend> World<B> {
             _heap_bases_memory: heap_bases_memory,
             state: Mutex::new(HeapState {
                 allocator: OffsetAllocator::new(heap_len),
-                tables: TableArena { chunks: Vec::new(), free: Vec::new() },
+                tables: TableArena {
+                    chunks: Vec::new(),
+                    free: Vec::new(),
+                },
                 ledger_hash: FNV_OFFSET,
                 ledger_ops: 0,
             }),
@@ -217,7 +247,14 @@ impl<B: Backend> World<B> {
     }
 
     fn check_rank(&self, rank: usize) -> Result<()> {
-        if rank < self.world_size { Ok(()) } else { Err(Error::RankOutOfRange { rank, world: self.world_size }) }
+        if rank < self.world_size {
+            Ok(())
+        } else {
+            Err(Error::RankOutOfRange {
+                rank,
+                world: self.world_size,
+            })
+        }
     }
 
     /// Allocates `len` elements of `T` in every rank's heap, collectively, without
@@ -244,10 +281,21 @@ impl<B: Backend> World<B> {
             capacity: self.heap.len(),
         })?;
         let mut state = self.lock_state();
-        let offset = state.allocator.alloc(bytes, align.max(align_of::<T>())).map_err(alloc_error)?;
+        let offset = state
+            .allocator
+            .alloc(bytes, align.max(align_of::<T>()))
+            .map_err(alloc_error)?;
         state.ledger_ops += 1;
-        state.ledger_hash = fnv(state.ledger_hash, &[1, bytes as u64, align as u64, offset as u64]);
-        let entries: Arc<[u64]> = self.heap_bases.entries.iter().map(|b| b + offset as u64).collect();
+        state.ledger_hash = fnv(
+            state.ledger_hash,
+            &[1, bytes as u64, align as u64, offset as u64],
+        );
+        let entries: Arc<[u64]> = self
+            .heap_bases
+            .entries
+            .iter()
+            .map(|b| b + offset as u64)
+            .collect();
         let slot = match self.table_slot(&mut state) {
             Ok(slot) => slot,
             Err(e) => {
@@ -258,8 +306,17 @@ impl<B: Backend> World<B> {
         };
         drop(state);
         self.backend.upload(slot, bytemuck::cast_slice(&entries))?;
-        let table = PeerBases { device: slot, entries };
-        let buffer = SymmetricBuffer { world: self, offset, len, table: table.clone(), _t: PhantomData };
+        let table = PeerBases {
+            device: slot,
+            entries,
+        };
+        let buffer = SymmetricBuffer {
+            world: self,
+            offset,
+            len,
+            table: table.clone(),
+            _t: PhantomData,
+        };
         Ok((buffer, table))
     }
 
@@ -267,7 +324,11 @@ impl<B: Backend> World<B> {
         if state.tables.free.is_empty() {
             let stride = (self.world_size * 8).next_multiple_of(64);
             let chunk = self.backend.alloc_device(stride * TABLES_PER_CHUNK)?;
-            state.tables.free.extend((0..TABLES_PER_CHUNK).rev().map(|i| chunk.base() + (i * stride) as u64));
+            state.tables.free.extend(
+                (0..TABLES_PER_CHUNK)
+                    .rev()
+                    .map(|i| chunk.base() + (i * stride) as u64),
+            );
             state.tables.chunks.push(chunk);
         }
         Ok(state.tables.free.pop().expect("refilled above"))
@@ -295,14 +356,19 @@ impl<B: Backend> World<B> {
     }
 
     /// A symmetric buffer of `len` copies of `value`.
-    pub fn full<T: bytemuck::Pod>(&self, len: usize, value: T) -> Result<SymmetricBuffer<'_, T, B>> {
+    pub fn full<T: bytemuck::Pod>(
+        &self,
+        len: usize,
+        value: T,
+    ) -> Result<SymmetricBuffer<'_, T, B>> {
         self.from_slice(&vec![value; len])
     }
 
     /// A symmetric buffer holding a copy of `data` on this rank (each rank passes its own).
     pub fn from_slice<T: bytemuck::Pod>(&self, data: &[T]) -> Result<SymmetricBuffer<'_, T, B>> {
         let buffer = self.empty(data.len())?;
-        self.backend.upload(buffer.ptr(), bytemuck::cast_slice(data))?;
+        self.backend
+            .upload(buffer.ptr(), bytemuck::cast_slice(data))?;
         Ok(buffer)
     }
 
@@ -314,7 +380,9 @@ impl<B: Backend> World<B> {
     /// The live allocation (heap offset, length) that holds `ptr`.
     fn locate(&self, ptr: u64) -> Result<(usize, usize)> {
         let base = self.heap.base();
-        let offset = ptr.checked_sub(base).filter(|&o| o < self.heap.len() as u64);
+        let offset = ptr
+            .checked_sub(base)
+            .filter(|&o| o < self.heap.len() as u64);
         offset
             .and_then(|o| self.lock_state().allocator.allocation(o as usize))
             .ok_or(Error::NotSymmetric { addr: ptr })
@@ -356,11 +424,17 @@ impl<B: Backend> World<B> {
 
     /// All-gathers `mine` over the bootstrap (a host-side collective).
     pub fn all_gather_bytes(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
-        self.bootstrap.lock().unwrap_or_else(|p| p.into_inner()).all_gather(mine)
+        self.bootstrap
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .all_gather(mine)
     }
 
     pub(crate) fn all_gather_shareable(&self, mine: Shareable) -> Result<Vec<Shareable>> {
-        self.bootstrap.lock().unwrap_or_else(|p| p.into_inner()).all_gather_shareable(mine)
+        self.bootstrap
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .all_gather_shareable(mine)
     }
 
     /// Enqueues `call` on this rank's device with the backend's default launch shape.
@@ -417,7 +491,8 @@ impl<B: Backend> World<B> {
     /// Copies this rank's copy of `buffer` to the host (one counted synchronisation).
     pub fn read<T: bytemuck::Pod>(&self, buffer: &SymmetricBuffer<'_, T, B>) -> Result<Vec<T>> {
         let mut out = vec![T::zeroed(); buffer.len];
-        self.backend.download(bytemuck::cast_slice_mut(&mut out), buffer.ptr())?;
+        self.backend
+            .download(bytemuck::cast_slice_mut(&mut out), buffer.ptr())?;
         Ok(out)
     }
 
@@ -484,7 +559,10 @@ impl<T, B: Backend> SymmetricBuffer<'_, T, B> {
     }
     /// Gives up ownership without freeing; see [`World::free_raw`].
     pub fn into_raw(self) -> RawSymmetric {
-        let raw = RawSymmetric { offset: self.offset, table: self.table.device };
+        let raw = RawSymmetric {
+            offset: self.offset,
+            table: self.table.device,
+        };
         std::mem::forget(self);
         raw
     }
@@ -492,7 +570,11 @@ impl<T, B: Backend> SymmetricBuffer<'_, T, B> {
     fn element_addr(&self, at: usize, len: usize) -> Result<u64> {
         match at.checked_add(len) {
             Some(end) if end <= self.len => Ok(self.ptr() + (at * size_of::<T>()) as u64),
-            _ => Err(Error::OutOfBounds { start: at, len, capacity: self.len }),
+            _ => Err(Error::OutOfBounds {
+                start: at,
+                len,
+                capacity: self.len,
+            }),
         }
     }
 }

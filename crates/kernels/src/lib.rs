@@ -15,7 +15,7 @@ pub const VECTOR_BYTES: usize = core::mem::size_of::<U32x4>();
 /// Copies `n` bytes from `src` to `dst`, the whole grid cooperating.
 ///
 /// When both pointers are 16-byte aligned the bulk moves as [`U32x4`] (one vector load
-/// and store per element) and the last `n % 16` bytes move one per thread; otherwise
+/// and store per element) and the last `n % 16` bytes move one byte per thread; otherwise
 /// every byte moves on its own.
 ///
 /// # Safety
@@ -26,7 +26,7 @@ pub const VECTOR_BYTES: usize = core::mem::size_of::<U32x4>();
 pub unsafe fn copy<A: Arch>(arch: &A, dst: *mut u8, src: *const u8, n: usize) {
     let stride = arch.global_threads();
     let mut i = arch.global_id();
-    if (dst.addr() | src.addr()) % VECTOR_BYTES == 0 {
+    if (dst.addr() | src.addr()).is_multiple_of(VECTOR_BYTES) {
         let vectors = n / VECTOR_BYTES;
         let (vdst, vsrc) = (dst.cast::<U32x4>(), src.cast::<U32x4>());
         while i < vectors {
@@ -35,10 +35,11 @@ pub unsafe fn copy<A: Arch>(arch: &A, dst: *mut u8, src: *const u8, n: usize) {
             i += stride;
         }
         let done = vectors * VECTOR_BYTES;
-        let tail = arch.global_id();
-        if tail < n - done {
+        let mut tail = arch.global_id();
+        while tail < n - done {
             // SAFETY: done + tail < n.
             unsafe { dst.add(done + tail).write(src.add(done + tail).read()) };
+            tail += stride;
         }
     } else {
         while i < n {

@@ -24,7 +24,6 @@
 //! Block-cooperative functions must be called by every thread of the block from
 //! converged control flow (they contain block barriers).
 #![no_std]
-#![feature(portable_simd)]
 #![cfg_attr(target_arch = "nvptx64", feature(asm_experimental_arch))]
 #![deny(missing_docs)]
 

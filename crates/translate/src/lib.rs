@@ -96,9 +96,8 @@ impl<'a> PeerBases<'a> {
     #[inline(always)]
     pub unsafe fn from_raw_parts(table: *const u64, world: usize) -> Self {
         // SAFETY: the caller guarantees `world` readable u64s at `table`.
-        Self {
-            bases: unsafe { core::slice::from_raw_parts(table, world) },
-        }
+        let bases = unsafe { core::slice::from_raw_parts(table, world) };
+        Self { bases }
     }
 
     /// The table's entries.
@@ -154,6 +153,10 @@ impl<'a> PeerBases<'a> {
     ///
     /// Errors: a table shorter than `world`, `cur` or `to` not in `0..world`, or `p`
     /// outside `[bases[cur], bases[cur] + len)`.
+    #[allow(
+        clippy::not_unsafe_ptr_arg_deref,
+        reason = "`p` is only offset, never dereferenced: translation is address arithmetic"
+    )]
     pub fn remote<T>(
         &self,
         p: *mut T,

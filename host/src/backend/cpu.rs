@@ -98,18 +98,37 @@ impl CpuMemory {
         if ptr == libc::MAP_FAILED {
             return Err(Error::last_os("mmap of a heap"));
         }
-        Ok(Self { ptr: ptr.cast(), len, fd: None })
+        Ok(Self {
+            ptr: ptr.cast(),
+            len,
+            fd: None,
+        })
     }
 
     fn export(&self) -> Result<Shareable> {
-        let fd = self.fd.as_ref().ok_or(Error::Unsupported("exporting a peer's mapping"))?;
-        let fd = fd.try_clone().map_err(|source| Error::Os { what: "dup of a heap fd", source })?;
-        Ok(Shareable { bytes: (self.len as u64).to_le_bytes().to_vec(), fd: Some(fd) })
+        let fd = self
+            .fd
+            .as_ref()
+            .ok_or(Error::Unsupported("exporting a peer's mapping"))?;
+        let fd = fd.try_clone().map_err(|source| Error::Os {
+            what: "dup of a heap fd",
+            source,
+        })?;
+        Ok(Shareable {
+            bytes: (self.len as u64).to_le_bytes().to_vec(),
+            fd: Some(fd),
+        })
     }
 
     fn import(handle: Shareable, len: usize) -> Result<Self> {
-        let fd = handle.fd.ok_or_else(|| Error::Bootstrap("CPU handle without an fd".into()))?;
-        let exported = handle.bytes.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes);
+        let fd = handle
+            .fd
+            .ok_or_else(|| Error::Bootstrap("CPU handle without an fd".into()))?;
+        let exported = handle
+            .bytes
+            .get(..8)
+            .and_then(|b| b.try_into().ok())
+            .map(u64::from_le_bytes);
         if exported.is_none_or(|exported| exported < len as u64) {
             return Err(Error::Bootstrap(format!(
                 "peer exported {exported:?} bytes, {len} expected"
@@ -132,7 +151,10 @@ impl Backend for Cpu {
         BackendKind::Cpu
     }
     fn device_name(&self) -> String {
-        format!("host CPU ({} threads)", std::thread::available_parallelism().map_or(1, |n| n.get()))
+        format!(
+            "host CPU ({} threads)",
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        )
     }
     fn heap_granularity(&self) -> usize {
         // SAFETY: sysconf has no preconditions.
@@ -206,23 +228,55 @@ unsafe fn run_on_threads(call: &KernelCall, grid: Grid) {
     // Addresses travel into the threads as integers (raw pointers are not `Sync`) and
     // become pointers again, with the provenance the mappings exposed, inside.
     match *call {
-        KernelCall::Put { dst, src, bytes, bases, world, cur, to } => {
+        KernelCall::Put {
+            dst,
+            src,
+            bytes,
+            bases,
+            world,
+            cur,
+            to,
+        } => {
             cpu_launch::launch(grid, |arch| {
                 // SAFETY: forwarded from the caller.
                 unsafe {
                     let bases = PeerBases::from_raw_parts(ptr_at(bases).cast(), world as usize);
                     let (dst, src) = (ptr_at(dst), ptr_at(src));
-                    symmem_kernels::put(arch, dst, src, bytes as usize, bases, cur as usize, to as usize);
+                    symmem_kernels::put(
+                        arch,
+                        dst,
+                        src,
+                        bytes as usize,
+                        bases,
+                        cur as usize,
+                        to as usize,
+                    );
                 }
             });
         }
-        KernelCall::Get { dst, src, bytes, bases, world, cur, from } => {
+        KernelCall::Get {
+            dst,
+            src,
+            bytes,
+            bases,
+            world,
+            cur,
+            from,
+        } => {
             cpu_launch::launch(grid, |arch| {
                 // SAFETY: forwarded from the caller.
                 unsafe {
                     let bases = PeerBases::from_raw_parts(ptr_at(bases).cast(), world as usize);
                     let (dst, src) = (ptr_at(dst), ptr_at(src));
-                    symmem_kernels::get(arch, dst, src, bytes as usize, bases, cur as usize, from as usize);
+                    symmem_kernels::get(
+                        arch,
+                        dst,
+                        src,
+                        bytes as usize,
+                        bases,
+                        cur as usize,
+                        from as usize,
+                    );
                 }
             });
         }

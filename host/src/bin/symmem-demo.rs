@@ -31,7 +31,12 @@ fn parse_size(s: &str) -> Option<usize> {
 }
 
 fn parse_args() -> std::result::Result<Options, String> {
-    let mut o = Options { ranks: 4, bytes: 8 << 20, backend: "cpu".into(), launcher: "threads".into() };
+    let mut o = Options {
+        ranks: 4,
+        bytes: 8 << 20,
+        backend: "cpu".into(),
+        launcher: "threads".into(),
+    };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         let mut value = || args.next().ok_or(format!("{flag} needs a value"));
@@ -41,9 +46,11 @@ fn parse_args() -> std::result::Result<Options, String> {
             "--backend" => o.backend = value()?,
             "--launcher" => o.launcher = value()?,
             "--help" | "-h" => {
-                return Err("usage: symmem-demo [--ranks N] [--bytes SIZE] [--backend cpu|cuda] \
+                return Err(
+                    "usage: symmem-demo [--ranks N] [--bytes SIZE] [--backend cpu|cuda] \
                             [--launcher threads|processes]"
-                    .into());
+                        .into(),
+                );
             }
             other => return Err(format!("unknown argument {other}")),
         }
@@ -72,7 +79,10 @@ impl Report {
         words.iter().flat_map(|w| w.to_le_bytes()).collect()
     }
     fn decode(bytes: &[u8]) -> Self {
-        let w: Vec<u64> = bytes.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())).collect();
+        let w: Vec<u64> = bytes
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+            .collect();
         Self {
             rank: w[0] as usize,
             heap_base: w[1],
@@ -103,7 +113,10 @@ fn run_rank<B: Backend>(world: World<B>, bytes: usize) -> Result<Option<Vec<Repo
         world.put(&buffer, rank * bytes, source.base(), bytes, peer)?;
         if start.elapsed() > Duration::from_secs(1) {
             world.backend().synchronize()?;
-            eprintln!("rank {rank}: put {bytes} bytes to rank {peer} ({}/{n})", step + 1);
+            eprintln!(
+                "rank {rank}: put {bytes} bytes to rank {peer} ({}/{n})",
+                step + 1
+            );
         }
     }
     world.backend().synchronize()?;
@@ -112,13 +125,19 @@ fn run_rank<B: Backend>(world: World<B>, bytes: usize) -> Result<Option<Vec<Repo
     let received = world.read(&buffer)?;
     let mut verified = 0u64;
     for (from, region) in received.chunks_exact(bytes).enumerate() {
-        if let Some(i) = region.iter().enumerate().position(|(i, &b)| b != pattern(from, i)) {
+        if let Some(i) = region
+            .iter()
+            .enumerate()
+            .position(|(i, &b)| b != pattern(from, i))
+        {
             eprintln!(
                 "rank {rank}: byte {i} from rank {from} is {:#04x}, expected {:#04x}",
                 region[i],
                 pattern(from, i)
             );
-            return Err(Error::Bootstrap(format!("rank {rank}: mismatch in data from rank {from}")));
+            return Err(Error::Bootstrap(format!(
+                "rank {rank}: mismatch in data from rank {from}"
+            )));
         }
         verified += region.len() as u64;
     }
@@ -161,7 +180,10 @@ fn print_table(reports: &[Report], bytes: usize, backend: &str, device: &str) {
 }
 
 fn config_for(bytes: usize, ranks: usize) -> Config {
-    Config { heap_bytes: (bytes * ranks).next_multiple_of(2 << 20) + (2 << 20), ..Config::default() }
+    Config {
+        heap_bytes: (bytes * ranks).next_multiple_of(2 << 20) + (2 << 20),
+        ..Config::default()
+    }
 }
 
 /// One GPU per rank when there are several, else every rank on GPU 0.
@@ -190,7 +212,11 @@ fn run_external(bootstrap: Box<dyn Bootstrap>, o: &Options) -> Result<()> {
 
 fn run_threads(o: &Options) -> Result<()> {
     let config = config_for(o.bytes, o.ranks);
-    fn go<B: Backend>(o: &Options, config: &Config, make: impl Fn(usize) -> Result<B> + Sync) -> Result<()> {
+    fn go<B: Backend>(
+        o: &Options,
+        config: &Config,
+        make: impl Fn(usize) -> Result<B> + Sync,
+    ) -> Result<()> {
         let device = make(0)?.device_name();
         let results = symmem::launch(o.ranks, config, make, |world| run_rank(world, o.bytes))?;
         let mut table = None;
@@ -199,7 +225,12 @@ fn run_threads(o: &Options) -> Result<()> {
                 table = Some(reports);
             }
         }
-        print_table(&table.expect("rank 0 reports"), o.bytes, &o.backend, &device);
+        print_table(
+            &table.expect("rank 0 reports"),
+            o.bytes,
+            &o.backend,
+            &device,
+        );
         Ok(())
     }
     match o.backend.as_str() {
@@ -210,16 +241,34 @@ fn run_threads(o: &Options) -> Result<()> {
 }
 
 fn run_processes(o: &Options) -> Result<()> {
-    let exe = std::env::current_exe().map_err(|source| Error::Os { what: "current_exe", source })?;
+    let exe = std::env::current_exe().map_err(|source| Error::Os {
+        what: "current_exe",
+        source,
+    })?;
     let mut command = std::process::Command::new(exe);
     command.args(std::env::args().skip(1));
-    let children = unix::spawn(&mut command, o.ranks, Config::default().timeout)
-        .map_err(|source| Error::Os { what: "spawning ranks", source })?;
+    let children =
+        unix::spawn(&mut command, o.ranks, Config::default().timeout).map_err(|source| {
+            Error::Os {
+                what: "spawning ranks",
+                source,
+            }
+        })?;
     let mut failed = false;
     for mut child in children {
-        failed |= !child.wait().map_err(|source| Error::Os { what: "waiting for a rank", source })?.success();
+        failed |= !child
+            .wait()
+            .map_err(|source| Error::Os {
+                what: "waiting for a rank",
+                source,
+            })?
+            .success();
     }
-    if failed { Err(Error::Bootstrap("a rank process failed".into())) } else { Ok(()) }
+    if failed {
+        Err(Error::Bootstrap("a rank process failed".into()))
+    } else {
+        Ok(())
+    }
 }
 
 fn main() -> ExitCode {
@@ -252,8 +301,9 @@ fn main() -> ExitCode {
 fn mpi_bootstrap() -> Option<Result<Box<dyn Bootstrap>>> {
     #[cfg(feature = "mpi")]
     if symmem::bootstrap::mpi::MpiBootstrap::in_env() {
-        return Some(symmem::bootstrap::mpi::MpiBootstrap::new().map(|b| Box::new(b) as Box<dyn Bootstrap>));
+        return Some(
+            symmem::bootstrap::mpi::MpiBootstrap::new().map(|b| Box::new(b) as Box<dyn Bootstrap>),
+        );
     }
     None
 }
-

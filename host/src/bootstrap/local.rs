@@ -34,7 +34,9 @@ impl Group {
     fn lock(&self) -> MutexGuard<'_, State> {
         // A rank that panicked while holding the lock left consistent state behind: every
         // update below is a single insertion or flag.
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
@@ -52,10 +54,19 @@ impl LocalBootstrap {
         let group = Arc::new(Group {
             world,
             timeout,
-            state: Mutex::new(State { rounds: HashMap::new(), departed: vec![false; world] }),
+            state: Mutex::new(State {
+                rounds: HashMap::new(),
+                departed: vec![false; world],
+            }),
             changed: Condvar::new(),
         });
-        (0..world).map(|rank| LocalBootstrap { rank, round: 0, group: group.clone() }).collect()
+        (0..world)
+            .map(|rank| LocalBootstrap {
+                rank,
+                round: 0,
+                group: group.clone(),
+            })
+            .collect()
     }
 
     /// A group with the default timeout.
@@ -80,14 +91,26 @@ impl LocalBootstrap {
             let missing = round_state.slots.iter().position(Option::is_none);
             let Some(missing) = missing else { break };
             if state.departed[missing] {
-                return Err(Error::PeerLost { rank: Some(missing), waited: start.elapsed() });
+                return Err(Error::PeerLost {
+                    rank: Some(missing),
+                    waited: start.elapsed(),
+                });
             }
             let Some(left) = group.timeout.checked_sub(start.elapsed()) else {
-                return Err(Error::PeerLost { rank: Some(missing), waited: start.elapsed() });
+                return Err(Error::PeerLost {
+                    rank: Some(missing),
+                    waited: start.elapsed(),
+                });
             };
-            state = group.changed.wait_timeout(state, left).map_or_else(|p| p.into_inner().0, |r| r.0);
+            state = group
+                .changed
+                .wait_timeout(state, left)
+                .map_or_else(|p| p.into_inner().0, |r| r.0);
         }
-        let round_state = state.rounds.get_mut(&round).expect("present until the last taker");
+        let round_state = state
+            .rounds
+            .get_mut(&round)
+            .expect("present until the last taker");
         let mut out = Vec::with_capacity(world);
         for (rank, slot) in round_state.slots.iter().enumerate() {
             let slot = slot.as_ref().expect("all slots filled");
@@ -99,7 +122,10 @@ impl LocalBootstrap {
                 None => None,
             };
             debug_assert!(rank < world);
-            out.push(Shareable { bytes: slot.bytes.clone(), fd });
+            out.push(Shareable {
+                bytes: slot.bytes.clone(),
+                fd,
+            });
         }
         round_state.taken += 1;
         if round_state.taken == world {
@@ -125,7 +151,10 @@ impl Bootstrap for LocalBootstrap {
         self.group.world
     }
     fn all_gather(&mut self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
-        let all = self.exchange(Shareable { bytes: mine.to_vec(), fd: None })?;
+        let all = self.exchange(Shareable {
+            bytes: mine.to_vec(),
+            fd: None,
+        })?;
         Ok(all.into_iter().map(|s| s.bytes).collect())
     }
     fn all_gather_shareable(&mut self, mine: Shareable) -> Result<Vec<Shareable>> {

@@ -28,7 +28,10 @@ pub(crate) fn send(stream: &mut UnixStream, kind: Kind, item: &Shareable) -> io:
     let mut header = [0u8; HEADER];
     header[0] = kind as u8;
     header[1..].copy_from_slice(&(item.bytes.len() as u64).to_le_bytes());
-    let mut iov = libc::iovec { iov_base: header.as_mut_ptr().cast(), iov_len: HEADER };
+    let mut iov = libc::iovec {
+        iov_base: header.as_mut_ptr().cast(),
+        iov_len: HEADER,
+    };
     let mut control = vec![0u8; cmsg_space()];
     // SAFETY: msghdr is plain data; zero is a valid empty value.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
@@ -43,7 +46,9 @@ pub(crate) fn send(stream: &mut UnixStream, kind: Kind, item: &Shareable) -> io:
             (*cmsg).cmsg_level = libc::SOL_SOCKET;
             (*cmsg).cmsg_type = libc::SCM_RIGHTS;
             (*cmsg).cmsg_len = libc::CMSG_LEN(size_of::<libc::c_int>() as u32) as _;
-            libc::CMSG_DATA(cmsg).cast::<libc::c_int>().write_unaligned(fd.as_raw_fd());
+            libc::CMSG_DATA(cmsg)
+                .cast::<libc::c_int>()
+                .write_unaligned(fd.as_raw_fd());
         }
     }
     // SAFETY: msg points at live buffers for the duration of the call.
@@ -61,7 +66,10 @@ pub(crate) fn send(stream: &mut UnixStream, kind: Kind, item: &Shareable) -> io:
 /// Receives one frame. End of stream is `UnexpectedEof`.
 pub(crate) fn recv(stream: &mut UnixStream) -> io::Result<(Kind, Shareable)> {
     let mut header = [0u8; HEADER];
-    let mut iov = libc::iovec { iov_base: header.as_mut_ptr().cast(), iov_len: HEADER };
+    let mut iov = libc::iovec {
+        iov_base: header.as_mut_ptr().cast(),
+        iov_len: HEADER,
+    };
     let mut control = vec![0u8; cmsg_space()];
     // SAFETY: msghdr is plain data; zero is a valid empty value.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
@@ -94,7 +102,10 @@ pub(crate) fn recv(stream: &mut UnixStream) -> io::Result<(Kind, Shareable)> {
         0 => Kind::Data,
         1 => Kind::Abort,
         other => {
-            return Err(io::Error::new(io::ErrorKind::InvalidData, format!("frame kind {other}")));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("frame kind {other}"),
+            ));
         }
     };
     let len = u64::from_le_bytes(header[1..].try_into().expect("8 bytes")) as usize;

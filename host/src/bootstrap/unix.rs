@@ -42,7 +42,10 @@ fn address(group: &str) -> io::Result<SocketAddr> {
 }
 
 fn lost(rank: usize, start: Instant) -> Error {
-    Error::PeerLost { rank: Some(rank), waited: start.elapsed() }
+    Error::PeerLost {
+        rank: Some(rank),
+        waited: start.elapsed(),
+    }
 }
 
 impl UnixBootstrap {
@@ -52,7 +55,10 @@ impl UnixBootstrap {
             return Err(Error::RankOutOfRange { rank, world });
         }
         let start = Instant::now();
-        let addr = address(group).map_err(|source| Error::Os { what: "socket name", source })?;
+        let addr = address(group).map_err(|source| Error::Os {
+            what: "socket name",
+            source,
+        })?;
         let os = |what| move |source| Error::Os { what, source };
         let mut peers: Vec<Option<UnixStream>> = (0..world).map(|_| None).collect();
         if rank == 0 {
@@ -63,7 +69,9 @@ impl UnixBootstrap {
                 match listener.accept() {
                     Ok((mut stream, _)) => {
                         stream.set_nonblocking(false).map_err(os("hub socket"))?;
-                        stream.set_read_timeout(Some(timeout)).map_err(os("hub socket"))?;
+                        stream
+                            .set_read_timeout(Some(timeout))
+                            .map_err(os("hub socket"))?;
                         let (_, hello) = scm::recv(&mut stream).map_err(os("hello from a rank"))?;
                         let peer = hello.bytes.get(..8).and_then(|b| b.try_into().ok());
                         let peer = peer.map(u64::from_le_bytes).map(|p| p as usize);
@@ -95,12 +103,22 @@ impl UnixBootstrap {
                     Err(_) => return Err(lost(0, start)),
                 }
             };
-            stream.set_read_timeout(Some(timeout)).map_err(os("rank socket"))?;
-            let hello = Shareable { bytes: (rank as u64).to_le_bytes().to_vec(), fd: None };
+            stream
+                .set_read_timeout(Some(timeout))
+                .map_err(os("rank socket"))?;
+            let hello = Shareable {
+                bytes: (rank as u64).to_le_bytes().to_vec(),
+                fd: None,
+            };
             scm::send(&mut stream, Kind::Data, &hello).map_err(|_| lost(0, start))?;
             peers[0] = Some(stream);
         }
-        Ok(Self { rank, world, timeout, peers })
+        Ok(Self {
+            rank,
+            world,
+            timeout,
+            peers,
+        })
     }
 
     /// Joins the group described by the environment that [`spawn`] sets.
@@ -109,15 +127,23 @@ impl UnixBootstrap {
             std::env::var(name).map_err(|_| Error::Bootstrap(format!("{name} is not set")))
         };
         let number = |name: &'static str| -> Result<usize> {
-            var(name)?.parse().map_err(|_| Error::Bootstrap(format!("{name} is not a number")))
+            var(name)?
+                .parse()
+                .map_err(|_| Error::Bootstrap(format!("{name} is not a number")))
         };
         let timeout = match std::env::var(ENV_TIMEOUT_MS) {
             Ok(ms) => Duration::from_millis(
-                ms.parse().map_err(|_| Error::Bootstrap(format!("{ENV_TIMEOUT_MS}={ms}")))?,
+                ms.parse()
+                    .map_err(|_| Error::Bootstrap(format!("{ENV_TIMEOUT_MS}={ms}")))?,
             ),
             Err(_) => DEFAULT_TIMEOUT,
         };
-        Self::connect(number(ENV_RANK)?, number(ENV_WORLD)?, &var(ENV_GROUP)?, timeout)
+        Self::connect(
+            number(ENV_RANK)?,
+            number(ENV_WORLD)?,
+            &var(ENV_GROUP)?,
+            timeout,
+        )
     }
 
     /// True when this process was started by [`spawn`].
@@ -130,14 +156,18 @@ impl UnixBootstrap {
         let mut all = Vec::with_capacity(self.world);
         all.push(mine);
         for rank in 1..self.world {
-            let stream = self.peers[rank].as_mut().expect("hub has every rank's stream");
+            let stream = self.peers[rank]
+                .as_mut()
+                .expect("hub has every rank's stream");
             match scm::recv(stream) {
                 Ok((Kind::Data, item)) => all.push(item),
                 _ => return Err(self.abort(rank, start)),
             }
         }
         for rank in 1..self.world {
-            let stream = self.peers[rank].as_mut().expect("hub has every rank's stream");
+            let stream = self.peers[rank]
+                .as_mut()
+                .expect("hub has every rank's stream");
             for item in &all {
                 if scm::send(stream, Kind::Data, item).is_err() {
                     return Err(self.abort(rank, start));
@@ -145,10 +175,15 @@ impl UnixBootstrap {
             }
         }
         let own = all.remove(0);
-        let mut own_dup = Shareable { bytes: own.bytes.clone(), fd: None };
+        let mut own_dup = Shareable {
+            bytes: own.bytes.clone(),
+            fd: None,
+        };
         if let Some(fd) = &own.fd {
-            own_dup.fd =
-                Some(fd.try_clone().map_err(|source| Error::Os { what: "dup of own fd", source })?);
+            own_dup.fd = Some(fd.try_clone().map_err(|source| Error::Os {
+                what: "dup of own fd",
+                source,
+            })?);
         }
         all.insert(0, own_dup);
         Ok(all)
@@ -156,7 +191,10 @@ impl UnixBootstrap {
 
     /// Tells every surviving rank that `rank` was lost, and returns that error.
     fn abort(&mut self, rank: usize, start: Instant) -> Error {
-        let notice = Shareable { bytes: (rank as u64).to_le_bytes().to_vec(), fd: None };
+        let notice = Shareable {
+            bytes: (rank as u64).to_le_bytes().to_vec(),
+            fd: None,
+        };
         for (peer, stream) in self.peers.iter_mut().enumerate() {
             if let (Some(stream), true) = (stream.as_mut(), peer != rank) {
                 // A peer that is gone too will see end of stream instead.
@@ -200,11 +238,18 @@ impl Bootstrap for UnixBootstrap {
         self.world
     }
     fn all_gather(&mut self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
-        let all = self.all_gather_shareable(Shareable { bytes: mine.to_vec(), fd: None })?;
+        let all = self.all_gather_shareable(Shareable {
+            bytes: mine.to_vec(),
+            fd: None,
+        })?;
         Ok(all.into_iter().map(|s| s.bytes).collect())
     }
     fn all_gather_shareable(&mut self, mine: Shareable) -> Result<Vec<Shareable>> {
-        if self.rank == 0 { self.hub_gather(mine) } else { self.spoke_gather(mine) }
+        if self.rank == 0 {
+            self.hub_gather(mine)
+        } else {
+            self.spoke_gather(mine)
+        }
     }
 }
 
@@ -214,7 +259,11 @@ impl Bootstrap for UnixBootstrap {
 pub fn spawn(command: &mut Command, world: usize, timeout: Duration) -> io::Result<Vec<Child>> {
     use std::sync::atomic::{AtomicU64, Ordering};
     static GROUPS: AtomicU64 = AtomicU64::new(0);
-    let group = format!("{}-{}", std::process::id(), GROUPS.fetch_add(1, Ordering::Relaxed));
+    let group = format!(
+        "{}-{}",
+        std::process::id(),
+        GROUPS.fetch_add(1, Ordering::Relaxed)
+    );
     (0..world)
         .map(|rank| {
             command

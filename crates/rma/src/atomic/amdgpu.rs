@@ -52,7 +52,7 @@ macro_rules! family {
         /// # Safety
         /// The pointer argument must satisfy [`AtomicInt`]'s contract.
         #[inline(always)]
-        pub(super) unsafe fn call(order: Order, scope: Scope, $($a: $at),*) $(-> $r)? {
+        pub unsafe fn call(order: Order, scope: Scope, $($a: $at),*) $(-> $r)? {
             // SAFETY: every function is the named LLVM atomic on the caller's pointer.
             unsafe {
                 match (order, scope) {
@@ -84,7 +84,7 @@ macro_rules! amd_atomic {
             use super::{Order, Scope};
             macro_rules! rmw_family {
                 ($op:ident) => {
-                    pub(super) mod $op {
+                    pub mod $op {
                         use super::{Order, Scope};
                         family!(["symmem_amdgpu_atomic_", stringify!($op), "_", stringify!($t)]
                             (p: *mut $t, v: $t) -> $t);
@@ -99,16 +99,16 @@ macro_rules! amd_atomic {
             rmw_family!(xor);
             rmw_family!(min);
             rmw_family!(max);
-            pub(super) mod cas {
+            pub mod cas {
                 use super::{Order, Scope};
                 family!(["symmem_amdgpu_atomic_cas_", stringify!($t)]
                     (p: *mut $t, current: $t, new: $t) -> $t);
             }
-            pub(super) mod load {
+            pub mod load {
                 use super::{Order, Scope};
                 family!(["symmem_amdgpu_atomic_load_", stringify!($t)] (p: *const $t) -> $t);
             }
-            pub(super) mod store {
+            pub mod store {
                 use super::{Order, Scope};
                 family!(["symmem_amdgpu_atomic_store_", stringify!($t)] (p: *mut $t, v: $t));
             }

@@ -77,7 +77,11 @@ fn check(call: &'static str, rc: sys::CUresult) -> Result<()> {
     match rc {
         sys::CUresult::CUDA_SUCCESS => Ok(()),
         sys::CUresult::CUDA_ERROR_NO_DEVICE => Err(Error::NoDevice { backend: "cuda" }),
-        code => Err(Error::Driver { call, code: code as i64, message: error_string(code) }),
+        code => Err(Error::Driver {
+            call,
+            code: code as i64,
+            message: error_string(code),
+        }),
     }
 }
 
@@ -93,7 +97,9 @@ pub(super) fn init() -> Result<()> {
     // SAFETY: no pointers; `library_present` was checked by the caller.
     let rc = unsafe { sys::cuInit(0) };
     if rc == sys::CUresult::CUDA_ERROR_STUB_LIBRARY {
-        return Err(Error::LibraryMissing { library: "libcuda.so" });
+        return Err(Error::LibraryMissing {
+            library: "libcuda.so",
+        });
     }
     check("cuInit", rc)
 }
@@ -102,7 +108,9 @@ pub(super) fn init() -> Result<()> {
 pub(super) fn driver_version() -> Result<i32> {
     let mut v = MaybeUninit::<c_int>::uninit();
     // SAFETY: `v` is a valid out-pointer.
-    check("cuDriverGetVersion", unsafe { sys::cuDriverGetVersion(v.as_mut_ptr()) })?;
+    check("cuDriverGetVersion", unsafe {
+        sys::cuDriverGetVersion(v.as_mut_ptr())
+    })?;
     // SAFETY: written by the driver on success.
     Ok(unsafe { v.assume_init() })
 }
@@ -111,7 +119,9 @@ pub(super) fn driver_version() -> Result<i32> {
 pub(super) fn device_count() -> Result<usize> {
     let mut n = MaybeUninit::<c_int>::uninit();
     // SAFETY: `n` is a valid out-pointer.
-    check("cuDeviceGetCount", unsafe { sys::cuDeviceGetCount(n.as_mut_ptr()) })?;
+    check("cuDeviceGetCount", unsafe {
+        sys::cuDeviceGetCount(n.as_mut_ptr())
+    })?;
     // SAFETY: written by the driver on success.
     Ok(usize::try_from(unsafe { n.assume_init() }).unwrap_or(0))
 }
@@ -121,7 +131,9 @@ pub(super) fn device_get(ordinal: usize) -> Result<Device> {
     let ordinal = c_int::try_from(ordinal).map_err(|_| Error::NoDevice { backend: "cuda" })?;
     let mut d = MaybeUninit::<Device>::uninit();
     // SAFETY: `d` is a valid out-pointer.
-    check("cuDeviceGet", unsafe { sys::cuDeviceGet(d.as_mut_ptr(), ordinal) })?;
+    check("cuDeviceGet", unsafe {
+        sys::cuDeviceGet(d.as_mut_ptr(), ordinal)
+    })?;
     // SAFETY: written by the driver on success.
     Ok(unsafe { d.assume_init() })
 }
@@ -134,7 +146,11 @@ pub(super) fn device_name(dev: Device) -> Result<String> {
         sys::cuDeviceGetName(buf.as_mut_ptr(), buf.len() as c_int, dev)
     })?;
     // Reinterpret the C chars as bytes and cut at the first NUL (the driver wrote one).
-    let bytes: Vec<u8> = buf.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+    let bytes: Vec<u8> = buf
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8)
+        .collect();
     Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
 
@@ -142,7 +158,9 @@ pub(super) fn device_name(dev: Device) -> Result<String> {
 pub(super) fn device_attribute(attr: sys::CUdevice_attribute, dev: Device) -> Result<i32> {
     let mut v = MaybeUninit::<c_int>::uninit();
     // SAFETY: `v` is a valid out-pointer.
-    check("cuDeviceGetAttribute", unsafe { sys::cuDeviceGetAttribute(v.as_mut_ptr(), attr, dev) })?;
+    check("cuDeviceGetAttribute", unsafe {
+        sys::cuDeviceGetAttribute(v.as_mut_ptr(), attr, dev)
+    })?;
     // SAFETY: written by the driver on success.
     Ok(unsafe { v.assume_init() })
 }
@@ -151,7 +169,9 @@ pub(super) fn device_attribute(attr: sys::CUdevice_attribute, dev: Device) -> Re
 pub(super) fn primary_ctx_retain(dev: Device) -> Result<Context> {
     let mut c = MaybeUninit::<sys::CUcontext>::uninit();
     // SAFETY: `c` is a valid out-pointer.
-    check("cuDevicePrimaryCtxRetain", unsafe { sys::cuDevicePrimaryCtxRetain(c.as_mut_ptr(), dev) })?;
+    check("cuDevicePrimaryCtxRetain", unsafe {
+        sys::cuDevicePrimaryCtxRetain(c.as_mut_ptr(), dev)
+    })?;
     // SAFETY: written by the driver on success.
     Ok(Context(unsafe { c.assume_init() }))
 }
@@ -159,7 +179,9 @@ pub(super) fn primary_ctx_retain(dev: Device) -> Result<Context> {
 /// `cuDevicePrimaryCtxRelease`: drops one reference taken by [`primary_ctx_retain`].
 pub(super) fn primary_ctx_release(dev: Device) -> Result<()> {
     // SAFETY: no pointers; the caller owns one retain of this device's primary context.
-    check("cuDevicePrimaryCtxRelease", unsafe { sys::cuDevicePrimaryCtxRelease_v2(dev) })
+    check("cuDevicePrimaryCtxRelease", unsafe {
+        sys::cuDevicePrimaryCtxRelease_v2(dev)
+    })
 }
 
 /// `cuCtxSetCurrent` on the calling thread.
@@ -173,7 +195,9 @@ pub(super) fn stream_create_non_blocking() -> Result<Stream> {
     let mut s = MaybeUninit::<sys::CUstream>::uninit();
     let flags = sys::CUstream_flags::CU_STREAM_NON_BLOCKING as c_uint;
     // SAFETY: `s` is a valid out-pointer.
-    check("cuStreamCreate", unsafe { sys::cuStreamCreate(s.as_mut_ptr(), flags) })?;
+    check("cuStreamCreate", unsafe {
+        sys::cuStreamCreate(s.as_mut_ptr(), flags)
+    })?;
     // SAFETY: written by the driver on success.
     Ok(Stream(unsafe { s.assume_init() }))
 }
@@ -184,13 +208,17 @@ pub(super) fn stream_create_non_blocking() -> Result<Stream> {
 /// `stream` was created by [`stream_create_non_blocking`] and is not used afterwards.
 pub(super) unsafe fn stream_destroy(stream: Stream) -> Result<()> {
     // SAFETY: forwarded from the caller.
-    check("cuStreamDestroy", unsafe { sys::cuStreamDestroy_v2(stream.0) })
+    check("cuStreamDestroy", unsafe {
+        sys::cuStreamDestroy_v2(stream.0)
+    })
 }
 
 /// `cuStreamSynchronize`.
 pub(super) fn stream_synchronize(stream: Stream) -> Result<()> {
     // SAFETY: the caller passes a live stream of the current context.
-    check("cuStreamSynchronize", unsafe { sys::cuStreamSynchronize(stream.0) })
+    check("cuStreamSynchronize", unsafe {
+        sys::cuStreamSynchronize(stream.0)
+    })
 }
 
 /// `cuModuleLoadData` of a NUL-terminated PTX image (or a cubin).
@@ -258,7 +286,9 @@ pub(super) unsafe fn launch_kernel(
 pub(super) fn mem_alloc(bytes: usize) -> Result<DevicePtr> {
     let mut p = MaybeUninit::<DevicePtr>::uninit();
     // SAFETY: `p` is a valid out-pointer.
-    check("cuMemAlloc", unsafe { sys::cuMemAlloc_v2(p.as_mut_ptr(), bytes) })?;
+    check("cuMemAlloc", unsafe {
+        sys::cuMemAlloc_v2(p.as_mut_ptr(), bytes)
+    })?;
     // SAFETY: written by the driver on success.
     Ok(unsafe { p.assume_init() })
 }
@@ -276,7 +306,9 @@ pub(super) unsafe fn mem_free(ptr: DevicePtr) -> Result<()> {
 pub(super) fn ipc_get_mem_handle(ptr: DevicePtr) -> Result<[u8; IPC_HANDLE_BYTES]> {
     let mut h = MaybeUninit::<sys::CUipcMemHandle>::uninit();
     // SAFETY: `h` is a valid out-pointer; the driver validates `ptr`.
-    check("cuIpcGetMemHandle", unsafe { sys::cuIpcGetMemHandle(h.as_mut_ptr(), ptr) })?;
+    check("cuIpcGetMemHandle", unsafe {
+        sys::cuIpcGetMemHandle(h.as_mut_ptr(), ptr)
+    })?;
     // SAFETY: written by the driver on success.
     let h = unsafe { h.assume_init() };
     Ok(h.reserved.map(|c| c as u8))
@@ -284,11 +316,15 @@ pub(super) fn ipc_get_mem_handle(ptr: DevicePtr) -> Result<[u8; IPC_HANDLE_BYTES
 
 /// `cuIpcOpenMemHandle(CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)`.
 pub(super) fn ipc_open_mem_handle(handle: &[u8; IPC_HANDLE_BYTES]) -> Result<DevicePtr> {
-    let h = sys::CUipcMemHandle { reserved: handle.map(|b| b as std::ffi::c_char) };
+    let h = sys::CUipcMemHandle {
+        reserved: handle.map(|b| b as std::ffi::c_char),
+    };
     let flags = sys::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as c_uint;
     let mut p = MaybeUninit::<DevicePtr>::uninit();
     // SAFETY: `p` is a valid out-pointer; the handle is passed by value.
-    check("cuIpcOpenMemHandle", unsafe { sys::cuIpcOpenMemHandle_v2(p.as_mut_ptr(), h, flags) })?;
+    check("cuIpcOpenMemHandle", unsafe {
+        sys::cuIpcOpenMemHandle_v2(p.as_mut_ptr(), h, flags)
+    })?;
     // SAFETY: written by the driver on success.
     Ok(unsafe { p.assume_init() })
 }
@@ -299,7 +335,9 @@ pub(super) fn ipc_open_mem_handle(handle: &[u8; IPC_HANDLE_BYTES]) -> Result<Dev
 /// `ptr` came from [`ipc_open_mem_handle`] and is not used afterwards.
 pub(super) unsafe fn ipc_close_mem_handle(ptr: DevicePtr) -> Result<()> {
     // SAFETY: forwarded from the caller.
-    check("cuIpcCloseMemHandle", unsafe { sys::cuIpcCloseMemHandle(ptr) })
+    check("cuIpcCloseMemHandle", unsafe {
+        sys::cuIpcCloseMemHandle(ptr)
+    })
 }
 
 /// Allocation properties of a heap on device `ordinal`: pinned device memory that can be
@@ -307,7 +345,8 @@ pub(super) unsafe fn ipc_close_mem_handle(ptr: DevicePtr) -> Result<()> {
 fn heap_prop(ordinal: c_int) -> sys::CUmemAllocationProp {
     sys::CUmemAllocationProp {
         type_: sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED,
-        requestedHandleTypes: sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+        requestedHandleTypes:
+            sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
         location: sys::CUmemLocation {
             type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
             id: ordinal,
@@ -341,7 +380,9 @@ pub(super) fn mem_create(bytes: usize, ordinal: c_int) -> Result<MemHandle> {
     let prop = heap_prop(ordinal);
     let mut h = MaybeUninit::<MemHandle>::uninit();
     // SAFETY: `prop` and `h` are valid for the call.
-    check("cuMemCreate", unsafe { sys::cuMemCreate(h.as_mut_ptr(), bytes, &prop, 0) })?;
+    check("cuMemCreate", unsafe {
+        sys::cuMemCreate(h.as_mut_ptr(), bytes, &prop, 0)
+    })?;
     // SAFETY: written by the driver on success.
     Ok(unsafe { h.assume_init() })
 }
@@ -374,7 +415,9 @@ pub(super) fn mem_address_reserve(bytes: usize, align: usize) -> Result<DevicePt
 /// it, not used afterwards.
 pub(super) unsafe fn mem_address_free(ptr: DevicePtr, bytes: usize) -> Result<()> {
     // SAFETY: forwarded from the caller.
-    check("cuMemAddressFree", unsafe { sys::cuMemAddressFree(ptr, bytes) })
+    check("cuMemAddressFree", unsafe {
+        sys::cuMemAddressFree(ptr, bytes)
+    })
 }
 
 /// `cuMemMap` of all `bytes` of `handle` at `ptr`.
@@ -383,7 +426,9 @@ pub(super) unsafe fn mem_address_free(ptr: DevicePtr, bytes: usize) -> Result<()
 /// `(ptr, bytes)` lies in a reservation of this process with nothing mapped there.
 pub(super) unsafe fn mem_map(ptr: DevicePtr, bytes: usize, handle: MemHandle) -> Result<()> {
     // SAFETY: forwarded from the caller.
-    check("cuMemMap", unsafe { sys::cuMemMap(ptr, bytes, 0, handle, 0) })
+    check("cuMemMap", unsafe {
+        sys::cuMemMap(ptr, bytes, 0, handle, 0)
+    })
 }
 
 /// `cuMemUnmap`.
@@ -405,7 +450,9 @@ pub(super) fn mem_set_access_rw(ptr: DevicePtr, bytes: usize, ordinal: c_int) ->
         flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
     };
     // SAFETY: `desc` is one valid descriptor; the driver validates the range.
-    check("cuMemSetAccess", unsafe { sys::cuMemSetAccess(ptr, bytes, &desc, 1) })
+    check("cuMemSetAccess", unsafe {
+        sys::cuMemSetAccess(ptr, bytes, &desc, 1)
+    })
 }
 
 /// `cuMemExportToShareableHandle(POSIX_FILE_DESCRIPTOR)`: a new fd owned by the caller.
@@ -460,7 +507,11 @@ pub(super) unsafe fn memcpy_htod_async(dst: DevicePtr, src: &[u8], stream: Strea
 /// # Safety
 /// `src..src + dst.len()` is device memory readable by this context, and `stream` is
 /// synchronised before `dst` is read, moved or freed.
-pub(super) unsafe fn memcpy_dtoh_async(dst: &mut [u8], src: DevicePtr, stream: Stream) -> Result<()> {
+pub(super) unsafe fn memcpy_dtoh_async(
+    dst: &mut [u8],
+    src: DevicePtr,
+    stream: Stream,
+) -> Result<()> {
     // SAFETY: `dst` is valid for writes of its length; the rest is forwarded.
     check("cuMemcpyDtoHAsync", unsafe {
         sys::cuMemcpyDtoHAsync_v2(dst.as_mut_ptr().cast::<c_void>(), src, dst.len(), stream.0)
@@ -471,7 +522,14 @@ pub(super) unsafe fn memcpy_dtoh_async(dst: &mut [u8], src: DevicePtr, stream: S
 ///
 /// # Safety
 /// `dst..dst + bytes` is device memory writable by this context.
-pub(super) unsafe fn memset_d8_async(dst: DevicePtr, value: u8, bytes: usize, stream: Stream) -> Result<()> {
+pub(super) unsafe fn memset_d8_async(
+    dst: DevicePtr,
+    value: u8,
+    bytes: usize,
+    stream: Stream,
+) -> Result<()> {
     // SAFETY: forwarded from the caller.
-    check("cuMemsetD8Async", unsafe { sys::cuMemsetD8Async(dst, value, bytes, stream.0) })
+    check("cuMemsetD8Async", unsafe {
+        sys::cuMemsetD8Async(dst, value, bytes, stream.0)
+    })
 }

@@ -192,12 +192,24 @@ struct VmmView {
 fn map_physical(physical: Physical, len: usize, align: usize) -> Result<VmmView> {
     let ctx = Arc::clone(&physical.ctx);
     let base = driver::mem_address_reserve(len, align)?;
-    let reservation = Reservation { ctx: Arc::clone(&ctx), base, len };
+    let reservation = Reservation {
+        ctx: Arc::clone(&ctx),
+        base,
+        len,
+    };
     // SAFETY: `(base, len)` is the fresh reservation above, with nothing mapped in it.
     unsafe { driver::mem_map(base, len, physical.handle)? };
-    let mapped = Mapped { ctx: Arc::clone(&ctx), base, len };
+    let mapped = Mapped {
+        ctx: Arc::clone(&ctx),
+        base,
+        len,
+    };
     driver::mem_set_access_rw(base, len, ctx.ordinal)?;
-    Ok(VmmView { mapped, _reservation: reservation, physical })
+    Ok(VmmView {
+        mapped,
+        _reservation: reservation,
+        physical,
+    })
 }
 
 /// This rank's symmetric heap: VMM memory mapped at this rank's base.
@@ -338,7 +350,8 @@ impl IpcExport {
             )));
         }
         let (handle, rest) = bytes.split_at(driver::IPC_HANDLE_BYTES);
-        let u32_at = |i: usize| u32::from_le_bytes([rest[i], rest[i + 1], rest[i + 2], rest[i + 3]]);
+        let u32_at =
+            |i: usize| u32::from_le_bytes([rest[i], rest[i + 1], rest[i + 2], rest[i + 3]]);
         let u64_at = |i: usize| {
             let mut b = [0; 8];
             b.copy_from_slice(&rest[i..i + 8]);
@@ -346,7 +359,13 @@ impl IpcExport {
         };
         let mut h = [0; driver::IPC_HANDLE_BYTES];
         h.copy_from_slice(handle);
-        Ok(Self { handle: h, pid: u32_at(0), ordinal: u32_at(4), ptr: u64_at(8), len: u64_at(16) })
+        Ok(Self {
+            handle: h,
+            pid: u32_at(0),
+            ordinal: u32_at(4),
+            ptr: u64_at(8),
+            len: u64_at(16),
+        })
     }
 }
 
@@ -358,14 +377,21 @@ fn decode_heap_size(bytes: &[u8]) -> Result<usize> {
         .map(u64::from_le_bytes)
         .and_then(|s| usize::try_from(s).ok());
     size.ok_or_else(|| {
-        Error::Bootstrap(format!("CUDA heap handle of {} bytes, 8 expected", bytes.len()))
+        Error::Bootstrap(format!(
+            "CUDA heap handle of {} bytes, 8 expected",
+            bytes.len()
+        ))
     })
 }
 
 /// Picks among `targets` (`sm_NN` names) the one for compute capability
 /// `major.minor`: the exact `sm_{major}{minor}`, else the newest plain `sm_NN` not
 /// newer than the device (PTX is forward-compatible; arch-specific `sm_90a` is not).
-fn pick_target<'a>(targets: impl IntoIterator<Item = &'a str>, major: i32, minor: i32) -> Option<&'a str> {
+fn pick_target<'a>(
+    targets: impl IntoIterator<Item = &'a str>,
+    major: i32,
+    minor: i32,
+) -> Option<&'a str> {
     let want = major * 10 + minor;
     let exact = format!("sm_{major}{minor}");
     let mut best: Option<(i32, &str)> = None;
@@ -388,7 +414,9 @@ fn code_object_for(major: i32, minor: i32) -> Result<CodeObject> {
     let objects: Vec<CodeObject> = code_objects::all().filter(|o| o.module == MODULE).collect();
     pick_target(objects.iter().map(|o| o.target), major, minor)
         .and_then(|t| objects.iter().copied().find(|o| o.target == t))
-        .ok_or_else(|| Error::NoCodeObject { arch: format!("sm_{major}{minor}") })
+        .ok_or_else(|| Error::NoCodeObject {
+            arch: format!("sm_{major}{minor}"),
+        })
 }
 
 /// The default launch shape for moving `bytes`: 256 threads per block and about one
@@ -396,7 +424,10 @@ fn code_object_for(major: i32, minor: i32) -> Result<CodeObject> {
 fn grid_for_bytes(bytes: u64) -> Grid {
     let threads = bytes.div_ceil(BYTES_PER_THREAD);
     let blocks = threads.div_ceil(u64::from(THREADS)).clamp(1, MAX_BLOCKS);
-    Grid { blocks: blocks as u32, threads: THREADS }
+    Grid {
+        blocks: blocks as u32,
+        threads: THREADS,
+    }
 }
 
 /// One kernel argument, stored where `cuLaunchKernel` can point at it.
@@ -446,7 +477,9 @@ impl Cuda {
     /// embedded PTX suits the device; [`Error::Driver`] for any other driver failure.
     pub fn new(ordinal: usize) -> Result<Self> {
         if !driver::library_present() {
-            return Err(Error::LibraryMissing { library: "libcuda.so" });
+            return Err(Error::LibraryMissing {
+                library: "libcuda.so",
+            });
         }
         driver::init()?;
         let driver_version = driver::driver_version()?;
@@ -454,13 +487,24 @@ impl Cuda {
             return Err(Error::NoDevice { backend: "cuda" });
         }
         let device = driver::device_get(ordinal)?;
-        let ordinal_c = c_int::try_from(ordinal).map_err(|_| Error::NoDevice { backend: "cuda" })?;
-        let ctx = Arc::new(Context { device, ordinal: ordinal_c, ctx: driver::primary_ctx_retain(device)? });
+        let ordinal_c =
+            c_int::try_from(ordinal).map_err(|_| Error::NoDevice { backend: "cuda" })?;
+        let ctx = Arc::new(Context {
+            device,
+            ordinal: ordinal_c,
+            ctx: driver::primary_ctx_retain(device)?,
+        });
         ctx.make_current()?;
 
         let name = driver::device_name(device)?;
-        let major = driver::device_attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device)?;
-        let minor = driver::device_attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device)?;
+        let major = driver::device_attribute(
+            CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+            device,
+        )?;
+        let minor = driver::device_attribute(
+            CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
+            device,
+        )?;
         let vmm = driver::device_attribute(
             CUdevice_attribute::CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
             device,
@@ -471,8 +515,11 @@ impl Cuda {
         )? != 0;
         let vmm_fd_supported = vmm && fd;
         // Without VMM there is no heap; report the common 2 MiB so sizes still round.
-        let granularity =
-            if vmm_fd_supported { driver::allocation_granularity(ctx.ordinal)? } else { 2 << 20 };
+        let granularity = if vmm_fd_supported {
+            driver::allocation_granularity(ctx.ordinal)?
+        } else {
+            2 << 20
+        };
 
         let object = code_object_for(major, minor)?;
         let mut image = object.bytes.to_vec();
@@ -482,8 +529,14 @@ impl Cuda {
         let image = CString::new(image).map_err(|_| Error::NoCodeObject {
             arch: format!("{} (embedded PTX holds a NUL byte)", object.target),
         })?;
-        let module = LoadedModule { ctx: Arc::clone(&ctx), module: driver::module_load_data(&image)? };
-        let stream = OwnedStream { ctx: Arc::clone(&ctx), stream: driver::stream_create_non_blocking()? };
+        let module = LoadedModule {
+            ctx: Arc::clone(&ctx),
+            module: driver::module_load_data(&image)?,
+        };
+        let stream = OwnedStream {
+            ctx: Arc::clone(&ctx),
+            stream: driver::stream_create_non_blocking()?,
+        };
 
         Ok(Self {
             functions: Mutex::new(HashMap::new()),
@@ -533,11 +586,15 @@ impl Cuda {
 
     /// The kernel `name` of the loaded module, looked up once and cached.
     fn function(&self, name: &'static str) -> Result<driver::Function> {
-        let mut cache = self.functions.lock().map_err(|_| Error::Unsupported("CUDA function cache poisoned"))?;
+        let mut cache = self
+            .functions
+            .lock()
+            .map_err(|_| Error::Unsupported("CUDA function cache poisoned"))?;
         if let Some(&f) = cache.get(name) {
             return Ok(f);
         }
-        let cname = CString::new(name).map_err(|_| Error::Unsupported("kernel name with a NUL byte"))?;
+        let cname =
+            CString::new(name).map_err(|_| Error::Unsupported("kernel name with a NUL byte"))?;
         let f = driver::module_get_function(self.module.module, &cname)?;
         cache.insert(name, f);
         Ok(f)
@@ -552,7 +609,11 @@ impl Drop for Cuda {
     fn drop(&mut self) {
         // Teardown only, not counted: the module must not be unloaded under a running
         // kernel, so wait for the stream before the fields drop.
-        record_drop(self.ctx.make_current().and_then(|()| driver::stream_synchronize(self.stream.stream)));
+        record_drop(
+            self.ctx
+                .make_current()
+                .and_then(|()| driver::stream_synchronize(self.stream.stream)),
+        );
     }
 }
 
@@ -578,22 +639,34 @@ impl Backend for Cuda {
             return Err(Error::ZeroSize);
         }
         if !self.vmm_fd_supported {
-            return Err(Error::Unsupported("this device has no VMM POSIX-fd allocations"));
+            return Err(Error::Unsupported(
+                "this device has no VMM POSIX-fd allocations",
+            ));
         }
-        let len = bytes.checked_next_multiple_of(self.granularity).ok_or(Error::TooLarge {
-            requested: bytes,
-            capacity: usize::MAX,
-        })?;
+        let len = bytes
+            .checked_next_multiple_of(self.granularity)
+            .ok_or(Error::TooLarge {
+                requested: bytes,
+                capacity: usize::MAX,
+            })?;
         self.ctx.make_current()?;
         let handle = driver::mem_create(len, self.ctx.ordinal)?;
-        let physical = Physical { ctx: Arc::clone(&self.ctx), handle };
-        Ok(CudaHeap { view: map_physical(physical, len, self.granularity)? })
+        let physical = Physical {
+            ctx: Arc::clone(&self.ctx),
+            handle,
+        };
+        Ok(CudaHeap {
+            view: map_physical(physical, len, self.granularity)?,
+        })
     }
 
     fn export_heap(&self, heap: &CudaHeap) -> Result<Shareable> {
         self.ctx.make_current()?;
         let fd = driver::export_fd(heap.view.physical.handle)?;
-        Ok(Shareable { bytes: (heap.len() as u64).to_le_bytes().to_vec(), fd: Some(fd) })
+        Ok(Shareable {
+            bytes: (heap.len() as u64).to_le_bytes().to_vec(),
+            fd: Some(fd),
+        })
     }
 
     fn import_heap(&self, handle: Shareable, bytes: usize) -> Result<CudaMapping> {
@@ -610,9 +683,16 @@ impl Backend for Cuda {
         let imported = driver::import_fd(fd.as_fd())?;
         // The driver holds its own reference now; our copy of the fd closes here.
         drop(fd);
-        let physical = Physical { ctx: Arc::clone(&self.ctx), handle: imported };
+        let physical = Physical {
+            ctx: Arc::clone(&self.ctx),
+            handle: imported,
+        };
         let view = map_physical(physical, exported, self.granularity)?;
-        Ok(CudaMapping { base: view.mapped.base, len: bytes, owner: MappingOwner::Vmm { _view: view } })
+        Ok(CudaMapping {
+            base: view.mapped.base,
+            len: bytes,
+            owner: MappingOwner::Vmm { _view: view },
+        })
     }
 
     fn alloc_device(&self, bytes: usize) -> Result<CudaDeviceMemory> {
@@ -621,7 +701,11 @@ impl Backend for Cuda {
         }
         self.ctx.make_current()?;
         let ptr = driver::mem_alloc(bytes)?;
-        Ok(CudaDeviceMemory { ctx: Arc::clone(&self.ctx), ptr, len: bytes })
+        Ok(CudaDeviceMemory {
+            ctx: Arc::clone(&self.ctx),
+            ptr,
+            len: bytes,
+        })
     }
 
     fn export_device_memory(&self, memory: &CudaDeviceMemory) -> Result<Shareable> {
@@ -633,7 +717,10 @@ impl Backend for Cuda {
             ptr: memory.ptr,
             len: memory.len as u64,
         };
-        Ok(Shareable { bytes: export.encode(), fd: None })
+        Ok(Shareable {
+            bytes: export.encode(),
+            fd: None,
+        })
     }
 
     fn import_device_memory(&self, handle: Shareable, bytes: usize) -> Result<CudaMapping> {
@@ -653,12 +740,23 @@ impl Backend for Cuda {
                     "in-process import of another device's allocation (needs peer access)",
                 ));
             }
-            return Ok(CudaMapping { base: export.ptr, len: bytes, owner: MappingOwner::Alias });
+            return Ok(CudaMapping {
+                base: export.ptr,
+                len: bytes,
+                owner: MappingOwner::Alias,
+            });
         }
         self.ctx.make_current()?;
         let ptr = driver::ipc_open_mem_handle(&export.handle)?;
-        let opened = IpcOpened { ctx: Arc::clone(&self.ctx), ptr };
-        Ok(CudaMapping { base: ptr, len: bytes, owner: MappingOwner::Ipc { _opened: opened } })
+        let opened = IpcOpened {
+            ctx: Arc::clone(&self.ctx),
+            ptr,
+        };
+        Ok(CudaMapping {
+            base: ptr,
+            len: bytes,
+            owner: MappingOwner::Ipc { _opened: opened },
+        })
     }
 
     fn upload(&self, dst: u64, src: &[u8]) -> Result<()> {
@@ -719,7 +817,15 @@ impl Backend for Cuda {
         // to a value of that parameter's width (u64 addresses/lengths, u32 ranks); the
         // driver copies them before returning. The addresses are the caller's (trait
         // contract) and the kernels bound every access by the byte count.
-        unsafe { driver::launch_kernel(function, grid.blocks, grid.threads, self.stream.stream, &mut params) }
+        unsafe {
+            driver::launch_kernel(
+                function,
+                grid.blocks,
+                grid.threads,
+                self.stream.stream,
+                &mut params,
+            )
+        }
     }
 
     fn default_grid(&self, call: &KernelCall) -> Grid {
@@ -737,7 +843,6 @@ impl Backend for Cuda {
         self.syncs.load(Ordering::Relaxed)
     }
 }
-
 
 #[cfg(test)]
 mod tests {
@@ -765,7 +870,13 @@ mod tests {
     }
 
     fn pattern(len: usize, seed: u8) -> Vec<u8> {
-        (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed ^ (i >> 8) as u8)).collect()
+        (0..len)
+            .map(|i| {
+                (i as u8)
+                    .wrapping_mul(31)
+                    .wrapping_add(seed ^ (i >> 8) as u8)
+            })
+            .collect()
     }
 
     fn hex(bytes: &[u8]) -> String {
@@ -773,12 +884,20 @@ mod tests {
     }
 
     fn unhex(s: &str) -> Vec<u8> {
-        (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
     }
 
     /// Runs one test of this module in a child process of this test binary.
     fn run_child(test: &str, env: &str) -> std::process::ExitStatus {
-        let path = format!("{}::{test}", module_path!().split_once("::").map_or(module_path!(), |(_, p)| p));
+        let path = format!(
+            "{}::{test}",
+            module_path!()
+                .split_once("::")
+                .map_or(module_path!(), |(_, p)| p)
+        );
         Command::new(std::env::current_exe().unwrap())
             .args(["--exact", &path, "--nocapture", "--test-threads=1"])
             .env(CHILD_ENV, env)
@@ -789,7 +908,12 @@ mod tests {
     #[test]
     fn cuda_new_is_typed_error_without_driver() {
         match Cuda::new(0) {
-            Err(e @ (Error::LibraryMissing { library: "libcuda.so" } | Error::NoDevice { backend: "cuda" })) => {
+            Err(
+                e @ (Error::LibraryMissing {
+                    library: "libcuda.so",
+                }
+                | Error::NoDevice { backend: "cuda" }),
+            ) => {
                 println!("no CUDA here, as expected: {e}");
             }
             Ok(cuda) => println!("a CUDA device is present: {cuda:?}"),
@@ -807,11 +931,41 @@ mod tests {
 
     #[test]
     fn cuda_default_grid_is_one_vector_per_thread() {
-        assert_eq!(grid_for_bytes(0), Grid { blocks: 1, threads: 256 });
-        assert_eq!(grid_for_bytes(1), Grid { blocks: 1, threads: 256 });
-        assert_eq!(grid_for_bytes(4096), Grid { blocks: 1, threads: 256 });
-        assert_eq!(grid_for_bytes(4097), Grid { blocks: 2, threads: 256 });
-        assert_eq!(grid_for_bytes(2 << 30), Grid { blocks: 524_288, threads: 256 });
+        assert_eq!(
+            grid_for_bytes(0),
+            Grid {
+                blocks: 1,
+                threads: 256
+            }
+        );
+        assert_eq!(
+            grid_for_bytes(1),
+            Grid {
+                blocks: 1,
+                threads: 256
+            }
+        );
+        assert_eq!(
+            grid_for_bytes(4096),
+            Grid {
+                blocks: 1,
+                threads: 256
+            }
+        );
+        assert_eq!(
+            grid_for_bytes(4097),
+            Grid {
+                blocks: 2,
+                threads: 256
+            }
+        );
+        assert_eq!(
+            grid_for_bytes(2 << 30),
+            Grid {
+                blocks: 524_288,
+                threads: 256
+            }
+        );
         assert_eq!(grid_for_bytes(u64::MAX).blocks, i32::MAX as u32);
     }
 
@@ -831,19 +985,37 @@ mod tests {
         let ptx = code_object_for(9, 0).unwrap().bytes;
         let text = std::str::from_utf8(ptx).unwrap();
         for k in ["symmem_put", "symmem_get", "symmem_copy"] {
-            assert!(text.contains(&format!(".entry {k}(")), "{k} missing from the PTX");
+            assert!(
+                text.contains(&format!(".entry {k}(")),
+                "{k} missing from the PTX"
+            );
         }
     }
 
     #[test]
     fn cuda_ipc_export_bytes_roundtrip() {
-        let e = IpcExport { handle: [7; 64], pid: 1234, ordinal: 3, ptr: 0x7f00_0000_1000, len: 4096 };
+        let e = IpcExport {
+            handle: [7; 64],
+            pid: 1234,
+            ordinal: 3,
+            ptr: 0x7f00_0000_1000,
+            len: 4096,
+        };
         let bytes = e.encode();
         assert_eq!(bytes.len(), IpcExport::BYTES);
         assert_eq!(IpcExport::decode(&bytes).unwrap(), e);
-        assert!(matches!(IpcExport::decode(&bytes[1..]), Err(Error::Bootstrap(_))));
-        assert_eq!(decode_heap_size(&(2u64 << 20).to_le_bytes()).unwrap(), 2 << 20);
-        assert!(matches!(decode_heap_size(&[0; 4]), Err(Error::Bootstrap(_))));
+        assert!(matches!(
+            IpcExport::decode(&bytes[1..]),
+            Err(Error::Bootstrap(_))
+        ));
+        assert_eq!(
+            decode_heap_size(&(2u64 << 20).to_le_bytes()).unwrap(),
+            2 << 20
+        );
+        assert!(matches!(
+            decode_heap_size(&[0; 4]),
+            Err(Error::Bootstrap(_))
+        ));
     }
 
     /// Two ranks in one process: each a heap, each imports the other's, rank 0 puts
@@ -854,14 +1026,26 @@ mod tests {
         let Some(r0) = device_or_skip() else { return };
         let r1 = Cuda::new(0).unwrap();
         let g = r0.heap_granularity();
-        println!("granularity {g}, driver {}, code object {}", r0.driver_version(), r0.code_object_target());
+        println!(
+            "granularity {g}, driver {}, code object {}",
+            r0.driver_version(),
+            r0.code_object_target()
+        );
         assert!(g > 0 && g.is_power_of_two());
         let heap_bytes = 2 * g;
         let h0 = r0.create_heap(heap_bytes).unwrap();
-        let h1 = std::thread::scope(|s| s.spawn(|| r1.create_heap(heap_bytes).unwrap()).join().unwrap());
+        let h1 = std::thread::scope(|s| {
+            s.spawn(|| r1.create_heap(heap_bytes).unwrap())
+                .join()
+                .unwrap()
+        });
         assert_eq!(h0.len(), heap_bytes);
-        let m01 = r0.import_heap(r1.export_heap(&h1).unwrap(), heap_bytes).unwrap();
-        let m10 = r1.import_heap(r0.export_heap(&h0).unwrap(), heap_bytes).unwrap();
+        let m01 = r0
+            .import_heap(r1.export_heap(&h1).unwrap(), heap_bytes)
+            .unwrap();
+        let m10 = r1
+            .import_heap(r0.export_heap(&h0).unwrap(), heap_bytes)
+            .unwrap();
         println!(
             "rank0 heap {:#x}, rank1 heap {:#x}, rank1's heap in rank0 {:#x}, rank0's heap in rank1 {:#x}",
             h0.base(),
@@ -878,10 +1062,17 @@ mod tests {
         let src = pattern(bytes, 0x5a);
         let src_dev = r0.alloc_device(bytes).unwrap();
         r0.upload(src_dev.base(), &src).unwrap();
-        let table: Vec<u8> = [h0.base(), m01.base()].iter().flat_map(|b| b.to_le_bytes()).collect();
+        let table: Vec<u8> = [h0.base(), m01.base()]
+            .iter()
+            .flat_map(|b| b.to_le_bytes())
+            .collect();
         let bases = r0.alloc_device(table.len()).unwrap();
         r0.upload(bases.base(), &table).unwrap();
-        assert_eq!(r0.device_to_host_syncs(), 0, "allocation/upload path must not sync");
+        assert_eq!(
+            r0.device_to_host_syncs(),
+            0,
+            "allocation/upload path must not sync"
+        );
 
         // Rank 1 clears its heap and waits (one counted sync) before rank 0 writes.
         std::thread::scope(|s| {
@@ -912,9 +1103,15 @@ mod tests {
             s.spawn(|| r1.download(&mut got, h1.base()).unwrap());
         });
         assert_eq!(r1.device_to_host_syncs(), 2);
-        assert!(got[..offset].iter().all(|&b| b == 0), "bytes before the put changed");
+        assert!(
+            got[..offset].iter().all(|&b| b == 0),
+            "bytes before the put changed"
+        );
         assert!(got[offset..offset + bytes] == src[..], "put data differs");
-        assert!(got[offset + bytes..].iter().all(|&b| b == 0), "bytes after the put changed");
+        assert!(
+            got[offset + bytes..].iter().all(|&b| b == 0),
+            "bytes after the put changed"
+        );
         // Rank 0 sees rank 1's heap through its own mapping too, and its own heap is untouched.
         let mut via0 = vec![0u8; bytes];
         r0.download(&mut via0, m01.base() + offset as u64).unwrap();
@@ -926,19 +1123,38 @@ mod tests {
         assert_eq!(r0.device_to_host_syncs(), 3);
 
         // Get back: rank 1 reads rank 0's heap through its own table.
-        let table1: Vec<u8> = [m10.base(), h1.base()].iter().flat_map(|b| b.to_le_bytes()).collect();
+        let table1: Vec<u8> = [m10.base(), h1.base()]
+            .iter()
+            .flat_map(|b| b.to_le_bytes())
+            .collect();
         let bases1 = r1.alloc_device(16).unwrap();
         r1.upload(bases1.base(), &table1).unwrap();
         let dst1 = r1.alloc_device(64).unwrap();
-        let get = KernelCall::Get { dst: dst1.base(), src: h1.base(), bytes: 64, bases: bases1.base(), world: 2, cur: 1, from: 0 };
+        let get = KernelCall::Get {
+            dst: dst1.base(),
+            src: h1.base(),
+            bytes: 64,
+            bases: bases1.base(),
+            world: 2,
+            cur: 1,
+            from: 0,
+        };
         r1.launch(&get, r1.default_grid(&get)).unwrap();
         let mut back = vec![0u8; 64];
         r1.download(&mut back, dst1.base()).unwrap();
-        assert!(back.iter().all(|&b| b == 0x11), "get through the imported heap: {back:?}");
+        assert!(
+            back.iter().all(|&b| b == 0x11),
+            "get through the imported heap: {back:?}"
+        );
 
         drop((m01, m10, h0, h1, src_dev, bases, bases1, dst1));
         drop((r0, r1));
-        assert_eq!(Cuda::drop_errors(), 0, "drop errors: {:?}", Cuda::last_drop_error());
+        assert_eq!(
+            Cuda::drop_errors(),
+            0,
+            "drop errors: {:?}",
+            Cuda::last_drop_error()
+        );
     }
 
     /// `cuMemAlloc` + IPC in one process gives a non-owning alias; a copy kernel works on
@@ -960,7 +1176,11 @@ mod tests {
         r0.synchronize().unwrap();
         // Rank 1 copies from the alias with the direct copy kernel.
         let dst = r1.alloc_device(len).unwrap();
-        let copy = KernelCall::Copy { dst: dst.base(), src: alias.base(), bytes: len as u64 };
+        let copy = KernelCall::Copy {
+            dst: dst.base(),
+            src: alias.base(),
+            bytes: len as u64,
+        };
         r1.launch(&copy, r1.default_grid(&copy)).unwrap();
         let mut got = vec![0u8; len];
         r1.download(&mut got, dst.base()).unwrap();
@@ -970,9 +1190,17 @@ mod tests {
         assert!(status.success(), "child failed: {status}");
         let mut after = vec![0u8; 4096];
         r0.download(&mut after, mem.base()).unwrap();
-        assert!(after.iter().all(|&b| b == 0xa5), "child's write not visible");
+        assert!(
+            after.iter().all(|&b| b == 0xa5),
+            "child's write not visible"
+        );
         drop((alias, dst, mem));
-        assert_eq!(Cuda::drop_errors(), 0, "drop errors: {:?}", Cuda::last_drop_error());
+        assert_eq!(
+            Cuda::drop_errors(),
+            0,
+            "drop errors: {:?}",
+            Cuda::last_drop_error()
+        );
     }
 
     /// The child half of the test above: opens the parent's IPC handle, checks the
@@ -980,14 +1208,28 @@ mod tests {
     #[test]
     fn cuda_gpu_child_ipc_open() {
         let Ok(env) = std::env::var(CHILD_ENV) else {
-            println!("skipped: runs only as the child of cuda_gpu_device_memory_ipc_alias_and_child_process");
+            println!(
+                "skipped: runs only as the child of cuda_gpu_device_memory_ipc_alias_and_child_process"
+            );
             return;
         };
         let cuda = Cuda::new(0).unwrap();
         let len = 1 << 20;
-        let m = cuda.import_device_memory(Shareable { bytes: unhex(&env), fd: None }, len).unwrap();
+        let m = cuda
+            .import_device_memory(
+                Shareable {
+                    bytes: unhex(&env),
+                    fd: None,
+                },
+                len,
+            )
+            .unwrap();
         assert!(m.is_ipc());
-        println!("child {}: opened the parent's allocation at {:#x}", std::process::id(), m.base());
+        println!(
+            "child {}: opened the parent's allocation at {:#x}",
+            std::process::id(),
+            m.base()
+        );
         let mut got = vec![0u8; len];
         cuda.download(&mut got, m.base()).unwrap();
         assert!(got == pattern(len, 3), "child read wrong data");
@@ -1007,14 +1249,22 @@ mod tests {
         let shared = r0.export_heap(&heap).unwrap();
         let fd = shared.fd.as_ref().unwrap();
         use std::os::fd::AsRawFd;
-        let env = format!("{}:{}:{}", std::process::id(), fd.as_raw_fd(), hex(&shared.bytes));
+        let env = format!(
+            "{}:{}:{}",
+            std::process::id(),
+            fd.as_raw_fd(),
+            hex(&shared.bytes)
+        );
         let status = run_child("cuda_gpu_child_heap_import", &env);
         assert!(status.success(), "child failed: {status}");
         let mut after = vec![0u8; g];
         r0.download(&mut after, heap.base()).unwrap();
         let mut want = pattern(g, 9);
         want[..8192].fill(0x3c);
-        assert!(after == want, "child's write through its own mapping not visible");
+        assert!(
+            after == want,
+            "child's write through its own mapping not visible"
+        );
     }
 
     /// The child half of the test above.
@@ -1030,19 +1280,38 @@ mod tests {
         let bytes = unhex(parts.next().unwrap());
         // SAFETY: plain syscalls with integer arguments; results are checked.
         let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-        assert!(pidfd >= 0, "pidfd_open: {}", std::io::Error::last_os_error());
+        assert!(
+            pidfd >= 0,
+            "pidfd_open: {}",
+            std::io::Error::last_os_error()
+        );
         // SAFETY: as above.
         let fd = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd, remote_fd, 0) };
         assert!(fd >= 0, "pidfd_getfd: {}", std::io::Error::last_os_error());
         use std::os::fd::FromRawFd;
         // SAFETY: both are fresh descriptors this process owns.
         let (fd, _pidfd) = unsafe {
-            (std::os::fd::OwnedFd::from_raw_fd(fd as i32), std::os::fd::OwnedFd::from_raw_fd(pidfd as i32))
+            (
+                std::os::fd::OwnedFd::from_raw_fd(fd as i32),
+                std::os::fd::OwnedFd::from_raw_fd(pidfd as i32),
+            )
         };
         let cuda = Cuda::new(0).unwrap();
         let g = cuda.heap_granularity();
-        let m = cuda.import_heap(Shareable { bytes, fd: Some(fd) }, g).unwrap();
-        println!("child {}: mapped the parent's heap at {:#x}", std::process::id(), m.base());
+        let m = cuda
+            .import_heap(
+                Shareable {
+                    bytes,
+                    fd: Some(fd),
+                },
+                g,
+            )
+            .unwrap();
+        println!(
+            "child {}: mapped the parent's heap at {:#x}",
+            std::process::id(),
+            m.base()
+        );
         let mut got = vec![0u8; g];
         cuda.download(&mut got, m.base()).unwrap();
         assert!(got == pattern(g, 9), "child read wrong heap data");
@@ -1053,7 +1322,10 @@ mod tests {
     #[test]
     fn cuda_gpu_bad_ordinal_and_zero_sizes() {
         let Some(r0) = device_or_skip() else { return };
-        assert!(matches!(Cuda::new(4096), Err(Error::NoDevice { backend: "cuda" })));
+        assert!(matches!(
+            Cuda::new(4096),
+            Err(Error::NoDevice { backend: "cuda" })
+        ));
         assert!(matches!(r0.create_heap(0), Err(Error::ZeroSize)));
         assert!(matches!(r0.alloc_device(0), Err(Error::ZeroSize)));
         assert_eq!(r0.kind(), BackendKind::Cuda);

@@ -1,0 +1,497 @@
+//! [`Team`]: a peer-base table plus the calling rank, and every operation on it.
+
+use crate::atomic::{AtomicInt, AtomicOp};
+use crate::copy;
+use crate::signal::{Cmp, SignalOp};
+use crate::{Order, Scope};
+use symmem_arch::Arch;
+use symmem_translate::PeerBases;
+
+/// The ranks a kernel can reach: a [`PeerBases`] table (entry `r` is the symmetric
+/// heap's address on rank `r`, mapped here) and this rank's index in it.
+///
+/// Every pointer argument named "symmetric" must lie in this rank's copy of the
+/// allocation the table describes; the operation reaches the same offset on the peer
+/// by translation. Pointers named "local" are used as they are. Ranks (`to`, `from`)
+/// must be `< self.world()`: that is every unsafe method's first precondition.
+#[derive(Clone, Copy, Debug)]
+pub struct Team<'a> {
+    bases: PeerBases<'a>,
+    rank: usize,
+}
+
+impl<'a> Team<'a> {
+    /// A team over `bases` as rank `rank`; `None` unless `rank < bases.len()`.
+    #[inline(always)]
+    pub fn new(bases: PeerBases<'a>, rank: usize) -> Option<Self> {
+        (rank < bases.len()).then_some(Self { bases, rank })
+    }
+
+    /// A team from a kernel's arguments: the device-resident table, world size, rank.
+    ///
+    /// # Safety
+    /// `table` points to `world` readable `u64`s that outlive `'a`, and `rank < world`.
+    #[inline(always)]
+    pub unsafe fn from_raw_parts(table: *const u64, world: u32, rank: u32) -> Self {
+        Self {
+            // SAFETY: forwarded from the caller.
+            bases: unsafe { PeerBases::from_raw_parts(table, world as usize) },
+            rank: rank as usize,
+        }
+    }
+
+    /// This rank.
+    #[inline(always)]
+    pub const fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// Number of ranks.
+    #[inline(always)]
+    pub const fn world(&self) -> usize {
+        self.bases.len()
+    }
+
+    /// The peer-base table.
+    #[inline(always)]
+    pub const fn bases(&self) -> PeerBases<'a> {
+        self.bases
+    }
+
+    /// The symmetric pointer `p` translated to rank `to`'s copy (a pointer offset).
+    ///
+    /// # Safety
+    /// `to < self.world()`. Dereferencing the result needs `p` symmetric (see [`Team`]).
+    #[inline(always)]
+    pub unsafe fn translate<T>(&self, p: *mut T, to: usize) -> *mut T {
+        debug_assert!(to < self.world());
+        // SAFETY: `rank < world` by construction; `to < world` by the caller.
+        unsafe { self.bases.remote_unchecked(p, self.rank, to) }
+    }
+
+    // ---- point operations -------------------------------------------------------
+
+    /// Reads the element at symmetric `p` on rank `from` (a plain load of `T`: one
+    /// 16-byte vector load for [`crate::U32x4`]).
+    ///
+    /// # Safety
+    /// `from < world`; `p` symmetric and aligned for `T`; no concurrent write to it.
+    #[inline(always)]
+    pub unsafe fn load<T: Copy>(&self, p: *const T, from: usize) -> T {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.translate(p.cast_mut(), from).read() }
+    }
+
+    /// Writes `v` to the element at symmetric `p` on rank `to` (a plain store).
+    ///
+    /// # Safety
+    /// `to < world`; `p` symmetric and aligned for `T`; no concurrent access to it.
+    #[inline(always)]
+    pub unsafe fn store<T: Copy>(&self, p: *mut T, v: T, to: usize) {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.translate(p, to).write(v) }
+    }
+
+    // ---- block-cooperative ranges -----------------------------------------------
+
+    /// Put, non-blocking: this thread's share of copying `n` bytes from local `src` to
+    /// symmetric `dst` on rank `to`. On return only this thread's share is issued; use
+    /// [`Team::quiet_block`] (or a signal or barrier) before relying on the data or on
+    /// `src` being free for the whole block.
+    ///
+    /// # Safety
+    /// Every thread of the block calls it with the same arguments; `to < world`; `dst`
+    /// symmetric with `n` writable bytes on rank `to`; `src..src+n` readable and not
+    /// overlapping the destination; no one else touches the destination meanwhile.
+    #[inline(always)]
+    pub unsafe fn put_nbi_block<A: Arch>(
+        &self,
+        arch: &A,
+        dst: *mut u8,
+        src: *const u8,
+        n: usize,
+        to: usize,
+    ) {
+        // SAFETY: forwarded from the caller.
+        unsafe { copy::copy_block(arch, self.translate(dst, to), src, n) }
+    }
+
+    /// Put: as [`Team::put_nbi_block`], then a block barrier, so on return the whole
+    /// block has read `src` (it may be reused) and issued every store. Remote
+    /// visibility to other ranks still needs a fence, quiet, signal or barrier.
+    ///
+    /// # Safety
+    /// As [`Team::put_nbi_block`].
+    #[inline(always)]
+    pub unsafe fn put_block<A: Arch>(
+        &self,
+        arch: &A,
+        dst: *mut u8,
+        src: *const u8,
+        n: usize,
+        to: usize,
+    ) {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.put_nbi_block(arch, dst, src, n, to) };
+        arch.sync_block();
+    }
+
+    /// Get, non-blocking: this thread's share of copying `n` bytes from symmetric `src`
+    /// on rank `from` to local `dst`. Only this thread's bytes are in `dst` on return.
+    ///
+    /// # Safety
+    /// As [`Team::put_nbi_block`] with source and destination swapped (`src` symmetric,
+    /// readable on rank `from`; `dst` local and writable).
+    #[inline(always)]
+    pub unsafe fn get_nbi_block<A: Arch>(
+        &self,
+        arch: &A,
+        dst: *mut u8,
+        src: *const u8,
+        n: usize,
+        from: usize,
+    ) {
+        // SAFETY: forwarded from the caller.
+        unsafe { copy::copy_block(arch, dst, self.translate(src.cast_mut(), from), n) }
+    }
+
+    /// Get: as [`Team::get_nbi_block`], then a block barrier, so on return all `n`
+    /// bytes are in `dst` for every thread of the block.
+    ///
+    /// # Safety
+    /// As [`Team::get_nbi_block`].
+    #[inline(always)]
+    pub unsafe fn get_block<A: Arch>(
+        &self,
+        arch: &A,
+        dst: *mut u8,
+        src: *const u8,
+        n: usize,
+        from: usize,
+    ) {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.get_nbi_block(arch, dst, src, n, from) };
+        arch.sync_block();
+    }
+
+    /// Copy between two peers, non-blocking: this thread's share of moving `n` bytes
+    /// from symmetric `src` on rank `from` to symmetric `dst` on rank `to`.
+    ///
+    /// # Safety
+    /// As [`Team::put_nbi_block`], with both pointers symmetric and both ranks `< world`.
+    #[inline(always)]
+    pub unsafe fn copy_nbi_block<A: Arch>(
+        &self,
+        arch: &A,
+        dst: *mut u8,
+        src: *const u8,
+        n: usize,
+        from: usize,
+        to: usize,
+    ) {
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            copy::copy_block(
+                arch,
+                self.translate(dst, to),
+                self.translate(src.cast_mut(), from),
+                n,
+            )
+        }
+    }
+
+    /// Copy between two peers: as [`Team::copy_nbi_block`], then a block barrier.
+    ///
+    /// # Safety
+    /// As [`Team::copy_nbi_block`].
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn copy_block<A: Arch>(
+        &self,
+        arch: &A,
+        dst: *mut u8,
+        src: *const u8,
+        n: usize,
+        from: usize,
+        to: usize,
+    ) {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.copy_nbi_block(arch, dst, src, n, from, to) };
+        arch.sync_block();
+    }
+
+    /// Fence: this thread's earlier puts, stores and atomics are ordered before its
+    /// later ones, as seen by every rank (a system-scope fence; on every target here
+    /// that also waits for the earlier stores to complete).
+    #[inline(always)]
+    pub fn fence<A: Arch>(&self, arch: &A) {
+        arch.fence(Scope::System);
+    }
+
+    /// Quiet: every put, get and store the block issued before has completed and is
+    /// visible to every rank, and every thread of the block may rely on it (a
+    /// system-scope fence per thread, then a block barrier).
+    ///
+    /// Block-cooperative: every thread of the block calls it.
+    #[inline(always)]
+    pub fn quiet_block<A: Arch>(&self, arch: &A) {
+        arch.fence(Scope::System);
+        arch.sync_block();
+    }
+
+    // ---- atomics ---------------------------------------------------------------
+
+    /// Applies `op` with operand `v` to the element at symmetric `p` on rank `to`;
+    /// returns the old value.
+    ///
+    /// # Safety
+    /// `to < world`; `p` symmetric and aligned; the element accessed only atomically
+    /// while this may run.
+    #[inline(always)]
+    pub unsafe fn atomic_fetch<T: AtomicInt>(
+        &self,
+        op: AtomicOp,
+        p: *mut T,
+        v: T,
+        to: usize,
+        order: Order,
+        scope: Scope,
+    ) -> T {
+        // SAFETY: forwarded from the caller.
+        unsafe { T::fetch_op(self.translate(p, to), op, v, order, scope) }
+    }
+
+    /// Applies `op` with operand `v` to the element at symmetric `p` on rank `to`,
+    /// without returning the old value (the no-return instruction on GPUs).
+    ///
+    /// # Safety
+    /// As [`Team::atomic_fetch`].
+    #[inline(always)]
+    pub unsafe fn atomic<T: AtomicInt>(
+        &self,
+        op: AtomicOp,
+        p: *mut T,
+        v: T,
+        to: usize,
+        order: Order,
+        scope: Scope,
+    ) {
+        // SAFETY: forwarded from the caller.
+        unsafe { T::op(self.translate(p, to), op, v, order, scope) }
+    }
+
+    /// Compare-and-swap on the element at symmetric `p` on rank `to`: stores `new` if
+    /// it holds `current`; returns the old value.
+    ///
+    /// # Safety
+    /// As [`Team::atomic_fetch`].
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn atomic_compare_exchange<T: AtomicInt>(
+        &self,
+        p: *mut T,
+        current: T,
+        new: T,
+        to: usize,
+        order: Order,
+        scope: Scope,
+    ) -> T {
+        // SAFETY: forwarded from the caller.
+        unsafe { T::compare_exchange(self.translate(p, to), current, new, order, scope) }
+    }
+
+    /// Atomic load of the element at symmetric `p` on rank `from`.
+    ///
+    /// # Safety
+    /// As [`Team::atomic_fetch`].
+    #[inline(always)]
+    pub unsafe fn atomic_load<T: AtomicInt>(
+        &self,
+        p: *const T,
+        from: usize,
+        order: Order,
+        scope: Scope,
+    ) -> T {
+        // SAFETY: forwarded from the caller.
+        unsafe { T::load(self.translate(p.cast_mut(), from), order, scope) }
+    }
+
+    /// Atomic store of `v` to the element at symmetric `p` on rank `to`.
+    ///
+    /// # Safety
+    /// As [`Team::atomic_fetch`].
+    #[inline(always)]
+    pub unsafe fn atomic_store<T: AtomicInt>(
+        &self,
+        p: *mut T,
+        v: T,
+        to: usize,
+        order: Order,
+        scope: Scope,
+    ) {
+        // SAFETY: forwarded from the caller.
+        unsafe { T::store(self.translate(p, to), v, order, scope) }
+    }
+}
+
+/// The default-order (`AcqRel`) and default-scope (`Device`) shorthands.
+macro_rules! shorthand {
+    ($($fetch:ident $nofetch:ident $op:ident;)*) => {
+        impl Team<'_> {
+            $(
+                #[doc = concat!("`", stringify!($op), "` on the element at symmetric `p` on rank `to`, `AcqRel`, `Device` scope; returns the old value.")]
+                ///
+                /// # Safety
+                /// As [`Team::atomic_fetch`].
+                #[inline(always)]
+                pub unsafe fn $fetch<T: AtomicInt>(&self, p: *mut T, v: T, to: usize) -> T {
+                    // SAFETY: forwarded from the caller.
+                    unsafe {
+                        self.atomic_fetch(AtomicOp::$op, p, v, to, Order::AcqRel, Scope::Device)
+                    }
+                }
+
+                #[doc = concat!("`", stringify!($op), "` on the element at symmetric `p` on rank `to`, `AcqRel`, `Device` scope; no result (no-return instruction).")]
+                ///
+                /// # Safety
+                /// As [`Team::atomic_fetch`].
+                #[inline(always)]
+                pub unsafe fn $nofetch<T: AtomicInt>(&self, p: *mut T, v: T, to: usize) {
+                    // SAFETY: forwarded from the caller.
+                    unsafe { self.atomic(AtomicOp::$op, p, v, to, Order::AcqRel, Scope::Device) }
+                }
+            )*
+        }
+    };
+}
+
+shorthand! {
+    atomic_fetch_add atomic_add Add;
+    atomic_fetch_sub atomic_sub Sub;
+    atomic_swap atomic_set Xchg;
+    atomic_fetch_and atomic_and And;
+    atomic_fetch_or atomic_or Or;
+    atomic_fetch_xor atomic_xor Xor;
+    atomic_fetch_min atomic_min Min;
+    atomic_fetch_max atomic_max Max;
+}
+
+impl Team<'_> {
+    /// [`Team::atomic_compare_exchange`] with `AcqRel` at `Device` scope.
+    ///
+    /// # Safety
+    /// As [`Team::atomic_fetch`].
+    #[inline(always)]
+    pub unsafe fn atomic_cas<T: AtomicInt>(&self, p: *mut T, current: T, new: T, to: usize) -> T {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.atomic_compare_exchange(p, current, new, to, Order::AcqRel, Scope::Device) }
+    }
+
+    // ---- signals ------------------------------------------------------------------
+
+    /// Updates the signal word at symmetric `sig` on rank `to` with release semantics
+    /// at system scope: everything this thread did (or saw, via a barrier) before is
+    /// visible to a rank that observes the new value with an acquire wait.
+    ///
+    /// # Safety
+    /// `to < world`; `sig` symmetric, 8-aligned, accessed only atomically.
+    #[inline(always)]
+    pub unsafe fn signal(&self, sig: *mut u64, op: SignalOp, value: u64, to: usize) {
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            match op {
+                SignalOp::Set => self.atomic_store(sig, value, to, Order::Release, Scope::System),
+                SignalOp::Add => {
+                    self.atomic(AtomicOp::Add, sig, value, to, Order::Release, Scope::System)
+                }
+            }
+        }
+    }
+
+    /// Put with signal: the block puts `n` bytes from local `src` to symmetric `dst` on
+    /// rank `to`, then (after a block barrier) thread 0 updates the signal at symmetric
+    /// `sig` on rank `to` with release semantics. A rank that sees the update with
+    /// [`Team::signal_wait_until`] sees all `n` bytes. On return `src` may be reused.
+    ///
+    /// # Safety
+    /// As [`Team::put_nbi_block`] and [`Team::signal`]; every thread of the block calls
+    /// it with the same arguments.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn put_with_signal_block<A: Arch>(
+        &self,
+        arch: &A,
+        dst: *mut u8,
+        src: *const u8,
+        n: usize,
+        sig: *mut u64,
+        op: SignalOp,
+        value: u64,
+        to: usize,
+    ) {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.put_nbi_block(arch, dst, src, n, to) };
+        arch.sync_block();
+        if arch.thread_id() == 0 {
+            // SAFETY: forwarded; the barrier above puts every thread's stores before
+            // this release (release is cumulative).
+            unsafe { self.signal(sig, op, value, to) };
+        }
+    }
+
+    /// Waits until the local signal word at `sig` satisfies `cmp` against `value`,
+    /// reading it with acquire semantics at system scope; returns the value seen. What
+    /// the signalling rank did before its release update is visible afterwards.
+    ///
+    /// # Safety
+    /// `sig` valid, 8-aligned, accessed only atomically.
+    #[inline(always)]
+    pub unsafe fn signal_wait_until(&self, sig: *const u64, cmp: Cmp, value: u64) -> u64 {
+        let mut spins = 0;
+        loop {
+            // SAFETY: forwarded from the caller.
+            let v = unsafe { u64::load(sig, Order::Acquire, Scope::System) };
+            if cmp.holds(v, value) {
+                return v;
+            }
+            crate::spin(&mut spins);
+        }
+    }
+
+    /// A barrier across every rank of the team, run by one block per rank.
+    ///
+    /// On return, everything any thread of the participating blocks did before the
+    /// barrier (puts included) is complete and visible to every thread of them.
+    /// `sig` is a symmetric array of [`crate::signal::barrier_words`]`(world)` `u64`s,
+    /// zero before the first barrier and used only by barriers of this one block on
+    /// every rank; word `r` counts rank `r`'s arrivals. Thread `t` signals and waits
+    /// for the ranks `r ≡ t (mod block_dim)`.
+    ///
+    /// # Safety
+    /// Every thread of the block calls it; exactly one block on every rank uses `sig`,
+    /// and all of them call the same sequence of barriers on it.
+    #[inline(always)]
+    pub unsafe fn barrier_block<A: Arch>(&self, arch: &A, sig: *mut u64) {
+        let world = self.world();
+        let (tid, threads) = (arch.thread_id() as usize, arch.block_dim() as usize);
+        // Only this rank ever updates its own arrival count, and only after the
+        // barrier below, so every thread reads the same count here.
+        // SAFETY: `sig` has `world` words; `rank < world`.
+        let arrival = unsafe { u64::load(sig.add(self.rank), Order::Relaxed, Scope::Block) } + 1;
+        arch.sync_block();
+        let mut r = tid;
+        while r < world {
+            // SAFETY: r < world; the word is symmetric. Release orders the block's
+            // earlier work (through the barrier above) before the arrival.
+            unsafe { self.signal(sig.add(self.rank), SignalOp::Add, 1, r) };
+            r += threads;
+        }
+        let mut r = tid;
+        while r < world {
+            // SAFETY: r < world.
+            unsafe { self.signal_wait_until(sig.add(r), Cmp::Ge, arrival) };
+            r += threads;
+        }
+        arch.sync_block();
+    }
+}
