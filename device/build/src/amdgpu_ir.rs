@@ -15,6 +15,38 @@ pub const FENCE_SCOPES: [(&str, &str); 3] = [
     ("system", ""),
 ];
 
+/// `(name, LLVM type, signed, alignment)` of every atomic element type.
+pub const ATOMIC_TYPES: [(&str, &str, bool, u32); 4] = [
+    ("u32", "i32", false, 4),
+    ("i32", "i32", true, 4),
+    ("u64", "i64", false, 8),
+    ("i64", "i64", true, 8),
+];
+
+/// `(name, atomicrmw op for unsigned types, for signed types)` of every one-operand
+/// read-modify-write.
+pub const RMW_OPS: [(&str, &str, &str); 8] = [
+    ("add", "add", "add"),
+    ("sub", "sub", "sub"),
+    ("xchg", "xchg", "xchg"),
+    ("and", "and", "and"),
+    ("or", "or", "or"),
+    ("xor", "xor", "xor"),
+    ("min", "umin", "min"),
+    ("max", "umax", "max"),
+];
+
+/// `(name, read-modify-write ordering, cmpxchg failure ordering, load ordering, store
+/// ordering)`: each symmem order as LLVM spells it for each kind of operation (a load
+/// keeps the acquire half, a store the release half, a failed cmpxchg is a load).
+pub const ATOMIC_ORDERS: [(&str, &str, &str, &str, &str); 5] = [
+    ("relaxed", "monotonic", "monotonic", "monotonic", "monotonic"),
+    ("acquire", "acquire", "acquire", "acquire", "monotonic"),
+    ("release", "release", "monotonic", "monotonic", "release"),
+    ("acq_rel", "acq_rel", "acquire", "acquire", "release"),
+    ("seq_cst", "seq_cst", "seq_cst", "seq_cst", "seq_cst"),
+];
+
 /// The library's LLVM IR text for a target with data layout `data_layout`.
 pub fn library(data_layout: &str) -> String {
     let mut ir = String::new();
@@ -60,12 +92,60 @@ pub fn library(data_layout: &str) -> String {
             ),
         );
     }
+    atomics(w);
     wl(
         w,
         format_args!("attributes #0 = {{ alwaysinline nounwind }}"),
     );
     wl(w, format_args!("!0 = !{{}}"));
     ir
+}
+
+/// Every (type, op, order, scope) atomic function.
+fn atomics(w: &mut String) {
+    for (ty, llty, signed, align) in ATOMIC_TYPES {
+        for (order, rmw, fail, load, store) in ATOMIC_ORDERS {
+            for (scope, sync) in FENCE_SCOPES {
+                let suffix = format!("{ty}_{order}_{scope}");
+                for (op, unsigned_op, signed_op) in RMW_OPS {
+                    let llop = if signed { signed_op } else { unsigned_op };
+                    wl(
+                        w,
+                        format_args!(
+                            "define linkonce_odr hidden {llty} @symmem_amdgpu_atomic_{op}_{suffix}(ptr %p, {llty} %v) #0 {{\n\
+                         \x20 %r = atomicrmw {llop} ptr %p, {llty} %v {sync}{rmw}, align {align}\n\
+                         \x20 ret {llty} %r\n}}"
+                        ),
+                    );
+                }
+                wl(
+                    w,
+                    format_args!(
+                        "define linkonce_odr hidden {llty} @symmem_amdgpu_atomic_cas_{suffix}(ptr %p, {llty} %c, {llty} %n) #0 {{\n\
+                     \x20 %x = cmpxchg ptr %p, {llty} %c, {llty} %n {sync}{rmw} {fail}, align {align}\n\
+                     \x20 %r = extractvalue {{ {llty}, i1 }} %x, 0\n\
+                     \x20 ret {llty} %r\n}}"
+                    ),
+                );
+                wl(
+                    w,
+                    format_args!(
+                        "define linkonce_odr hidden {llty} @symmem_amdgpu_atomic_load_{suffix}(ptr %p) #0 {{\n\
+                     \x20 %r = load atomic {llty}, ptr %p {sync}{load}, align {align}\n\
+                     \x20 ret {llty} %r\n}}"
+                    ),
+                );
+                wl(
+                    w,
+                    format_args!(
+                        "define linkonce_odr hidden void @symmem_amdgpu_atomic_store_{suffix}(ptr %p, {llty} %v) #0 {{\n\
+                     \x20 store atomic {llty} %v, ptr %p {sync}{store}, align {align}\n\
+                     \x20 ret void\n}}"
+                    ),
+                );
+            }
+        }
+    }
 }
 
 fn wl(w: &mut String, args: std::fmt::Arguments<'_>) {

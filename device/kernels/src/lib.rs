@@ -3,6 +3,10 @@
 //! Each entry point is a thin `extern "gpu-kernel"` wrapper: it builds the target's
 //! [`Gpu`] arch handle and calls the shared body from `symmem-kernels`. Argument lists
 //! use only `u64`/pointer and `u32` parameters, in an order the host's launch code packs.
+//!
+//! The `symmem-rma` entry points (modules `rma`, `collectives`, `probes`) take their
+//! arguments in one order: buffer pointers, the peer-base table, `world`, `rank`,
+//! counts, the signal array, then any extra ranks or values.
 #![no_std]
 #![feature(abi_gpu_kernel)]
 
@@ -69,3 +73,7 @@ pub unsafe extern "gpu-kernel" fn symmem_copy(dst: *mut u8, src: *const u8, n: u
     // SAFETY: forwarded from the host launch.
     unsafe { symmem_kernels::copy(&Gpu, dst, src, n as usize) }
 }
+
+mod collectives;
+mod probes;
+mod rma;

@@ -3,8 +3,9 @@
 //! received and rank 0 prints a table.
 //!
 //! ```text
-//! symmem-demo [--ranks N] [--bytes SIZE] [--backend cpu|cuda] [--launcher threads|processes]
+//! symmem-demo [--ranks N] [--bytes SIZE] [--backend auto|cpu|cuda] [--launcher threads|processes]
 //! ```
+//! `auto` (the default) takes the CUDA backend when a GPU answers, the CPU one otherwise.
 //! Under `mpirun -np N` (built with `--features mpi`) the world comes from MPI instead.
 
 use std::process::ExitCode;
@@ -47,13 +48,22 @@ fn parse_args() -> std::result::Result<Options, String> {
             "--launcher" => o.launcher = value()?,
             "--help" | "-h" => {
                 return Err(
-                    "usage: symmem-demo [--ranks N] [--bytes SIZE] [--backend cpu|cuda] \
+                    "usage: symmem-demo [--ranks N] [--bytes SIZE] [--backend auto|cpu|cuda] \
                             [--launcher threads|processes]"
                         .into(),
                 );
             }
             other => return Err(format!("unknown argument {other}")),
         }
+    }
+    if o.backend == "auto" {
+        o.backend = match Cuda::new(0) {
+            Ok(_) => "cuda".into(),
+            Err(why) => {
+                eprintln!("symmem-demo: no GPU backend ({why}); using the CPU backend");
+                "cpu".into()
+            }
+        };
     }
     if o.ranks == 0 || o.bytes == 0 {
         return Err("--ranks and --bytes must be positive".into());

@@ -1,0 +1,136 @@
+//! Collective entry points over `symmem_rma::collectives`. Every rank launches the
+//! same kernel with the same grid and counts; `sig` is the symmetric signal array of
+//! `symmem_rma::collectives::signal_words(world, grid_dim)` `u64`s, zeroed once.
+//! Reductions have one kernel per (operator, type):
+//! `symmem_{all_reduce_one_shot,all_reduce_two_shot,reduce_scatter}_{sum,min,max}_{f32,bf16,i32}`.
+
+use crate::Gpu;
+use symmem_rma::collectives::{self, ReduceOp};
+use symmem_rma::{Bf16, Team};
+
+/// All-gather of `n` bytes per rank (local `src`, symmetric `dst` of `world * n`).
+///
+/// # Safety
+/// See `symmem_rma::collectives::all_gather`.
+#[unsafe(no_mangle)]
+pub unsafe extern "gpu-kernel" fn symmem_all_gather(
+    dst: *mut u8,
+    src: *const u8,
+    bases: *const u64,
+    world: u32,
+    rank: u32,
+    n: u64,
+    sig: *mut u64,
+) {
+    // SAFETY: forwarded from the host launch.
+    unsafe {
+        let team = Team::from_raw_parts(bases, world, rank);
+        collectives::all_gather(&Gpu, &team, dst, src, n as usize, sig)
+    }
+}
+
+/// All-to-all of `n` bytes per rank pair (local `src`, symmetric `dst`, `world * n`
+/// each).
+///
+/// # Safety
+/// See `symmem_rma::collectives::all_to_all`.
+#[unsafe(no_mangle)]
+pub unsafe extern "gpu-kernel" fn symmem_all_to_all(
+    dst: *mut u8,
+    src: *const u8,
+    bases: *const u64,
+    world: u32,
+    rank: u32,
+    n: u64,
+    sig: *mut u64,
+) {
+    // SAFETY: forwarded from the host launch.
+    unsafe {
+        let team = Team::from_raw_parts(bases, world, rank);
+        collectives::all_to_all(&Gpu, &team, dst, src, n as usize, sig)
+    }
+}
+
+/// Broadcast of `n` bytes from rank `root`'s symmetric `src` into every local `dst`.
+///
+/// # Safety
+/// See `symmem_rma::collectives::broadcast`.
+#[unsafe(no_mangle)]
+pub unsafe extern "gpu-kernel" fn symmem_broadcast(
+    dst: *mut u8,
+    src: *const u8,
+    bases: *const u64,
+    world: u32,
+    rank: u32,
+    n: u64,
+    sig: *mut u64,
+    root: u32,
+) {
+    // SAFETY: forwarded from the host launch.
+    unsafe {
+        let team = Team::from_raw_parts(bases, world, rank);
+        collectives::broadcast(&Gpu, &team, dst, src, n as usize, root as usize, sig)
+    }
+}
+
+macro_rules! reduction {
+    ($name:ident, $body:ident, $op:expr, $t:ty) => {
+        /// A reduction collective; see the `symmem_rma::collectives` function this
+        /// name starts with for the buffers' roles and sizes (`count` in elements).
+        ///
+        /// # Safety
+        /// See that function.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "gpu-kernel" fn $name(
+            dst: *mut $t,
+            src: *const $t,
+            bases: *const u64,
+            world: u32,
+            rank: u32,
+            count: u64,
+            sig: *mut u64,
+        ) {
+            // SAFETY: forwarded from the host launch.
+            unsafe {
+                let team = Team::from_raw_parts(bases, world, rank);
+                collectives::$body(&Gpu, &team, $op, dst, src, count as usize, sig)
+            }
+        }
+    };
+}
+
+macro_rules! reductions {
+    ($($name:ident $body:ident $op:ident $t:ty;)*) => {
+        $(reduction!($name, $body, ReduceOp::$op, $t);)*
+    };
+}
+
+reductions! {
+    symmem_all_reduce_one_shot_sum_f32 all_reduce_one_shot Sum f32;
+    symmem_all_reduce_one_shot_min_f32 all_reduce_one_shot Min f32;
+    symmem_all_reduce_one_shot_max_f32 all_reduce_one_shot Max f32;
+    symmem_all_reduce_one_shot_sum_bf16 all_reduce_one_shot Sum Bf16;
+    symmem_all_reduce_one_shot_min_bf16 all_reduce_one_shot Min Bf16;
+    symmem_all_reduce_one_shot_max_bf16 all_reduce_one_shot Max Bf16;
+    symmem_all_reduce_one_shot_sum_i32 all_reduce_one_shot Sum i32;
+    symmem_all_reduce_one_shot_min_i32 all_reduce_one_shot Min i32;
+    symmem_all_reduce_one_shot_max_i32 all_reduce_one_shot Max i32;
+    symmem_all_reduce_two_shot_sum_f32 all_reduce_two_shot Sum f32;
+    symmem_all_reduce_two_shot_min_f32 all_reduce_two_shot Min f32;
+    symmem_all_reduce_two_shot_max_f32 all_reduce_two_shot Max f32;
+    symmem_all_reduce_two_shot_sum_bf16 all_reduce_two_shot Sum Bf16;
+    symmem_all_reduce_two_shot_min_bf16 all_reduce_two_shot Min Bf16;
+    symmem_all_reduce_two_shot_max_bf16 all_reduce_two_shot Max Bf16;
+    symmem_all_reduce_two_shot_sum_i32 all_reduce_two_shot Sum i32;
+    symmem_all_reduce_two_shot_min_i32 all_reduce_two_shot Min i32;
+    symmem_all_reduce_two_shot_max_i32 all_reduce_two_shot Max i32;
+    symmem_reduce_scatter_sum_f32 reduce_scatter Sum f32;
+    symmem_reduce_scatter_min_f32 reduce_scatter Min f32;
+    symmem_reduce_scatter_max_f32 reduce_scatter Max f32;
+    symmem_reduce_scatter_sum_bf16 reduce_scatter Sum Bf16;
+    symmem_reduce_scatter_min_bf16 reduce_scatter Min Bf16;
+    symmem_reduce_scatter_max_bf16 reduce_scatter Max Bf16;
+    symmem_reduce_scatter_sum_i32 reduce_scatter Sum i32;
+    symmem_reduce_scatter_min_i32 reduce_scatter Min i32;
+    symmem_reduce_scatter_max_i32 reduce_scatter Max i32;
+}

@@ -1,0 +1,36 @@
+//! Probe kernels: one library operation each, exported so codegen tests can read the
+//! instructions a given order and scope compile to. Each translates its symmetric
+//! pointer through the team like any kernel would.
+
+use crate::Gpu;
+use symmem_rma::{AtomicOp, Order, Scope, Team};
+
+macro_rules! probe_add_u32 {
+    ($name:ident, $scope:expr) => {
+        /// `*out = fetch_add(p on rank to, v)`, `AcqRel`, at this probe's scope.
+        ///
+        /// # Safety
+        /// `bases` holds `world` entries, `rank, to < world`, `p` symmetric, `out` local.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "gpu-kernel" fn $name(
+            p: *mut u32,
+            out: *mut u32,
+            bases: *const u64,
+            world: u32,
+            rank: u32,
+            v: u32,
+            to: u32,
+        ) {
+            // SAFETY: forwarded from the host launch.
+            unsafe {
+                let team = Team::from_raw_parts(bases, world, rank);
+                let old = team.atomic_fetch(AtomicOp::Add, p, v, to as usize, Order::AcqRel, $scope);
+                out.write(old);
+            }
+        }
+    };
+}
+
+probe_add_u32!(symmem_probe_atomic_add_u32_block, Scope::Block);
+probe_add_u32!(symmem_probe_atomic_add_u32_device, Scope::Device);
+probe_add_u32!(symmem_probe_atomic_add_u32_system, Scope::System);

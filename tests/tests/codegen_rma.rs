@@ -1,0 +1,196 @@
+//! Codegen checks for `symmem-rma`: the scope of an atomic reaches the instruction, and
+//! a translated put stays a 16-byte global vector store, on every GPU target.
+//!
+//! Reads the code objects embedded in the `symmem` crate (built by `host/build.rs`, so
+//! they exist whenever this test compiles) and disassembles the AMD ones with
+//! llvm-tools' `llvm-objdump`. A missing object, tool or function is a failure.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+const MODULE: &str = symmem_device_build::DEVICE_MODULE;
+
+fn object(cpu: &str) -> &'static [u8] {
+    symmem::code_objects::find(MODULE, cpu)
+        .unwrap_or_else(|| panic!("no embedded {MODULE} code object for {cpu}"))
+        .bytes
+}
+
+/// The instructions of function `name` in the AMD code object for `cpu`, comments cut.
+fn amd_function(cpu: &str, name: &str) -> Vec<String> {
+    let cargo = std::env::var_os("CARGO").map_or_else(|| PathBuf::from("cargo"), PathBuf::from);
+    let bin = symmem_device_build::llvm_tools_bin(&cargo).expect("llvm-tools are installed");
+    let file = std::env::temp_dir().join(format!(
+        "symmem-codegen-rma-{}-{cpu}.hsaco",
+        std::process::id()
+    ));
+    std::fs::write(&file, object(cpu)).expect("temp dir is writable");
+    let out = Command::new(bin.join("llvm-objdump"))
+        .arg("-d")
+        .arg(format!("--mcpu={cpu}"))
+        .arg(&file)
+        .output()
+        .expect("llvm-objdump runs");
+    let _ = std::fs::remove_file(&file);
+    assert!(out.status.success(), "llvm-objdump failed: {out:?}");
+    let text = String::from_utf8(out.stdout).expect("utf-8 disassembly");
+    let header = format!("<{name}>:");
+    let mut lines = text.lines().skip_while(|l| !l.ends_with(&header));
+    assert!(
+        lines.next().is_some(),
+        "{name} is not in the {cpu} code object"
+    );
+    lines
+        .take_while(|l| !l.trim().is_empty())
+        .map(|l| l.split("//").next().unwrap_or("").trim().to_owned())
+        .filter(|l| !l.is_empty())
+        .collect()
+}
+
+/// The body of PTX entry `name` in the sm_90 code object, one trimmed line each.
+fn ptx_entry(name: &str) -> Vec<String> {
+    let text = std::str::from_utf8(object("sm_90")).expect("PTX is text");
+    let header = format!(".entry {name}(");
+    let mut lines = text.lines().skip_while(|l| !l.contains(&header));
+    assert!(lines.next().is_some(), "{name} is not in the sm_90 PTX");
+    lines
+        .take_while(|l| *l != "}")
+        .map(|l| l.split("//").next().unwrap_or("").trim().to_owned())
+        .filter(|l| !l.is_empty())
+        .collect()
+}
+
+/// Asserts that lines matching each pattern appear in this order; returns them.
+fn in_order<'a>(lines: &'a [String], patterns: &[&dyn Fn(&str) -> bool], what: &str) -> Vec<&'a str> {
+    let mut at = 0;
+    let mut found = Vec::new();
+    for (k, pattern) in patterns.iter().enumerate() {
+        let i = lines[at..]
+            .iter()
+            .position(|l| pattern(l))
+            .unwrap_or_else(|| panic!("{what}: pattern {k} not found after line {at} in:\n{}", lines.join("\n")));
+        found.push(lines[at + i].as_str());
+        at += i + 1;
+    }
+    found
+}
+
+fn words(l: &str) -> Vec<&str> {
+    l.split(|c: char| c.is_whitespace() || c == ',')
+        .filter(|w| !w.is_empty())
+        .collect()
+}
+
+fn has_bits(l: &str, bits: &[&str]) -> bool {
+    let w = words(l);
+    bits.iter().all(|b| w.contains(b))
+}
+
+fn check_amd_scopes(cpu: &str) {
+    let probe = |scope: &str| amd_function(cpu, &format!("symmem_probe_atomic_add_u32_{scope}"));
+
+    let device = probe("device");
+    let found = in_order(
+        &device,
+        &[
+            &|l| l.starts_with("buffer_wbl2") && has_bits(l, &["sc1"]) && !has_bits(l, &["sc0"]),
+            &|l| l.starts_with("global_atomic_add ") && !has_bits(l, &["sc1"]),
+            &|l| l.starts_with("buffer_inv") && has_bits(l, &["sc1"]) && !has_bits(l, &["sc0"]),
+        ],
+        &format!("{cpu} device-scope acq_rel add"),
+    );
+    println!("{cpu} device: {}", found.join(" | "));
+
+    let system = probe("system");
+    let found = in_order(
+        &system,
+        &[
+            &|l| l.starts_with("buffer_wbl2") && has_bits(l, &["sc0", "sc1"]),
+            &|l| l.starts_with("global_atomic_add ") && has_bits(l, &["sc0", "sc1"]),
+            &|l| l.starts_with("buffer_inv") && has_bits(l, &["sc0", "sc1"]),
+        ],
+        &format!("{cpu} system-scope acq_rel add"),
+    );
+    println!("{cpu} system: {}", found.join(" | "));
+
+    let block = probe("block");
+    let found = in_order(
+        &block,
+        &[&|l| l.starts_with("global_atomic_add ") && !has_bits(l, &["sc1"])],
+        &format!("{cpu} block-scope acq_rel add"),
+    );
+    assert!(
+        !block.iter().any(|l| l.starts_with("buffer_wbl2") || l.starts_with("buffer_inv")),
+        "{cpu} block-scope add must be the bare atomic:\n{}",
+        block.join("\n")
+    );
+    println!("{cpu} block: {}", found.join(" | "));
+}
+
+#[test]
+fn gfx942_atomic_scope_reaches_the_instruction() {
+    check_amd_scopes("gfx942");
+}
+
+#[test]
+fn gfx950_atomic_scope_reaches_the_instruction() {
+    check_amd_scopes("gfx950");
+}
+
+#[test]
+fn sm90_atomic_scope_reaches_the_instruction() {
+    for (scope, ptx) in [("block", "cta"), ("device", "gpu"), ("system", "sys")] {
+        let body = ptx_entry(&format!("symmem_probe_atomic_add_u32_{scope}"));
+        let want = format!("atom.acq_rel.{ptx}.global.add.u32");
+        let line = body
+            .iter()
+            .find(|l| l.contains(&want))
+            .unwrap_or_else(|| panic!("no `{want}` in:\n{}", body.join("\n")));
+        assert!(
+            !body.iter().any(|l| l.contains("fence.")),
+            "acq_rel {scope} add needs no separate fence"
+        );
+        println!("sm_90 {scope}: {line}");
+    }
+}
+
+fn check_amd_put(cpu: &str) {
+    for kernel in ["symmem_rma_put", "symmem_all_gather", "symmem_all_to_all"] {
+        let body = amd_function(cpu, kernel);
+        let store = body
+            .iter()
+            .find(|l| l.starts_with("global_store_dwordx4 "))
+            .unwrap_or_else(|| panic!("{cpu} {kernel}: no global_store_dwordx4 in:\n{}", body.join("\n")));
+        assert!(
+            !body.iter().any(|l| l.starts_with("flat_store")),
+            "{cpu} {kernel}: a translated store fell back to flat addressing"
+        );
+        println!("{cpu} {kernel}: {store}");
+    }
+}
+
+#[test]
+fn gfx942_translated_put_is_a_global_vector_store() {
+    check_amd_put("gfx942");
+}
+
+#[test]
+fn gfx950_translated_put_is_a_global_vector_store() {
+    check_amd_put("gfx950");
+}
+
+#[test]
+fn sm90_translated_put_is_a_global_vector_store() {
+    for kernel in ["symmem_rma_put", "symmem_all_gather", "symmem_all_to_all"] {
+        let body = ptx_entry(kernel);
+        let store = body
+            .iter()
+            .find(|l| l.starts_with("st.global.v4."))
+            .unwrap_or_else(|| panic!("{kernel}: no st.global.v4 in:\n{}", body.join("\n")));
+        assert!(
+            body.iter().any(|l| l.starts_with("ld.global.v4.")),
+            "{kernel}: the source side is not a 16-byte vector load"
+        );
+        println!("sm_90 {kernel}: {store}");
+    }
+}
