@@ -53,6 +53,14 @@ pub enum Error {
         /// Elements in the buffer.
         capacity: usize,
     },
+    /// A peer's address that is not congruent to the others modulo 16 (a table entry
+    /// that would break 16-byte alignment after translation).
+    PeerMisaligned {
+        /// The rank.
+        rank: usize,
+        /// Its address.
+        addr: u64,
+    },
     /// A symmetric buffer freed twice, or one that belongs to another world.
     NotAllocated {
         /// Offset of the buffer in the heap.
@@ -150,6 +158,10 @@ impl fmt::Display for Error {
             } => write!(
                 f,
                 "elements {start}..{start}+{len} are outside a buffer of {capacity}"
+            ),
+            Self::PeerMisaligned { rank, addr } => write!(
+                f,
+                "rank {rank}'s address {addr:#x} is not congruent to the others modulo 16"
             ),
             Self::NotAllocated { offset } => {
                 write!(f, "no live symmetric allocation at heap offset {offset:#x}")

@@ -19,7 +19,10 @@ type W = World<Cpu>;
 type Buf<'w, T> = SymmetricBuffer<'w, T, Cpu>;
 
 fn config() -> Config {
-    Config { heap_bytes: HEAP, ..Config::default() }
+    Config {
+        heap_bytes: HEAP,
+        ..Config::default()
+    }
 }
 
 /// Runs `body` on `n` thread-ranks and returns each rank's result, failing the test on
@@ -52,7 +55,10 @@ fn pattern(from: usize, to: usize, tag: usize, i: usize) -> u8 {
 /// inside a measured section).
 fn download_u64(world: &W, addr: u64, len: usize) -> Vec<u64> {
     let mut out = vec![0u64; len];
-    world.backend().download(bytemuck::cast_slice_mut(&mut out), addr).expect("download");
+    world
+        .backend()
+        .download(bytemuck::cast_slice_mut(&mut out), addr)
+        .expect("download");
     out
 }
 
@@ -78,7 +84,11 @@ fn check_table<T: Pod>(world: &W, buffer: &Buf<'_, T>, bases: &PeerBases) -> sym
     assert!(!bases.is_empty());
     assert_eq!(bases.entries()[rank], buffer.ptr(), "peer_bases[me] == ptr");
     for (r, &entry) in bases.entries().iter().enumerate() {
-        assert_eq!(entry, heap[r] + offset, "entry {r} == heap_bases[{r}] + offset");
+        assert_eq!(
+            entry,
+            heap[r] + offset,
+            "entry {r} == heap_bases[{r}] + offset"
+        );
     }
     assert_pairwise_distinct("peer_bases", bases.entries());
     assert_eq!(buffer.ptr() - heap[rank], offset);
@@ -93,11 +103,19 @@ fn check_table<T: Pod>(world: &W, buffer: &Buf<'_, T>, bases: &PeerBases) -> sym
     assert_eq!(buffer.byte_len(), buffer.len() * size_of::<T>());
     // The device-resident copy holds the same entries.
     assert_ne!(bases.device_ptr(), 0);
-    assert_eq!(download_u64(world, bases.device_ptr(), n), bases.entries(), "device table");
+    assert_eq!(
+        download_u64(world, bases.device_ptr(), n),
+        bases.entries(),
+        "device table"
+    );
     // Same offset on every rank.
     let offsets = world.all_gather_bytes(&offset.to_le_bytes())?;
     for (r, o) in offsets.iter().enumerate() {
-        assert_eq!(le_u64(o), offset, "rank {r}'s offset differs from rank {rank}'s");
+        assert_eq!(
+            le_u64(o),
+            offset,
+            "rank {r}'s offset differs from rank {rank}'s"
+        );
     }
     Ok(())
 }
@@ -116,7 +134,10 @@ fn exchange<T: Pod>(world: &W, buffer: &Buf<'_, T>, tag: usize) -> symmem::Resul
     let source = backend.alloc_device(n * region)?;
     let mut staged = vec![0u8; n * region];
     for (to, chunk) in staged.chunks_exact_mut(region).enumerate() {
-        chunk.iter_mut().enumerate().for_each(|(i, b)| *b = pattern(me, to, tag, i));
+        chunk
+            .iter_mut()
+            .enumerate()
+            .for_each(|(i, b)| *b = pattern(me, to, tag, i));
     }
     backend.upload(source.base(), &staged)?;
     world.barrier()?;
@@ -178,7 +199,11 @@ fn launch_gives_each_rank_its_world() {
             world.barrier()?;
             Ok(world.rank())
         });
-        assert_eq!(ranks, (0..n).collect::<Vec<_>>(), "results are indexed by rank");
+        assert_eq!(
+            ranks,
+            (0..n).collect::<Vec<_>>(),
+            "results are indexed by rank"
+        );
     }
 }
 
@@ -194,13 +219,20 @@ fn heap_bases_are_distinct_and_device_resident() {
         let mut sorted = bases.entries().to_vec();
         sorted.sort_unstable();
         for w in sorted.windows(2) {
-            assert!(w[1] - w[0] >= world.heap_len() as u64, "overlapping heap mappings");
+            assert!(
+                w[1] - w[0] >= world.heap_len() as u64,
+                "overlapping heap mappings"
+            );
         }
         // Each rank's mapping addresses are its own, not the peers'.
         // (All ranks share this address space, so every mapping has an address of its own.)
         let all = world.all_gather_bytes(&bases.entries()[rank].to_le_bytes())?;
         for (r, own) in all.iter().enumerate().filter(|&(r, _)| r != rank) {
-            assert_ne!(bases.entries()[r], le_u64(own), "rank {r}'s heap at its own address");
+            assert_ne!(
+                bases.entries()[r],
+                le_u64(own),
+                "rank {r}'s heap at its own address"
+            );
         }
         world.barrier()
     });
@@ -232,7 +264,12 @@ fn allocate_symmetric_table_invariant() {
             assert!(w[0].0 + w[0].1 <= w[1].0, "overlap: {ranges:?}");
         }
         // Tables of live allocations do not share device memory.
-        let tables = [ta.device_ptr(), tb.device_ptr(), tc.device_ptr(), td.device_ptr()];
+        let tables = [
+            ta.device_ptr(),
+            tb.device_ptr(),
+            tc.device_ptr(),
+            td.device_ptr(),
+        ];
         assert_pairwise_distinct("table device pointers", &tables);
         world.barrier()
     });
@@ -257,12 +294,22 @@ fn offsets_are_identical_across_ranks_through_frees() {
             assert_eq!(bases.entries()[rank], buffer.ptr());
             live.push(buffer);
         }
-        let offsets: Vec<u8> = live.iter().flat_map(|b| (b.offset() as u64).to_le_bytes()).collect();
+        let offsets: Vec<u8> = live
+            .iter()
+            .flat_map(|b| (b.offset() as u64).to_le_bytes())
+            .collect();
         let all = world.all_gather_bytes(&offsets)?;
-        assert!(all.iter().all(|o| *o == offsets), "offset sequences differ across ranks");
+        assert!(
+            all.iter().all(|o| *o == offsets),
+            "offset sequences differ across ranks"
+        );
         world.barrier()?;
         drop(live);
-        assert_eq!(world.heap_free(), world.heap_len(), "everything freed and coalesced");
+        assert_eq!(
+            world.heap_free(),
+            world.heap_len(),
+            "everything freed and coalesced"
+        );
         world.barrier()
     });
 }
@@ -284,13 +331,20 @@ fn allocation_makes_no_device_to_host_sync() {
         let f = world.full::<u32>(100, 7)?;
         let s = world.from_slice(&[1u8, 2, 3])?;
         let after = backend.device_to_host_syncs();
-        assert_eq!(after - before, 0, "the allocation path synchronised with the device");
+        assert_eq!(
+            after - before,
+            0,
+            "the allocation path synchronised with the device"
+        );
         // The tables were really written: check the last ones (this syncs, on purpose).
         assert_eq!(
             download_u64(&world, keep.peer_bases().device_ptr(), world.world_size()),
             keep.peer_bases().entries()
         );
-        assert!(backend.device_to_host_syncs() > after, "download is a counted sync");
+        assert!(
+            backend.device_to_host_syncs() > after,
+            "download is a counted sync"
+        );
         drop((keep, e, z, f, s));
         world.barrier()
     });
@@ -317,15 +371,26 @@ fn zeros_full_from_slice_empty_contents() {
         world.write(&empty, 0, &vec![0xDEAD_0000 + rank as u32; len])?;
         drop(empty);
         let empty = world.empty::<u32>(len)?;
-        assert_eq!(world.read(&empty)?, vec![0xDEAD_0000 + rank as u32; len], "empty zeroed");
+        assert_eq!(
+            world.read(&empty)?,
+            vec![0xDEAD_0000 + rank as u32; len],
+            "empty zeroed"
+        );
         drop(empty);
         let full = world.full::<u64>(len, 0x0123_4567_89AB_CDEF ^ rank as u64)?;
         assert_eq!(full.len(), len);
-        assert_eq!(world.read(&full)?, vec![0x0123_4567_89AB_CDEF ^ rank as u64; len]);
+        assert_eq!(
+            world.read(&full)?,
+            vec![0x0123_4567_89AB_CDEF ^ rank as u64; len]
+        );
         let data: Vec<u16> = (0..len).map(|i| (i * 3 + rank * 1000) as u16).collect();
         let slice = world.from_slice(&data)?;
         assert_eq!(slice.len(), data.len());
-        assert_eq!(world.read(&slice)?, data, "from_slice holds this rank's own data");
+        assert_eq!(
+            world.read(&slice)?,
+            data,
+            "from_slice holds this rank's own data"
+        );
         // write at an element offset.
         world.write(&slice, 10, &[9, 8, 7])?;
         let mut expected = data.clone();
@@ -419,7 +484,10 @@ fn put_and_get_at_element_offsets() {
             let region = &got[64 * from..64 * (from + 1)];
             let theirs = [from as u32 + 1, 0xABCD, 0x1234_5678 ^ from as u32];
             assert_eq!(&region[5..8], &theirs);
-            assert!(region[..5].iter().chain(&region[8..]).all(|&w| w == 0), "put wrote outside");
+            assert!(
+                region[..5].iter().chain(&region[8..]).all(|&w| w == 0),
+                "put wrote outside"
+            );
         }
         // A one-element get from the last element of each peer's copy.
         let scratch = world.backend().alloc_device(4)?;
@@ -447,19 +515,38 @@ fn is_symmetric_inside_and_outside() {
         }
         // b is the last allocation and 800 bytes long: its rounded range ends at 1024.
         let rounded_end = b.ptr() + 1024;
-        for p in [heap - 1, rounded_end, heap + world.heap_len() as u64, 0, u64::MAX] {
+        for p in [
+            heap - 1,
+            rounded_end,
+            heap + world.heap_len() as u64,
+            0,
+            u64::MAX,
+        ] {
             assert!(!world.is_symmetric(p), "{p:#x} is outside every allocation");
         }
         let local = 0u64;
-        assert!(!world.is_symmetric(std::ptr::from_ref(&local).addr() as u64), "a stack address");
+        assert!(
+            !world.is_symmetric(std::ptr::from_ref(&local).addr() as u64),
+            "a stack address"
+        );
         for r in (0..n).filter(|&r| r != rank) {
-            for p in [ta.entries()[r], tb.entries()[r], world.heap_bases().entries()[r]] {
-                assert!(!world.is_symmetric(p), "a peer's mapped address {p:#x} is not local");
+            for p in [
+                ta.entries()[r],
+                tb.entries()[r],
+                world.heap_bases().entries()[r],
+            ] {
+                assert!(
+                    !world.is_symmetric(p),
+                    "a peer's mapped address {p:#x} is not local"
+                );
             }
         }
         let freed = b.ptr();
         drop(b);
-        assert!(!world.is_symmetric(freed), "a freed allocation is not symmetric");
+        assert!(
+            !world.is_symmetric(freed),
+            "a freed allocation is not symmetric"
+        );
         drop(a);
         world.barrier()
     });
@@ -473,8 +560,14 @@ fn is_symmetric_false_one_past_the_end() {
         let (buffer, _) = world.allocate_symmetric::<u8>(1000)?;
         let end = buffer.ptr() + buffer.byte_len() as u64;
         assert!(world.is_symmetric(end - 1));
-        assert!(!world.is_symmetric(end), "one past the end of a 1000-byte buffer");
-        assert!(world.translate(end, 0).is_err(), "translate one past the end");
+        assert!(
+            !world.is_symmetric(end),
+            "one past the end of a 1000-byte buffer"
+        );
+        assert!(
+            world.translate(end, 0).is_err(),
+            "translate one past the end"
+        );
         world.barrier()
     });
 }
@@ -494,14 +587,22 @@ fn translate_equals_heap_base_arithmetic() {
                 for (to, &h) in heap.iter().enumerate() {
                     let remote = world.translate(buf_ptr + k, to)?;
                     assert_eq!(remote, h + buf_off as u64 + k);
-                    assert_eq!(remote, buf_ptr + k - heap[rank] + heap[to], "p - b[cur] + b[to]");
+                    assert_eq!(
+                        remote,
+                        buf_ptr + k - heap[rank] + heap[to],
+                        "p - b[cur] + b[to]"
+                    );
                 }
             }
         }
         for (to, &entry) in bases.entries().iter().enumerate() {
             assert_eq!(world.translate(buffer.ptr(), to)?, entry);
         }
-        assert_eq!(world.translate(buffer.ptr(), rank)?, buffer.ptr(), "identity on self");
+        assert_eq!(
+            world.translate(buffer.ptr(), rank)?,
+            buffer.ptr(),
+            "identity on self"
+        );
         assert!(n == bases.len());
         world.barrier()
     });
@@ -529,7 +630,11 @@ fn into_raw_and_free_raw() {
         let used = world.heap_len() - world.heap_free();
         assert_eq!(used, 3072, "3000 bytes round up to 3072");
         let raw = buffer.into_raw();
-        assert_eq!(world.heap_len() - world.heap_free(), 3072, "into_raw does not free");
+        assert_eq!(
+            world.heap_len() - world.heap_free(),
+            3072,
+            "into_raw does not free"
+        );
         world.free_raw(raw)?;
         assert_eq!(world.heap_free(), world.heap_len());
         let (again, _) = world.allocate_symmetric::<u8>(3000)?;
@@ -540,7 +645,12 @@ fn into_raw_and_free_raw() {
 }
 
 /// The put kernel over any provider's table: this rank's region of every peer's copy.
-fn put_through(world: &W, provider: &dyn PeerBaseProvider, source: &CpuMemory, region: usize) -> symmem::Result<()> {
+fn put_through(
+    world: &W,
+    provider: &dyn PeerBaseProvider,
+    source: &CpuMemory,
+    region: usize,
+) -> symmem::Result<()> {
     let (me, n) = (world.rank(), world.world_size());
     assert_eq!(provider.table().entries()[me], provider.local_ptr());
     for step in 0..n {
@@ -565,8 +675,9 @@ fn same_kernel_over_heap_and_rendezvous() {
         for (tag, region) in [(20, 4096usize), (21, 1001)] {
             let bytes = n * region;
             let source = world.backend().alloc_device(bytes)?;
-            let staged: Vec<u8> =
-                (0..bytes).map(|i| pattern(me, i / region, tag, i % region)).collect();
+            let staged: Vec<u8> = (0..bytes)
+                .map(|i| pattern(me, i / region, tag, i % region))
+                .collect();
             world.backend().upload(source.base(), &staged)?;
 
             let heap = world.zeros::<u8>(bytes)?;
@@ -575,13 +686,20 @@ fn same_kernel_over_heap_and_rendezvous() {
             let rendezvous = Rendezvous::new(&world, &user, bytes)?;
             let table = rendezvous.table();
             assert_eq!(table.len(), n);
-            assert_eq!(table.entries()[me], user.base(), "bases[cur] == the user's pointer");
+            assert_eq!(
+                table.entries()[me],
+                user.base(),
+                "bases[cur] == the user's pointer"
+            );
             assert_eq!(rendezvous.local_ptr(), user.base());
             assert_eq!(rendezvous.byte_len(), bytes);
             assert_pairwise_distinct("rendezvous table", table.entries());
             assert_eq!(download_u64(&world, table.device_ptr(), n), table.entries());
             for &entry in table.entries() {
-                assert!(!world.is_symmetric(entry), "rendezvous memory is not in the heap");
+                assert!(
+                    !world.is_symmetric(entry),
+                    "rendezvous memory is not in the heap"
+                );
             }
             world.barrier()?;
             put_through(&world, &heap, &source, region)?;
@@ -589,8 +707,13 @@ fn same_kernel_over_heap_and_rendezvous() {
             world.barrier()?;
             let over_heap = world.read(&heap)?;
             let mut over_rendezvous = vec![0u8; bytes];
-            world.backend().download(&mut over_rendezvous, user.base())?;
-            assert!(over_heap == over_rendezvous, "the two providers gave different results");
+            world
+                .backend()
+                .download(&mut over_rendezvous, user.base())?;
+            assert!(
+                over_heap == over_rendezvous,
+                "the two providers gave different results"
+            );
             for (i, &b) in over_heap.iter().enumerate() {
                 assert_eq!(b, pattern(i / region, me, tag, i % region), "byte {i}");
             }
@@ -626,7 +749,9 @@ fn rendezvous_of_a_prefix_of_the_user_allocation() {
         world.barrier()?;
         let from = (me + n - 1) % n;
         let mut got = [0u8; 16];
-        world.backend().download(&mut got, user.base() + 16 * from as u64)?;
+        world
+            .backend()
+            .download(&mut got, user.base() + 16 * from as u64)?;
         assert_eq!(got, [from as u8 + 1; 16]);
         world.barrier()
     });

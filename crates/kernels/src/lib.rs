@@ -24,9 +24,20 @@ pub const VECTOR_BYTES: usize = core::mem::size_of::<U32x4>();
 /// the launch.
 #[inline(always)]
 pub unsafe fn copy<A: Arch>(arch: &A, dst: *mut u8, src: *const u8, n: usize) {
+    let aligned = (dst.addr() | src.addr()).is_multiple_of(VECTOR_BYTES);
+    // SAFETY: forwarded from the caller; `aligned` was computed from these pointers.
+    unsafe { copy_with(arch, dst, src, n, aligned) }
+}
+
+/// [`copy`] with the vector-path decision made by the caller.
+///
+/// # Safety
+/// As [`copy`]; `aligned` may be true only if both `dst` and `src` are 16-byte aligned.
+#[inline(always)]
+unsafe fn copy_with<A: Arch>(arch: &A, dst: *mut u8, src: *const u8, n: usize, aligned: bool) {
     let stride = arch.global_threads();
     let mut i = arch.global_id();
-    if (dst.addr() | src.addr()).is_multiple_of(VECTOR_BYTES) {
+    if aligned {
         let vectors = n / VECTOR_BYTES;
         let (vdst, vsrc) = (dst.cast::<U32x4>(), src.cast::<U32x4>());
         while i < vectors {
@@ -54,6 +65,7 @@ pub unsafe fn copy<A: Arch>(arch: &A, dst: *mut u8, src: *const u8, n: usize) {
 /// buffer whose local address is `dst`.
 ///
 /// # Safety
+/// `bases`' entries are congruent modulo 16 (every provider guarantees it);
 /// `cur` and `to` are ranks of `bases`; `dst..dst+n` lies in a symmetric allocation whose
 /// peer-base table is `bases` (so `bases[cur] <= dst`), rank `to`'s copy is mapped; plus
 /// the requirements of [`copy`] on the translated destination.
@@ -67,8 +79,13 @@ pub unsafe fn put<A: Arch>(
     cur: usize,
     to: usize,
 ) {
-    // SAFETY: forwarded from the caller.
-    unsafe { copy(arch, bases.remote_unchecked(dst, cur, to), src, n) }
+    // The vector path is chosen from the local pointers, before the table is read, so
+    // the first source loads do not wait for the table loads. Valid because peer-base
+    // entries are congruent modulo 16 (the provider contract, see `PeerBases`): the
+    // translated destination has the local one's alignment.
+    let aligned = (dst.addr() | src.addr()).is_multiple_of(VECTOR_BYTES);
+    // SAFETY: forwarded from the caller; alignment carries over through translation.
+    unsafe { copy_with(arch, bases.remote_unchecked(dst, cur, to), src, n, aligned) }
 }
 
 /// Get: copies `n` bytes from rank `from`'s copy of the symmetric buffer whose local

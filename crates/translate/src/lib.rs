@@ -76,7 +76,9 @@ impl core::error::Error for TranslateError {}
 /// A borrowed peer-base table: entry `r` is one allocation's address on rank `r`, as
 /// mapped in this address space.
 ///
-/// The one invariant every provider guarantees is `bases[my_rank] == local pointer`.
+/// Every provider guarantees two things: `bases[my_rank] == local pointer`, and all
+/// entries are congruent modulo 16 (so translation keeps 16-byte alignment and kernels
+/// may choose their vector path from the local pointer alone).
 #[derive(Clone, Copy, Debug)]
 pub struct PeerBases<'a> {
     bases: &'a [u64],

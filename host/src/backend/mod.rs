@@ -12,6 +12,8 @@
 
 pub mod cpu;
 pub mod cuda;
+#[cfg(feature = "hip")]
+pub mod hip;
 
 use crate::error::Result;
 use crate::kernels::KernelCall;

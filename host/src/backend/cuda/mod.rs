@@ -35,6 +35,7 @@
 //! counted process-wide in [`Cuda::drop_errors`].
 
 mod driver;
+pub mod timing;
 
 use super::{Backend, BackendKind, DeviceRegion, Grid, Shareable};
 use crate::code_objects::{self, CodeObject};

@@ -1,0 +1,209 @@
+//! CPU-backend numbers (a plain harness; `cargo bench -p symmem --bench cpu`):
+//!
+//! * `allocate_symmetric` latency on 4 thread-ranks: median over >= 1000 alloc/free
+//!   pairs per rank, with the device-to-host synchronisations the backend counted during
+//!   the allocations (must be 0). Goal: under 20 µs.
+//! * Translated put (`World::put`, the `symmem_put` kernel) against a direct copy
+//!   (`KernelCall::Copy` to the already translated address) over the same shared
+//!   mapping, rank 0 into rank 1's copy while the other ranks wait, for 1, 16 and 64 MiB:
+//!   medians of >= 10 repetitions each, interleaved, and their ratio from the same run.
+
+use std::time::{Duration, Instant};
+use symmem::backend::cpu::Cpu;
+use symmem::backend::{Backend, DeviceRegion};
+use symmem::kernels::KernelCall;
+use symmem::{Config, Error, World};
+
+const RANKS: usize = 4;
+/// Alloc/free pairs timed per rank (after `WARMUP` untimed ones).
+const PAIRS: usize = 5000;
+const WARMUP: usize = 200;
+/// Bytes per timed allocation.
+const ALLOC_BYTES: usize = 4096;
+const MIB: usize = 1 << 20;
+const SIZES: [usize; 3] = [MIB, 16 * MIB, 64 * MIB];
+const REPS: usize = 15;
+
+/// What one rank measured.
+struct Numbers {
+    rank: usize,
+    alloc: Vec<Duration>,
+    free: Vec<Duration>,
+    alloc_syncs: u64,
+    /// Per size: (put samples, copy samples), rank 0 only.
+    bandwidth: Vec<(usize, Vec<Duration>, Vec<Duration>)>,
+}
+
+fn median(samples: &[Duration]) -> Duration {
+    let mut s = samples.to_vec();
+    s.sort_unstable();
+    s[s.len() / 2]
+}
+
+fn percentile(samples: &[Duration], p: f64) -> Duration {
+    let mut s = samples.to_vec();
+    s.sort_unstable();
+    s[((s.len() - 1) as f64 * p).round() as usize]
+}
+
+fn micros(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+fn gbps(bytes: usize, d: Duration) -> f64 {
+    bytes as f64 / d.as_secs_f64() / 1e9
+}
+
+fn rank_body(world: World<Cpu>) -> symmem::Result<Numbers> {
+    let (rank, n) = (world.rank(), world.world_size());
+    let backend = world.backend();
+
+    // Allocation latency: every rank at once, as a real program would.
+    world.barrier()?;
+    for _ in 0..WARMUP {
+        drop(world.allocate_symmetric::<u8>(ALLOC_BYTES)?);
+    }
+    let (mut alloc, mut free) = (Vec::with_capacity(PAIRS), Vec::with_capacity(PAIRS));
+    let mut alloc_syncs = 0;
+    for _ in 0..PAIRS {
+        let syncs = backend.device_to_host_syncs();
+        let t = Instant::now();
+        let (buffer, bases) = world.allocate_symmetric::<u8>(ALLOC_BYTES)?;
+        let dt = t.elapsed();
+        alloc_syncs += backend.device_to_host_syncs() - syncs;
+        alloc.push(dt);
+        std::hint::black_box(bases.device_ptr());
+        let t = Instant::now();
+        drop(buffer);
+        free.push(t.elapsed());
+    }
+    world.barrier()?;
+
+    // Bandwidth: rank 0 into rank 1's copy (rank 0 into itself in a world of one).
+    let largest = *SIZES.iter().max().expect("sizes");
+    let (buffer, _) = world.allocate_symmetric::<u8>(largest)?;
+    let source = backend.alloc_device(largest)?;
+    let data: Vec<u8> = (0..largest).map(|i| (i % 251) as u8).collect();
+    backend.upload(source.base(), &data)?;
+    let to = 1 % n;
+    let mut bandwidth = Vec::new();
+    world.barrier()?;
+    if rank == 0 {
+        let remote = world.translate(buffer.ptr(), to)?;
+        for &bytes in &SIZES {
+            let copy = KernelCall::Copy {
+                dst: remote,
+                src: source.base(),
+                bytes: bytes as u64,
+            };
+            // Warm up both paths (first touch of the pages).
+            world.put(&buffer, 0, source.base(), bytes, to)?;
+            world.launch(&copy)?;
+            let (mut puts, mut copies) = (Vec::new(), Vec::new());
+            for _ in 0..REPS {
+                let t = Instant::now();
+                world.put(&buffer, 0, source.base(), bytes, to)?;
+                backend.synchronize()?;
+                puts.push(t.elapsed());
+                let t = Instant::now();
+                world.launch(&copy)?;
+                backend.synchronize()?;
+                copies.push(t.elapsed());
+            }
+            bandwidth.push((bytes, puts, copies));
+        }
+    }
+    world.barrier()?;
+    // The data really arrived: rank 1 checks its copy.
+    if rank == to {
+        let got = world.read(&buffer)?;
+        if got != data {
+            return Err(Error::Bootstrap(
+                "put/copy destination does not hold the source".into(),
+            ));
+        }
+    }
+    world.barrier()?;
+    Ok(Numbers {
+        rank,
+        alloc,
+        free,
+        alloc_syncs,
+        bandwidth,
+    })
+}
+
+fn main() {
+    let config = Config {
+        heap_bytes: 64 * MIB + 4 * MIB,
+        timeout: Duration::from_secs(120),
+    };
+    let results = symmem::launch(RANKS, &config, |_| Ok(Cpu::new()), rank_body).expect("launch");
+    let numbers: Vec<Numbers> = results
+        .into_iter()
+        .enumerate()
+        .map(|(rank, r)| r.unwrap_or_else(|e| panic!("rank {rank}: {e}")))
+        .collect();
+
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    println!("symmem CPU backend, {RANKS} ranks as threads, {threads} hardware threads");
+    println!();
+    println!(
+        "allocate_symmetric::<u8>({ALLOC_BYTES}): {PAIRS} alloc/free pairs per rank \
+         (+{WARMUP} warm-up), all ranks at once"
+    );
+    println!(
+        "{:>4}  {:>10}  {:>8}  {:>8}  {:>12}  {:>9}",
+        "rank", "median µs", "p90 µs", "min µs", "free med µs", "D2H syncs"
+    );
+    let mut worst = Duration::ZERO;
+    let mut syncs = 0;
+    for r in &numbers {
+        let m = median(&r.alloc);
+        worst = worst.max(m);
+        syncs += r.alloc_syncs;
+        println!(
+            "{:>4}  {:>10.2}  {:>8.2}  {:>8.2}  {:>12.2}  {:>9}",
+            r.rank,
+            micros(m),
+            micros(percentile(&r.alloc, 0.9)),
+            micros(*r.alloc.iter().min().expect("samples")),
+            micros(median(&r.free)),
+            r.alloc_syncs
+        );
+    }
+    println!(
+        "worst median {:.2} µs (goal < 20 µs: {}); D2H syncs during allocation: {syncs} (must be 0: {})",
+        micros(worst),
+        if worst < Duration::from_micros(20) {
+            "met"
+        } else {
+            "MISSED"
+        },
+        if syncs == 0 { "ok" } else { "FAILED" }
+    );
+    println!();
+    println!(
+        "translated put vs direct copy, rank 0 -> rank 1 over the shared mapping, \
+         median of {REPS} (GB/s = bytes moved / time)"
+    );
+    println!(
+        "{:>8}  {:>9}  {:>10}  {:>9}  {:>9}  {:>8}",
+        "size", "put GB/s", "copy GB/s", "put ms", "copy ms", "put/copy"
+    );
+    for (bytes, puts, copies) in &numbers[0].bandwidth {
+        let (p, c) = (median(puts), median(copies));
+        println!(
+            "{:>5} MiB  {:>9.2}  {:>10.2}  {:>9.3}  {:>9.3}  {:>8.3}",
+            bytes / MIB,
+            gbps(*bytes, p),
+            gbps(*bytes, c),
+            p.as_secs_f64() * 1e3,
+            c.as_secs_f64() * 1e3,
+            gbps(*bytes, p) / gbps(*bytes, c)
+        );
+    }
+    if syncs != 0 {
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,656 @@
+//! The CUDA backend's benchmark (issue 8, "Benchmarks"): `cargo bench -p symmem --bench cuda`.
+//!
+//! On GPU 0, for sizes 4 KiB to 2 GiB, each line the median of `SAMPLES` timed samples
+//! after `WARMUP` untimed ones, timed with CUDA events ([`Timer`]), bytes read plus bytes
+//! written counted for GB/s:
+//!
+//! - `put`: `KernelCall::Put` through a [`World`]'s symmetric buffer, 2 ranks as threads
+//!   on GPU 0, rank 0 putting into rank 1's copy through the imported VMM mapping;
+//! - `copy`: `KernelCall::Copy` of the same bytes into rank 0's own copy (no translation);
+//! - `memcpy_dtod`: `cuMemcpyDtoDAsync` of the same bytes to the same destination;
+//! - `xproc_put` / `xproc_local_put`: ranks as 2 processes (UNIX-socket bootstrap, VMM
+//!   file descriptors), rank 0 putting into rank 1's heap / into its own copy;
+//! - `alloc_symmetric_us`, `alloc_free_pair_us`: median of 1000 `allocate_symmetric` of
+//!   1 MiB (and the pair with its free), with the D2H-sync counter delta (`alloc_d2h_syncs`).
+//!
+//! A sample is one launch for sizes of 64 MiB and more, and a batch of
+//! `clamp(64 MiB / size, 1, 100)` back-to-back launches between two events below that
+//! (the time per launch is the batch time over the batch). Every launch of every line
+//! takes the next slot of a rotation over the 2 GiB buffers (one counter shared by the
+//! lines, which are interleaved sample by sample), so small sizes do not re-read L2.
+//! Kernels run with the backend's default grid (one 16-byte vector per thread, 256
+//! threads per block), from the same embedded PTX, on the timer's stream.
+//!
+//! Options: `--out DIR` (default `$SYMMEM_BENCH_OUT`, else `target/bench-cuda`): where
+//! `rust.csv` goes; `--sizes 4K,1M,...` to run fewer sizes; `--no-xproc` to skip the
+//! cross-process lines. Prints `skipped: <reason>` and exits 0 where no GPU answers.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+use symmem::backend::cuda::Cuda;
+use symmem::backend::cuda::timing::Timer;
+use symmem::backend::{Backend, DeviceRegion};
+use symmem::bootstrap::unix;
+use symmem::kernels::KernelCall;
+use symmem::{Config, Error, Result, World};
+
+const KIB: usize = 1 << 10;
+const MIB: usize = 1 << 20;
+const GIB: usize = 1 << 30;
+/// The sizes of the sweep.
+const SIZES: [usize; 11] = [
+    4 * KIB,
+    16 * KIB,
+    64 * KIB,
+    256 * KIB,
+    MIB,
+    4 * MIB,
+    16 * MIB,
+    64 * MIB,
+    256 * MIB,
+    GIB,
+    2 * GIB,
+];
+/// The largest size, and the length of every rotation buffer.
+const MAX: usize = 2 * GIB;
+const SAMPLES: usize = 30;
+const WARMUP: usize = 5;
+/// Below this size a sample is a batch of launches.
+const BATCH_BYTES: usize = 64 * MIB;
+const MAX_BATCH: usize = 100;
+/// The source holds this pattern, repeated.
+const PATTERN: usize = 16 * MIB;
+const ALLOC_BYTES: usize = MIB;
+const ALLOC_PAIRS: usize = 1000;
+const ALLOC_WARMUP: usize = 100;
+const TIMEOUT: Duration = Duration::from_secs(600);
+const XPROC_ENV: &str = "SYMMEM_BENCH_XPROC_CSV";
+
+/// One result line, as written to the CSV.
+#[derive(Clone, Debug)]
+struct Row {
+    line: &'static str,
+    bytes: usize,
+    batch: usize,
+    samples: usize,
+    /// Median time of one operation (µs), or the value of a latency/count line.
+    median_us: f64,
+    /// Median bandwidth, bytes read plus written (NaN for latency lines).
+    gbps: f64,
+    /// (p90 - p10) / median of the bandwidth samples, in percent.
+    spread_pct: f64,
+}
+
+impl Row {
+    fn csv(&self) -> String {
+        format!(
+            "rust,{},{},{},{},{:.3},{:.2},{:.2}",
+            self.line,
+            self.bytes,
+            self.batch,
+            self.samples,
+            self.median_us,
+            self.gbps,
+            self.spread_pct
+        )
+    }
+}
+
+const CSV_HEADER: &str = "tool,line,bytes,batch,samples,median_us,gbps,spread_pct";
+
+fn batch_for(size: usize) -> usize {
+    (BATCH_BYTES / size).clamp(1, MAX_BATCH)
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    let i = ((sorted.len() - 1) as f64 * p).round() as usize;
+    sorted[i]
+}
+
+/// Median, p10 and p90 of `v`.
+fn stats(v: &[f64]) -> (f64, f64, f64) {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    (
+        percentile(&s, 0.5),
+        percentile(&s, 0.1),
+        percentile(&s, 0.9),
+    )
+}
+
+/// The source pattern: pseudo-random, no zero bytes.
+fn pattern() -> Vec<u8> {
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    (0..PATTERN)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % 255) as u8 + 1
+        })
+        .collect()
+}
+
+/// One timed operation of a line: what it enqueues for a slot at byte `offset`.
+type Op<'a> = Box<dyn Fn(&Timer, u64, usize) -> Result<()> + 'a>;
+
+/// Times `ops` at `size`, interleaved sample by sample, every launch on a fresh slot.
+fn sweep_size(timer: &Timer, size: usize, ops: &[(&'static str, Op<'_>)]) -> Result<Vec<Row>> {
+    let batch = batch_for(size);
+    let slots = (MAX / size).max(1);
+    let mut next = 0usize;
+    let mut ms: Vec<Vec<f64>> = vec![Vec::new(); ops.len()];
+    for sample in 0..WARMUP + SAMPLES {
+        for (i, (_, op)) in ops.iter().enumerate() {
+            let t = timer.time_ms(|t| {
+                for _ in 0..batch {
+                    let offset = (next % slots) * size;
+                    next += 1;
+                    op(t, offset as u64, size)?;
+                }
+                Ok(())
+            })?;
+            if sample >= WARMUP {
+                ms[i].push(f64::from(t));
+            }
+        }
+    }
+    Ok(ops
+        .iter()
+        .zip(ms)
+        .map(|((line, _), ms)| {
+            let gbps: Vec<f64> = ms
+                .iter()
+                .map(|t| (2 * size * batch) as f64 / (t * 1e-3) / 1e9)
+                .collect();
+            let (med_t, _, _) = stats(&ms);
+            let (med, p10, p90) = stats(&gbps);
+            Row {
+                line,
+                bytes: size,
+                batch,
+                samples: SAMPLES,
+                median_us: med_t * 1e3 / batch as f64,
+                gbps: med,
+                spread_pct: (p90 - p10) / med * 100.0,
+            }
+        })
+        .collect())
+}
+
+/// Fills `src` (MAX bytes) with the pattern repeated: one upload, then device copies.
+fn fill_source(cuda: &Cuda, timer: &Timer, src: u64, pat: &[u8]) -> Result<()> {
+    cuda.upload(src, pat)?;
+    cuda.synchronize()?;
+    for i in 1..MAX / PATTERN {
+        // SAFETY: both ranges lie inside the MAX-byte allocation `src`.
+        unsafe { timer.memcpy_dtod(src + (i * PATTERN) as u64, src, PATTERN)? };
+    }
+    timer.synchronize()
+}
+
+/// Poisons `dst..dst+size+4096`, runs `op` at offset 0, and checks the bytes.
+fn verify(
+    cuda: &Cuda,
+    timer: &Timer,
+    what: &str,
+    dst: u64,
+    size: usize,
+    pat: &[u8],
+    op: &Op<'_>,
+) -> Result<()> {
+    let guard = 4096;
+    cuda.memset(dst, 0xee, size + guard)?;
+    cuda.synchronize()?;
+    op(timer, 0, size)?;
+    timer.synchronize()?;
+    let mut got = vec![0u8; size + guard];
+    cuda.download(&mut got, dst)?;
+    let bad = (0..size).find(|&i| got[i] != pat[i % PATTERN]);
+    let overrun = got[size..].iter().any(|&b| b != 0xee);
+    if bad.is_some() || overrun {
+        return Err(Error::Bootstrap(format!(
+            "{what} of {size} bytes wrong: first bad byte {bad:?}, overrun {overrun}"
+        )));
+    }
+    println!("verified {what} of {size} bytes");
+    Ok(())
+}
+
+fn put_call(dst: u64, src: u64, bytes: usize, bases: u64, cur: u32, to: u32) -> KernelCall {
+    KernelCall::Put {
+        dst,
+        src,
+        bytes: bytes as u64,
+        bases,
+        world: 2,
+        cur,
+        to,
+    }
+}
+
+/// Rank 0's half of the in-process run: the put/copy/memcpy sweep and the checks.
+fn in_process_rank0(
+    world: &World<Cuda>,
+    local: u64,
+    bases: u64,
+    sizes: &[usize],
+    pat: &[u8],
+) -> Result<Vec<Row>> {
+    let cuda = world.backend();
+    let timer = cuda.timer()?;
+    let src = cuda.alloc_device(MAX)?;
+    let s0 = src.base();
+    fill_source(cuda, &timer, s0, pat)?;
+    let remote = world.translate(local, 1)?;
+    println!(
+        "rank 0: local copy {local:#x}, rank 1's copy mapped here at {remote:#x}, source {s0:#x}"
+    );
+    let ops: Vec<(&'static str, Op<'_>)> = vec![
+        (
+            "put",
+            Box::new(move |t: &Timer, off, n| {
+                let call = put_call(local + off, s0 + off, n, bases, 0, 1);
+                // SAFETY: `local + off .. + n` lies in the MAX-byte symmetric buffer, whose
+                // rank-1 copy is mapped here; the source range lies in `src`.
+                unsafe { t.launch(&call, cuda.default_grid(&call)) }
+            }),
+        ),
+        (
+            "copy",
+            Box::new(move |t: &Timer, off, n| {
+                let call = KernelCall::Copy {
+                    dst: local + off,
+                    src: s0 + off,
+                    bytes: n as u64,
+                };
+                // SAFETY: both ranges lie in MAX-byte allocations of this context.
+                unsafe { t.launch(&call, cuda.default_grid(&call)) }
+            }),
+        ),
+        (
+            "memcpy_dtod",
+            Box::new(move |t: &Timer, off, n| {
+                // SAFETY: as above.
+                unsafe { t.memcpy_dtod(local + off, s0 + off, n) }
+            }),
+        ),
+    ];
+    let mut rows = Vec::new();
+    for &size in sizes {
+        let r = sweep_size(&timer, size, &ops)?;
+        println!(
+            "{:>10} B  put {:>8.1}  copy {:>8.1}  memcpy {:>8.1} GB/s  (batch {})",
+            size, r[0].gbps, r[1].gbps, r[2].gbps, r[0].batch
+        );
+        rows.extend(r);
+    }
+    // Checks last; the put of 64 MiB last of all, which rank 1 then reads in its own copy.
+    for size in [4 * KIB, MIB + 4096, 64 * MIB] {
+        verify(cuda, &timer, "copy", local, size, pat, &ops[1].1)?;
+        verify(cuda, &timer, "memcpy_dtod", local, size, pat, &ops[2].1)?;
+        verify(cuda, &timer, "put", remote, size, pat, &ops[0].1)?;
+    }
+    Ok(rows)
+}
+
+/// `allocate_symmetric` latency on every rank; rows from rank 0 only.
+fn alloc_latency(world: &World<Cuda>) -> Result<Vec<Row>> {
+    for _ in 0..ALLOC_WARMUP {
+        drop(world.allocate_symmetric::<u8>(ALLOC_BYTES)?);
+    }
+    let before = world.backend().device_to_host_syncs();
+    let mut alloc = Vec::with_capacity(ALLOC_PAIRS);
+    let mut pair = Vec::with_capacity(ALLOC_PAIRS);
+    for _ in 0..ALLOC_PAIRS {
+        let t0 = Instant::now();
+        let b = world.allocate_symmetric::<u8>(ALLOC_BYTES)?;
+        let t1 = Instant::now();
+        drop(b);
+        let t2 = Instant::now();
+        alloc.push((t1 - t0).as_secs_f64() * 1e6);
+        pair.push((t2 - t0).as_secs_f64() * 1e6);
+    }
+    let syncs = world.backend().device_to_host_syncs() - before;
+    world.barrier()?;
+    let row = |line, v: &[f64]| {
+        let (med, p10, p90) = stats(v);
+        Row {
+            line,
+            bytes: ALLOC_BYTES,
+            batch: 1,
+            samples: ALLOC_PAIRS,
+            median_us: med,
+            gbps: f64::NAN,
+            spread_pct: (p90 - p10) / med * 100.0,
+        }
+    };
+    Ok(vec![
+        row("alloc_symmetric_us", &alloc),
+        row("alloc_free_pair_us", &pair),
+        Row {
+            line: "alloc_d2h_syncs",
+            bytes: ALLOC_BYTES,
+            batch: 1,
+            samples: ALLOC_PAIRS,
+            median_us: syncs as f64,
+            gbps: f64::NAN,
+            spread_pct: 0.0,
+        },
+    ])
+}
+
+/// Rank 1 reads its own copy and checks what rank 0 put there last (64 MiB).
+fn check_own_copy(world: &World<Cuda>, local: u64, pat: &[u8]) -> Result<()> {
+    let mut got = vec![0u8; 64 * MIB];
+    world.backend().download(&mut got, local)?;
+    if let Some(i) = (0..got.len()).find(|&i| got[i] != pat[i % PATTERN]) {
+        return Err(Error::Bootstrap(format!(
+            "rank {}: byte {i} of its own copy differs from rank 0's put",
+            world.rank()
+        )));
+    }
+    println!(
+        "rank {}: its own copy holds the 64 MiB rank 0 put",
+        world.rank()
+    );
+    Ok(())
+}
+
+fn config() -> Config {
+    Config {
+        heap_bytes: MAX + 64 * MIB,
+        timeout: TIMEOUT,
+    }
+}
+
+fn in_process(sizes: &[usize]) -> Result<Vec<Row>> {
+    let pat = pattern();
+    let results = symmem::launch(
+        2,
+        &config(),
+        |_| Cuda::new(0),
+        |world| {
+            let (buffer, bases) = world.allocate_symmetric::<u8>(MAX)?;
+            world.barrier()?;
+            let mut rows = if world.rank() == 0 {
+                println!("device: {:?}", world.backend());
+                in_process_rank0(&world, buffer.ptr(), bases.device_ptr(), sizes, &pat)?
+            } else {
+                Vec::new()
+            };
+            world.barrier()?;
+            if world.rank() == 1 {
+                check_own_copy(&world, buffer.ptr(), &pat)?;
+            }
+            world.barrier()?;
+            drop(buffer);
+            let alloc = alloc_latency(&world)?;
+            if world.rank() == 0 {
+                rows.extend(alloc);
+            }
+            world.barrier()?;
+            Ok(rows)
+        },
+    )?;
+    let mut rows = Vec::new();
+    for r in results {
+        rows.extend(r?);
+    }
+    Ok(rows)
+}
+
+/// A rank process of the cross-process run (started by [`cross_process`]).
+fn xproc_child(sizes: &[usize]) -> Result<()> {
+    let bootstrap = unix::UnixBootstrap::from_env()?;
+    let world = World::new(Box::new(bootstrap), Cuda::new(0)?, &config())?;
+    let pat = pattern();
+    let (buffer, bases) = world.allocate_symmetric::<u8>(MAX)?;
+    let (local, table) = (buffer.ptr(), bases.device_ptr());
+    world.barrier()?;
+    if world.rank() == 0 {
+        let cuda = world.backend();
+        let timer = cuda.timer()?;
+        let src = cuda.alloc_device(MAX)?;
+        let s0 = src.base();
+        fill_source(cuda, &timer, s0, &pat)?;
+        let remote = world.translate(local, 1)?;
+        println!(
+            "process rank 0 (pid {}): rank 1's heap (another process) mapped at {remote:#x}",
+            std::process::id()
+        );
+        let put_to = |to: u32| -> Op<'_> {
+            Box::new(move |t: &Timer, off, n| {
+                let call = put_call(local + off, s0 + off, n, table, 0, to);
+                // SAFETY: as in `in_process_rank0`: the ranges lie in MAX-byte buffers and
+                // rank `to`'s copy is mapped in this process.
+                unsafe { t.launch(&call, cuda.default_grid(&call)) }
+            })
+        };
+        let ops: Vec<(&'static str, Op<'_>)> =
+            vec![("xproc_put", put_to(1)), ("xproc_local_put", put_to(0))];
+        let mut rows = Vec::new();
+        for &size in sizes {
+            let r = sweep_size(&timer, size, &ops)?;
+            println!(
+                "{:>10} B  cross-process put {:>8.1}  local put {:>8.1} GB/s",
+                size, r[0].gbps, r[1].gbps
+            );
+            rows.extend(r);
+        }
+        verify(
+            cuda,
+            &timer,
+            "xproc_local_put",
+            local,
+            64 * MIB,
+            &pat,
+            &ops[1].1,
+        )?;
+        verify(cuda, &timer, "xproc_put", remote, 64 * MIB, &pat, &ops[0].1)?;
+        let text: String = rows.iter().map(|r| r.csv() + "\n").collect();
+        let path = std::env::var(XPROC_ENV)
+            .map_err(|_| Error::Bootstrap(format!("{XPROC_ENV} is not set")))?;
+        std::fs::write(&path, text).map_err(|source| Error::Os {
+            what: "writing the cross-process CSV",
+            source,
+        })?;
+    }
+    world.barrier()?;
+    if world.rank() == 1 {
+        check_own_copy(&world, local, &pat)?;
+    }
+    world.barrier()
+}
+
+/// Runs this binary as 2 rank processes and reads rank 0's rows.
+fn cross_process(args: &[String]) -> Result<Vec<Row>> {
+    let exe = std::env::current_exe().map_err(|source| Error::Os {
+        what: "current_exe",
+        source,
+    })?;
+    let csv = std::env::temp_dir().join(format!("symmem-xproc-{}.csv", std::process::id()));
+    let mut command = std::process::Command::new(exe);
+    command.args(args).env(XPROC_ENV, &csv);
+    let os = |what| move |source| Error::Os { what, source };
+    let children = unix::spawn(&mut command, 2, TIMEOUT).map_err(os("spawning ranks"))?;
+    let mut ok = true;
+    for mut child in children {
+        ok &= child.wait().map_err(os("waiting for a rank"))?.success();
+    }
+    if !ok {
+        return Err(Error::Bootstrap("a cross-process rank failed".into()));
+    }
+    let text = std::fs::read_to_string(&csv).map_err(os("reading the cross-process CSV"))?;
+    let _ = std::fs::remove_file(&csv);
+    let mut rows = Vec::new();
+    for l in text.lines() {
+        let f: Vec<&str> = l.split(',').collect();
+        let num = |i: usize| {
+            f.get(i)
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(f64::NAN)
+        };
+        let line = match f.get(1) {
+            Some(&"xproc_put") => "xproc_put",
+            Some(&"xproc_local_put") => "xproc_local_put",
+            _ => continue,
+        };
+        rows.push(Row {
+            line,
+            bytes: num(2) as usize,
+            batch: num(3) as usize,
+            samples: num(4) as usize,
+            median_us: num(5),
+            gbps: num(6),
+            spread_pct: num(7),
+        });
+    }
+    Ok(rows)
+}
+
+fn parse_size(s: &str) -> Option<usize> {
+    let s = s.trim();
+    let (num, mul) = match s.chars().last()? {
+        'K' | 'k' => (&s[..s.len() - 1], KIB),
+        'M' | 'm' => (&s[..s.len() - 1], MIB),
+        'G' | 'g' => (&s[..s.len() - 1], GIB),
+        _ => (s, 1),
+    };
+    num.parse::<usize>().ok()?.checked_mul(mul)
+}
+
+fn find(rows: &[Row], line: &str, bytes: usize) -> Option<f64> {
+    rows.iter()
+        .find(|r| r.line == line && r.bytes == bytes)
+        .map(|r| if r.gbps.is_nan() { r.median_us } else { r.gbps })
+}
+
+fn print_table(rows: &[Row], sizes: &[usize]) {
+    println!();
+    println!("symmem CUDA bench (GB/s = bytes read + written; ratios against the same run)");
+    println!(
+        "{:>10} {:>9} {:>9} {:>9} {:>10} {:>12} {:>9} {:>9} {:>11}",
+        "bytes",
+        "put",
+        "copy",
+        "memcpy",
+        "put/copy",
+        "copy/memcpy",
+        "xproc",
+        "local",
+        "xproc/local"
+    );
+    let r = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
+    let q = |a: Option<f64>, b: Option<f64>| match (a, b) {
+        (Some(a), Some(b)) => format!("{:.3}", a / b),
+        _ => "-".into(),
+    };
+    for &s in sizes {
+        let (p, c, m) = (
+            find(rows, "put", s),
+            find(rows, "copy", s),
+            find(rows, "memcpy_dtod", s),
+        );
+        let (x, l) = (find(rows, "xproc_put", s), find(rows, "xproc_local_put", s));
+        println!(
+            "{:>10} {:>9} {:>9} {:>9} {:>10} {:>12} {:>9} {:>9} {:>11}",
+            s,
+            r(p),
+            r(c),
+            r(m),
+            q(p, c),
+            q(c, m),
+            r(x),
+            r(l),
+            q(x, l)
+        );
+    }
+    println!("goals: put/copy >= 0.99, copy/memcpy >= 0.97");
+    for line in [
+        "alloc_symmetric_us",
+        "alloc_free_pair_us",
+        "alloc_d2h_syncs",
+    ] {
+        if let Some(v) = find(rows, line, ALLOC_BYTES) {
+            println!("{line:>20}: {v:.3}");
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut out = std::env::var_os("SYMMEM_BENCH_OUT")
+        .map_or_else(|| PathBuf::from("target/bench-cuda"), PathBuf::from);
+    let mut sizes = SIZES.to_vec();
+    let mut xproc = true;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--out" => out = it.next().map(PathBuf::from).unwrap_or(out),
+            "--sizes" => {
+                if let Some(list) = it.next() {
+                    sizes = list.split(',').filter_map(parse_size).collect();
+                }
+            }
+            "--no-xproc" => xproc = false,
+            _ => {} // `cargo bench` passes `--bench`; other flags are ignored
+        }
+    }
+    if sizes.iter().any(|&s| s == 0 || s > MAX || s % 16 != 0) {
+        eprintln!("sizes must be multiples of 16 bytes up to 2 GiB");
+        return ExitCode::from(2);
+    }
+    if unix::UnixBootstrap::in_env() {
+        return match xproc_child(&sizes) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("cross-process rank: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    match Cuda::new(0) {
+        Ok(c) => println!(
+            "CUDA device 0: {} ({}, driver {})",
+            c.device_name(),
+            c.arch(),
+            c.driver_version()
+        ),
+        Err(e) => {
+            println!("skipped: {e}");
+            return ExitCode::SUCCESS;
+        }
+    }
+    let mut rows = match in_process(&sizes) {
+        Ok(rows) => rows,
+        Err(e) => {
+            eprintln!("in-process bench failed: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if xproc {
+        match cross_process(&args) {
+            Ok(r) => rows.extend(r),
+            Err(e) => eprintln!("cross-process lines skipped: {e}"),
+        }
+    }
+    let mut text = format!("{CSV_HEADER}\n");
+    for r in &rows {
+        text.push_str(&r.csv());
+        text.push('\n');
+    }
+    let written =
+        std::fs::create_dir_all(&out).and_then(|()| std::fs::write(out.join("rust.csv"), &text));
+    match written {
+        Ok(()) => println!("wrote {}", out.join("rust.csv").display()),
+        Err(e) => eprintln!("writing {}: {e}", out.display()),
+    }
+    print_table(&rows, &sizes);
+    if Cuda::drop_errors() != 0 {
+        eprintln!("drop errors: {:?}", Cuda::last_drop_error());
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
+}

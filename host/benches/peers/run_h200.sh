@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The whole H200 benchmark in ONE device command (issue 8, "Benchmarks"):
+#   machine info; nvcc builds copy.cu; the Rust bench (host/benches/cuda.rs, built here
+#   beforehand and carried in .carry/); the CUDA C++ copy; the Iris-style Triton put and
+#   torch symmetric memory; the demo on the GPU (threads and processes); then plot.py
+#   joins the CSVs into summary.txt (ratios vs goals) and draws h200.png.
+# Usage (repo root, device machine): bash host/benches/peers/run_h200.sh   (writes to $OUT)
+# Build first (here): cargo bench -p symmem --bench cuda --no-run &&
+#   cargo build --release -p symmem --bin symmem-demo, then copy both into .carry/.
+set -u
+ROOT=$(cd "$(dirname "$0")/../../.." && pwd)
+CARRY=$ROOT/.carry
+P=$ROOT/host/benches/peers
+OUT=${OUT:-$ROOT/target/h200-out}
+mkdir -p "$OUT"
+# NVLink multicast stays off everywhere (KINDS.md); nothing here calls cuMulticastCreate.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+{
+  echo "== machine"; date -u; uname -r
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,clocks.mem,power.limit --format=csv
+  nvidia-smi | sed -n 3,4p
+  nvcc --version | tail -2
+  echo "== build copy.cu"; timeout 60 nvcc -O3 -arch=sm_90 "$P/copy.cu" -o /tmp/copy || echo "nvcc failed rc=$?"
+  echo "== rust bench"; timeout 150 "$CARRY/bench-cuda" --out "$OUT"; echo "rust bench rc=$?"
+  echo "== cuda c++ copy"; timeout 40 /tmp/copy "$OUT/cpp.csv"; echo "cpp rc=$?"
+  echo "== triton iris put + torch symmetric memory"; timeout 150 python3 "$P/iris_put.py" "$OUT/triton.csv"; echo "triton rc=$?"
+} 2>&1 | tee "$OUT/log.txt"
+{
+  echo "== symmem-demo --backend cuda --ranks 4 --bytes 64M"
+  timeout 30 "$CARRY/symmem-demo" --backend cuda --ranks 4 --bytes 64M; echo "demo threads rc=$?"
+  echo "== symmem-demo --backend cuda --launcher processes --ranks 2 --bytes 64M"
+  timeout 30 "$CARRY/symmem-demo" --backend cuda --launcher processes --ranks 2 --bytes 64M; echo "demo processes rc=$?"
+} 2>&1 | tee "$OUT/demo.txt"
+echo "== summary"
+python3 "$P/plot.py" --png "$OUT/h200.png" --summary "$OUT/summary.txt" \
+  "$OUT/rust.csv" "$OUT/cpp.csv" "$OUT/triton.csv" 2>&1 | tee -a "$OUT/log.txt"

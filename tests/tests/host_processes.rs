@@ -1,0 +1,552 @@
+//! Ranks as separate processes over the UNIX-socket bootstrap.
+//!
+//! The test binary re-executes itself (`--exact <test> --nocapture`) through
+//! `symmem::bootstrap::unix::spawn`, with [`CHILD`] naming what the child does. Children
+//! join with `UnixBootstrap::from_env()`, build a `World` on the CPU backend, move data
+//! with translated puts and gets and check every byte; in the failure tests one child
+//! aborts, exits early, hangs or is killed by the parent, and the survivors must exit
+//! with `PeerLost` within a bounded time. The parent waits with a deadline, kills
+//! leftovers and fails instead of hanging. Nothing may be left in `/dev/shm`.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+use symmem::backend::cpu::Cpu;
+use symmem::backend::{Backend, DeviceRegion};
+use symmem::bootstrap::Bootstrap;
+use symmem::bootstrap::unix::{self, UnixBootstrap};
+use symmem::{Config, Error, PeerBaseProvider, Rendezvous, SymmetricBuffer, World};
+
+/// Environment variable that marks a child and says what it does.
+const CHILD: &str = "SYMMEM_TEST_CHILD";
+/// Exit status of a child that ended with `PeerLost`.
+const EXIT_PEER_LOST: i32 = 3;
+/// Exit status of a child that ended with any other error.
+const EXIT_ERROR: i32 = 4;
+
+type W = World<Cpu>;
+
+// ---------------------------------------------------------------------------------------
+// Child side.
+
+/// What a child does, parsed from [`CHILD`]: `puts`, `abort R`, `exit R`, `sleep R`
+/// (rank `R` misbehaves, the others call a barrier).
+fn child_mode() -> Option<String> {
+    std::env::var(CHILD).ok()
+}
+
+fn pattern(from: usize, to: usize, tag: usize, i: usize) -> u8 {
+    let x = i.wrapping_mul(131) ^ (i >> 8) ^ from.wrapping_mul(37) ^ to.wrapping_mul(101);
+    (x.wrapping_add(tag.wrapping_mul(53)) % 251) as u8 + 1
+}
+
+/// Every rank puts a distinct pattern into its region of every peer's copy, barrier,
+/// checks every received byte, gets every peer's copy and checks it, barrier.
+fn exchange(world: &W, buffer: &SymmetricBuffer<'_, u8, Cpu>, tag: usize) -> symmem::Result<u64> {
+    let (me, n) = (world.rank(), world.world_size());
+    let region = buffer.len() / n;
+    let backend = world.backend();
+    let bases = buffer.peer_bases();
+    assert_eq!(bases.entries()[me], buffer.ptr(), "peer_bases[me] == ptr");
+    for (r, &e) in bases.entries().iter().enumerate() {
+        assert_eq!(e, world.heap_bases().entries()[r] + buffer.offset() as u64);
+    }
+    let offsets = world.all_gather_bytes(&(buffer.offset() as u64).to_le_bytes())?;
+    assert!(
+        offsets.iter().all(|o| *o == offsets[0]),
+        "offsets differ across processes"
+    );
+    let source = backend.alloc_device(n * region)?;
+    let staged: Vec<u8> = (0..n * region)
+        .map(|i| pattern(me, i / region, tag, i % region))
+        .collect();
+    backend.upload(source.base(), &staged)?;
+    world.barrier()?;
+    for step in 0..n {
+        let to = (me + step) % n;
+        world.put(
+            buffer,
+            me * region,
+            source.base() + (to * region) as u64,
+            region,
+            to,
+        )?;
+    }
+    world.barrier()?;
+    let got = world.read(buffer)?;
+    for (i, &b) in got.iter().enumerate() {
+        assert_eq!(
+            b,
+            pattern(i / region, me, tag, i % region),
+            "rank {me}: byte {i}, tag {tag}"
+        );
+    }
+    let scratch = backend.alloc_device(buffer.byte_len())?;
+    for from in 0..n {
+        world.get(scratch.base(), buffer, 0, buffer.len(), from)?;
+        let mut theirs = vec![0u8; buffer.byte_len()];
+        backend.download(&mut theirs, scratch.base())?;
+        for (i, &b) in theirs.iter().enumerate() {
+            assert_eq!(
+                b,
+                pattern(i / region, from, tag, i % region),
+                "rank {me}: got byte {i} of {from}"
+            );
+        }
+    }
+    world.barrier()?;
+    Ok(got.len() as u64 * 2)
+}
+
+fn child_puts(world: &W) -> symmem::Result<()> {
+    let (me, n) = (world.rank(), world.world_size());
+    let mut verified = 0;
+    let (a, _) = world.allocate_symmetric::<u8>(n * 4096)?;
+    verified += exchange(world, &a, 1)?;
+    let (b, _) = world.allocate_symmetric::<u8>(n * 1003)?;
+    verified += exchange(world, &b, 2)?;
+    let freed = b.offset();
+    drop(b);
+    let (c, _) = world.allocate_symmetric::<u8>(n * 999)?;
+    assert_eq!(
+        c.offset(),
+        freed,
+        "allocation after a free reuses the range"
+    );
+    verified += exchange(world, &c, 3)?;
+    // A rendezvous of plain allocations across processes (fds over the socket).
+    let user = world.backend().alloc_device(n * 512)?;
+    let rendezvous = Rendezvous::new(world, &user, n * 512)?;
+    assert_eq!(rendezvous.table().entries()[me], user.base());
+    let source = world.backend().alloc_device(512)?;
+    world
+        .backend()
+        .upload(source.base(), &[me as u8 + 7; 512])?;
+    world.barrier()?;
+    for to in 0..n {
+        world.launch(&symmem::kernels::KernelCall::Put {
+            dst: user.base() + (me * 512) as u64,
+            src: source.base(),
+            bytes: 512,
+            bases: rendezvous.table().device_ptr(),
+            world: n as u32,
+            cur: me as u32,
+            to: to as u32,
+        })?;
+    }
+    world.barrier()?;
+    let mut got = vec![0u8; n * 512];
+    world.backend().download(&mut got, user.base())?;
+    for (i, &byte) in got.iter().enumerate() {
+        assert_eq!(byte, (i / 512) as u8 + 7, "rendezvous byte {i}");
+    }
+    verified += got.len() as u64;
+    world.barrier()?;
+    drop(rendezvous);
+    // And the heap still works after the rendezvous.
+    let (d, _) = world.allocate_symmetric::<u8>(n * 2048 + n)?;
+    verified += exchange(world, &d, 4)?;
+    drop((a, c, d));
+    assert_eq!(world.heap_free(), world.heap_len());
+    world.barrier()?;
+    println!("CHILD-OK rank {me} verified {verified} bytes");
+    Ok(())
+}
+
+/// One rank misbehaves (`how`) after a first exchange; the others call a barrier.
+fn child_misbehave(world: &W, how: &str, victim: usize) -> symmem::Result<()> {
+    let me = world.rank();
+    let (a, _) = world.allocate_symmetric::<u8>(world.world_size() * 256)?;
+    exchange(world, &a, 5)?;
+    if me == victim {
+        match how {
+            "abort" => std::process::abort(),
+            "exit" => std::process::exit(0),
+            "sleep" => {
+                std::thread::sleep(Duration::from_secs(3));
+                return Ok(());
+            }
+            "wait-for-kill" => {
+                println!("READY-TO-DIE rank {me}");
+                std::io::stdout().flush().ok();
+                std::thread::sleep(Duration::from_secs(60));
+                return Ok(());
+            }
+            other => panic!("unknown child mode {other}"),
+        }
+    }
+    let t = Instant::now();
+    let r = world.barrier();
+    println!(
+        "CHILD-WAITED rank {me} elapsed_ms {}",
+        t.elapsed().as_millis()
+    );
+    r
+}
+
+/// Runs the child named by [`CHILD`] and exits the process with its outcome.
+fn run_child(mode: &str) -> ! {
+    let result = UnixBootstrap::from_env().and_then(|bootstrap| {
+        let rank = bootstrap.rank();
+        let config = Config {
+            heap_bytes: 2 << 20,
+            timeout: bootstrap.timeout(),
+        };
+        let world = World::new(Box::new(bootstrap), Cpu::new(), &config)?;
+        let mut words = mode.split_whitespace();
+        let r = match (words.next(), words.next().and_then(|v| v.parse().ok())) {
+            (Some("puts"), None) => child_puts(&world),
+            (Some(how), Some(victim)) => child_misbehave(&world, how, victim),
+            _ => panic!("bad {CHILD}={mode}"),
+        };
+        r.map(|()| rank)
+    });
+    let code = match &result {
+        Ok(_) => 0,
+        Err(Error::PeerLost { .. }) => EXIT_PEER_LOST,
+        Err(_) => EXIT_ERROR,
+    };
+    if let Err(e) = &result {
+        println!("CHILD-ERROR {e:?} ({e})");
+    }
+    std::io::stdout().flush().ok();
+    std::process::exit(code)
+}
+
+// ---------------------------------------------------------------------------------------
+// Parent side.
+
+/// How one child ended.
+#[derive(Debug)]
+struct Outcome {
+    /// `None` if the parent had to kill it at the deadline.
+    status: Option<ExitStatus>,
+    /// When it exited, from the spawn.
+    after: Duration,
+    /// Its stdout and stderr lines.
+    lines: Vec<String>,
+}
+
+impl Outcome {
+    fn text(&self) -> String {
+        self.lines.join("\n")
+    }
+    fn code(&self) -> Option<i32> {
+        self.status.and_then(|s| s.code())
+    }
+}
+
+/// Spawns `n` ranks of this test binary running test `test` in child mode `mode`, with
+/// bootstrap timeout `timeout`; waits for all until `deadline` (then kills the rest), and
+/// kills rank `kill.0` as soon as it prints a line containing `kill.1`.
+fn spawn_ranks(
+    test: &str,
+    mode: &str,
+    n: usize,
+    timeout: Duration,
+    deadline: Duration,
+    kill: Option<(usize, &str)>,
+) -> Vec<Outcome> {
+    let exe = std::env::current_exe().expect("current_exe");
+    let mut command = Command::new(exe);
+    command
+        .args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .env(CHILD, mode)
+        .env("RUST_BACKTRACE", "0")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let start = Instant::now();
+    let mut children: Vec<Child> = unix::spawn(&mut command, n, timeout).expect("spawn ranks");
+    let (tx, rx) = mpsc::channel::<(usize, String)>();
+    let mut readers = Vec::new();
+    for (rank, child) in children.iter_mut().enumerate() {
+        let out = child.stdout.take().expect("piped stdout");
+        let err = child.stderr.take().expect("piped stderr");
+        for stream in [
+            Box::new(out) as Box<dyn std::io::Read + Send>,
+            Box::new(err),
+        ] {
+            let tx = tx.clone();
+            readers.push(std::thread::spawn(move || {
+                for line in BufReader::new(stream).lines().map_while(Result::ok) {
+                    let _ = tx.send((rank, line));
+                }
+            }));
+        }
+    }
+    drop(tx);
+    let mut outcomes: Vec<Outcome> = (0..n)
+        .map(|_| Outcome {
+            status: None,
+            after: Duration::ZERO,
+            lines: Vec::new(),
+        })
+        .collect();
+    let mut done = vec![false; n];
+    while done.iter().any(|d| !d) && start.elapsed() < deadline {
+        while let Ok((rank, line)) = rx.recv_timeout(Duration::from_millis(5)) {
+            if let Some((victim, marker)) = kill
+                && rank == victim
+                && line.contains(marker)
+            {
+                children[victim].kill().expect("kill");
+            }
+            outcomes[rank].lines.push(line);
+        }
+        for (rank, child) in children.iter_mut().enumerate() {
+            if !done[rank]
+                && let Some(status) = child.try_wait().expect("try_wait")
+            {
+                done[rank] = true;
+                outcomes[rank].status = Some(status);
+                outcomes[rank].after = start.elapsed();
+            }
+        }
+    }
+    for (rank, child) in children.iter_mut().enumerate() {
+        if !done[rank] {
+            let _ = child.kill();
+            let _ = child.wait();
+            outcomes[rank].after = start.elapsed();
+        }
+    }
+    for reader in readers {
+        reader.join().expect("reader");
+    }
+    while let Ok((rank, line)) = rx.try_recv() {
+        outcomes[rank].lines.push(line);
+    }
+    outcomes
+}
+
+fn report(outcomes: &[Outcome]) -> String {
+    outcomes
+        .iter()
+        .enumerate()
+        .map(|(rank, o)| {
+            format!(
+                "--- rank {rank}: {:?} after {:?}\n{}",
+                o.status,
+                o.after,
+                o.text()
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn assert_no_shm_leftovers() {
+    let leftovers: Vec<String> = std::fs::read_dir("/dev/shm")
+        .expect("/dev/shm")
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with("symmem"))
+        .collect();
+    assert!(
+        leftovers.is_empty(),
+        "left behind in /dev/shm: {leftovers:?}"
+    );
+}
+
+/// The survivors' `CHILD-WAITED ... elapsed_ms N` (libtest's `test NAME ... ` may
+/// precede it on the same line).
+fn waited_ms(outcome: &Outcome) -> Option<u64> {
+    outcome.lines.iter().find_map(|l| {
+        l.split("CHILD-WAITED ")
+            .nth(1)?
+            .split_whitespace()
+            .last()?
+            .parse()
+            .ok()
+    })
+}
+
+/// Checks a failure run: the victim ended as `victim_ended` says, every survivor exited
+/// with `PeerLost` (naming `lost`, when given) within `bound` of the spawn.
+fn assert_survivors_lost(
+    outcomes: &[Outcome],
+    victim: usize,
+    lost: Option<usize>,
+    bound: Duration,
+) {
+    let all = report(outcomes);
+    for (rank, o) in outcomes.iter().enumerate().filter(|&(r, _)| r != victim) {
+        assert_eq!(
+            o.code(),
+            Some(EXIT_PEER_LOST),
+            "rank {rank} did not exit with PeerLost:\n{all}"
+        );
+        assert!(
+            o.text().contains("CHILD-ERROR PeerLost"),
+            "rank {rank}:\n{all}"
+        );
+        if let Some(lost) = lost {
+            let named = format!("PeerLost {{ rank: Some({lost})");
+            assert!(
+                o.text().contains(&named),
+                "rank {rank} should name rank {lost}:\n{all}"
+            );
+        }
+        assert!(
+            o.after < bound,
+            "rank {rank} took {:?} (bound {bound:?}):\n{all}",
+            o.after
+        );
+    }
+}
+
+#[test]
+fn processes_put_and_verify() {
+    if let Some(mode) = child_mode() {
+        run_child(&mode);
+    }
+    for n in [2, 4] {
+        let outcomes = spawn_ranks(
+            "processes_put_and_verify",
+            "puts",
+            n,
+            Duration::from_secs(20),
+            Duration::from_secs(30),
+            None,
+        );
+        let all = report(&outcomes);
+        for (rank, o) in outcomes.iter().enumerate() {
+            assert!(
+                o.status.is_some_and(|s| s.success()),
+                "rank {rank} failed:\n{all}"
+            );
+            assert!(
+                o.text().contains(&format!("CHILD-OK rank {rank} verified")),
+                "rank {rank}:\n{all}"
+            );
+        }
+    }
+    assert_no_shm_leftovers();
+}
+
+#[test]
+fn processes_aborted_rank_gives_peer_lost() {
+    if let Some(mode) = child_mode() {
+        run_child(&mode);
+    }
+    // A spoke that aborts; the children's timeout is long, so the survivors must notice
+    // the closed socket, not time out.
+    let timeout = Duration::from_secs(20);
+    let outcomes = spawn_ranks(
+        "processes_aborted_rank_gives_peer_lost",
+        "abort 2",
+        4,
+        timeout,
+        Duration::from_secs(30),
+        None,
+    );
+    let victim = &outcomes[2];
+    assert_eq!(
+        victim.status.and_then(|s| s.signal()),
+        Some(6),
+        "{}",
+        report(&outcomes)
+    );
+    assert_survivors_lost(&outcomes, 2, Some(2), Duration::from_secs(5));
+    for o in outcomes.iter().take(2) {
+        assert!(
+            waited_ms(o).is_some_and(|ms| ms < 2000),
+            "{}",
+            report(&outcomes)
+        );
+    }
+    assert_no_shm_leftovers();
+}
+
+#[test]
+fn processes_hub_exiting_early_gives_peer_lost() {
+    if let Some(mode) = child_mode() {
+        run_child(&mode);
+    }
+    let outcomes = spawn_ranks(
+        "processes_hub_exiting_early_gives_peer_lost",
+        "exit 0",
+        3,
+        Duration::from_secs(20),
+        Duration::from_secs(30),
+        None,
+    );
+    assert_eq!(outcomes[0].code(), Some(0), "{}", report(&outcomes));
+    assert_survivors_lost(&outcomes, 0, Some(0), Duration::from_secs(5));
+    assert_no_shm_leftovers();
+}
+
+#[test]
+fn processes_killed_rank_gives_peer_lost() {
+    if let Some(mode) = child_mode() {
+        run_child(&mode);
+    }
+    let outcomes = spawn_ranks(
+        "processes_killed_rank_gives_peer_lost",
+        "wait-for-kill 1",
+        3,
+        Duration::from_secs(20),
+        Duration::from_secs(30),
+        Some((1, "READY-TO-DIE")),
+    );
+    assert_eq!(
+        outcomes[1].status.and_then(|s| s.signal()),
+        Some(9),
+        "{}",
+        report(&outcomes)
+    );
+    assert_survivors_lost(&outcomes, 1, Some(1), Duration::from_secs(5));
+    assert_no_shm_leftovers();
+}
+
+#[test]
+fn processes_hung_rank_times_out() {
+    if let Some(mode) = child_mode() {
+        run_child(&mode);
+    }
+    // Rank 2 stops answering for 3 s; with a 500 ms timeout the others give up after
+    // about 500 ms, long before it would come back.
+    let timeout = Duration::from_millis(500);
+    let outcomes = spawn_ranks(
+        "processes_hung_rank_times_out",
+        "sleep 2",
+        3,
+        timeout,
+        Duration::from_secs(30),
+        None,
+    );
+    let all = report(&outcomes);
+    assert_survivors_lost(&outcomes, 2, None, Duration::from_millis(2500));
+    assert!(
+        outcomes[0].text().contains("PeerLost { rank: Some(2)"),
+        "the hub names rank 2:\n{all}"
+    );
+    for o in outcomes.iter().take(2) {
+        let ms = waited_ms(o).unwrap_or_else(|| panic!("no CHILD-WAITED line:\n{all}"));
+        assert!(
+            (400..2000).contains(&ms),
+            "gave up after {ms} ms, timeout 500 ms:\n{all}"
+        );
+    }
+    assert_no_shm_leftovers();
+}
+
+#[test]
+fn nothing_in_dev_shm() {
+    if let Some(mode) = child_mode() {
+        run_child(&mode);
+    }
+    let outcomes = spawn_ranks(
+        "nothing_in_dev_shm",
+        "abort 1",
+        2,
+        Duration::from_secs(20),
+        Duration::from_secs(30),
+        None,
+    );
+    assert_survivors_lost(&outcomes, 1, Some(1), Duration::from_secs(5));
+    assert_no_shm_leftovers();
+}
