@@ -10,7 +10,7 @@
 
 use std::time::{Duration, Instant};
 use symmem::backend::cpu::Cpu;
-use symmem::backend::{Backend, DeviceRegion};
+use symmem::backend::{Backend, DeviceRegion, Grid};
 use symmem::kernels::KernelCall;
 use symmem::{Config, Error, World};
 
@@ -22,7 +22,7 @@ const WARMUP: usize = 200;
 const ALLOC_BYTES: usize = 4096;
 const MIB: usize = 1 << 20;
 const SIZES: [usize; 3] = [MIB, 16 * MIB, 64 * MIB];
-const REPS: usize = 15;
+const REPS: usize = 21;
 
 /// What one rank measured.
 struct Numbers {
@@ -30,9 +30,14 @@ struct Numbers {
     alloc: Vec<Duration>,
     free: Vec<Duration>,
     alloc_syncs: u64,
-    /// Per size: (put samples, copy samples), rank 0 only.
-    bandwidth: Vec<(usize, Vec<Duration>, Vec<Duration>)>,
+    /// Rank 0 only: the default launch shape.
+    bandwidth: Samples,
+    /// The same, both kernels launched on a single host thread.
+    one_thread: Samples,
 }
+
+/// Per size: (bytes, put samples, copy samples).
+type Samples = Vec<(usize, Vec<Duration>, Vec<Duration>)>;
 
 fn median(samples: &[Duration]) -> Duration {
     let mut s = samples.to_vec();
@@ -86,7 +91,7 @@ fn rank_body(world: World<Cpu>) -> symmem::Result<Numbers> {
     let data: Vec<u8> = (0..largest).map(|i| (i % 251) as u8).collect();
     backend.upload(source.base(), &data)?;
     let to = 1 % n;
-    let mut bandwidth = Vec::new();
+    let (mut bandwidth, mut one_thread) = (Vec::new(), Vec::new());
     world.barrier()?;
     if rank == 0 {
         let remote = world.translate(buffer.ptr(), to)?;
@@ -99,16 +104,50 @@ fn rank_body(world: World<Cpu>) -> symmem::Result<Numbers> {
             // Warm up both paths (first touch of the pages).
             world.put(&buffer, 0, source.base(), bytes, to)?;
             world.launch(&copy)?;
+            // The same two kernels on one host thread (no interleaving of the threads'
+            // 16-byte vectors within cache lines): for comparison only.
+            let put1 = KernelCall::Put {
+                dst: buffer.ptr(),
+                src: source.base(),
+                bytes: bytes as u64,
+                bases: buffer.peer_bases().device_ptr(),
+                world: n as u32,
+                cur: rank as u32,
+                to: to as u32,
+            };
+            let one = Grid {
+                blocks: 1,
+                threads: 1,
+            };
+            let (mut puts1, mut copies1) = (Vec::new(), Vec::new());
+            for rep in 0..REPS {
+                // Alternate which goes first, so neither always finds a warm cache.
+                for which in [rep % 2, 1 - rep % 2] {
+                    let t = Instant::now();
+                    if which == 0 {
+                        backend.launch(&put1, one)?;
+                        puts1.push(t.elapsed());
+                    } else {
+                        backend.launch(&copy, one)?;
+                        copies1.push(t.elapsed());
+                    }
+                }
+            }
+            one_thread.push((bytes, puts1, copies1));
             let (mut puts, mut copies) = (Vec::new(), Vec::new());
-            for _ in 0..REPS {
-                let t = Instant::now();
-                world.put(&buffer, 0, source.base(), bytes, to)?;
-                backend.synchronize()?;
-                puts.push(t.elapsed());
-                let t = Instant::now();
-                world.launch(&copy)?;
-                backend.synchronize()?;
-                copies.push(t.elapsed());
+            for rep in 0..REPS {
+                for which in [rep % 2, 1 - rep % 2] {
+                    let t = Instant::now();
+                    if which == 0 {
+                        world.put(&buffer, 0, source.base(), bytes, to)?;
+                        backend.synchronize()?;
+                        puts.push(t.elapsed());
+                    } else {
+                        world.launch(&copy)?;
+                        backend.synchronize()?;
+                        copies.push(t.elapsed());
+                    }
+                }
             }
             bandwidth.push((bytes, puts, copies));
         }
@@ -130,6 +169,7 @@ fn rank_body(world: World<Cpu>) -> symmem::Result<Numbers> {
         free,
         alloc_syncs,
         bandwidth,
+        one_thread,
     })
 }
 
@@ -187,11 +227,23 @@ fn main() {
         "translated put vs direct copy, rank 0 -> rank 1 over the shared mapping, \
          median of {REPS} (GB/s = bytes moved / time)"
     );
+    print_bandwidth(&numbers[0].bandwidth);
+    println!();
+    println!(
+        "the same kernels on one host thread (Grid {{ blocks: 1, threads: 1 }}), for comparison"
+    );
+    print_bandwidth(&numbers[0].one_thread);
+    if syncs != 0 {
+        std::process::exit(1);
+    }
+}
+
+fn print_bandwidth(samples: &Samples) {
     println!(
         "{:>8}  {:>9}  {:>10}  {:>9}  {:>9}  {:>8}",
         "size", "put GB/s", "copy GB/s", "put ms", "copy ms", "put/copy"
     );
-    for (bytes, puts, copies) in &numbers[0].bandwidth {
+    for (bytes, puts, copies) in samples {
         let (p, c) = (median(puts), median(copies));
         println!(
             "{:>5} MiB  {:>9.2}  {:>10.2}  {:>9.3}  {:>9.3}  {:>8.3}",
@@ -202,8 +254,5 @@ fn main() {
             c.as_secs_f64() * 1e3,
             gbps(*bytes, p) / gbps(*bytes, c)
         );
-    }
-    if syncs != 0 {
-        std::process::exit(1);
     }
 }

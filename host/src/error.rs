@@ -11,6 +11,14 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum Error {
+    /// An alignment larger than every heap base is aligned to, so no offset could give
+    /// that alignment on every rank.
+    AlignmentTooLarge {
+        /// The alignment asked for.
+        align: usize,
+        /// The largest alignment available.
+        max: usize,
+    },
     /// A request for zero bytes (or zero elements).
     ZeroSize,
     /// An alignment that is not a power of two.
@@ -130,6 +138,10 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::ZeroSize => write!(f, "zero-sized allocation"),
+            Self::AlignmentTooLarge { align, max } => write!(
+                f,
+                "alignment {align} is larger than the heaps' alignment {max}"
+            ),
             Self::BadAlignment { align } => write!(f, "alignment {align} is not a power of two"),
             Self::OutOfHeap {
                 requested,

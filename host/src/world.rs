@@ -91,8 +91,20 @@ struct TableArena<M> {
     free: Vec<u64>,
 }
 
+/// A live allocation: the serial number its buffer carries and the bytes asked for.
+#[derive(Clone, Copy)]
+struct Live {
+    serial: u64,
+    bytes: usize,
+}
+
+/// Serial numbers of allocations, unique across every world of the process, so a stale
+/// or foreign [`RawSymmetric`] is recognised.
+static SERIALS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
 struct HeapState<M> {
     allocator: OffsetAllocator,
+    live: std::collections::HashMap<usize, Live>,
     tables: TableArena<M>,
     ledger_hash: u64,
     ledger_ops: u64,
@@ -108,6 +120,9 @@ pub struct World<B: Backend> {
     /// Peers' heaps mapped here; `None` at this rank's own index.
     _peer_heaps: Vec<Option<B::Mapping>>,
     heap_bases: PeerBases,
+    /// The largest alignment every heap base has (so offsets aligned to it give
+    /// addresses aligned to it on every rank).
+    max_align: usize,
     _heap_bases_memory: B::DeviceMemory,
     state: Mutex<HeapState<B::DeviceMemory>>,
 }
@@ -189,6 +204,7 @@ impl<B: Backend> World<B> {
                 peer_heaps.push(Some(mapping));
             }
         }
+        let max_align = bases.iter().map(|b| 1usize << b.trailing_zeros().min(30)).min().unwrap_or(MIN_ALIGN);
         let heap_bases_memory = backend.alloc_device(world_size * 8)?;
         backend.upload(heap_bases_memory.base(), bytemuck::cast_slice(&bases))?;
         let heap_bases = PeerBases {
@@ -204,9 +220,11 @@ impl<B: Backend> World<B> {
             heap,
             _peer_heaps: peer_heaps,
             heap_bases,
+            max_align,
             _heap_bases_memory: heap_bases_memory,
             state: Mutex::new(HeapState {
                 allocator: OffsetAllocator::new(heap_len),
+                live: std::collections::HashMap::new(),
                 tables: TableArena {
                     chunks: Vec::new(),
                     free: Vec::new(),
@@ -276,6 +294,12 @@ impl<B: Backend> World<B> {
         len: usize,
         align: usize,
     ) -> Result<(SymmetricBuffer<'_, T, B>, PeerBases)> {
+        if !align.is_power_of_two() {
+            return Err(Error::BadAlignment { align });
+        }
+        if align > self.max_align {
+            return Err(Error::AlignmentTooLarge { align, max: self.max_align });
+        }
         let bytes = len.checked_mul(size_of::<T>()).ok_or(Error::TooLarge {
             requested: usize::MAX,
             capacity: self.heap.len(),
@@ -304,6 +328,8 @@ impl<B: Backend> World<B> {
                 return Err(e);
             }
         };
+        let serial = SERIALS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        state.live.insert(offset, Live { serial, bytes });
         drop(state);
         self.backend.upload(slot, bytemuck::cast_slice(&entries))?;
         let table = PeerBases {
@@ -312,6 +338,7 @@ impl<B: Backend> World<B> {
         };
         let buffer = SymmetricBuffer {
             world: self,
+            serial,
             offset,
             len,
             table: table.clone(),
@@ -334,8 +361,14 @@ impl<B: Backend> World<B> {
         Ok(state.tables.free.pop().expect("refilled above"))
     }
 
-    fn release(&self, offset: usize, table: u64) -> Result<usize> {
+    /// Frees the allocation at `offset` if it is the one numbered `serial`.
+    fn release(&self, offset: usize, serial: u64, table: u64) -> Result<usize> {
         let mut state = self.lock_state();
+        match state.live.get(&offset) {
+            Some(live) if live.serial == serial => {}
+            _ => return Err(Error::NotAllocated { offset }),
+        }
+        state.live.remove(&offset);
         state.ledger_ops += 1;
         state.ledger_hash = fnv(state.ledger_hash, &[2, offset as u64]);
         let freed = state.allocator.free(offset).map_err(alloc_error)?;
@@ -383,8 +416,13 @@ impl<B: Backend> World<B> {
         let offset = ptr
             .checked_sub(base)
             .filter(|&o| o < self.heap.len() as u64);
+        let state = self.lock_state();
         offset
-            .and_then(|o| self.lock_state().allocator.allocation(o as usize))
+            .and_then(|o| {
+                let (start, _) = state.allocator.allocation(o as usize)?;
+                let live = state.live.get(&start)?;
+                (o as usize - start < live.bytes).then_some((start, live.bytes))
+            })
             .ok_or(Error::NotSymmetric { addr: ptr })
     }
 
@@ -510,7 +548,7 @@ impl<B: Backend> World<B> {
     /// Frees a buffer given up with [`SymmetricBuffer::into_raw`] (collective).
     /// Errors: `NotAllocated` for a buffer freed already or not of this world.
     pub fn free_raw(&self, raw: RawSymmetric) -> Result<()> {
-        self.release(raw.offset, raw.table).map(drop)
+        self.release(raw.offset, raw.serial, raw.table).map(drop)
     }
 }
 
@@ -518,6 +556,7 @@ impl<B: Backend> World<B> {
 /// table slot, to be freed with [`World::free_raw`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RawSymmetric {
+    serial: u64,
     offset: usize,
     table: u64,
 }
@@ -526,6 +565,7 @@ pub struct RawSymmetric {
 /// (a collective call: see the module documentation for mismatched orders).
 pub struct SymmetricBuffer<'w, T, B: Backend> {
     world: &'w World<B>,
+    serial: u64,
     offset: usize,
     len: usize,
     table: PeerBases,
@@ -560,6 +600,7 @@ impl<T, B: Backend> SymmetricBuffer<'_, T, B> {
     /// Gives up ownership without freeing; see [`World::free_raw`].
     pub fn into_raw(self) -> RawSymmetric {
         let raw = RawSymmetric {
+            serial: self.serial,
             offset: self.offset,
             table: self.table.device,
         };
@@ -594,6 +635,6 @@ impl<T, B: Backend> PeerBaseProvider for SymmetricBuffer<'_, T, B> {
 impl<T, B: Backend> Drop for SymmetricBuffer<'_, T, B> {
     fn drop(&mut self) {
         // The offset came from this world's allocator and is freed once: cannot fail.
-        let _ = self.world.release(self.offset, self.table.device);
+        let _ = self.world.release(self.offset, self.serial, self.table.device);
     }
 }

@@ -604,6 +604,36 @@ fn peer_lost_when_a_rank_returns_early() {
 }
 
 #[test]
+fn peer_lost_at_once_even_while_another_rank_is_slow() {
+    // Rank 2 has left for good; rank 1 is merely slow. Rank 0 can tell at once that the
+    // barrier will never complete, and should not wait for rank 1 to find out.
+    let cfg = Config {
+        heap_bytes: HEAP,
+        timeout: Duration::from_secs(10),
+    };
+    let slow = Duration::from_millis(1500);
+    let results = run_raw(3, &cfg, |world| {
+        match world.rank() {
+            2 => return Ok(Duration::ZERO),
+            1 => std::thread::sleep(slow),
+            _ => {}
+        }
+        let t = Instant::now();
+        let r = world.barrier();
+        assert!(
+            matches!(r, Err(Error::PeerLost { rank: Some(2), .. })),
+            "{r:?}"
+        );
+        Ok(t.elapsed())
+    });
+    let waited = results[0].as_ref().expect("rank 0");
+    assert!(
+        *waited < slow / 3,
+        "rank 0 waited {waited:?} for a departed rank"
+    );
+}
+
+#[test]
 fn peer_lost_when_a_rank_hangs() {
     let timeout = Duration::from_millis(300);
     let cfg = Config {

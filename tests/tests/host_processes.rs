@@ -31,8 +31,9 @@ type W = World<Cpu>;
 // ---------------------------------------------------------------------------------------
 // Child side.
 
-/// What a child does, parsed from [`CHILD`]: `puts`, `abort R`, `exit R`, `sleep R`
-/// (rank `R` misbehaves, the others call a barrier).
+/// What a child does, parsed from [`CHILD`]: `puts`, or `HOW R [again]` with `HOW` one
+/// of `abort`, `exit`, `sleep`, `wait-for-kill` (rank `R` misbehaves, the others call a
+/// barrier, and with `again` a second barrier after the first failed).
 fn child_mode() -> Option<String> {
     std::env::var(CHILD).ok()
 }
@@ -156,7 +157,7 @@ fn child_puts(world: &W) -> symmem::Result<()> {
 }
 
 /// One rank misbehaves (`how`) after a first exchange; the others call a barrier.
-fn child_misbehave(world: &W, how: &str, victim: usize) -> symmem::Result<()> {
+fn child_misbehave(world: &W, how: &str, victim: usize, again: bool) -> symmem::Result<()> {
     let me = world.rank();
     let (a, _) = world.allocate_symmetric::<u8>(world.world_size() * 256)?;
     exchange(world, &a, 5)?;
@@ -183,6 +184,15 @@ fn child_misbehave(world: &W, how: &str, victim: usize) -> symmem::Result<()> {
         "CHILD-WAITED rank {me} elapsed_ms {}",
         t.elapsed().as_millis()
     );
+    if r.is_err() && again {
+        // A second collective after a lost peer is an error again, not a panic or a hang.
+        let again = world.barrier();
+        println!("CHILD-AGAIN rank {me} {:?}", again.as_ref().err());
+        assert!(
+            matches!(again, Err(Error::PeerLost { .. })),
+            "second barrier: {again:?}"
+        );
+    }
     r
 }
 
@@ -198,7 +208,9 @@ fn run_child(mode: &str) -> ! {
         let mut words = mode.split_whitespace();
         let r = match (words.next(), words.next().and_then(|v| v.parse().ok())) {
             (Some("puts"), None) => child_puts(&world),
-            (Some(how), Some(victim)) => child_misbehave(&world, how, victim),
+            (Some(how), Some(victim)) => {
+                child_misbehave(&world, how, victim, words.next() == Some("again"))
+            }
             _ => panic!("bad {CHILD}={mode}"),
         };
         r.map(|()| rank)
@@ -548,5 +560,27 @@ fn nothing_in_dev_shm() {
         None,
     );
     assert_survivors_lost(&outcomes, 1, Some(1), Duration::from_secs(5));
+    assert_no_shm_leftovers();
+}
+
+#[test]
+fn processes_collective_after_peer_lost_is_an_error() {
+    if let Some(mode) = child_mode() {
+        run_child(&mode);
+    }
+    // After PeerLost, calling another collective (cleanup code does) must give an error
+    // again on every survivor, the hub (rank 0) included: no panic, no hang.
+    let outcomes = spawn_ranks(
+        "processes_collective_after_peer_lost_is_an_error",
+        "abort 2 again",
+        3,
+        Duration::from_secs(20),
+        Duration::from_secs(30),
+        None,
+    );
+    assert_survivors_lost(&outcomes, 2, Some(2), Duration::from_secs(5));
+    for o in outcomes.iter().take(2) {
+        assert!(o.text().contains("CHILD-AGAIN"), "{}", report(&outcomes));
+    }
     assert_no_shm_leftovers();
 }

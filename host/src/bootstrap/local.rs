@@ -90,9 +90,16 @@ impl LocalBootstrap {
             let round_state = &state.rounds[&round];
             let missing = round_state.slots.iter().position(Option::is_none);
             let Some(missing) = missing else { break };
-            if state.departed[missing] {
+            // Any rank that has left and not contributed ends the wait now, whoever else
+            // is merely slow.
+            let departed = round_state
+                .slots
+                .iter()
+                .zip(&state.departed)
+                .position(|(slot, &gone)| slot.is_none() && gone);
+            if let Some(gone) = departed {
                 return Err(Error::PeerLost {
-                    rank: Some(missing),
+                    rank: Some(gone),
                     waited: start.elapsed(),
                 });
             }

@@ -26,6 +26,11 @@ pub struct MpiBootstrap {
     timeout: Duration,
 }
 
+// SAFETY: MPI is initialised with `Threading::Serialized`, so its handles may be used
+// from any thread as long as calls never overlap; a World serialises every bootstrap call
+// behind its mutex, and the bootstrap is only moved, never shared.
+unsafe impl Send for MpiBootstrap {}
+
 fn os(what: &'static str) -> impl Fn(std::io::Error) -> Error {
     move |source| Error::Os { what, source }
 }
@@ -45,7 +50,9 @@ impl MpiBootstrap {
     /// Initialises MPI and joins `MPI_COMM_WORLD`. Errors if MPI was initialised already.
     pub fn new() -> Result<Self> {
         let universe =
-            mpi::initialize().ok_or(Error::Bootstrap("MPI is already initialised".into()))?;
+            mpi::initialize_with_threading(mpi::Threading::Serialized)
+                .map(|(universe, _)| universe)
+                .ok_or(Error::Bootstrap("MPI is already initialised".into()))?;
         let world = universe.world();
         let mut stamp = [0u64; 2];
         if world.rank() == 0 {

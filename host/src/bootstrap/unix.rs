@@ -158,7 +158,7 @@ impl UnixBootstrap {
         for rank in 1..self.world {
             let stream = self.peers[rank]
                 .as_mut()
-                .expect("hub has every rank's stream");
+                .ok_or_else(|| lost(rank, start))?;
             match scm::recv(stream) {
                 Ok((Kind::Data, item)) => all.push(item),
                 _ => return Err(self.abort(rank, start)),
@@ -167,7 +167,7 @@ impl UnixBootstrap {
         for rank in 1..self.world {
             let stream = self.peers[rank]
                 .as_mut()
-                .expect("hub has every rank's stream");
+                .ok_or_else(|| lost(rank, start))?;
             for item in &all {
                 if scm::send(stream, Kind::Data, item).is_err() {
                     return Err(self.abort(rank, start));
