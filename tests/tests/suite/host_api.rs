@@ -1,12 +1,12 @@
-//! Every host API call at world sizes 1, 2, 3, 4 and 8, ranks as threads on the CPU
-//! backend: peer tables, heap bases, translation, contents of `zeros`/`full`/
+//! Every host API call at world sizes 1, 2, 3, 4 and 8, ranks as threads on the
+//! backend under test (`super::TestBackend`; see `suite_cpu.rs`, `suite_cuda.rs`): peer tables, heap bases, translation, contents of `zeros`/`full`/
 //! `from_slice`/`empty`, translated puts and gets checked byte by byte for every
 //! allocation (including ones made after frees and after a rendezvous), and one kernel
 //! run over the heap provider and the rendezvous provider with the same result.
 
 use bytemuck::Pod;
-use symmem::backend::cpu::{Cpu, CpuMemory};
-use symmem::backend::{Backend, BackendKind, DeviceRegion};
+use super::TestBackend;
+use symmem::backend::{Backend, DeviceRegion};
 use symmem::kernels::KernelCall;
 use symmem::{Config, PeerBaseProvider, PeerBases, Rendezvous, SymmetricBuffer, World};
 
@@ -15,8 +15,9 @@ const SIZES: [usize; 5] = [1, 2, 3, 4, 8];
 /// A small heap per rank, so that eight ranks stay cheap.
 const HEAP: usize = 4 << 20;
 
-type W = World<Cpu>;
-type Buf<'w, T> = SymmetricBuffer<'w, T, Cpu>;
+type W = World<TestBackend>;
+type Buf<'w, T> = SymmetricBuffer<'w, T, TestBackend>;
+type DeviceMemory = <TestBackend as Backend>::DeviceMemory;
 
 fn config() -> Config {
     Config {
@@ -28,7 +29,7 @@ fn config() -> Config {
 /// Runs `body` on `n` thread-ranks and returns each rank's result, failing the test on
 /// any error.
 fn run<R: Send>(n: usize, body: impl Fn(W) -> symmem::Result<R> + Sync) -> Vec<R> {
-    let results = symmem::launch(n, &config(), |_| Ok(Cpu::new()), body).expect("launch");
+    let results = symmem::launch(n, &config(), super::make_backend, body).expect("launch");
     assert_eq!(results.len(), n);
     results
         .into_iter()
@@ -188,10 +189,13 @@ fn as_bytes<T: Pod>(data: &[T]) -> &[u8] {
 
 #[test]
 fn launch_gives_each_rank_its_world() {
+    if super::skip() {
+        return;
+    }
     for n in SIZES {
         let ranks = run(n, |world| {
             assert_eq!(world.world_size(), n);
-            assert_eq!(world.backend().kind(), BackendKind::Cpu);
+            assert_eq!(world.backend().kind(), super::KIND);
             assert!(!world.backend().device_name().is_empty());
             assert!(world.heap_len() >= HEAP);
             assert_eq!(world.heap_len() % world.backend().heap_granularity(), 0);
@@ -209,6 +213,9 @@ fn launch_gives_each_rank_its_world() {
 
 #[test]
 fn heap_bases_are_distinct_and_device_resident() {
+    if super::skip() {
+        return;
+    }
     every_size(|world| {
         let (rank, n) = (world.rank(), world.world_size());
         let bases = world.heap_bases();
@@ -240,6 +247,9 @@ fn heap_bases_are_distinct_and_device_resident() {
 
 #[test]
 fn allocate_symmetric_table_invariant() {
+    if super::skip() {
+        return;
+    }
     every_size(|world| {
         let n = world.world_size();
         let (a, ta) = world.allocate_symmetric::<u8>(1)?;
@@ -277,6 +287,9 @@ fn allocate_symmetric_table_invariant() {
 
 #[test]
 fn offsets_are_identical_across_ranks_through_frees() {
+    if super::skip() {
+        return;
+    }
     every_size(|world| {
         let rank = world.rank();
         let mut live = Vec::new();
@@ -316,6 +329,9 @@ fn offsets_are_identical_across_ranks_through_frees() {
 
 #[test]
 fn allocation_makes_no_device_to_host_sync() {
+    if super::skip() {
+        return;
+    }
     every_size(|world| {
         let backend = world.backend();
         let before = backend.device_to_host_syncs();
@@ -352,6 +368,9 @@ fn allocation_makes_no_device_to_host_sync() {
 
 #[test]
 fn zeros_full_from_slice_empty_contents() {
+    if super::skip() {
+        return;
+    }
     every_size(|world| {
         let (rank, n) = (world.rank(), world.world_size());
         let len = 1000 + n;
@@ -412,6 +431,9 @@ fn zeros_full_from_slice_empty_contents() {
 
 #[test]
 fn put_get_every_byte_of_every_allocation() {
+    if super::skip() {
+        return;
+    }
     every_size(|world| {
         let (rank, n) = (world.rank(), world.world_size());
         // Aligned regions (vector path) and odd ones (byte path), several element types.
@@ -456,6 +478,9 @@ fn put_get_every_byte_of_every_allocation() {
 
 #[test]
 fn largest_payload_one_mib_plus_three() {
+    if super::skip() {
+        return;
+    }
     for n in [2, 3] {
         run(n, |world| {
             let (buffer, bases) = world.allocate_symmetric::<u8>(n * ((1 << 20) + 3))?;
@@ -467,6 +492,9 @@ fn largest_payload_one_mib_plus_three() {
 
 #[test]
 fn put_and_get_at_element_offsets() {
+    if super::skip() {
+        return;
+    }
     every_size(|world| {
         let (rank, n) = (world.rank(), world.world_size());
         let buffer = world.zeros::<u32>(64 * n)?;
@@ -503,6 +531,9 @@ fn put_and_get_at_element_offsets() {
 
 #[test]
 fn is_symmetric_inside_and_outside() {
+    if super::skip() {
+        return;
+    }
     every_size(|world| {
         let (rank, n) = (world.rank(), world.world_size());
         let heap = world.heap_bases().entries()[rank];
@@ -554,6 +585,9 @@ fn is_symmetric_inside_and_outside() {
 
 #[test]
 fn is_symmetric_false_one_past_the_end() {
+    if super::skip() {
+        return;
+    }
     // One past the last element of a buffer whose length is not a multiple of the
     // 256-byte granule is outside the buffer, even though the allocator rounded it up.
     every_size(|world| {
@@ -574,6 +608,9 @@ fn is_symmetric_false_one_past_the_end() {
 
 #[test]
 fn translate_equals_heap_base_arithmetic() {
+    if super::skip() {
+        return;
+    }
     every_size(|world| {
         let (rank, n) = (world.rank(), world.world_size());
         let heap = world.heap_bases().entries().to_vec();
@@ -610,6 +647,9 @@ fn translate_equals_heap_base_arithmetic() {
 
 #[test]
 fn all_gather_bytes_of_different_lengths() {
+    if super::skip() {
+        return;
+    }
     every_size(|world| {
         let rank = world.rank();
         let mine: Vec<u8> = (0..rank * 3).map(|i| (i + rank) as u8).collect();
@@ -624,6 +664,9 @@ fn all_gather_bytes_of_different_lengths() {
 
 #[test]
 fn into_raw_and_free_raw() {
+    if super::skip() {
+        return;
+    }
     every_size(|world| {
         let (buffer, _) = world.allocate_symmetric::<u8>(3000)?;
         let offset = buffer.offset();
@@ -648,7 +691,7 @@ fn into_raw_and_free_raw() {
 fn put_through(
     world: &W,
     provider: &dyn PeerBaseProvider,
-    source: &CpuMemory,
+    source: &DeviceMemory,
     region: usize,
 ) -> symmem::Result<()> {
     let (me, n) = (world.rank(), world.world_size());
@@ -670,6 +713,9 @@ fn put_through(
 
 #[test]
 fn same_kernel_over_heap_and_rendezvous() {
+    if super::skip() {
+        return;
+    }
     every_size(|world| {
         let (me, n) = (world.rank(), world.world_size());
         for (tag, region) in [(20, 4096usize), (21, 1001)] {
@@ -728,6 +774,9 @@ fn same_kernel_over_heap_and_rendezvous() {
 
 #[test]
 fn rendezvous_of_a_prefix_of_the_user_allocation() {
+    if super::skip() {
+        return;
+    }
     every_size(|world| {
         let (me, n) = (world.rank(), world.world_size());
         let user = world.backend().alloc_device(1 << 16)?;

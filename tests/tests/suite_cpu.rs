@@ -1,0 +1,19 @@
+//! The backend-parameterized suite on the CPU backend (always runs).
+
+use symmem::backend::BackendKind;
+use symmem::backend::cpu::Cpu;
+
+type TestBackend = Cpu;
+const KIND: BackendKind = BackendKind::Cpu;
+
+fn make_backend(_rank: usize) -> symmem::Result<Cpu> {
+    Ok(Cpu::new())
+}
+
+/// The CPU backend is always there.
+fn skip() -> bool {
+    false
+}
+
+#[path = "suite/host_api.rs"]
+mod host_api;
