@@ -50,7 +50,8 @@ fn put_with_signal(world: usize) {
             let cmp = [Cmp::Eq, Cmp::Ge, Cmp::Gt, Cmp::Ne][arch.thread_id() as usize % 4];
             let value = match cmp {
                 Cmp::Eq | Cmp::Ge => 5,
-                Cmp::Gt | Cmp::Ne => 4,
+                Cmp::Gt => 4,
+                Cmp::Ne => 0, // the initial value
                 _ => unreachable!(),
             };
             for from in 0..world {

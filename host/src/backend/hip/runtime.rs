@@ -432,12 +432,13 @@ unsafe fn device_properties_fn(
 }
 
 /// The names tried, in order: the development symlink, then the runtime sonames of
-/// ROCm 7, 6 and 5.
-const LIBRARY_NAMES: [&CStr; 4] = [
+/// ROCm 7, 6 and 5 (all through the loader's search path), then ROCm's default prefix.
+const LIBRARY_NAMES: [&CStr; 5] = [
     c"libamdhip64.so",
     c"libamdhip64.so.7",
     c"libamdhip64.so.6",
     c"libamdhip64.so.5",
+    c"/opt/rocm/lib/libamdhip64.so",
 ];
 
 /// The loaded runtime, or why it could not be loaded (computed once per process; the

@@ -1,0 +1,28 @@
+//! The backend-parameterized suite on the HIP backend (`--features hip`): every rank a
+//! thread with its own `Hip` instance on GPU 0. Skips, printing why, where no AMD GPU
+//! answers.
+#![cfg(feature = "hip")]
+
+use std::sync::OnceLock;
+use symmem::backend::BackendKind;
+use symmem::backend::hip::Hip;
+
+type TestBackend = Hip;
+const KIND: BackendKind = BackendKind::Hip;
+
+fn make_backend(_rank: usize) -> symmem::Result<Hip> {
+    Hip::new(0)
+}
+
+/// True (after printing the reason) when no AMD GPU answers.
+fn skip() -> bool {
+    static WHY: OnceLock<Option<String>> = OnceLock::new();
+    let why = WHY.get_or_init(|| Hip::new(0).err().map(|e| e.to_string()));
+    if let Some(why) = why {
+        eprintln!("skipped: HIP backend unavailable: {why}");
+    }
+    why.is_some()
+}
+
+#[path = "suite/host_api.rs"]
+mod host_api;
