@@ -20,8 +20,10 @@ fn object(cpu: &str) -> &'static [u8] {
 fn amd_function(cpu: &str, name: &str) -> Vec<String> {
     let cargo = std::env::var_os("CARGO").map_or_else(|| PathBuf::from("cargo"), PathBuf::from);
     let bin = symmem_device_build::llvm_tools_bin(&cargo).expect("llvm-tools are installed");
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let k = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let file = std::env::temp_dir().join(format!(
-        "symmem-codegen-rma-{}-{cpu}.hsaco",
+        "symmem-codegen-rma-{}-{k}-{cpu}.hsaco",
         std::process::id()
     ));
     std::fs::write(&file, object(cpu)).expect("temp dir is writable");
@@ -61,14 +63,23 @@ fn ptx_entry(name: &str) -> Vec<String> {
 }
 
 /// Asserts that lines matching each pattern appear in this order; returns them.
-fn in_order<'a>(lines: &'a [String], patterns: &[&dyn Fn(&str) -> bool], what: &str) -> Vec<&'a str> {
+fn in_order<'a>(
+    lines: &'a [String],
+    patterns: &[&dyn Fn(&str) -> bool],
+    what: &str,
+) -> Vec<&'a str> {
     let mut at = 0;
     let mut found = Vec::new();
     for (k, pattern) in patterns.iter().enumerate() {
         let i = lines[at..]
             .iter()
             .position(|l| pattern(l))
-            .unwrap_or_else(|| panic!("{what}: pattern {k} not found after line {at} in:\n{}", lines.join("\n")));
+            .unwrap_or_else(|| {
+                panic!(
+                    "{what}: pattern {k} not found after line {at} in:\n{}",
+                    lines.join("\n")
+                )
+            });
         found.push(lines[at + i].as_str());
         at += i + 1;
     }
@@ -120,7 +131,9 @@ fn check_amd_scopes(cpu: &str) {
         &format!("{cpu} block-scope acq_rel add"),
     );
     assert!(
-        !block.iter().any(|l| l.starts_with("buffer_wbl2") || l.starts_with("buffer_inv")),
+        !block
+            .iter()
+            .any(|l| l.starts_with("buffer_wbl2") || l.starts_with("buffer_inv")),
         "{cpu} block-scope add must be the bare atomic:\n{}",
         block.join("\n")
     );
@@ -160,7 +173,12 @@ fn check_amd_put(cpu: &str) {
         let store = body
             .iter()
             .find(|l| l.starts_with("global_store_dwordx4 "))
-            .unwrap_or_else(|| panic!("{cpu} {kernel}: no global_store_dwordx4 in:\n{}", body.join("\n")));
+            .unwrap_or_else(|| {
+                panic!(
+                    "{cpu} {kernel}: no global_store_dwordx4 in:\n{}",
+                    body.join("\n")
+                )
+            });
         assert!(
             !body.iter().any(|l| l.starts_with("flat_store")),
             "{cpu} {kernel}: a translated store fell back to flat addressing"

@@ -1,5 +1,6 @@
 //! Atomics under contention: every thread of every rank hammers one counter of each
 //! type on every peer; the final values equal the model's exactly.
+#![allow(clippy::needless_range_loop)] // rank-indexed loops read best in tests
 
 mod rma_common;
 use rma_common::*;
@@ -31,17 +32,49 @@ fn hammer(world: usize) {
                     // Fetch add at default order/scope, u64.
                     team.atomic_fetch_add(h.cast::<u64>(), 1, to);
                     // Non-fetch sub, i32, relaxed at system scope.
-                    team.atomic(AtomicOp::Sub, h.add(8).cast::<i32>(), 3, to, Order::Relaxed, Scope::System);
+                    team.atomic(
+                        AtomicOp::Sub,
+                        h.add(8).cast::<i32>(),
+                        3,
+                        to,
+                        Order::Relaxed,
+                        Scope::System,
+                    );
                     // Xor of a per-thread bit pattern, twice per two reps: cancels out.
-                    team.atomic(AtomicOp::Xor, h.add(16).cast::<u64>(), me * 0x9e37 + k as u64 / 2, to, Order::Release, Scope::Device);
+                    team.atomic(
+                        AtomicOp::Xor,
+                        h.add(16).cast::<u64>(),
+                        me * 0x9e37 + k as u64 / 2,
+                        to,
+                        Order::Release,
+                        Scope::Device,
+                    );
                     // Max and min of unique values.
-                    team.atomic_fetch_max(h.add(24).cast::<i64>(), (me * 1000 + k as u64) as i64, to);
-                    team.atomic(AtomicOp::Min, h.add(32).cast::<u32>(), (me * 1000 + k as u64) as u32, to, Order::SeqCst, Scope::Block);
+                    team.atomic_fetch_max(
+                        h.add(24).cast::<i64>(),
+                        (me * 1000 + k as u64) as i64,
+                        to,
+                    );
+                    team.atomic(
+                        AtomicOp::Min,
+                        h.add(32).cast::<u32>(),
+                        (me * 1000 + k as u64) as u32,
+                        to,
+                        Order::SeqCst,
+                        Scope::Block,
+                    );
                     // A cas loop: increments by 2.
                     let p = h.add(40).cast::<u32>();
                     let mut cur = team.atomic_load(p, to, Order::Relaxed, Scope::Device);
                     loop {
-                        let seen = team.atomic_compare_exchange(p, cur, cur.wrapping_add(2), to, Order::AcqRel, Scope::Device);
+                        let seen = team.atomic_compare_exchange(
+                            p,
+                            cur,
+                            cur.wrapping_add(2),
+                            to,
+                            Order::AcqRel,
+                            Scope::Device,
+                        );
                         if seen == cur {
                             break;
                         }
@@ -58,7 +91,11 @@ fn hammer(world: usize) {
         assert_eq!(w.read::<i32>(t, 8, 1), [-3 * total as i32], "rank {t} sub");
         // REPS is even: every thread xored each of its values twice.
         assert_eq!(w.read::<u64>(t, 16, 1), [0], "rank {t} xor");
-        assert_eq!(w.read::<i64>(t, 24, 1), [(last * 1000 + REPS as u64 - 1) as i64], "rank {t} max");
+        assert_eq!(
+            w.read::<i64>(t, 24, 1),
+            [(last * 1000 + REPS as u64 - 1) as i64],
+            "rank {t} max"
+        );
         assert_eq!(w.read::<u32>(t, 32, 1), [0], "rank {t} min");
         assert_eq!(w.read::<u32>(t, 40, 1), [2 * total as u32], "rank {t} cas");
     }

@@ -6,12 +6,13 @@
 //! `world * f32::EPSILON * sum(|x|)`, plus half a bf16 ulp (2^-8 relative) for bf16;
 //! min/max are exact. All ranks must agree bit for bit, and two-shot must equal
 //! one-shot.
+#![allow(clippy::needless_range_loop)] // rank-indexed loops read best in tests
 
 mod rma_common;
 use rma_common::*;
 use symmem::cpu_launch::Grid;
-use symmem_rma::collectives::{self, ReduceOp, Reducible, signal_words};
 use symmem_rma::Bf16;
+use symmem_rma::collectives::{self, ReduceOp, Reducible, signal_words};
 
 const GRID: Grid = Grid {
     blocks: 2,
@@ -56,19 +57,34 @@ fn all_gather(world: usize) {
             let l = layout(world, n, world * n, smis, dmis);
             let w = World::new(world, l.heap);
             zero_signals(&w, &l);
-            let pats: Vec<Vec<u8>> = (0..world).map(|r| (0..n).map(|i| pattern(r, i)).collect()).collect();
+            let pats: Vec<Vec<u8>> = (0..world)
+                .map(|r| (0..n).map(|i| pattern(r, i)).collect())
+                .collect();
             for r in 0..world {
                 w.bytes_mut(r)[l.src..l.src + n].copy_from_slice(&pats[r]);
             }
             w.run(GRID, |arch, team, r| {
                 let h = w.heap_ptr(r);
                 // SAFETY: layout in range; signal array zeroed; same grid everywhere.
-                unsafe { collectives::all_gather(arch, team, h.add(l.dst), h.add(l.src), n, h.add(l.sig).cast()) };
+                unsafe {
+                    collectives::all_gather(
+                        arch,
+                        team,
+                        h.add(l.dst),
+                        h.add(l.src),
+                        n,
+                        h.add(l.sig).cast(),
+                    )
+                };
             });
             for t in 0..world {
                 for r in 0..world {
                     let at = l.dst + r * n;
-                    assert_bytes(&w.bytes(t)[at..at + n], &pats[r], &format!("all_gather world {world} n {n} rank {t} chunk {r}"));
+                    assert_bytes(
+                        &w.bytes(t)[at..at + n],
+                        &pats[r],
+                        &format!("all_gather world {world} n {n} rank {t} chunk {r}"),
+                    );
                 }
                 assert_eq!(w.bytes(t)[l.dst + world * n], FILL);
             }
@@ -94,13 +110,26 @@ fn all_to_all(world: usize) {
         w.run(GRID, |arch, team, r| {
             let h = w.heap_ptr(r);
             // SAFETY: as in all_gather.
-            unsafe { collectives::all_to_all(arch, team, h.add(l.dst), h.add(l.src), n, h.add(l.sig).cast()) };
+            unsafe {
+                collectives::all_to_all(
+                    arch,
+                    team,
+                    h.add(l.dst),
+                    h.add(l.src),
+                    n,
+                    h.add(l.sig).cast(),
+                )
+            };
         });
         for j in 0..world {
             for i in 0..world {
                 let want: Vec<u8> = (0..n).map(|k| pattern(i * world + j, k)).collect();
                 let at = l.dst + i * n;
-                assert_bytes(&w.bytes(j)[at..at + n], &want, &format!("all_to_all world {world} n {n} rank {j} from {i}"));
+                assert_bytes(
+                    &w.bytes(j)[at..at + n],
+                    &want,
+                    &format!("all_to_all world {world} n {n} rank {j} from {i}"),
+                );
             }
         }
     }
@@ -111,9 +140,15 @@ fn broadcast(world: usize) {
         let l = layout(world, n, n, 0, 3);
         let w = World::new(world, l.heap);
         zero_signals(&w, &l);
-        let roots: Vec<usize> = if n > 1 << 16 { vec![world - 1] } else { (0..world).collect() };
+        let roots: Vec<usize> = if n > 1 << 16 {
+            vec![world - 1]
+        } else {
+            (0..world).collect()
+        };
         for root in roots {
-            let pats: Vec<Vec<u8>> = (0..world).map(|r| (0..n).map(|i| pattern(r + 10 * root, i)).collect()).collect();
+            let pats: Vec<Vec<u8>> = (0..world)
+                .map(|r| (0..n).map(|i| pattern(r + 10 * root, i)).collect())
+                .collect();
             for r in 0..world {
                 w.bytes_mut(r)[l.src..l.src + n].copy_from_slice(&pats[r]);
             }
@@ -121,10 +156,24 @@ fn broadcast(world: usize) {
             w.run(GRID, |arch, team, r| {
                 let h = w.heap_ptr(r);
                 // SAFETY: as in all_gather.
-                unsafe { collectives::broadcast(arch, team, h.add(l.dst), h.add(l.src), n, root, h.add(l.sig).cast()) };
+                unsafe {
+                    collectives::broadcast(
+                        arch,
+                        team,
+                        h.add(l.dst),
+                        h.add(l.src),
+                        n,
+                        root,
+                        h.add(l.sig).cast(),
+                    )
+                };
             });
             for t in 0..world {
-                assert_bytes(&w.bytes(t)[l.dst..l.dst + n], &pats[root], &format!("broadcast world {world} n {n} root {root} rank {t}"));
+                assert_bytes(
+                    &w.bytes(t)[l.dst..l.dst + n],
+                    &pats[root],
+                    &format!("broadcast world {world} n {n} root {root} rank {t}"),
+                );
                 assert_eq!(w.bytes(t)[l.dst + n], FILL);
             }
         }
@@ -148,7 +197,9 @@ impl Judge for i32 {
             ReduceOp::Min => *xs.iter().min().unwrap(),
             ReduceOp::Max => *xs.iter().max().unwrap(),
         };
-        (got == want).then_some(()).ok_or(format!("got {got}, want {want}"))
+        (got == want)
+            .then_some(())
+            .ok_or(format!("got {got}, want {want}"))
     }
 }
 
@@ -163,7 +214,9 @@ fn float_check(op: ReduceOp, xs: &[f64], got: f64, rel: f64) -> Result<(), Strin
         ReduceOp::Min => (xs.iter().copied().fold(f64::INFINITY, f64::min), 0.0),
         ReduceOp::Max => (xs.iter().copied().fold(f64::NEG_INFINITY, f64::max), 0.0),
     };
-    ((got - want).abs() <= tol).then_some(()).ok_or(format!("got {got}, want {want} +- {tol}"))
+    ((got - want).abs() <= tol)
+        .then_some(())
+        .ok_or(format!("got {got}, want {want} +- {tol}"))
 }
 
 impl Judge for f32 {
@@ -196,17 +249,38 @@ fn reduce<T: Judge>(world: usize, op: ReduceOp, counts: &[usize]) {
         let rs = two + (count * sz).next_multiple_of(16);
         let w = World::new(world, l.heap);
         zero_signals(&w, &l);
-        let inputs: Vec<Vec<T>> = (0..world).map(|r| (0..world * count).map(|i| T::value(r, i)).collect()).collect();
+        let inputs: Vec<Vec<T>> = (0..world)
+            .map(|r| (0..world * count).map(|i| T::value(r, i)).collect())
+            .collect();
         for r in 0..world {
             w.write(r, l.src, &inputs[r]);
         }
         w.run(GRID, |arch, team, r| {
             let h = w.heap_ptr(r);
-            let (src, sig) = (h.wrapping_add(l.src).cast::<T>(), h.wrapping_add(l.sig).cast());
+            let (src, sig) = (
+                h.wrapping_add(l.src).cast::<T>(),
+                h.wrapping_add(l.sig).cast(),
+            );
             // SAFETY: layout in range and aligned; signal array zeroed; same grid.
             unsafe {
-                collectives::all_reduce_one_shot(arch, team, op, h.add(l.dst).cast::<T>(), src, count, sig);
-                collectives::all_reduce_two_shot(arch, team, op, h.add(two).cast::<T>(), src, count, sig);
+                collectives::all_reduce_one_shot(
+                    arch,
+                    team,
+                    op,
+                    h.add(l.dst).cast::<T>(),
+                    src,
+                    count,
+                    sig,
+                );
+                collectives::all_reduce_two_shot(
+                    arch,
+                    team,
+                    op,
+                    h.add(two).cast::<T>(),
+                    src,
+                    count,
+                    sig,
+                );
                 collectives::reduce_scatter(arch, team, op, h.add(rs).cast::<T>(), src, count, sig);
             }
         });
@@ -215,11 +289,16 @@ fn reduce<T: Judge>(world: usize, op: ReduceOp, counts: &[usize]) {
             let one: Vec<T> = w.read(t, l.dst, count);
             let two: Vec<T> = w.read(t, two, count);
             let scat: Vec<T> = w.read(t, rs, count);
-            assert_eq!(one, first, "one-shot results differ between ranks 0 and {t}");
+            assert_eq!(
+                one, first,
+                "one-shot results differ between ranks 0 and {t}"
+            );
             assert_eq!(two, one, "two-shot != one-shot on rank {t}");
             for i in 0..count {
                 let xs: Vec<T> = (0..world).map(|r| inputs[r][i]).collect();
-                T::check(op, &xs, one[i]).unwrap_or_else(|e| panic!("all_reduce {op:?} world {world} count {count} element {i}: {e}"));
+                T::check(op, &xs, one[i]).unwrap_or_else(|e| {
+                    panic!("all_reduce {op:?} world {world} count {count} element {i}: {e}")
+                });
                 let xs: Vec<T> = (0..world).map(|r| inputs[r][t * count + i]).collect();
                 T::check(op, &xs, scat[i]).unwrap_or_else(|e| panic!("reduce_scatter {op:?} world {world} count {count} rank {t} element {i}: {e}"));
             }
@@ -255,11 +334,19 @@ fn sequence(world: usize) {
     }
     w.run(GRID, |arch, team, r| {
         let h = w.heap_ptr(r);
-        let (src, dst, sig) = (h.wrapping_add(l.src).cast::<i32>(), h.wrapping_add(l.dst).cast::<i32>(), h.wrapping_add(l.sig).cast());
+        let (src, dst, sig) = (
+            h.wrapping_add(l.src).cast::<i32>(),
+            h.wrapping_add(l.dst).cast::<i32>(),
+            h.wrapping_add(l.sig).cast(),
+        );
         for round in 0..5 {
             // SAFETY: as above. Each round reads what the previous one wrote.
             unsafe {
-                let (from, to) = if round % 2 == 0 { (src, dst) } else { (dst, src) };
+                let (from, to) = if round % 2 == 0 {
+                    (src, dst)
+                } else {
+                    (dst, src)
+                };
                 collectives::all_reduce_two_shot(arch, team, ReduceOp::Sum, to, from, n, sig);
                 collectives::barrier(arch, team, sig);
             }

@@ -1,6 +1,7 @@
 //! Point operations (load/store of scalars and 16-byte vectors) and every atomic (op x
 //! type x order x scope, fetch and non-fetch, cas) on a remote element, at every world
 //! size, checked against a host model.
+#![allow(clippy::needless_range_loop)] // rank-indexed loops read best in tests
 
 mod rma_common;
 use rma_common::*;
@@ -34,8 +35,16 @@ fn load_store(world: usize) {
             // SAFETY: aligned slots owned by writer r on every rank.
             unsafe {
                 team.store(h.add(s + 1), (r * 16 + to) as u8, to);
-                team.store(h.add(s + 4).cast::<u32>(), 0xdead_0000 | (r * 256 + to) as u32, to);
-                team.store(h.add(s + 8).cast::<u64>(), u64::MAX - (r * 1000 + to) as u64, to);
+                team.store(
+                    h.add(s + 4).cast::<u32>(),
+                    0xdead_0000 | (r * 256 + to) as u32,
+                    to,
+                );
+                team.store(
+                    h.add(s + 8).cast::<u64>(),
+                    u64::MAX - (r * 1000 + to) as u64,
+                    to,
+                );
                 let v: U32x4 = bytemuck::cast([r as u32, to as u32, 7, !(r as u32)]);
                 team.store(h.add(s + 16).cast::<U32x4>(), v, to);
             }
@@ -49,8 +58,14 @@ fn load_store(world: usize) {
                 // SAFETY: as above; the writers finished (the previous launch joined).
                 unsafe {
                     assert_eq!(team.load(h.add(s + 1), from), (writer * 16 + from) as u8);
-                    assert_eq!(team.load(h.add(s + 4).cast::<u32>(), from), 0xdead_0000 | (writer * 256 + from) as u32);
-                    assert_eq!(team.load(h.add(s + 8).cast::<u64>(), from), u64::MAX - (writer * 1000 + from) as u64);
+                    assert_eq!(
+                        team.load(h.add(s + 4).cast::<u32>(), from),
+                        0xdead_0000 | (writer * 256 + from) as u32
+                    );
+                    assert_eq!(
+                        team.load(h.add(s + 8).cast::<u64>(), from),
+                        u64::MAX - (writer * 1000 + from) as u64
+                    );
                     let v = team.load(h.add(s + 16).cast::<U32x4>(), from).to_array();
                     assert_eq!(v, [writer as u32, from as u32, 7, !(writer as u32)]);
                 }
@@ -116,7 +131,11 @@ where
                             let old = team.atomic_fetch(op, p, b, to, order, scope);
                             assert_eq!(old, a, "{op:?} {order:?} {scope:?} fetch returned");
                             let want = model(op, a, b);
-                            assert_eq!(team.atomic_load(p, to, order, scope), want, "{op:?} {a:?} {b:?}");
+                            assert_eq!(
+                                team.atomic_load(p, to, order, scope),
+                                want,
+                                "{op:?} {a:?} {b:?}"
+                            );
                             team.atomic(op, p, b, to, order, scope);
                             assert_eq!(team.atomic_load(p, to, order, scope), model(op, want, b));
                         }
@@ -129,9 +148,16 @@ where
                     // SAFETY: forwarded from the caller.
                     unsafe {
                         team.atomic_store(p, a, to, order, scope);
-                        assert_eq!(team.atomic_compare_exchange(p, b, a.wadd(b), to, order, scope), a);
+                        assert_eq!(
+                            team.atomic_compare_exchange(p, b, a.wadd(b), to, order, scope),
+                            a
+                        );
                         let want = if a == b { a.wadd(b) } else { a };
-                        assert_eq!(team.atomic_load(p, to, order, scope), want, "cas {a:?} {b:?}");
+                        assert_eq!(
+                            team.atomic_load(p, to, order, scope),
+                            want,
+                            "cas {a:?} {b:?}"
+                        );
                     }
                     checks += 1;
                 }
@@ -152,7 +178,12 @@ fn atomics(world: usize) {
             // SAFETY: slot r is rank r's own on every heap; aligned.
             unsafe {
                 exercise::<u32>(team, h.add(s).cast(), to, &[0, 1, 7, 0x8000_0000, u32::MAX]);
-                exercise::<i32>(team, h.add(s + 4).cast(), to, &[0, -1, 5, i32::MIN, i32::MAX]);
+                exercise::<i32>(
+                    team,
+                    h.add(s + 4).cast(),
+                    to,
+                    &[0, -1, 5, i32::MIN, i32::MAX],
+                );
                 exercise::<u64>(team, h.add(s + 8).cast(), to, &[0, 3, 1 << 40, u64::MAX]);
                 exercise::<i64>(team, h.add(s + 16).cast(), to, &[-7, 0, i64::MIN, i64::MAX]);
                 // The shorthands (AcqRel, Device).

@@ -1,6 +1,7 @@
 //! Block-cooperative put/get/copy (blocking and non-blocking) at every world size, for
 //! sizes and offsets that hit every head/middle/tail path and every relative alignment
 //! (16-byte vectors, 8, 4, 2 and single bytes), plus the grid-level forms.
+#![allow(clippy::needless_range_loop)] // rank-indexed loops read best in tests
 
 mod rma_common;
 use rma_common::*;
@@ -40,12 +41,17 @@ impl Locals {
     fn new(world: usize, len: usize) -> Self {
         Self(
             (0..world)
-                .map(|_| vec![symmem_rma::U32x4::splat(u32::from_ne_bytes([FILL; 4])); len / 16 + 1])
+                .map(|_| {
+                    vec![symmem_rma::U32x4::splat(u32::from_ne_bytes([FILL; 4])); len / 16 + 1]
+                })
                 .collect(),
         )
     }
     fn ptrs(&mut self) -> Vec<Shared<u8>> {
-        self.0.iter_mut().map(|v| Shared(v.as_mut_ptr().cast())).collect()
+        self.0
+            .iter_mut()
+            .map(|v| Shared(v.as_mut_ptr().cast()))
+            .collect()
     }
     fn bytes(&self, r: usize) -> &[u8] {
         bytemuck::cast_slice(&self.0[r][..])
@@ -60,10 +66,16 @@ fn run_kind(world: usize, kind: Kind) {
         let reg = region(n);
         let w = World::new(world, 2 * reg + 64);
         let mut locals = Locals::new(world, reg + 32);
-        let pats: Vec<Vec<u8>> = (0..world).map(|r| (0..n).map(|i| pattern(r, i)).collect()).collect();
+        let pats: Vec<Vec<u8>> = (0..world)
+            .map(|r| (0..n).map(|i| pattern(r, i)).collect())
+            .collect();
         // The 1 MiB case runs the three distinct engines (16-byte aligned, 16-byte with a
         // head, bytes); the short ones every relative alignment.
-        let offsets: &[(usize, usize)] = if n > 1 << 16 { &[(0, 0), (3, 3), (1, 6)] } else { &OFFSETS };
+        let offsets: &[(usize, usize)] = if n > 1 << 16 {
+            &[(0, 0), (3, 3), (1, 6)]
+        } else {
+            &OFFSETS
+        };
         for (k, &(dof, sof)) in offsets.iter().enumerate() {
             let nbi = k % 2 == 1;
             let what = format!("{kind:?} nbi={nbi} world={world} n={n} dst+{dof} src+{sof}");
@@ -88,14 +100,32 @@ fn run_kind(world: usize, kind: Kind) {
                 // is written by exactly one rank.
                 unsafe {
                     match kind {
-                        Kind::Put if nbi => team.put_nbi_block(arch, heap.add(reg + dof), local.add(sof), n, next),
-                        Kind::Put => team.put_block(arch, heap.add(reg + dof), local.add(sof), n, next),
-                        Kind::Get if nbi => team.get_nbi_block(arch, local.add(lof), heap.add(sof), n, next),
-                        Kind::Get => team.get_block(arch, local.add(lof), heap.add(sof), n, next),
-                        Kind::Copy if nbi => {
-                            team.copy_nbi_block(arch, heap.add(reg + dof), heap.add(sof), n, next, next2)
+                        Kind::Put if nbi => {
+                            team.put_nbi_block(arch, heap.add(reg + dof), local.add(sof), n, next)
                         }
-                        Kind::Copy => team.copy_block(arch, heap.add(reg + dof), heap.add(sof), n, next, next2),
+                        Kind::Put => {
+                            team.put_block(arch, heap.add(reg + dof), local.add(sof), n, next)
+                        }
+                        Kind::Get if nbi => {
+                            team.get_nbi_block(arch, local.add(lof), heap.add(sof), n, next)
+                        }
+                        Kind::Get => team.get_block(arch, local.add(lof), heap.add(sof), n, next),
+                        Kind::Copy if nbi => team.copy_nbi_block(
+                            arch,
+                            heap.add(reg + dof),
+                            heap.add(sof),
+                            n,
+                            next,
+                            next2,
+                        ),
+                        Kind::Copy => team.copy_block(
+                            arch,
+                            heap.add(reg + dof),
+                            heap.add(sof),
+                            n,
+                            next,
+                            next2,
+                        ),
                     }
                     if nbi {
                         team.quiet_block(arch);
@@ -112,12 +142,24 @@ fn run_kind(world: usize, kind: Kind) {
                 };
                 let what = format!("{what}: rank {t}");
                 assert_bytes(&buf[at..at + n], want, &what);
-                assert_eq!(buf[at - 1], FILL, "{what}: byte before the range was written");
-                assert_eq!(buf[at + n], FILL, "{what}: byte after the range was written");
+                assert_eq!(
+                    buf[at - 1],
+                    FILL,
+                    "{what}: byte before the range was written"
+                );
+                assert_eq!(
+                    buf[at + n],
+                    FILL,
+                    "{what}: byte after the range was written"
+                );
             }
             // Sources are untouched.
             for r in 0..world {
-                assert_bytes(&w.bytes(r)[sof..sof + n], &pats[r], &format!("{what}: rank {r} source"));
+                assert_bytes(
+                    &w.bytes(r)[sof..sof + n],
+                    &pats[r],
+                    &format!("{what}: rank {r} source"),
+                );
             }
         }
     }
@@ -143,18 +185,46 @@ fn grid_put_get(world: usize) {
         w.run(grid, |arch, team, r| {
             let heap = w.heap_ptr(r);
             // SAFETY: in-range, disjoint destinations per rank.
-            unsafe { collectives::put(arch, team, heap.add(reg + 5), heap.add(5), n, (r + 1) % world) };
+            unsafe {
+                collectives::put(
+                    arch,
+                    team,
+                    heap.add(reg + 5),
+                    heap.add(5),
+                    n,
+                    (r + 1) % world,
+                )
+            };
         });
         // Get: heap[reg + 5..] of rank r+1 -> local[3..] of rank r.
         w.run(grid, |arch, team, r| {
             // SAFETY: as above.
-            unsafe { collectives::get(arch, team, lp[r].get().add(3), w.heap_ptr(r).add(reg + 5), n, (r + 1) % world) };
+            unsafe {
+                collectives::get(
+                    arch,
+                    team,
+                    lp[r].get().add(3),
+                    w.heap_ptr(r).add(reg + 5),
+                    n,
+                    (r + 1) % world,
+                )
+            };
         });
         for t in 0..world {
-            let want: Vec<u8> = (0..n).map(|i| pattern((t + world - 1) % world, i)).collect();
-            assert_bytes(&w.bytes(t)[reg + 5..reg + 5 + n], &want, &format!("grid put n={n} rank {t}"));
+            let want: Vec<u8> = (0..n)
+                .map(|i| pattern((t + world - 1) % world, i))
+                .collect();
+            assert_bytes(
+                &w.bytes(t)[reg + 5..reg + 5 + n],
+                &want,
+                &format!("grid put n={n} rank {t}"),
+            );
             let want: Vec<u8> = (0..n).map(|i| pattern(t, i)).collect();
-            assert_bytes(&locals[t][3..3 + n], &want, &format!("grid get n={n} rank {t}"));
+            assert_bytes(
+                &locals[t][3..3 + n],
+                &want,
+                &format!("grid get n={n} rank {t}"),
+            );
             assert_eq!(locals[t][3 + n], FILL);
         }
     }

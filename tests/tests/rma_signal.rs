@@ -1,6 +1,7 @@
 //! Signals and the cross-rank barrier at every world size: put_with_signal (Set and
 //! Add) into every peer, signal_wait_until with every comparison, repeated barriers,
 //! and the grid-level put-with-signal.
+#![allow(clippy::needless_range_loop)] // rank-indexed loops read best in tests
 
 mod rma_common;
 use rma_common::*;
@@ -25,7 +26,9 @@ fn put_with_signal(world: usize) {
     for r in 0..world {
         w.bytes_mut(r)[..data].fill(0);
     }
-    let pats: Vec<Vec<u8>> = (0..world).map(|r| (0..n).map(|i| pattern(r, i)).collect()).collect();
+    let pats: Vec<Vec<u8>> = (0..world)
+        .map(|r| (0..n).map(|i| pattern(r, i)).collect())
+        .collect();
     let mut locals = pats.clone();
     let lp: Vec<Shared<u8>> = locals.iter_mut().map(|v| Shared(v.as_mut_ptr())).collect();
     w.run(BLOCK, |arch, team, r| {
@@ -34,7 +37,11 @@ fn put_with_signal(world: usize) {
         unsafe {
             for k in 0..world {
                 let to = (r + k) % world;
-                let (op, value) = if k % 2 == 0 { (SignalOp::Set, 5) } else { (SignalOp::Add, 5) };
+                let (op, value) = if k % 2 == 0 {
+                    (SignalOp::Set, 5)
+                } else {
+                    (SignalOp::Add, 5)
+                };
                 team.put_with_signal_block(
                     arch,
                     h.add(data + r * (n + 16)),
@@ -58,7 +65,11 @@ fn put_with_signal(world: usize) {
                 let seen = team.signal_wait_until(h.add(sig + 8 * from).cast(), cmp, value);
                 assert_eq!(seen, 5);
                 let got = std::slice::from_raw_parts(h.add(data + from * (n + 16)), n);
-                assert_bytes(got, &pats[from], &format!("world {world} rank {r} from {from}"));
+                assert_bytes(
+                    got,
+                    &pats[from],
+                    &format!("world {world} rank {r} from {from}"),
+                );
             }
             // Lt/Le against a value above: immediate.
             assert_eq!(team.signal_wait_until(h.add(sig).cast(), Cmp::Lt, 6), 5);
@@ -70,7 +81,11 @@ fn put_with_signal(world: usize) {
         }
     });
     for t in 0..world {
-        assert_eq!(w.read::<u64>(t, bar, world), vec![3; world], "rank {t} barrier words");
+        assert_eq!(
+            w.read::<u64>(t, bar, world),
+            vec![3; world],
+            "rank {t} barrier words"
+        );
     }
 }
 
@@ -101,8 +116,14 @@ fn barrier_epochs(world: usize) {
                 }
                 collectives::barrier(arch, team, h.add(sig).cast());
                 for from in 0..world {
-                    let v = h.add(marks + 8 * (b * world + from)).cast::<u64>().read_volatile();
-                    assert_eq!(v, epoch, "world {world} rank {r} block {b} epoch {epoch}: marker of {from}");
+                    let v = h
+                        .add(marks + 8 * (b * world + from))
+                        .cast::<u64>()
+                        .read_volatile();
+                    assert_eq!(
+                        v, epoch,
+                        "world {world} rank {r} block {b} epoch {epoch}: marker of {from}"
+                    );
                 }
                 collectives::barrier(arch, team, h.add(sig).cast());
             }
@@ -121,14 +142,25 @@ fn grid_put_signal(world: usize) {
     for r in 0..world {
         w.bytes_mut(r)[..16].fill(0);
     }
-    let pats: Vec<Vec<u8>> = (0..world).map(|r| (0..n).map(|i| pattern(r, i)).collect()).collect();
+    let pats: Vec<Vec<u8>> = (0..world)
+        .map(|r| (0..n).map(|i| pattern(r, i)).collect())
+        .collect();
     let mut locals = pats.clone();
     let lp: Vec<Shared<u8>> = locals.iter_mut().map(|v| Shared(v.as_mut_ptr())).collect();
     w.run(grid, |arch, team, r| {
         let h = w.heap_ptr(r);
         // SAFETY: as above.
         unsafe {
-            collectives::put_signal_add(arch, team, h.add(16), lp[r].get(), n, h.cast(), 1, (r + 1) % world);
+            collectives::put_signal_add(
+                arch,
+                team,
+                h.add(16),
+                lp[r].get(),
+                n,
+                h.cast(),
+                1,
+                (r + 1) % world,
+            );
             team.signal_wait_until(h.cast(), Cmp::Eq, 3);
             let got = std::slice::from_raw_parts(h.add(16), n);
             assert_bytes(got, &pats[(r + world - 1) % world], "grid put_signal");

@@ -31,13 +31,13 @@ pub unsafe fn copy_lanes(lane: usize, lanes: usize, dst: *mut u8, src: *const u8
     let rel = dst.addr().wrapping_sub(src.addr());
     // SAFETY: forwarded; each arm's element width divides `rel`, which the engine needs.
     unsafe {
-        if rel % 16 == 0 {
+        if rel.is_multiple_of(16) {
             copy_as::<U32x4>(lane, lanes, dst, src, n)
-        } else if rel % 8 == 0 {
+        } else if rel.is_multiple_of(8) {
             copy_as::<U32x2>(lane, lanes, dst, src, n)
-        } else if rel % 4 == 0 {
+        } else if rel.is_multiple_of(4) {
             copy_as::<u32>(lane, lanes, dst, src, n)
-        } else if rel % 2 == 0 {
+        } else if rel.is_multiple_of(2) {
             copy_as::<u16>(lane, lanes, dst, src, n)
         } else {
             bytes(lane, lanes, dst, src, n)

@@ -71,7 +71,7 @@ pub(crate) fn spin(count: &mut u32) {
     *count = count.wrapping_add(1);
     core::hint::spin_loop();
     #[cfg(feature = "std")]
-    if *count % 64 == 0 {
+    if count.is_multiple_of(64) {
         std::thread::yield_now();
     }
 }

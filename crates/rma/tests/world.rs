@@ -4,6 +4,7 @@
 //!
 //! `cargo miri test -p symmem-rma` runs these with world sizes 1..=3 and short
 //! buffers; natively they also run at world 4 and 8 with longer ones.
+#![allow(clippy::needless_range_loop)] // rank-indexed loops read best in tests
 
 use std::sync::Barrier;
 use symmem_arch::Arch;
@@ -76,11 +77,17 @@ impl World {
     fn heap(&self, r: usize) -> P {
         P(self.base.at(self.bases[r] as usize - self.base.0.addr()))
     }
+    #[allow(clippy::mut_from_ref)]
     fn bytes(&self, r: usize) -> &mut [u8] {
         // SAFETY: inside `_mem`; called only while no kernel runs.
         unsafe { std::slice::from_raw_parts_mut(self.heap(r).0, self.heap) }
     }
-    fn run(&self, blocks: u32, threads: u32, body: &(dyn Fn(&HostThread<'_>, &Team<'_>, usize) + Sync)) {
+    fn run(
+        &self,
+        blocks: u32,
+        threads: u32,
+        body: &(dyn Fn(&HostThread<'_>, &Team<'_>, usize) + Sync),
+    ) {
         std::thread::scope(|s| {
             for rank in 0..self.ranks {
                 let bases = &self.bases;
@@ -94,7 +101,11 @@ impl World {
 }
 
 fn worlds() -> &'static [usize] {
-    if cfg!(miri) { &[1, 2, 3] } else { &[1, 2, 3, 4, 8] }
+    if cfg!(miri) {
+        &[1, 2, 3]
+    } else {
+        &[1, 2, 3, 4, 8]
+    }
 }
 
 fn pat(r: usize, i: usize) -> u8 {
@@ -103,7 +114,11 @@ fn pat(r: usize, i: usize) -> u8 {
 
 #[test]
 fn put_get_head_tail_and_relative_alignments() {
-    let sizes: &[usize] = if cfg!(miri) { &[0, 1, 15, 16, 17, 37] } else { &[0, 1, 15, 16, 17, 4095] };
+    let sizes: &[usize] = if cfg!(miri) {
+        &[0, 1, 15, 16, 17, 37]
+    } else {
+        &[0, 1, 15, 16, 17, 4095]
+    };
     for &world in worlds() {
         for &n in sizes {
             for (dof, sof) in [(0, 0), (3, 3), (4, 12), (2, 6), (0, 2), (1, 6)] {
@@ -122,7 +137,11 @@ fn put_get_head_tail_and_relative_alignments() {
                 for t in 0..world {
                     let from = (t + world - 1) % world;
                     for i in 0..n {
-                        assert_eq!(w.bytes(t)[reg + dof + i], pat(from, i), "world {world} n {n} +{dof}/{sof} byte {i}");
+                        assert_eq!(
+                            w.bytes(t)[reg + dof + i],
+                            pat(from, i),
+                            "world {world} n {n} +{dof}/{sof} byte {i}"
+                        );
                     }
                     assert_eq!(w.bytes(t)[reg + dof + n], 0);
                     if dof > 0 {
@@ -137,7 +156,13 @@ fn put_get_head_tail_and_relative_alignments() {
 #[test]
 fn atomics_every_op_type_order_scope() {
     let w = World::new(2, 64);
-    let orders = [Order::Relaxed, Order::Acquire, Order::Release, Order::AcqRel, Order::SeqCst];
+    let orders = [
+        Order::Relaxed,
+        Order::Acquire,
+        Order::Release,
+        Order::AcqRel,
+        Order::SeqCst,
+    ];
     let scopes = [Scope::Block, Scope::Device, Scope::System];
     w.run(1, 1, &|_, team, r| {
         if r != 0 {
@@ -214,7 +239,10 @@ fn contended_counters_on_every_peer() {
             let b = w.bytes(t);
             let n = (world * threads as usize * reps) as u64;
             assert_eq!(u64::from_ne_bytes(b[..8].try_into().unwrap()), n);
-            assert_eq!(i32::from_ne_bytes(b[8..12].try_into().unwrap()), -2 * n as i32);
+            assert_eq!(
+                i32::from_ne_bytes(b[8..12].try_into().unwrap()),
+                -2 * n as i32
+            );
         }
     }
 }
@@ -236,7 +264,16 @@ fn put_with_signal_then_wait_and_barrier() {
             let sig = h.at(sig_at).cast::<u64>();
             // SAFETY: in range; the signal is an aligned word in every heap.
             unsafe {
-                team.put_with_signal_block(arch, h.at(n + 3), h.at(0), n, sig, SignalOp::Set, 7, to);
+                team.put_with_signal_block(
+                    arch,
+                    h.at(n + 3),
+                    h.at(0),
+                    n,
+                    sig,
+                    SignalOp::Set,
+                    7,
+                    to,
+                );
                 if arch.thread_id() == 0 {
                     assert_eq!(team.signal_wait_until(sig, Cmp::Eq, 7), 7);
                 }
@@ -261,7 +298,11 @@ fn put_with_signal_then_wait_and_barrier() {
             let b = w.bytes(t);
             for r in 0..world {
                 let at = sig_at + 8 + 8 * r;
-                assert_eq!(u64::from_ne_bytes(b[at..at + 8].try_into().unwrap()), 2, "barrier word");
+                assert_eq!(
+                    u64::from_ne_bytes(b[at..at + 8].try_into().unwrap()),
+                    2,
+                    "barrier word"
+                );
             }
         }
     }
@@ -279,7 +320,8 @@ fn reduce_case<T: Reducible + PartialEq + std::fmt::Debug + bytemuck::Pod>(
     for r in 0..world {
         let b = w.bytes(r);
         for i in 0..count {
-            b[i * size_of::<T>()..(i + 1) * size_of::<T>()].copy_from_slice(bytemuck::bytes_of(&value(r, i)));
+            b[i * size_of::<T>()..(i + 1) * size_of::<T>()]
+                .copy_from_slice(bytemuck::bytes_of(&value(r, i)));
         }
     }
     w.run(2, 2, &|arch, team, r| {
@@ -288,8 +330,24 @@ fn reduce_case<T: Reducible + PartialEq + std::fmt::Debug + bytemuck::Pod>(
         // SAFETY: buffers in range, symmetric, aligned; the signal array has
         // world * blocks words.
         unsafe {
-            collectives::all_reduce_one_shot(arch, team, op, h.at(bytes).cast::<T>(), h.at(0).cast::<T>(), count, sig);
-            collectives::all_reduce_two_shot(arch, team, op, h.at(2 * bytes).cast::<T>(), h.at(0).cast::<T>(), count, sig);
+            collectives::all_reduce_one_shot(
+                arch,
+                team,
+                op,
+                h.at(bytes).cast::<T>(),
+                h.at(0).cast::<T>(),
+                count,
+                sig,
+            );
+            collectives::all_reduce_two_shot(
+                arch,
+                team,
+                op,
+                h.at(2 * bytes).cast::<T>(),
+                h.at(0).cast::<T>(),
+                count,
+                sig,
+            );
         }
     });
     for t in 0..world {
@@ -300,10 +358,19 @@ fn reduce_case<T: Reducible + PartialEq + std::fmt::Debug + bytemuck::Pod>(
             }
             let want = T::narrow(acc);
             let b = w.bytes(t);
-            let one: T = bytemuck::pod_read_unaligned(&b[bytes + i * size_of::<T>()..][..size_of::<T>()]);
-            let two: T = bytemuck::pod_read_unaligned(&b[2 * bytes + i * size_of::<T>()..][..size_of::<T>()]);
-            assert_eq!(one, want, "one-shot {op:?} world {world} rank {t} element {i}");
-            assert_eq!(two, want, "two-shot {op:?} world {world} rank {t} element {i}");
+            let one: T =
+                bytemuck::pod_read_unaligned(&b[bytes + i * size_of::<T>()..][..size_of::<T>()]);
+            let two: T = bytemuck::pod_read_unaligned(
+                &b[2 * bytes + i * size_of::<T>()..][..size_of::<T>()],
+            );
+            assert_eq!(
+                one, want,
+                "one-shot {op:?} world {world} rank {t} element {i}"
+            );
+            assert_eq!(
+                two, want,
+                "two-shot {op:?} world {world} rank {t} element {i}"
+            );
         }
     }
 }
@@ -313,10 +380,14 @@ fn all_reduce_small() {
     let count = if cfg!(miri) { 9 } else { 1000 };
     for &world in worlds() {
         for op in [ReduceOp::Sum, ReduceOp::Min, ReduceOp::Max] {
-            reduce_case::<i32>(world, op, count, |r, i| (i as i32 * 13 - r as i32 * 1001) ^ 0x55);
+            reduce_case::<i32>(world, op, count, |r, i| {
+                (i as i32 * 13 - r as i32 * 1001) ^ 0x55
+            });
             if !cfg!(miri) {
                 reduce_case::<f32>(world, op, count, |r, i| (i as f32 * 0.25) - r as f32 * 1.5);
-                reduce_case::<Bf16>(world, op, count, |r, i| Bf16::from_f32(i as f32 - r as f32 * 3.0));
+                reduce_case::<Bf16>(world, op, count, |r, i| {
+                    Bf16::from_f32(i as f32 - r as f32 * 3.0)
+                });
             }
         }
     }

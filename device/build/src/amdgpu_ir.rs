@@ -40,7 +40,13 @@ pub const RMW_OPS: [(&str, &str, &str); 8] = [
 /// ordering)`: each symmem order as LLVM spells it for each kind of operation (a load
 /// keeps the acquire half, a store the release half, a failed cmpxchg is a load).
 pub const ATOMIC_ORDERS: [(&str, &str, &str, &str, &str); 5] = [
-    ("relaxed", "monotonic", "monotonic", "monotonic", "monotonic"),
+    (
+        "relaxed",
+        "monotonic",
+        "monotonic",
+        "monotonic",
+        "monotonic",
+    ),
     ("acquire", "acquire", "acquire", "acquire", "monotonic"),
     ("release", "release", "monotonic", "monotonic", "release"),
     ("acq_rel", "acq_rel", "acquire", "acquire", "release"),

@@ -60,7 +60,17 @@ pub unsafe extern "gpu-kernel" fn symmem_get(
     // SAFETY: as in `symmem_put`.
     let bases = unsafe { PeerBases::from_raw_parts(bases, world as usize) };
     // SAFETY: as in `symmem_put`.
-    unsafe { symmem_kernels::get(&Gpu, dst, src, n as usize, bases, cur as usize, from as usize) }
+    unsafe {
+        symmem_kernels::get(
+            &Gpu,
+            dst,
+            src,
+            n as usize,
+            bases,
+            cur as usize,
+            from as usize,
+        )
+    }
 }
 
 /// Direct copy with no translation: the baseline the translated kernels are measured

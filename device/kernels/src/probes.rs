@@ -24,7 +24,8 @@ macro_rules! probe_add_u32 {
             // SAFETY: forwarded from the host launch.
             unsafe {
                 let team = Team::from_raw_parts(bases, world, rank);
-                let old = team.atomic_fetch(AtomicOp::Add, p, v, to as usize, Order::AcqRel, $scope);
+                let old =
+                    team.atomic_fetch(AtomicOp::Add, p, v, to as usize, Order::AcqRel, $scope);
                 out.write(old);
             }
         }
