@@ -54,7 +54,11 @@ impl<B: Backend> Rendezvous<B> {
         }
         // The table contract: entries congruent modulo 16, so kernels keep their vector
         // path after translation. Allocators align far more; refuse anything else.
-        if let Some((rank, &addr)) = entries.iter().enumerate().find(|(_, e)| (*e ^ entries[0]) % 16 != 0) {
+        if let Some((rank, &addr)) = entries
+            .iter()
+            .enumerate()
+            .find(|(_, e)| (*e ^ entries[0]) % 16 != 0)
+        {
             return Err(Error::PeerMisaligned { rank, addr });
         }
         let table_memory = backend.alloc_device(entries.len() * 8)?;

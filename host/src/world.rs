@@ -204,7 +204,11 @@ impl<B: Backend> World<B> {
                 peer_heaps.push(Some(mapping));
             }
         }
-        let max_align = bases.iter().map(|b| 1usize << b.trailing_zeros().min(30)).min().unwrap_or(MIN_ALIGN);
+        let max_align = bases
+            .iter()
+            .map(|b| 1usize << b.trailing_zeros().min(30))
+            .min()
+            .unwrap_or(MIN_ALIGN);
         let heap_bases_memory = backend.alloc_device(world_size * 8)?;
         backend.upload(heap_bases_memory.base(), bytemuck::cast_slice(&bases))?;
         let heap_bases = PeerBases {
@@ -298,7 +302,10 @@ impl<B: Backend> World<B> {
             return Err(Error::BadAlignment { align });
         }
         if align > self.max_align {
-            return Err(Error::AlignmentTooLarge { align, max: self.max_align });
+            return Err(Error::AlignmentTooLarge {
+                align,
+                max: self.max_align,
+            });
         }
         let bytes = len.checked_mul(size_of::<T>()).ok_or(Error::TooLarge {
             requested: usize::MAX,
@@ -635,6 +642,8 @@ impl<T, B: Backend> PeerBaseProvider for SymmetricBuffer<'_, T, B> {
 impl<T, B: Backend> Drop for SymmetricBuffer<'_, T, B> {
     fn drop(&mut self) {
         // The offset came from this world's allocator and is freed once: cannot fail.
-        let _ = self.world.release(self.offset, self.serial, self.table.device);
+        let _ = self
+            .world
+            .release(self.offset, self.serial, self.table.device);
     }
 }

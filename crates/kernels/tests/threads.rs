@@ -111,8 +111,11 @@ fn put_get_round(n: usize, len: usize, blocks: u32, threads: u32) {
 #[test]
 fn put_and_get_move_every_byte_between_distinct_buffers() {
     // Miri interprets every thread: keep its worlds small.
-    let worlds: &[(usize, usize)] =
-        if cfg!(miri) { &[(1, 17), (2, 33), (3, 48)] } else { &[(1, 17), (2, 64), (3, 1000), (4, 4095)] };
+    let worlds: &[(usize, usize)] = if cfg!(miri) {
+        &[(1, 17), (2, 33), (3, 48)]
+    } else {
+        &[(1, 17), (2, 64), (3, 1000), (4, 4095)]
+    };
     for &(n, len) in worlds {
         put_get_round(n, len, 2, if cfg!(miri) { 2 } else { 3 });
     }

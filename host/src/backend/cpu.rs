@@ -130,7 +130,11 @@ impl CpuMemory {
             unsafe { libc::munmap(start.cast(), len) };
             return Err(Error::last_os("mmap of a heap"));
         }
-        Ok(Self { ptr: ptr.cast(), len, fd: None })
+        Ok(Self {
+            ptr: ptr.cast(),
+            len,
+            fd: None,
+        })
     }
 
     fn export(&self) -> Result<Shareable> {
@@ -241,7 +245,10 @@ impl Backend for Cpu {
         // The bodies are grid-stride loops over 16-byte vectors: on a CPU, threads of
         // one rank would share every cache line, so one thread per launch is fastest
         // (measured: 4 threads ran 4-5x slower). Ranks still run concurrently.
-        Grid { blocks: 1, threads: 1 }
+        Grid {
+            blocks: 1,
+            threads: 1,
+        }
     }
     fn synchronize(&self) -> Result<()> {
         // Launches run to completion before `launch` returns: nothing to wait for.

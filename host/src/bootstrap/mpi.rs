@@ -49,10 +49,9 @@ impl MpiBootstrap {
 
     /// Initialises MPI and joins `MPI_COMM_WORLD`. Errors if MPI was initialised already.
     pub fn new() -> Result<Self> {
-        let universe =
-            mpi::initialize_with_threading(mpi::Threading::Serialized)
-                .map(|(universe, _)| universe)
-                .ok_or(Error::Bootstrap("MPI is already initialised".into()))?;
+        let universe = mpi::initialize_with_threading(mpi::Threading::Serialized)
+            .map(|(universe, _)| universe)
+            .ok_or(Error::Bootstrap("MPI is already initialised".into()))?;
         let world = universe.world();
         let mut stamp = [0u64; 2];
         if world.rank() == 0 {

@@ -156,18 +156,14 @@ impl UnixBootstrap {
         let mut all = Vec::with_capacity(self.world);
         all.push(mine);
         for rank in 1..self.world {
-            let stream = self.peers[rank]
-                .as_mut()
-                .ok_or_else(|| lost(rank, start))?;
+            let stream = self.peers[rank].as_mut().ok_or_else(|| lost(rank, start))?;
             match scm::recv(stream) {
                 Ok((Kind::Data, item)) => all.push(item),
                 _ => return Err(self.abort(rank, start)),
             }
         }
         for rank in 1..self.world {
-            let stream = self.peers[rank]
-                .as_mut()
-                .ok_or_else(|| lost(rank, start))?;
+            let stream = self.peers[rank].as_mut().ok_or_else(|| lost(rank, start))?;
             for item in &all {
                 if scm::send(stream, Kind::Data, item).is_err() {
                     return Err(self.abort(rank, start));

@@ -4,8 +4,8 @@
 //! allocation (including ones made after frees and after a rendezvous), and one kernel
 //! run over the heap provider and the rendezvous provider with the same result.
 
-use bytemuck::Pod;
 use super::TestBackend;
+use bytemuck::Pod;
 use symmem::backend::{Backend, DeviceRegion};
 use symmem::kernels::KernelCall;
 use symmem::{Config, PeerBaseProvider, PeerBases, Rendezvous, SymmetricBuffer, World};
