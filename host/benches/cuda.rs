@@ -19,7 +19,7 @@
 //! takes the next slot of a rotation over the 2 GiB buffers (one counter shared by the
 //! lines, which are interleaved sample by sample), so small sizes do not re-read L2.
 //! Kernels run with the backend's default grid (one 16-byte vector per thread, 256
-//! threads per block), from the same embedded PTX, on the timer's stream.
+//! threads per block), from the same embedded PTX, on the backend's stream.
 //!
 //! Options: `--out DIR` (default `$SYMMEM_BENCH_OUT`, else `target/bench-cuda`): where
 //! `rust.csv` goes; `--sizes 4K,1M,...` to run fewer sizes; `--no-xproc` to skip the
@@ -252,9 +252,9 @@ fn in_process_rank0(
             "put",
             Box::new(move |t: &Timer, off, n| {
                 let call = put_call(local + off, s0 + off, n, bases, 0, 1);
-                // SAFETY: `local + off .. + n` lies in the MAX-byte symmetric buffer, whose
-                // rank-1 copy is mapped here; the source range lies in `src`.
-                unsafe { t.launch(&call, cuda.default_grid(&call)) }
+                // `local + off .. + n` lies in the MAX-byte symmetric buffer, whose rank-1
+                // copy is mapped here; the source range lies in `src`.
+                t.launch(&call, cuda.default_grid(&call))
             }),
         ),
         (
@@ -265,8 +265,8 @@ fn in_process_rank0(
                     src: s0 + off,
                     bytes: n as u64,
                 };
-                // SAFETY: both ranges lie in MAX-byte allocations of this context.
-                unsafe { t.launch(&call, cuda.default_grid(&call)) }
+                // Both ranges lie in MAX-byte allocations of this context.
+                t.launch(&call, cuda.default_grid(&call))
             }),
         ),
         (
@@ -423,9 +423,9 @@ fn xproc_child(sizes: &[usize]) -> Result<()> {
         let put_to = |to: u32| -> Op<'_> {
             Box::new(move |t: &Timer, off, n| {
                 let call = put_call(local + off, s0 + off, n, table, 0, to);
-                // SAFETY: as in `in_process_rank0`: the ranges lie in MAX-byte buffers and
-                // rank `to`'s copy is mapped in this process.
-                unsafe { t.launch(&call, cuda.default_grid(&call)) }
+                // As in `in_process_rank0`: the ranges lie in MAX-byte buffers and rank
+                // `to`'s copy is mapped in this process.
+                t.launch(&call, cuda.default_grid(&call))
             })
         };
         let ops: Vec<(&'static str, Op<'_>)> =

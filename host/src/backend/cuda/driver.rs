@@ -56,6 +56,14 @@ unsafe impl Send for Function {}
 // SAFETY: as for `Context`.
 unsafe impl Sync for Function {}
 
+/// A `CUevent` (created with timing enabled).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Event(sys::CUevent);
+// SAFETY: as for `Context`.
+unsafe impl Send for Event {}
+// SAFETY: as for `Context`.
+unsafe impl Sync for Event {}
+
 /// Size of a `CUipcMemHandle`.
 pub(super) const IPC_HANDLE_BYTES: usize = 64;
 
@@ -532,4 +540,60 @@ pub(super) unsafe fn memset_d8_async(
     check("cuMemsetD8Async", unsafe {
         sys::cuMemsetD8Async(dst, value, bytes, stream.0)
     })
+}
+
+/// `cuMemcpyDtoDAsync`.
+///
+/// # Safety
+/// `src..src + bytes` is readable and `dst..dst + bytes` writable device memory of this
+/// context until the copy completes.
+pub(super) unsafe fn memcpy_dtod_async(
+    dst: DevicePtr,
+    src: DevicePtr,
+    bytes: usize,
+    stream: Stream,
+) -> Result<()> {
+    // SAFETY: forwarded from the caller.
+    check("cuMemcpyDtoDAsync", unsafe {
+        sys::cuMemcpyDtoDAsync_v2(dst, src, bytes, stream.0)
+    })
+}
+
+/// `cuEventCreate(CU_EVENT_DEFAULT)`: an event that records timing.
+pub(super) fn event_create() -> Result<Event> {
+    let mut e = MaybeUninit::<sys::CUevent>::uninit();
+    let flags = sys::CUevent_flags::CU_EVENT_DEFAULT as c_uint;
+    // SAFETY: `e` is a valid out-pointer.
+    check("cuEventCreate", unsafe { sys::cuEventCreate(e.as_mut_ptr(), flags) })?;
+    // SAFETY: written by the driver on success.
+    Ok(Event(unsafe { e.assume_init() }))
+}
+
+/// `cuEventDestroy`.
+///
+/// # Safety
+/// `event` came from [`event_create`] and is not used afterwards.
+pub(super) unsafe fn event_destroy(event: Event) -> Result<()> {
+    // SAFETY: forwarded from the caller.
+    check("cuEventDestroy", unsafe { sys::cuEventDestroy_v2(event.0) })
+}
+
+/// `cuEventRecord` on `stream`.
+pub(super) fn event_record(event: Event, stream: Stream) -> Result<()> {
+    // SAFETY: both are live handles of the current context (the callers' invariant).
+    check("cuEventRecord", unsafe { sys::cuEventRecord(event.0, stream.0) })
+}
+
+/// `cuEventSynchronize`.
+pub(super) fn event_synchronize(event: Event) -> Result<()> {
+    // SAFETY: a live, recorded event.
+    check("cuEventSynchronize", unsafe { sys::cuEventSynchronize(event.0) })
+}
+
+/// `cuEventElapsedTime` between two completed events, in milliseconds.
+pub(super) fn event_elapsed_ms(start: Event, stop: Event) -> Result<f32> {
+    let mut ms = 0f32;
+    // SAFETY: both events were recorded and have completed; `ms` is a valid out-pointer.
+    check("cuEventElapsedTime", unsafe { sys::cuEventElapsedTime_v2(&mut ms, start.0, stop.0) })?;
+    Ok(ms)
 }
