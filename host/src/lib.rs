@@ -21,6 +21,7 @@
 pub mod backend;
 pub mod bootstrap;
 pub mod code_objects;
+pub mod collectives;
 pub mod cpu_launch;
 mod error;
 pub mod kernels;

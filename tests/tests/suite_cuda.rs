@@ -25,3 +25,5 @@ fn skip() -> bool {
 
 #[path = "suite/host_api.rs"]
 mod host_api;
+#[path = "suite/rma.rs"]
+mod rma;

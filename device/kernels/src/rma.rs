@@ -1,8 +1,10 @@
 //! Point-to-point entry points over `symmem-rma`: grid-level put, get, put with signal,
-//! and the cross-rank barrier. Every block moves its share (`symmem_rma::copy::share`).
+//! the cross-rank barrier, atomics under contention and a signal wait. Every block of a
+//! put moves its share (`symmem_rma::copy::share`).
 
 use crate::Gpu;
-use symmem_rma::{Team, collectives};
+use symmem_arch::Arch;
+use symmem_rma::{AtomicOp, Cmp, Order, Scope, Team, collectives};
 
 /// Put: `n` bytes from local `src` to symmetric `dst` on rank `to`.
 ///
@@ -88,5 +90,70 @@ pub unsafe extern "gpu-kernel" fn symmem_barrier_all(
     unsafe {
         let team = Team::from_raw_parts(bases, world, rank);
         collectives::barrier(&Gpu, &team, sig)
+    }
+}
+
+/// Atomics under contention: every thread of the grid adds 1 to the symmetric `u64`
+/// counter on every rank (starting with its own, then `rank + 1`, ... modulo `world`),
+/// `iters` times over, each add `AcqRel` at system scope (no-return form). With every
+/// rank launching the same grid, each rank's counter grows by exactly
+/// `world * grid_dim * block_dim * iters`.
+///
+/// # Safety
+/// As `symmem_rma_put`; `counter` symmetric, 8-aligned and accessed only atomically
+/// while this runs.
+#[unsafe(no_mangle)]
+pub unsafe extern "gpu-kernel" fn symmem_rma_atomic_add_all(
+    counter: *mut u64,
+    bases: *const u64,
+    world: u32,
+    rank: u32,
+    iters: u32,
+) {
+    // SAFETY: as in `symmem_rma_put`; `to < world` below.
+    unsafe {
+        let team = Team::from_raw_parts(bases, world, rank);
+        let (world, rank) = (world as usize, rank as usize);
+        for _ in 0..iters {
+            for k in 0..world {
+                let to = (rank + k) % world;
+                team.atomic(AtomicOp::Add, counter, 1, to, Order::AcqRel, Scope::System);
+            }
+        }
+    }
+}
+
+/// Signal wait: thread 0 of block 0 waits until this rank's local signal word `sig`
+/// satisfies `cmp` against `value` (acquire, system scope); every other thread returns
+/// at once. `cmp` is `symmem_rma::Cmp` as a number: 0 `Eq`, 1 `Ne`, 2 `Gt`, 3 `Ge`,
+/// 4 `Lt`, 5 `Le` (anything else is `Ge`). Enqueued on a stream, it holds back the
+/// stream's later work until the signal arrives.
+///
+/// # Safety
+/// As `symmem_rma_put`; `sig` local (symmetric or not), 8-aligned, accessed only
+/// atomically; some rank must eventually satisfy the condition, or this never returns.
+#[unsafe(no_mangle)]
+pub unsafe extern "gpu-kernel" fn symmem_rma_signal_wait_until(
+    bases: *const u64,
+    world: u32,
+    rank: u32,
+    sig: *const u64,
+    cmp: u32,
+    value: u64,
+) {
+    let cmp = match cmp {
+        0 => Cmp::Eq,
+        1 => Cmp::Ne,
+        2 => Cmp::Gt,
+        4 => Cmp::Lt,
+        5 => Cmp::Le,
+        _ => Cmp::Ge,
+    };
+    if Gpu.block_id() == 0 && Gpu.thread_id() == 0 {
+        // SAFETY: as in `symmem_rma_put`.
+        unsafe {
+            let team = Team::from_raw_parts(bases, world, rank);
+            team.signal_wait_until(sig, cmp, value);
+        }
     }
 }

@@ -8,9 +8,13 @@
 use super::{Backend, BackendKind, DeviceRegion, Grid, Shareable};
 use crate::cpu_launch;
 use crate::error::{Error, Result};
-use crate::kernels::KernelCall;
+use crate::kernels::{DType, KernelCall, ReduceOp};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
+use symmem_arch::Arch;
+use symmem_arch::host::HostThread;
+use symmem_rma::collectives::{self, Reducible};
+use symmem_rma::{AtomicOp, Bf16, Order, Scope, Team};
 use symmem_translate::PeerBases;
 
 /// The CPU backend of one rank.
@@ -326,5 +330,372 @@ unsafe fn run_on_threads(call: &KernelCall, grid: Grid) {
                 unsafe { symmem_kernels::copy(arch, ptr_at(dst), ptr_at(src), bytes as usize) }
             });
         }
+        KernelCall::RmaPut {
+            dst,
+            src,
+            bases,
+            world,
+            rank,
+            bytes,
+            to,
+        } => {
+            // SAFETY: the world that built the call passes a live table and a rank in range.
+            let team = unsafe { team_at(bases, world, rank) };
+            on_team(grid, &team, |arch, team| {
+                // SAFETY: forwarded from the caller.
+                unsafe {
+                    collectives::put(
+                        arch,
+                        team,
+                        ptr_at(dst),
+                        ptr_at(src),
+                        bytes as usize,
+                        to as usize,
+                    )
+                }
+            })
+        }
+        KernelCall::RmaGet {
+            dst,
+            src,
+            bases,
+            world,
+            rank,
+            bytes,
+            from,
+        } => {
+            // SAFETY: the world that built the call passes a live table and a rank in range.
+            let team = unsafe { team_at(bases, world, rank) };
+            on_team(grid, &team, |arch, team| {
+                // SAFETY: forwarded from the caller.
+                unsafe {
+                    collectives::get(
+                        arch,
+                        team,
+                        ptr_at(dst),
+                        ptr_at(src),
+                        bytes as usize,
+                        from as usize,
+                    )
+                }
+            })
+        }
+        KernelCall::PutSignalAdd {
+            dst,
+            src,
+            bases,
+            world,
+            rank,
+            bytes,
+            sig,
+            to,
+            value,
+        } => {
+            // SAFETY: the world that built the call passes a live table and a rank in range.
+            let team = unsafe { team_at(bases, world, rank) };
+            on_team(grid, &team, |arch, team| {
+                // SAFETY: forwarded from the caller.
+                unsafe {
+                    collectives::put_signal_add(
+                        arch,
+                        team,
+                        ptr_at(dst),
+                        ptr_at(src),
+                        bytes as usize,
+                        ptr_at(sig).cast(),
+                        value,
+                        to as usize,
+                    )
+                }
+            })
+        }
+        KernelCall::BarrierAll {
+            bases,
+            world,
+            rank,
+            sig,
+        } => {
+            // SAFETY: the world that built the call passes a live table and a rank in range.
+            let team = unsafe { team_at(bases, world, rank) };
+            on_team(grid, &team, |arch, team| {
+                // SAFETY: forwarded from the caller.
+                unsafe { collectives::barrier(arch, team, ptr_at(sig).cast()) }
+            })
+        }
+        KernelCall::AllGather {
+            dst,
+            src,
+            bases,
+            world,
+            rank,
+            bytes,
+            sig,
+        } => {
+            // SAFETY: the world that built the call passes a live table and a rank in range.
+            let team = unsafe { team_at(bases, world, rank) };
+            on_team(grid, &team, |arch, team| {
+                // SAFETY: forwarded from the caller.
+                unsafe {
+                    collectives::all_gather(
+                        arch,
+                        team,
+                        ptr_at(dst),
+                        ptr_at(src),
+                        bytes as usize,
+                        ptr_at(sig).cast(),
+                    )
+                }
+            })
+        }
+        KernelCall::AllToAll {
+            dst,
+            src,
+            bases,
+            world,
+            rank,
+            bytes,
+            sig,
+        } => {
+            // SAFETY: the world that built the call passes a live table and a rank in range.
+            let team = unsafe { team_at(bases, world, rank) };
+            on_team(grid, &team, |arch, team| {
+                // SAFETY: forwarded from the caller.
+                unsafe {
+                    collectives::all_to_all(
+                        arch,
+                        team,
+                        ptr_at(dst),
+                        ptr_at(src),
+                        bytes as usize,
+                        ptr_at(sig).cast(),
+                    )
+                }
+            })
+        }
+        KernelCall::Broadcast {
+            dst,
+            src,
+            bases,
+            world,
+            rank,
+            bytes,
+            sig,
+            root,
+        } => {
+            // SAFETY: the world that built the call passes a live table and a rank in range.
+            let team = unsafe { team_at(bases, world, rank) };
+            on_team(grid, &team, |arch, team| {
+                // SAFETY: forwarded from the caller.
+                unsafe {
+                    collectives::broadcast(
+                        arch,
+                        team,
+                        ptr_at(dst),
+                        ptr_at(src),
+                        bytes as usize,
+                        root as usize,
+                        ptr_at(sig).cast(),
+                    )
+                }
+            })
+        }
+        KernelCall::AllReduceOneShot {
+            op,
+            dtype,
+            dst,
+            src,
+            bases,
+            world,
+            rank,
+            count,
+            sig,
+        } => {
+            let r = Reduction {
+                kind: ReductionKind::OneShot,
+                op,
+                dst,
+                src,
+                count,
+                sig,
+            };
+            // SAFETY: forwarded from the caller.
+            unsafe { r.run(dtype, grid, bases, world, rank) }
+        }
+        KernelCall::AllReduceTwoShot {
+            op,
+            dtype,
+            dst,
+            src,
+            bases,
+            world,
+            rank,
+            count,
+            sig,
+        } => {
+            let r = Reduction {
+                kind: ReductionKind::TwoShot,
+                op,
+                dst,
+                src,
+                count,
+                sig,
+            };
+            // SAFETY: forwarded from the caller.
+            unsafe { r.run(dtype, grid, bases, world, rank) }
+        }
+        KernelCall::ReduceScatter {
+            op,
+            dtype,
+            dst,
+            src,
+            bases,
+            world,
+            rank,
+            count,
+            sig,
+        } => {
+            let r = Reduction {
+                kind: ReductionKind::ReduceScatter,
+                op,
+                dst,
+                src,
+                count,
+                sig,
+            };
+            // SAFETY: forwarded from the caller.
+            unsafe { r.run(dtype, grid, bases, world, rank) }
+        }
+        KernelCall::AtomicAddAll {
+            counter,
+            bases,
+            world,
+            rank,
+            iters,
+        } => {
+            // SAFETY: the world that built the call passes a live table and a rank in range.
+            let team = unsafe { team_at(bases, world, rank) };
+            on_team(grid, &team, |_, team| {
+                // The body of `symmem_rma_atomic_add_all` (device/kernels/src/rma.rs).
+                let counter = ptr_at(counter).cast::<u64>();
+                let (world, rank) = (world as usize, rank as usize);
+                for _ in 0..iters {
+                    for k in 0..world {
+                        // SAFETY: forwarded from the caller; `to < world`.
+                        unsafe {
+                            team.atomic(
+                                AtomicOp::Add,
+                                counter,
+                                1,
+                                (rank + k) % world,
+                                Order::AcqRel,
+                                Scope::System,
+                            )
+                        };
+                    }
+                }
+            })
+        }
+        KernelCall::SignalWaitUntil {
+            bases,
+            world,
+            rank,
+            sig,
+            cmp,
+            value,
+        } => {
+            // SAFETY: the world that built the call passes a live table and a rank in range.
+            let team = unsafe { team_at(bases, world, rank) };
+            on_team(grid, &team, |arch, team| {
+                // The body of `symmem_rma_signal_wait_until`: one thread waits.
+                if arch.block_id() == 0 && arch.thread_id() == 0 {
+                    // SAFETY: forwarded from the caller.
+                    unsafe { team.signal_wait_until(ptr_at(sig).cast(), cmp, value) };
+                }
+            })
+        }
+    }
+}
+
+/// The team of rank `rank` over the `world`-entry peer-base table at `bases`.
+///
+/// # Safety
+/// `bases` is the address of `world` readable `u64`s that live as long as the team is
+/// used, and `rank < world`.
+unsafe fn team_at(bases: u64, world: u32, rank: u32) -> Team<'static> {
+    // SAFETY: forwarded from the caller.
+    unsafe { Team::from_raw_parts(ptr_at(bases).cast(), world, rank) }
+}
+
+/// Runs `body(arch, team)` on every thread of `grid`.
+fn on_team<F>(grid: Grid, team: &Team<'_>, body: F)
+where
+    F: Fn(&HostThread<'_>, &Team<'_>) + Sync,
+{
+    cpu_launch::launch(grid, |arch| body(arch, team));
+}
+
+/// Which reduction body a [`Reduction`] runs.
+#[derive(Clone, Copy)]
+enum ReductionKind {
+    OneShot,
+    TwoShot,
+    ReduceScatter,
+}
+
+/// A reduction launch's own arguments (the team's come separately).
+#[derive(Clone, Copy)]
+struct Reduction {
+    kind: ReductionKind,
+    op: ReduceOp,
+    dst: u64,
+    src: u64,
+    count: u64,
+    sig: u64,
+}
+
+impl Reduction {
+    /// Runs the body for `dtype`'s element type.
+    ///
+    /// # Safety
+    /// As [`run_on_threads`].
+    unsafe fn run(self, dtype: DType, grid: Grid, bases: u64, world: u32, rank: u32) {
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            match dtype {
+                DType::F32 => self.run_typed::<f32>(grid, bases, world, rank),
+                DType::Bf16 => self.run_typed::<Bf16>(grid, bases, world, rank),
+                DType::I32 => self.run_typed::<i32>(grid, bases, world, rank),
+            }
+        }
+    }
+
+    /// # Safety
+    /// As [`run_on_threads`]; `T` is the kernel's element type.
+    unsafe fn run_typed<T: Reducible>(self, grid: Grid, bases: u64, world: u32, rank: u32) {
+        // SAFETY: forwarded from the caller.
+        let team = unsafe { team_at(bases, world, rank) };
+        on_team(grid, &team, |arch, team| {
+            let (dst, src, count, sig) = (
+                ptr_at(self.dst).cast::<T>(),
+                ptr_at(self.src).cast::<T>().cast_const(),
+                self.count as usize,
+                ptr_at(self.sig).cast::<u64>(),
+            );
+            let op = self.op;
+            // SAFETY: forwarded from the caller.
+            unsafe {
+                match self.kind {
+                    ReductionKind::OneShot => {
+                        collectives::all_reduce_one_shot(arch, team, op, dst, src, count, sig)
+                    }
+                    ReductionKind::TwoShot => {
+                        collectives::all_reduce_two_shot(arch, team, op, dst, src, count, sig)
+                    }
+                    ReductionKind::ReduceScatter => {
+                        collectives::reduce_scatter(arch, team, op, dst, src, count, sig)
+                    }
+                }
+            }
+        });
     }
 }

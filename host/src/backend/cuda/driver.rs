@@ -564,7 +564,9 @@ pub(super) fn event_create() -> Result<Event> {
     let mut e = MaybeUninit::<sys::CUevent>::uninit();
     let flags = sys::CUevent_flags::CU_EVENT_DEFAULT as c_uint;
     // SAFETY: `e` is a valid out-pointer.
-    check("cuEventCreate", unsafe { sys::cuEventCreate(e.as_mut_ptr(), flags) })?;
+    check("cuEventCreate", unsafe {
+        sys::cuEventCreate(e.as_mut_ptr(), flags)
+    })?;
     // SAFETY: written by the driver on success.
     Ok(Event(unsafe { e.assume_init() }))
 }
@@ -581,19 +583,25 @@ pub(super) unsafe fn event_destroy(event: Event) -> Result<()> {
 /// `cuEventRecord` on `stream`.
 pub(super) fn event_record(event: Event, stream: Stream) -> Result<()> {
     // SAFETY: both are live handles of the current context (the callers' invariant).
-    check("cuEventRecord", unsafe { sys::cuEventRecord(event.0, stream.0) })
+    check("cuEventRecord", unsafe {
+        sys::cuEventRecord(event.0, stream.0)
+    })
 }
 
 /// `cuEventSynchronize`.
 pub(super) fn event_synchronize(event: Event) -> Result<()> {
     // SAFETY: a live, recorded event.
-    check("cuEventSynchronize", unsafe { sys::cuEventSynchronize(event.0) })
+    check("cuEventSynchronize", unsafe {
+        sys::cuEventSynchronize(event.0)
+    })
 }
 
 /// `cuEventElapsedTime` between two completed events, in milliseconds.
 pub(super) fn event_elapsed_ms(start: Event, stop: Event) -> Result<f32> {
     let mut ms = 0f32;
     // SAFETY: both events were recorded and have completed; `ms` is a valid out-pointer.
-    check("cuEventElapsedTime", unsafe { sys::cuEventElapsedTime_v2(&mut ms, start.0, stop.0) })?;
+    check("cuEventElapsedTime", unsafe {
+        sys::cuEventElapsedTime_v2(&mut ms, start.0, stop.0)
+    })?;
     Ok(ms)
 }

@@ -31,7 +31,11 @@ impl Cuda {
             // SAFETY: created just above and not used afterwards.
             record_drop(unsafe { driver::event_destroy(start) });
         })?;
-        Ok(Timer { cuda: self, start, stop })
+        Ok(Timer {
+            cuda: self,
+            start,
+            stop,
+        })
     }
 }
 

@@ -368,7 +368,13 @@ pub fn pack_args(call: &KernelCall) -> PackedArgs {
 /// test. The exhaustive match below stops the build with `--features hip` when a
 /// variant is added, until it is added here too.
 pub fn kernel_call_samples() -> Vec<KernelCall> {
-    let samples = vec![
+    use crate::kernels::{Cmp, DType, ReduceOp};
+    // Argument `j` of sample `k`: a 64-bit value with `k` in its low byte and `j` in
+    // every other byte, or a 32-bit one likewise, so a swapped, shifted or truncated
+    // argument shows.
+    let u64_ = |k: usize, j: u64| 0x0101_0101_0101_0100 * (j + 1) + k as u64;
+    let u32_ = |k: usize, j: u32| 0x0101_0100 * (j + 1) + k as u32;
+    let mut samples = vec![
         KernelCall::Put {
             dst: 0x1111_1111_1111_1101,
             src: 0x2222_2222_2222_2202,
@@ -393,12 +399,158 @@ pub fn kernel_call_samples() -> Vec<KernelCall> {
             bytes: 0x3333_3333_3333_3323,
         },
     ];
-    let mut seen = [false; 3];
+    let k = samples.len();
+    samples.extend([
+        KernelCall::RmaPut {
+            dst: u64_(k, 0),
+            src: u64_(k, 1),
+            bases: u64_(k, 2),
+            world: u32_(k, 3),
+            rank: u32_(k, 4),
+            bytes: u64_(k, 5),
+            to: u32_(k, 6),
+        },
+        KernelCall::RmaGet {
+            dst: u64_(k + 1, 0),
+            src: u64_(k + 1, 1),
+            bases: u64_(k + 1, 2),
+            world: u32_(k + 1, 3),
+            rank: u32_(k + 1, 4),
+            bytes: u64_(k + 1, 5),
+            from: u32_(k + 1, 6),
+        },
+        KernelCall::PutSignalAdd {
+            dst: u64_(k + 2, 0),
+            src: u64_(k + 2, 1),
+            bases: u64_(k + 2, 2),
+            world: u32_(k + 2, 3),
+            rank: u32_(k + 2, 4),
+            bytes: u64_(k + 2, 5),
+            sig: u64_(k + 2, 6),
+            to: u32_(k + 2, 7),
+            value: u64_(k + 2, 8),
+        },
+        KernelCall::BarrierAll {
+            bases: u64_(k + 3, 0),
+            world: u32_(k + 3, 1),
+            rank: u32_(k + 3, 2),
+            sig: u64_(k + 3, 3),
+        },
+        KernelCall::AllGather {
+            dst: u64_(k + 4, 0),
+            src: u64_(k + 4, 1),
+            bases: u64_(k + 4, 2),
+            world: u32_(k + 4, 3),
+            rank: u32_(k + 4, 4),
+            bytes: u64_(k + 4, 5),
+            sig: u64_(k + 4, 6),
+        },
+        KernelCall::AllToAll {
+            dst: u64_(k + 5, 0),
+            src: u64_(k + 5, 1),
+            bases: u64_(k + 5, 2),
+            world: u32_(k + 5, 3),
+            rank: u32_(k + 5, 4),
+            bytes: u64_(k + 5, 5),
+            sig: u64_(k + 5, 6),
+        },
+        KernelCall::Broadcast {
+            dst: u64_(k + 6, 0),
+            src: u64_(k + 6, 1),
+            bases: u64_(k + 6, 2),
+            world: u32_(k + 6, 3),
+            rank: u32_(k + 6, 4),
+            bytes: u64_(k + 6, 5),
+            sig: u64_(k + 6, 6),
+            root: u32_(k + 6, 7),
+        },
+        KernelCall::AtomicAddAll {
+            counter: u64_(k + 7, 0),
+            bases: u64_(k + 7, 1),
+            world: u32_(k + 7, 2),
+            rank: u32_(k + 7, 3),
+            iters: u32_(k + 7, 4),
+        },
+        KernelCall::SignalWaitUntil {
+            bases: u64_(k + 8, 0),
+            world: u32_(k + 8, 1),
+            rank: u32_(k + 8, 2),
+            sig: u64_(k + 8, 3),
+            cmp: Cmp::Le,
+            value: u64_(k + 8, 5),
+        },
+    ]);
+    // Every reduction kernel: 3 algorithms x 3 operators x 3 element types.
+    for make in [
+        |op, dtype, dst, src, bases, world, rank, count, sig| KernelCall::AllReduceOneShot {
+            op,
+            dtype,
+            dst,
+            src,
+            bases,
+            world,
+            rank,
+            count,
+            sig,
+        },
+        |op, dtype, dst, src, bases, world, rank, count, sig| KernelCall::AllReduceTwoShot {
+            op,
+            dtype,
+            dst,
+            src,
+            bases,
+            world,
+            rank,
+            count,
+            sig,
+        },
+        |op, dtype, dst, src, bases, world, rank, count, sig| KernelCall::ReduceScatter {
+            op,
+            dtype,
+            dst,
+            src,
+            bases,
+            world,
+            rank,
+            count,
+            sig,
+        },
+    ] {
+        for op in [ReduceOp::Sum, ReduceOp::Min, ReduceOp::Max] {
+            for dtype in [DType::F32, DType::Bf16, DType::I32] {
+                let k = samples.len();
+                samples.push(make(
+                    op,
+                    dtype,
+                    u64_(k, 0),
+                    u64_(k, 1),
+                    u64_(k, 2),
+                    u32_(k, 3),
+                    u32_(k, 4),
+                    u64_(k, 5),
+                    u64_(k, 6),
+                ));
+            }
+        }
+    }
+    let mut seen = [false; 15];
     for s in &samples {
         let i = match s {
             KernelCall::Put { .. } => 0,
             KernelCall::Get { .. } => 1,
             KernelCall::Copy { .. } => 2,
+            KernelCall::RmaPut { .. } => 3,
+            KernelCall::RmaGet { .. } => 4,
+            KernelCall::PutSignalAdd { .. } => 5,
+            KernelCall::BarrierAll { .. } => 6,
+            KernelCall::AllGather { .. } => 7,
+            KernelCall::AllToAll { .. } => 8,
+            KernelCall::Broadcast { .. } => 9,
+            KernelCall::AllReduceOneShot { .. } => 10,
+            KernelCall::AllReduceTwoShot { .. } => 11,
+            KernelCall::ReduceScatter { .. } => 12,
+            KernelCall::AtomicAddAll { .. } => 13,
+            KernelCall::SignalWaitUntil { .. } => 14,
         };
         seen[i] = true;
     }
@@ -890,7 +1042,10 @@ mod tests {
         );
         assert_eq!(p.bytes.len(), 44);
         assert_eq!(&p.bytes[36..40], &6u32.to_le_bytes());
-        assert_eq!(kernel_call_samples().len(), 3);
+        // One sample per kernel: no name twice (the exhaustive match keeps every variant).
+        let samples = kernel_call_samples();
+        let names: std::collections::HashSet<&str> = samples.iter().map(KernelCall::name).collect();
+        assert_eq!(names.len(), samples.len());
     }
 
     #[test]

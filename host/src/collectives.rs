@@ -1,0 +1,742 @@
+//! Host calls of the device collectives and RMA kernels: each enqueues one kernel of
+//! `symmem_rma` on this rank's device.
+//!
+//! A [`Collectives`] handle is made collectively from a [`World`]: it allocates a
+//! symmetric signal array of [`signal_words`]`(world, blocks)` `u64`s for its launch
+//! shape ([`Collectives::grid`]), which every collective it launches reuses (the
+//! counters only grow). Then, as with NCCL:
+//!
+//! * **collective calls** ([`Collectives::barrier`], [`Collectives::all_gather`],
+//!   [`Collectives::all_to_all`], [`Collectives::broadcast`],
+//!   [`Collectives::all_reduce`], [`Collectives::reduce_scatter`]) must be made by every
+//!   rank, in the same order, with the same counts (and root, operator, algorithm).
+//!   The kernels synchronise with each other through the signal array (a device-side
+//!   barrier on entry and on exit), so no [`World::barrier`] is needed around them: on
+//!   a GPU each call returns once enqueued, and the result is complete when this rank's
+//!   stream reaches the end of the kernel;
+//! * **one-sided calls** ([`Collectives::put`], [`Collectives::get`],
+//!   [`Collectives::put_with_signal`], [`Collectives::signal_wait_until`],
+//!   [`Collectives::atomic_add_all`]) involve only the calling rank's launch.
+//!
+//! ## Which buffers must be symmetric
+//! The kernels translate symmetric addresses through the world's heap-base table, so a
+//! "symmetric" argument is a [`SymmetricBuffer`] of this world's heap (checked: an
+//! address outside it is [`Error::NotSymmetric`]). A "local" argument is any device
+//! address of this rank (a symmetric buffer's [`SymmetricBuffer::ptr`] or a plain
+//! device allocation) that the caller vouches for: it cannot be checked here.
+//!
+//! | call              | symmetric              | local            |
+//! |-------------------|------------------------|------------------|
+//! | `all_gather`      | `dst` (`world*count`)  | `src` (`count`)  |
+//! | `all_to_all`      | `dst` (`world*count`)  | `src` (`world*count`) |
+//! | `broadcast`       | `src` (`count`, read on `root`) | `dst` (`count`) |
+//! | `all_reduce`      | `src` and `dst` (`count`; two-shot writes peers' `dst`, one-shot reads peers' `src`) | |
+//! | `reduce_scatter`  | `src` (`world*count`)  | `dst` (`count`)  |
+//! | `put`, `put_with_signal` | `dst`, the signal | `src`      |
+//! | `get`             | `src`                  | `dst`            |
+//!
+//! Sources and destinations must not overlap. A rank's source must stay unchanged,
+//! and its destination untouched by anyone else, until its kernel has finished.
+//!
+//! ## Launch shape and residency
+//! Every kernel runs with the handle's grid ([`Collectives::grid`], the same on every
+//! rank: ranks that disagree on the block count allocate signal arrays of different
+//! sizes, which the handle's creation reports as [`Error::CollectiveMismatch`]). A
+//! block of one rank waits for the same block of every other rank, so **all ranks'
+//! blocks must be resident on their devices at once**. With several ranks on one GPU
+//! that means `world * blocks` blocks at the same time: keep `blocks` small (the GPU
+//! default is 8 blocks of 256 threads), give each rank's stream its own hardware queue
+//! (`CUDA_DEVICE_MAX_CONNECTIONS` at least the number of live streams), and do not run
+//! several worlds' collectives on one GPU concurrently. Otherwise a waiting block can
+//! hold back the peer it waits for, and the kernels never finish. (Lazy kernel loading
+//! is the same trap: a load may wait for running kernels. Creating a handle therefore
+//! launches every kernel once on each rank alone, before any rank's first collective.)
+//!
+//! ## Lifetime
+//! Dropping a handle frees its signal array (a collective free) without waiting for the
+//! device, like any symmetric buffer; [`Collectives::finalize`] waits for this rank's
+//! enqueued work first.
+
+use crate::backend::{Backend, BackendKind, Grid};
+use crate::error::{Error, Result};
+use crate::kernels::KernelCall;
+use crate::world::{SymmetricBuffer, World};
+
+pub use crate::kernels::{Cmp, DType, ReduceOp};
+pub use symmem_rma::Bf16;
+pub use symmem_rma::collectives::signal_words;
+
+/// The most blocks a [`Collectives`] grid may have.
+pub const MAX_BLOCKS: u32 = 64;
+
+/// Which all-reduce kernel to run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Algorithm {
+    /// Every rank reads every rank's whole `src` (`world²` reads in all): the
+    /// latency choice for small counts.
+    #[default]
+    OneShot,
+    /// Reduce-scatter then all-gather, fused: each rank reduces `1/world` of the data and
+    /// writes it into every rank's `dst` (`world` reads and writes of each element in
+    /// all): the bandwidth choice for large counts.
+    TwoShot,
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for f32 {}
+    impl Sealed for i32 {}
+    impl Sealed for symmem_rma::Bf16 {}
+}
+
+/// An element type of the reductions: `f32`, [`Bf16`], `i32`.
+///
+/// Sealed: there is one kernel per type.
+pub trait Element: bytemuck::Pod + sealed::Sealed {
+    /// The kernels' name for the type.
+    const DTYPE: DType;
+}
+
+impl Element for f32 {
+    const DTYPE: DType = DType::F32;
+}
+impl Element for Bf16 {
+    const DTYPE: DType = DType::Bf16;
+}
+impl Element for i32 {
+    const DTYPE: DType = DType::I32;
+}
+
+/// A rank's handle for launching collectives and RMA kernels over its [`World`]: the
+/// world, a launch shape, and the symmetric signal array the collectives synchronise on.
+pub struct Collectives<'w, B: Backend> {
+    world: &'w World<B>,
+    grid: Grid,
+    signals: SymmetricBuffer<'w, u64, B>,
+}
+
+impl<B: Backend> std::fmt::Debug for Collectives<'_, B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Collectives")
+            .field("rank", &self.world.rank())
+            .field("world", &self.world.world_size())
+            .field("grid", &self.grid)
+            .field("signals", &self.signals.ptr())
+            .finish()
+    }
+}
+
+/// The launch shape [`Collectives::new`] uses on a backend: on a CPU, one thread per
+/// rank (threads of one rank would share cache lines; see the CPU backend); on a GPU, 8
+/// blocks of 256 threads, few enough that several ranks' grids fit on one GPU at once.
+pub fn default_grid(kind: BackendKind) -> Grid {
+    match kind {
+        BackendKind::Cpu => Grid {
+            blocks: 1,
+            threads: 1,
+        },
+        BackendKind::Cuda | BackendKind::Hip => Grid {
+            blocks: 8,
+            threads: 256,
+        },
+    }
+}
+
+impl<'w, B: Backend> Collectives<'w, B> {
+    /// A handle with the backend's [`default_grid`]. Collective: every rank calls it.
+    pub fn new(world: &'w World<B>) -> Result<Self> {
+        Self::with_grid(world, default_grid(world.backend().kind()))
+    }
+
+    /// A handle whose kernels all run with `grid` (`1..=`[`MAX_BLOCKS`] blocks, at least
+    /// one thread; the same block count on every rank). Collective: every rank calls it.
+    ///
+    /// Allocates and zeroes the signal array; on a GPU, launches every kernel once on
+    /// this rank alone so that all are loaded before any waits for a peer; waits until
+    /// this rank's device has done that (one counted synchronisation) and then for every
+    /// rank ([`World::barrier`]), so no peer's first signal can be overwritten by a late
+    /// zeroing.
+    ///
+    /// Errors: [`Error::Unsupported`] for an empty grid or more than [`MAX_BLOCKS`]
+    /// blocks, [`Error::CollectiveMismatch`] if ranks chose different block counts (or
+    /// made different heap calls before), and the allocation's errors.
+    pub fn with_grid(world: &'w World<B>, grid: Grid) -> Result<Self> {
+        if grid.blocks == 0 || grid.threads == 0 {
+            return Err(Error::Unsupported("an empty launch shape"));
+        }
+        if grid.blocks > MAX_BLOCKS {
+            return Err(Error::Unsupported(
+                "more than collectives::MAX_BLOCKS blocks per rank",
+            ));
+        }
+        // The team's words, then a scratch word for `preload`'s one-rank, one-block team.
+        let words = signal_words(world.world_size(), grid.blocks as usize);
+        let signals = world.zeros::<u64>(words + 1)?;
+        let this = Self {
+            world,
+            grid,
+            signals,
+        };
+        this.preload(this.signals.ptr() + (words * 8) as u64)?;
+        world.backend().synchronize()?;
+        world.barrier()?;
+        Ok(this)
+    }
+
+    /// Launches every kernel this handle uses once, each as a one-rank team (`world` 1)
+    /// of one thread with nothing to move and its barriers on this rank's `scratch`
+    /// word, so each returns without waiting for a peer. GPU runtimes may load a kernel lazily at its
+    /// first launch (CUDA's default module loading), and a load can wait for the
+    /// device's running kernels: if that happened while a peer's kernel spins waiting
+    /// for this rank, neither would finish. After this, and the barrier that follows in
+    /// [`Collectives::with_grid`], every kernel is loaded on every rank.
+    fn preload(&self, scratch: u64) -> Result<()> {
+        let (bases, world, rank, sig) = (self.bases(), 1, 0, scratch);
+        let (dst, src) = (scratch, scratch);
+        let mut calls = vec![
+            KernelCall::BarrierAll {
+                bases,
+                world,
+                rank,
+                sig,
+            },
+            KernelCall::RmaPut {
+                dst,
+                src,
+                bases,
+                world,
+                rank,
+                bytes: 0,
+                to: 0,
+            },
+            KernelCall::RmaGet {
+                dst,
+                src,
+                bases,
+                world,
+                rank,
+                bytes: 0,
+                from: 0,
+            },
+            KernelCall::PutSignalAdd {
+                dst,
+                src,
+                bases,
+                world,
+                rank,
+                bytes: 0,
+                sig,
+                to: 0,
+                value: 0,
+            },
+            KernelCall::SignalWaitUntil {
+                bases,
+                world,
+                rank,
+                sig,
+                cmp: Cmp::Ge,
+                value: 0,
+            },
+            KernelCall::AtomicAddAll {
+                counter: sig,
+                bases,
+                world,
+                rank,
+                iters: 0,
+            },
+            KernelCall::AllGather {
+                dst,
+                src,
+                bases,
+                world,
+                rank,
+                bytes: 0,
+                sig,
+            },
+            KernelCall::AllToAll {
+                dst,
+                src,
+                bases,
+                world,
+                rank,
+                bytes: 0,
+                sig,
+            },
+            KernelCall::Broadcast {
+                dst,
+                src,
+                bases,
+                world,
+                rank,
+                bytes: 0,
+                sig,
+                root: 0,
+            },
+        ];
+        for op in [ReduceOp::Sum, ReduceOp::Min, ReduceOp::Max] {
+            for dtype in [DType::F32, DType::Bf16, DType::I32] {
+                let count = 0;
+                calls.extend([
+                    KernelCall::AllReduceOneShot {
+                        op,
+                        dtype,
+                        dst,
+                        src,
+                        bases,
+                        world,
+                        rank,
+                        count,
+                        sig,
+                    },
+                    KernelCall::AllReduceTwoShot {
+                        op,
+                        dtype,
+                        dst,
+                        src,
+                        bases,
+                        world,
+                        rank,
+                        count,
+                        sig,
+                    },
+                    KernelCall::ReduceScatter {
+                        op,
+                        dtype,
+                        dst,
+                        src,
+                        bases,
+                        world,
+                        rank,
+                        count,
+                        sig,
+                    },
+                ]);
+            }
+        }
+        let one = Grid {
+            blocks: 1,
+            threads: 1,
+        };
+        calls
+            .iter()
+            .try_for_each(|call| self.world.backend().launch(call, one))
+    }
+
+    /// The world this handle launches on.
+    pub fn world(&self) -> &'w World<B> {
+        self.world
+    }
+
+    /// The launch shape of every kernel of this handle.
+    pub fn grid(&self) -> Grid {
+        self.grid
+    }
+
+    /// Waits for this rank's enqueued work (one counted synchronisation), then frees the
+    /// signal array (collective, like every free).
+    pub fn finalize(self) -> Result<()> {
+        self.world.backend().synchronize()
+    }
+
+    // ---- collective calls ----------------------------------------------------------
+
+    /// A barrier across all ranks, on the device: every block of every rank waits for
+    /// the same block of every other rank. Everything each rank's kernels did before is
+    /// complete and visible to every rank's later kernels. Collective.
+    pub fn barrier(&self) -> Result<()> {
+        self.launch(&KernelCall::BarrierAll {
+            bases: self.bases(),
+            world: self.world_u32(),
+            rank: self.rank_u32(),
+            sig: self.signals.ptr(),
+        })
+    }
+
+    /// All-gather: this rank's local `src` (`count` elements) lands in every rank's
+    /// symmetric `dst`, at elements `rank*count..(rank+1)*count`. Collective.
+    ///
+    /// Errors: `dst` shorter than `world * count` ([`Error::OutOfBounds`]) or not in this
+    /// world's heap ([`Error::NotSymmetric`]).
+    pub fn all_gather<T: bytemuck::Pod>(
+        &self,
+        dst: &SymmetricBuffer<'_, T, B>,
+        src: u64,
+        count: usize,
+    ) -> Result<()> {
+        let total = self.times_world(count);
+        let dst = self.symmetric(dst, 0, total)?;
+        self.launch(&KernelCall::AllGather {
+            dst,
+            src,
+            bases: self.bases(),
+            world: self.world_u32(),
+            rank: self.rank_u32(),
+            bytes: bytes_of::<T>(count),
+            sig: self.signals.ptr(),
+        })
+    }
+
+    /// All-to-all: chunk `j` (elements `j*count..(j+1)*count`) of this rank's local
+    /// `src` lands in chunk `rank` of rank `j`'s symmetric `dst`. `src` holds
+    /// `world * count` elements. Collective.
+    ///
+    /// Errors: as [`Collectives::all_gather`].
+    pub fn all_to_all<T: bytemuck::Pod>(
+        &self,
+        dst: &SymmetricBuffer<'_, T, B>,
+        src: u64,
+        count: usize,
+    ) -> Result<()> {
+        let total = self.times_world(count);
+        let dst = self.symmetric(dst, 0, total)?;
+        self.launch(&KernelCall::AllToAll {
+            dst,
+            src,
+            bases: self.bases(),
+            world: self.world_u32(),
+            rank: self.rank_u32(),
+            bytes: bytes_of::<T>(count),
+            sig: self.signals.ptr(),
+        })
+    }
+
+    /// Broadcast: rank `root`'s symmetric `src[0..count]` lands in every rank's local
+    /// `dst` (the root's included; every rank pulls from the root). Collective.
+    ///
+    /// Errors: `root` out of range ([`Error::RankOutOfRange`]), `src` shorter than
+    /// `count` or not in this world's heap.
+    pub fn broadcast<T: bytemuck::Pod>(
+        &self,
+        dst: u64,
+        src: &SymmetricBuffer<'_, T, B>,
+        count: usize,
+        root: usize,
+    ) -> Result<()> {
+        self.check_rank(root)?;
+        let src = self.symmetric(src, 0, count)?;
+        self.launch(&KernelCall::Broadcast {
+            dst,
+            src,
+            bases: self.bases(),
+            world: self.world_u32(),
+            rank: self.rank_u32(),
+            bytes: bytes_of::<T>(count),
+            sig: self.signals.ptr(),
+            root: root as u32,
+        })
+    }
+
+    /// All-reduce: every rank's `dst[0..count]` gets `op` folded over every rank's
+    /// `src[0..count]`, in rank order (so all ranks get bit-identical results; integer
+    /// sums wrap; `bf16` is accumulated in `f32` and rounded once). Both buffers are
+    /// symmetric: one-shot reads every peer's `src`, two-shot also writes every peer's
+    /// `dst`. Collective.
+    ///
+    /// Errors: either buffer shorter than `count` or not in this world's heap, and
+    /// [`Error::Unsupported`] for `dst` and `src` that overlap (in place is not
+    /// supported: peers still read `src` while `dst` is written).
+    pub fn all_reduce<T: Element>(
+        &self,
+        dst: &SymmetricBuffer<'_, T, B>,
+        src: &SymmetricBuffer<'_, T, B>,
+        count: usize,
+        op: ReduceOp,
+        algorithm: Algorithm,
+    ) -> Result<()> {
+        let (d, s) = (
+            self.symmetric(dst, 0, count)?,
+            self.symmetric(src, 0, count)?,
+        );
+        let len = bytes_of::<T>(count);
+        if count > 0 && d < s + len && s < d + len {
+            return Err(Error::Unsupported(
+                "an all-reduce whose dst and src overlap",
+            ));
+        }
+        let (bases, world, rank, sig) = (
+            self.bases(),
+            self.world_u32(),
+            self.rank_u32(),
+            self.signals.ptr(),
+        );
+        let (dtype, count) = (T::DTYPE, count as u64);
+        self.launch(&match algorithm {
+            Algorithm::OneShot => KernelCall::AllReduceOneShot {
+                op,
+                dtype,
+                dst: d,
+                src: s,
+                bases,
+                world,
+                rank,
+                count,
+                sig,
+            },
+            Algorithm::TwoShot => KernelCall::AllReduceTwoShot {
+                op,
+                dtype,
+                dst: d,
+                src: s,
+                bases,
+                world,
+                rank,
+                count,
+                sig,
+            },
+        })
+    }
+
+    /// Reduce-scatter: this rank's local `dst[0..count]` gets `op` folded, in rank
+    /// order, over chunk `rank` (elements `rank*count..(rank+1)*count`) of every rank's
+    /// symmetric `src`. Collective.
+    ///
+    /// Errors: `src` shorter than `world * count` or not in this world's heap, and
+    /// [`Error::Unsupported`] for a `dst` not aligned to `T`.
+    pub fn reduce_scatter<T: Element>(
+        &self,
+        dst: u64,
+        src: &SymmetricBuffer<'_, T, B>,
+        count: usize,
+        op: ReduceOp,
+    ) -> Result<()> {
+        if !dst.is_multiple_of(align_of::<T>() as u64) {
+            return Err(Error::Unsupported(
+                "a reduce-scatter destination not aligned to its element type",
+            ));
+        }
+        let total = self.times_world(count);
+        let src = self.symmetric(src, 0, total)?;
+        self.launch(&KernelCall::ReduceScatter {
+            op,
+            dtype: T::DTYPE,
+            dst,
+            src,
+            bases: self.bases(),
+            world: self.world_u32(),
+            rank: self.rank_u32(),
+            count: count as u64,
+            sig: self.signals.ptr(),
+        })
+    }
+
+    // ---- one-sided calls -----------------------------------------------------------
+
+    /// Put: `len` elements from this rank's local `src` into rank `to`'s copy of `dst`,
+    /// from element `at`, every block of the grid moving its share. Nothing tells `to`
+    /// that the data arrived: follow with [`Collectives::barrier`] (every rank) or use
+    /// [`Collectives::put_with_signal`].
+    ///
+    /// Errors: `to` out of range, `at..at+len` outside `dst`, `dst` not in the heap.
+    pub fn put<T: bytemuck::Pod>(
+        &self,
+        dst: &SymmetricBuffer<'_, T, B>,
+        at: usize,
+        src: u64,
+        len: usize,
+        to: usize,
+    ) -> Result<()> {
+        self.check_rank(to)?;
+        let dst = self.symmetric(dst, at, len)?;
+        self.launch(&KernelCall::RmaPut {
+            dst,
+            src,
+            bases: self.bases(),
+            world: self.world_u32(),
+            rank: self.rank_u32(),
+            bytes: bytes_of::<T>(len),
+            to: to as u32,
+        })
+    }
+
+    /// Get: `len` elements of rank `from`'s copy of `src`, from element `at`, into this
+    /// rank's local `dst`. The peer must have finished writing them (a barrier or a
+    /// signal before).
+    ///
+    /// Errors: as [`Collectives::put`].
+    pub fn get<T: bytemuck::Pod>(
+        &self,
+        dst: u64,
+        src: &SymmetricBuffer<'_, T, B>,
+        at: usize,
+        len: usize,
+        from: usize,
+    ) -> Result<()> {
+        self.check_rank(from)?;
+        let src = self.symmetric(src, at, len)?;
+        self.launch(&KernelCall::RmaGet {
+            dst,
+            src,
+            bases: self.bases(),
+            world: self.world_u32(),
+            rank: self.rank_u32(),
+            bytes: bytes_of::<T>(len),
+            from: from as u32,
+        })
+    }
+
+    /// Put with signal: as [`Collectives::put`], then every block adds `value` to
+    /// element `index` of `signal` on rank `to`, with release semantics after its share
+    /// of the data. Returns what the signal grows by in all,
+    /// [`Collectives::signal_total`]`(value)`: once rank `to` sees it grown by that
+    /// much (with [`Collectives::signal_wait_until`]), all `len` elements are there.
+    ///
+    /// Errors: as [`Collectives::put`], and for `index` outside `signal`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn put_with_signal<T: bytemuck::Pod>(
+        &self,
+        dst: &SymmetricBuffer<'_, T, B>,
+        at: usize,
+        src: u64,
+        len: usize,
+        signal: &SymmetricBuffer<'_, u64, B>,
+        index: usize,
+        value: u64,
+        to: usize,
+    ) -> Result<u64> {
+        self.check_rank(to)?;
+        let dst = self.symmetric(dst, at, len)?;
+        let sig = self.symmetric(signal, index, 1)?;
+        self.launch(&KernelCall::PutSignalAdd {
+            dst,
+            src,
+            bases: self.bases(),
+            world: self.world_u32(),
+            rank: self.rank_u32(),
+            bytes: bytes_of::<T>(len),
+            sig,
+            to: to as u32,
+            value,
+        })?;
+        Ok(self.signal_total(value))
+    }
+
+    /// What one [`Collectives::put_with_signal`] of `value` adds to its signal in all:
+    /// `value` per block of the grid (wrapping).
+    pub fn signal_total(&self, value: u64) -> u64 {
+        value.wrapping_mul(u64::from(self.grid.blocks))
+    }
+
+    /// Enqueues a wait, on this rank's device, until element `index` of this rank's
+    /// copy of `signal` satisfies `cmp` against `value` (an acquire load at system
+    /// scope): this rank's later work sees what the signalling ranks did before their
+    /// release updates. On a GPU it returns at once and holds back the stream; on the
+    /// CPU backend it returns when the condition holds. If no rank ever satisfies the
+    /// condition, the wait never ends.
+    ///
+    /// Errors: `index` outside `signal`, `signal` not in the heap.
+    pub fn signal_wait_until(
+        &self,
+        signal: &SymmetricBuffer<'_, u64, B>,
+        index: usize,
+        cmp: Cmp,
+        value: u64,
+    ) -> Result<()> {
+        let sig = self.symmetric(signal, index, 1)?;
+        let call = KernelCall::SignalWaitUntil {
+            bases: self.bases(),
+            world: self.world_u32(),
+            rank: self.rank_u32(),
+            sig,
+            cmp,
+            value,
+        };
+        self.world.backend().launch(
+            &call,
+            Grid {
+                blocks: 1,
+                threads: 1,
+            },
+        )
+    }
+
+    /// Atomics under contention: every thread of the grid adds 1 to element `index` of
+    /// `counter` on every rank (its own first), `iters` times, each add `AcqRel` at
+    /// system scope. Returns what it adds to each rank's counter:
+    /// `blocks * threads * iters`. When every rank calls it, each counter grows by
+    /// `world` times that; wait for the adds with a [`Collectives::barrier`].
+    ///
+    /// Errors: `index` outside `counter`, `counter` not in the heap.
+    pub fn atomic_add_all(
+        &self,
+        counter: &SymmetricBuffer<'_, u64, B>,
+        index: usize,
+        iters: u32,
+    ) -> Result<u64> {
+        let counter = self.symmetric(counter, index, 1)?;
+        self.launch(&KernelCall::AtomicAddAll {
+            counter,
+            bases: self.bases(),
+            world: self.world_u32(),
+            rank: self.rank_u32(),
+            iters,
+        })?;
+        Ok(u64::from(self.grid.blocks) * u64::from(self.grid.threads) * u64::from(iters))
+    }
+
+    // ---- helpers -------------------------------------------------------------------
+
+    fn launch(&self, call: &KernelCall) -> Result<()> {
+        self.world.backend().launch(call, self.grid)
+    }
+
+    fn bases(&self) -> u64 {
+        self.world.heap_bases().device_ptr()
+    }
+
+    fn world_u32(&self) -> u32 {
+        self.world.world_size() as u32
+    }
+
+    fn rank_u32(&self) -> u32 {
+        self.world.rank() as u32
+    }
+
+    fn check_rank(&self, rank: usize) -> Result<()> {
+        let world = self.world.world_size();
+        if rank < world {
+            Ok(())
+        } else {
+            Err(Error::RankOutOfRange { rank, world })
+        }
+    }
+
+    /// `world * count`, saturating (an overflow then fails the bounds check).
+    fn times_world(&self, count: usize) -> usize {
+        count.saturating_mul(self.world.world_size())
+    }
+
+    /// The local address of element `at` of `buffer`, checking that `at..at+len` lies
+    /// in it and that it lies in this world's heap (so the heap-base table translates
+    /// it).
+    fn symmetric<T>(
+        &self,
+        buffer: &SymmetricBuffer<'_, T, B>,
+        at: usize,
+        len: usize,
+    ) -> Result<u64> {
+        match at.checked_add(len) {
+            Some(end) if end <= buffer.len() => {}
+            _ => {
+                return Err(Error::OutOfBounds {
+                    start: at,
+                    len,
+                    capacity: buffer.len(),
+                });
+            }
+        }
+        let ptr = buffer.ptr();
+        let heap = self.world.heap_bases().entries()[self.world.rank()];
+        let in_heap = ptr >= heap
+            && (ptr - heap)
+                .checked_add(buffer.byte_len() as u64)
+                .is_some_and(|end| end <= self.world.heap_len() as u64);
+        if !in_heap {
+            return Err(Error::NotSymmetric { addr: ptr });
+        }
+        Ok(ptr + (at * size_of::<T>()) as u64)
+    }
+}
+
+fn bytes_of<T>(count: usize) -> u64 {
+    (count * size_of::<T>()) as u64
+}

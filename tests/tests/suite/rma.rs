@@ -1,0 +1,740 @@
+//! The device collectives and RMA kernels through the host API (`symmem::collectives`),
+//! at world sizes 1, 2, 3, 4 and 8, ranks as threads on the backend under test
+//! (`super::TestBackend`):
+//!
+//! * all-gather, all-to-all and broadcast (every root) of 0, 1, 15, 16, 17, 4095 and
+//!   1 MiB + 3 bytes from unaligned local addresses, byte for byte against a host
+//!   reference, with guard bytes after every destination;
+//! * all-reduce (one-shot and two-shot) and reduce-scatter, sum/min/max on f32, bf16
+//!   and i32, at 0, 1, 15, 16, 17 and 4095 elements and about 1 MiB + 3 bytes: every
+//!   result bit-exact to a host fold in rank order (the kernels' order), floats also
+//!   within the bound of `rma_collectives.rs` against the exact (f64) sum
+//!   (`world * f32::EPSILON * sum|x|`, plus 2^-8 relative for bf16);
+//! * the device barrier repeated, and ordering puts between rounds;
+//! * put-with-signal then a device-side signal wait (every rank to every rank);
+//! * atomics under contention: every rank x every thread x `iters` adds on every
+//!   peer's counter give exactly `world * blocks * threads * iters` on each;
+//! * the host checks (typed errors, nothing launched, so later collectives still work).
+//!
+//! Every world gets two handles with different grids (the backend's default, and a
+//! multi-block one) and alternates between them, so two signal arrays live side by
+//! side. On a GPU all ranks share one device, so the grids are small enough for every
+//! rank's blocks to be resident at once (see `symmem::collectives`), and these tests
+//! run one at a time.
+#![allow(clippy::needless_range_loop)] // rank-indexed loops read best in tests
+
+use super::TestBackend;
+use std::sync::{Mutex, MutexGuard};
+use symmem::backend::{Backend, BackendKind, DeviceRegion, Grid};
+use symmem::collectives::{
+    Algorithm, Bf16, Cmp, Collectives, Element, MAX_BLOCKS, ReduceOp, default_grid,
+};
+use symmem::{Config, Error, SymmetricBuffer, World};
+
+/// Transfer sizes that hit every head/middle/tail path.
+const SIZES: [usize; 7] = [0, 1, 15, 16, 17, 4095, BIG];
+/// 1 MiB + 3 bytes.
+const BIG: usize = (1 << 20) + 3;
+/// Element counts of the reductions (the big one is per type: about `BIG` bytes).
+const COUNTS: [usize; 6] = [0, 1, 15, 16, 17, 4095];
+/// Heap per rank: the big all-to-all at eight ranks needs 8 x (1 MiB + 3) plus room.
+const HEAP: usize = 32 << 20;
+/// Guard byte after every checked range, and the fill of every destination.
+const FILL: u8 = 0xEE;
+
+type W = World<TestBackend>;
+type C<'w> = Collectives<'w, TestBackend>;
+type Buf<'w, T> = SymmetricBuffer<'w, T, TestBackend>;
+type DeviceMemory = <TestBackend as Backend>::DeviceMemory;
+
+fn gpu() -> bool {
+    super::KIND != BackendKind::Cpu
+}
+
+/// On a GPU, one test at a time: every test's ranks spin on the device waiting for
+/// each other, and two worlds' grids at once could crowd one out.
+fn exclusive() -> Option<MutexGuard<'static, ()>> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    gpu().then(|| LOCK.lock().unwrap_or_else(|p| p.into_inner()))
+}
+
+fn config() -> Config {
+    Config {
+        heap_bytes: HEAP,
+        ..Config::default()
+    }
+}
+
+/// Runs `body` on `n` thread-ranks, failing the test on any error.
+fn run<R: Send>(n: usize, body: impl Fn(W) -> symmem::Result<R> + Sync) -> Vec<R> {
+    let _one = exclusive();
+    let results = symmem::launch(n, &config(), super::make_backend, body).expect("launch");
+    assert_eq!(results.len(), n);
+    results
+        .into_iter()
+        .enumerate()
+        .map(|(rank, r)| r.unwrap_or_else(|e| panic!("world of {n}, rank {rank}: {e} ({e:?})")))
+        .collect()
+}
+
+/// The multi-block grid every world also runs with: uneven block shares, several
+/// threads per block (few on the CPU, where every thread is an OS thread).
+fn second_grid() -> Grid {
+    if gpu() {
+        Grid {
+            blocks: 3,
+            threads: 64,
+        }
+    } else {
+        Grid {
+            blocks: 3,
+            threads: 2,
+        }
+    }
+}
+
+/// The two handles of a world (collective).
+fn handles(w: &W) -> symmem::Result<[C<'_>; 2]> {
+    Ok([
+        Collectives::new(w)?,
+        Collectives::with_grid(w, second_grid())?,
+    ])
+}
+
+/// Deterministic byte `i` of the data tagged `tag`, never [`FILL`].
+fn pattern(tag: usize, i: usize) -> u8 {
+    let v = (i.wrapping_mul(31) ^ tag.wrapping_mul(97).wrapping_add(13) ^ (i >> 8)) as u8;
+    if v == FILL { 0x11 } else { v }
+}
+
+/// Bytes `0..n` of the data tagged `tag`. The pattern repeats every 64 KiB, so one
+/// period is computed and copied (debug builds are slow per byte).
+fn patterned(tag: usize, n: usize) -> Vec<u8> {
+    let period: Vec<u8> = (0..n.min(1 << 16)).map(|i| pattern(tag, i)).collect();
+    let mut out = Vec::with_capacity(n);
+    while out.len() < n {
+        let take = (n - out.len()).min(period.len());
+        out.extend_from_slice(&period[..take]);
+    }
+    out
+}
+
+/// Asserts `got == want`, reporting the first difference.
+fn assert_bytes(got: &[u8], want: &[u8], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    if got == want {
+        return; // a memcmp; the search below is slow in a debug build
+    }
+    if let Some(i) = got.iter().zip(want).position(|(a, b)| a != b) {
+        panic!(
+            "{what}: first difference at byte {i} of {}: got {:#04x}, want {:#04x}",
+            got.len(),
+            got[i],
+            want[i]
+        );
+    }
+}
+
+fn assert_guard(got: &[u8], what: &str) {
+    if let Some(i) = got.iter().position(|&b| b != FILL) {
+        panic!("{what}: guard byte {i} overwritten with {:#04x}", got[i]);
+    }
+}
+
+/// Plain device memory of this rank holding `data` at offset `mis`, [`FILL`] around
+/// it (16 guard bytes after); returns it and the address of `data`.
+fn local(w: &W, data: &[u8], mis: usize) -> symmem::Result<(DeviceMemory, u64)> {
+    let b = w.backend();
+    let mem = b.alloc_device(mis + data.len() + 16)?;
+    b.memset(mem.base(), FILL, mis + data.len() + 16)?;
+    let addr = mem.base() + mis as u64;
+    b.upload(addr, data)?;
+    Ok((mem, addr))
+}
+
+/// Downloads `n` bytes at `addr` of this rank.
+fn download(w: &W, addr: u64, n: usize) -> symmem::Result<Vec<u8>> {
+    let mut out = vec![0u8; n];
+    w.backend().download(&mut out, addr)?;
+    Ok(out)
+}
+
+/// A symmetric byte buffer of `n` bytes plus 16 guard bytes, all [`FILL`].
+fn filled(w: &W, n: usize) -> symmem::Result<Buf<'_, u8>> {
+    w.full(n + 16, FILL)
+}
+
+// ---- byte collectives ---------------------------------------------------------------
+
+fn all_gather(n: usize) {
+    run(n, |w| {
+        let cs = handles(&w)?;
+        let me = w.rank();
+        for (k, &size) in SIZES.iter().enumerate() {
+            let c = &cs[k % 2];
+            let dst = filled(&w, n * size)?;
+            let (_src, src) = local(&w, &patterned(me, size), 3)?;
+            c.all_gather(&dst, src, size)?;
+            let got = w.read(&dst)?;
+            for r in 0..n {
+                let what = format!("all_gather world {n} size {size} rank {me} chunk {r}");
+                assert_bytes(&got[r * size..(r + 1) * size], &patterned(r, size), &what);
+            }
+            assert_guard(
+                &got[n * size..],
+                &format!("all_gather world {n} size {size}"),
+            );
+        }
+        Ok(())
+    });
+}
+
+fn all_to_all(n: usize) {
+    run(n, |w| {
+        let cs = handles(&w)?;
+        let me = w.rank();
+        for (k, &size) in SIZES.iter().enumerate() {
+            let c = &cs[k % 2];
+            let dst = filled(&w, n * size)?;
+            // Chunk j of rank i's source is tagged i * n + j.
+            let data: Vec<u8> = (0..n).flat_map(|j| patterned(me * n + j, size)).collect();
+            let (_src, src) = local(&w, &data, 1)?;
+            c.all_to_all(&dst, src, size)?;
+            let got = w.read(&dst)?;
+            for i in 0..n {
+                let what = format!("all_to_all world {n} size {size} rank {me} from {i}");
+                assert_bytes(
+                    &got[i * size..(i + 1) * size],
+                    &patterned(i * n + me, size),
+                    &what,
+                );
+            }
+            assert_guard(
+                &got[n * size..],
+                &format!("all_to_all world {n} size {size}"),
+            );
+        }
+        Ok(())
+    });
+}
+
+fn broadcast(n: usize) {
+    run(n, |w| {
+        let cs = handles(&w)?;
+        let me = w.rank();
+        let mut launches = 0;
+        for &size in &SIZES {
+            let roots: Vec<usize> = if size > 4095 {
+                vec![n - 1]
+            } else {
+                (0..n).collect()
+            };
+            for root in roots {
+                let c = &cs[launches % 2];
+                launches += 1;
+                let mut data = patterned(me + 10 * root, size);
+                data.resize(size + 16, FILL);
+                let src = w.from_slice(&data)?;
+                let (dst_mem, dst) = local(&w, &vec![FILL; size], 5)?;
+                c.broadcast(dst, &src, size, root)?;
+                let got = download(&w, dst, size + 16)?;
+                let what = format!("broadcast world {n} size {size} root {root} rank {me}");
+                assert_bytes(&got[..size], &patterned(root + 10 * root, size), &what);
+                assert_guard(&got[size..], &what);
+                drop(dst_mem);
+            }
+        }
+        Ok(())
+    });
+}
+
+// ---- reductions -----------------------------------------------------------------------
+
+/// An element type under test, with its host reference.
+trait Judge: Element + PartialEq + std::fmt::Debug {
+    /// Rank `r`'s element `i`.
+    fn value(r: usize, i: usize) -> Self;
+    /// The reduction of `xs` (one element of every rank, in rank order) folded in rank
+    /// order as the kernels do.
+    fn fold(op: ReduceOp, xs: &[Self]) -> Self;
+    /// For floats: `got` within the stated bound of the exact result.
+    fn within(op: ReduceOp, xs: &[Self], got: Self) -> Result<(), String>;
+    /// What the unwritten part of a destination holds.
+    fn sentinel() -> Self;
+}
+
+impl Judge for i32 {
+    fn value(r: usize, i: usize) -> Self {
+        ((i as i32).wrapping_mul(0x3b9a_ca07) ^ (r as i32 * 977)).wrapping_add(i as i32 >> 3)
+    }
+    fn fold(op: ReduceOp, xs: &[Self]) -> Self {
+        xs[1..].iter().fold(xs[0], |a, &x| match op {
+            ReduceOp::Sum => a.wrapping_add(x),
+            ReduceOp::Min => a.min(x),
+            ReduceOp::Max => a.max(x),
+        })
+    }
+    fn within(_: ReduceOp, _: &[Self], _: Self) -> Result<(), String> {
+        Ok(()) // integers are judged bit-exactly by `fold` alone
+    }
+    fn sentinel() -> Self {
+        0x5a5a_5a5a
+    }
+}
+
+fn fold_f32(op: ReduceOp, xs: impl Iterator<Item = f32>) -> f32 {
+    xs.reduce(|a, x| match op {
+        ReduceOp::Sum => a + x,
+        ReduceOp::Min => a.min(x),
+        ReduceOp::Max => a.max(x),
+    })
+    .expect("at least one rank")
+}
+
+/// `rma_collectives.rs`'s bound: the exact sum within `world * EPS * sum|x|` (plus
+/// `rel * |sum|`); min and max exact.
+fn float_within(
+    op: ReduceOp,
+    xs: impl Iterator<Item = f64> + Clone,
+    got: f64,
+    rel: f64,
+) -> Result<(), String> {
+    let world = xs.clone().count() as f64;
+    let (want, tol) = match op {
+        ReduceOp::Sum => {
+            let abs: f64 = xs.clone().map(f64::abs).sum();
+            let want: f64 = xs.sum();
+            (want, world * f32::EPSILON as f64 * abs + rel * want.abs())
+        }
+        ReduceOp::Min => (xs.fold(f64::INFINITY, f64::min), 0.0),
+        ReduceOp::Max => (xs.fold(f64::NEG_INFINITY, f64::max), 0.0),
+    };
+    ((got - want).abs() <= tol)
+        .then_some(())
+        .ok_or(format!("got {got}, want {want} +- {tol}"))
+}
+
+impl Judge for f32 {
+    fn value(r: usize, i: usize) -> Self {
+        ((i * 37 + r * 101) % 1999) as f32 / 7.0 - 140.0
+    }
+    fn fold(op: ReduceOp, xs: &[Self]) -> Self {
+        fold_f32(op, xs.iter().copied())
+    }
+    fn within(op: ReduceOp, xs: &[Self], got: Self) -> Result<(), String> {
+        float_within(op, xs.iter().map(|&x| x as f64), got as f64, 0.0)
+    }
+    fn sentinel() -> Self {
+        f32::from_bits(0x5a5a_5a5a)
+    }
+}
+
+impl Judge for Bf16 {
+    fn value(r: usize, i: usize) -> Self {
+        Bf16::from_f32(f32::value(r, i))
+    }
+    fn fold(op: ReduceOp, xs: &[Self]) -> Self {
+        Bf16::from_f32(fold_f32(op, xs.iter().map(|x| x.to_f32())))
+    }
+    fn within(op: ReduceOp, xs: &[Self], got: Self) -> Result<(), String> {
+        let xs = xs.iter().map(|x| x.to_f32() as f64);
+        float_within(op, xs, got.to_f32() as f64, 1.0 / 256.0)
+    }
+    fn sentinel() -> Self {
+        Bf16(0x5a5a)
+    }
+}
+
+/// One-shot, two-shot and reduce-scatter of `count` elements under `op` on handle `c`;
+/// checks this rank's three results.
+fn reduce_once<T: Judge>(w: &W, c: &C<'_>, op: ReduceOp, count: usize) -> symmem::Result<()> {
+    let (me, n) = (w.rank(), w.world_size());
+    const GUARD: usize = 4;
+    let what = |name: &str| {
+        format!(
+            "{name} {op:?} {} world {n} count {count} rank {me} grid {:?}",
+            std::any::type_name::<T>(),
+            c.grid()
+        )
+    };
+    let mut mine: Vec<T> = (0..n * count).map(|i| T::value(me, i)).collect();
+    mine.resize(n * count + GUARD, T::sentinel());
+    let src = w.from_slice(&mine)?;
+    let one = w.full(count + GUARD, T::sentinel())?;
+    let two = w.full(count + GUARD, T::sentinel())?;
+    let sz = size_of::<T>();
+    let (scatter_mem, scatter) = local(w, &vec![FILL; count * sz], 4)?;
+    c.all_reduce(&one, &src, count, op, Algorithm::OneShot)?;
+    c.all_reduce(&two, &src, count, op, Algorithm::TwoShot)?;
+    c.reduce_scatter(scatter, &src, count, op)?;
+    let (one, two) = (w.read(&one)?, w.read(&two)?);
+    let scat_bytes = download(w, scatter, count * sz + 16)?;
+    assert_guard(&scat_bytes[count * sz..], &what("reduce_scatter"));
+    let scat: Vec<T> = scat_bytes[..count * sz]
+        .chunks_exact(sz)
+        .map(bytemuck::pod_read_unaligned)
+        .collect();
+    drop(scatter_mem);
+    // Inputs of one element on every rank, without an allocation per element (this
+    // loop is most of the time the big sizes take in a debug build).
+    let mut xs = [T::sentinel(); 8];
+    for i in 0..count {
+        for r in 0..n {
+            xs[r] = T::value(r, i);
+        }
+        let want = T::fold(op, &xs[..n]);
+        assert_eq!(one[i], want, "{} element {i}", what("one-shot all_reduce"));
+        assert_eq!(two[i], want, "{} element {i}", what("two-shot all_reduce"));
+        T::within(op, &xs[..n], one[i])
+            .unwrap_or_else(|e| panic!("{} element {i}: {e}", what("all_reduce")));
+        for r in 0..n {
+            xs[r] = T::value(r, me * count + i);
+        }
+        let want = T::fold(op, &xs[..n]);
+        assert_eq!(scat[i], want, "{} element {i}", what("reduce_scatter"));
+        T::within(op, &xs[..n], scat[i])
+            .unwrap_or_else(|e| panic!("{} element {i}: {e}", what("reduce_scatter")));
+    }
+    for (name, got) in [("one-shot", &one), ("two-shot", &two)] {
+        assert!(
+            got[count..].iter().all(|&x| x == T::sentinel()),
+            "{}: guard elements overwritten",
+            what(name)
+        );
+    }
+    Ok(())
+}
+
+fn reductions(n: usize) {
+    run(n, |w| {
+        let cs = handles(&w)?;
+        let mut k = 0;
+        for op in [ReduceOp::Sum, ReduceOp::Min, ReduceOp::Max] {
+            for &count in &COUNTS {
+                reduce_once::<i32>(&w, &cs[k % 2], op, count)?;
+                reduce_once::<f32>(&w, &cs[(k + 1) % 2], op, count)?;
+                reduce_once::<Bf16>(&w, &cs[k % 2], op, count)?;
+                k += 1;
+            }
+        }
+        Ok(())
+    });
+}
+
+/// 1 MiB + 3 bytes of elements (rounded up to whole elements), with the default grid:
+/// the big size for all three reductions: i32 sums everywhere; f32 and bf16 sums on
+/// GPUs only (on the CPU in debug they would double the run; the kernel bodies get a
+/// big f32 reduction in `rma_collectives.rs`).
+fn reductions_big(n: usize) {
+    run(n, |w| {
+        let c = Collectives::new(&w)?;
+        reduce_once::<i32>(&w, &c, ReduceOp::Sum, BIG.div_ceil(4))?;
+        if gpu() {
+            reduce_once::<f32>(&w, &c, ReduceOp::Sum, BIG.div_ceil(4))?;
+            reduce_once::<Bf16>(&w, &c, ReduceOp::Sum, BIG.div_ceil(2))?;
+        }
+        c.finalize()
+    });
+}
+
+/// Collectives enqueued back to back with no host wait between them, each reading what
+/// the one before wrote: two-shot all-reduces ping-ponging between two buffers, with a
+/// one-shot and a barrier in between.
+fn chained(n: usize) {
+    run(n, |w| {
+        let cs = handles(&w)?;
+        let me = w.rank();
+        let len = 1000;
+        let a = w.full::<i32>(len, me as i32 + 1)?;
+        let b = w.full::<i32>(len, 0)?;
+        for round in 0..6 {
+            let c = &cs[round % 2];
+            let (from, to) = if round % 2 == 0 { (&a, &b) } else { (&b, &a) };
+            let algorithm = if round == 3 {
+                Algorithm::OneShot
+            } else {
+                Algorithm::TwoShot
+            };
+            c.all_reduce(to, from, len, ReduceOp::Sum, algorithm)?;
+            c.barrier()?;
+        }
+        // S = n(n+1)/2 after round 0, then every round multiplies by n: round 5 leaves
+        // S * n^5 in `a`, round 4 S * n^4 in `b`.
+        let s = (n * (n + 1) / 2) as i32;
+        let want = |p: u32| s.wrapping_mul((n as i32).pow(p));
+        assert_eq!(w.read(&a)?, vec![want(5); len], "world {n} rank {me} a");
+        assert_eq!(w.read(&b)?, vec![want(4); len], "world {n} rank {me} b");
+        Ok(())
+    });
+}
+
+// ---- barrier, signals, atomics --------------------------------------------------------
+
+fn barrier(n: usize) {
+    run(n, |w| {
+        let cs = handles(&w)?;
+        let me = w.rank();
+        let repeats = if gpu() { 500 } else { 100 };
+        for k in 0..repeats {
+            cs[k % 2].barrier()?;
+        }
+        // Ordering: every round, each rank puts a round-stamped word into its slot of
+        // every peer's copy of one of two buffers; after the barrier every slot holds
+        // this round's words. (Two buffers: a fast rank's next round goes to the
+        // other one, and the round after that waits for this rank's next barrier.)
+        let slots = [w.zeros::<u64>(n)?, w.zeros::<u64>(n)?];
+        let (_word_mem, word) = local(&w, &[0; 8], 0)?;
+        cs[0].barrier()?;
+        for round in 0..20u64 {
+            let c = &cs[round as usize % 2];
+            let buf = &slots[round as usize % 2];
+            w.backend()
+                .upload(word, &(round << 8 | me as u64).to_le_bytes())?;
+            for k in 0..n {
+                c.put(buf, me, word, 1, (me + k) % n)?;
+            }
+            c.barrier()?;
+            let got = w.read(buf)?;
+            let want: Vec<u64> = (0..n as u64).map(|r| round << 8 | r).collect();
+            assert_eq!(got, want, "world {n} rank {me} round {round}");
+        }
+        Ok(())
+    });
+}
+
+fn put_with_signal(n: usize) {
+    run(n, |w| {
+        let cs = handles(&w)?;
+        let me = w.rank();
+        let signal = w.zeros::<u64>(3)?;
+        let ring_buf = filled(&w, 1)?;
+        let (_ring_mem, ring_src) = local(&w, &[0], 0)?;
+        let (mut expected, mut ring_expected) = (0u64, 0u64);
+        for (k, &size) in SIZES.iter().enumerate() {
+            let c = &cs[k % 2];
+            let dst = filled(&w, n * size)?;
+            let (_src, src) = local(&w, &patterned(me + 7, size), 1)?;
+            // No peer may write before this rank's fill (and zeroing) are done.
+            c.barrier()?;
+            // Every rank to every rank: region `me` of each peer's `dst`, signal word 1.
+            let value = k as u64 + 1;
+            let mut total = 0;
+            for j in 0..n {
+                let to = (me + j) % n;
+                total = c.put_with_signal(&dst, me * size, src, size, &signal, 1, value, to)?;
+            }
+            assert_eq!(total, value * u64::from(c.grid().blocks));
+            expected += n as u64 * total;
+            // Every peer's puts to this rank have landed once the signal reaches this
+            // (nobody signals word 1 again before the next round's barrier).
+            c.signal_wait_until(&signal, 1, Cmp::Eq, expected)?;
+            let got = w.read(&dst)?;
+            for r in 0..n {
+                let what = format!("put_with_signal world {n} size {size} rank {me} from {r}");
+                assert_bytes(
+                    &got[r * size..(r + 1) * size],
+                    &patterned(r + 7, size),
+                    &what,
+                );
+            }
+            assert_guard(&got[n * size..], &format!("put_with_signal size {size}"));
+            // A ring with `Ge`: one round-stamped byte to the right neighbour, word 2.
+            let stamp = |r: usize| (k * 16 + r) as u8;
+            w.backend().upload(ring_src, &[stamp(me)])?;
+            let ring = c.put_with_signal(&ring_buf, 0, ring_src, 1, &signal, 2, 1, (me + 1) % n)?;
+            ring_expected += ring;
+            c.signal_wait_until(&signal, 2, Cmp::Ge, ring_expected)?;
+            let got = w.read(&ring_buf)?;
+            assert_eq!(got[0], stamp((me + n - 1) % n), "ring world {n} rank {me}");
+            assert_guard(&got[1..], "ring");
+            assert_eq!(
+                w.read(&signal)?,
+                vec![0, expected, ring_expected],
+                "rank {me} signals"
+            );
+            // Nobody reuses a destination before every rank has checked it.
+            c.barrier()?;
+        }
+        // Nothing of this rank may still run when its world goes.
+        w.backend().synchronize()
+    });
+}
+
+fn atomics(n: usize) {
+    run(n, |w| {
+        let me = w.rank();
+        let contended = if gpu() {
+            default_grid(super::KIND)
+        } else {
+            Grid {
+                blocks: 2,
+                threads: 8,
+            }
+        };
+        let cs = [
+            Collectives::with_grid(&w, contended)?,
+            Collectives::with_grid(&w, second_grid())?,
+        ];
+        let iters = if gpu() { 32 } else { 100 };
+        let counter = w.zeros::<u64>(3)?;
+        // The zeroing is done everywhere before any add (it precedes the barrier on
+        // this rank's stream).
+        cs[0].barrier()?;
+        let mut expected = 0u64;
+        for round in 0..4 {
+            let c = &cs[round % 2];
+            let per_rank = c.atomic_add_all(&counter, 1, iters)?;
+            assert_eq!(
+                per_rank,
+                u64::from(c.grid().blocks) * u64::from(c.grid().threads) * u64::from(iters)
+            );
+            expected += n as u64 * per_rank;
+            c.barrier()?;
+            assert_eq!(
+                w.read(&counter)?,
+                vec![0, expected, 0],
+                "world {n} rank {me} round {round}: every rank x every thread x {iters}"
+            );
+            // No rank adds again before every rank has read.
+            c.barrier()?;
+        }
+        w.backend().synchronize()
+    });
+}
+
+// ---- host checks ----------------------------------------------------------------------
+
+fn errors(n: usize) {
+    run(n, |w| {
+        let me = w.rank();
+        for grid in [
+            Grid {
+                blocks: 0,
+                threads: 1,
+            },
+            Grid {
+                blocks: 1,
+                threads: 0,
+            },
+            Grid {
+                blocks: MAX_BLOCKS + 1,
+                threads: 1,
+            },
+        ] {
+            assert!(
+                matches!(Collectives::with_grid(&w, grid), Err(Error::Unsupported(_))),
+                "{grid:?}"
+            );
+        }
+        let c = Collectives::new(&w)?;
+        let buf = w.full::<f32>(16, 1.0)?;
+        let other = w.full::<f32>(16, 2.0)?;
+        let signal = w.zeros::<u64>(2)?;
+        let (_mem, addr) = local(&w, &[0; 64], 0)?;
+        let rank_err = |r: symmem::Result<()>| {
+            assert!(
+                matches!(r, Err(Error::RankOutOfRange { rank, world }) if rank == n && world == n),
+                "{r:?}"
+            );
+        };
+        rank_err(c.broadcast(addr, &buf, 1, n));
+        rank_err(c.put(&buf, 0, addr, 1, n));
+        rank_err(c.get(addr, &buf, 0, 1, n));
+        rank_err(
+            c.put_with_signal(&buf, 0, addr, 1, &signal, 0, 1, n)
+                .map(drop),
+        );
+        let bounds = |r: symmem::Result<()>| {
+            assert!(matches!(r, Err(Error::OutOfBounds { .. })), "{r:?}");
+        };
+        bounds(c.all_gather(&buf, addr, 16 / n + 1));
+        bounds(c.all_to_all(&buf, addr, 16 / n + 1));
+        bounds(c.broadcast(addr, &buf, 17, 0));
+        bounds(c.all_reduce(&buf, &other, 17, ReduceOp::Sum, Algorithm::TwoShot));
+        bounds(c.reduce_scatter(addr, &buf, 16 / n + 1, ReduceOp::Min));
+        bounds(c.put(&buf, 10, addr, 7, 0));
+        bounds(c.get(addr, &buf, usize::MAX, 2, 0));
+        bounds(
+            c.put_with_signal(&buf, 0, addr, 1, &signal, 2, 1, 0)
+                .map(drop),
+        );
+        bounds(c.signal_wait_until(&signal, 2, Cmp::Ge, 0));
+        bounds(c.atomic_add_all(&signal, 2, 1).map(drop));
+        assert!(matches!(
+            c.all_reduce(&buf, &buf, 4, ReduceOp::Sum, Algorithm::OneShot),
+            Err(Error::Unsupported(_))
+        ));
+        assert!(matches!(
+            c.reduce_scatter::<f32>(addr + 2, &buf, 1, ReduceOp::Sum),
+            Err(Error::Unsupported(_))
+        ));
+        // Nothing was launched: the signal counters are still in step.
+        c.barrier()?;
+        let out = w.full::<f32>(16, 0.0)?;
+        c.all_reduce(&out, &other, 16, ReduceOp::Sum, Algorithm::TwoShot)?;
+        assert_eq!(w.read(&out)?, vec![2.0 * n as f32; 16], "rank {me}");
+        c.finalize()?;
+        // Ranks that pick different block counts are told so (last: the world's heap
+        // history differs from here on).
+        if n > 1 {
+            let grid = Grid {
+                blocks: if me == 0 { 1 } else { 2 },
+                threads: 1,
+            };
+            let r = Collectives::with_grid(&w, grid);
+            assert!(
+                matches!(r, Err(Error::CollectiveMismatch { .. })),
+                "rank {me}: {r:?}"
+            );
+        }
+        Ok(())
+    });
+}
+
+/// One `#[test]` per world size, `<name>::world_<n>`, each calling `$f(n)`.
+macro_rules! per_world {
+    ($($f:ident;)*) => {
+        $(
+            mod $f {
+                #[test]
+                fn world_1() {
+                    if super::super::skip() { return; }
+                    super::$f(1)
+                }
+                #[test]
+                fn world_2() {
+                    if super::super::skip() { return; }
+                    super::$f(2)
+                }
+                #[test]
+                fn world_3() {
+                    if super::super::skip() { return; }
+                    super::$f(3)
+                }
+                #[test]
+                fn world_4() {
+                    if super::super::skip() { return; }
+                    super::$f(4)
+                }
+                #[test]
+                fn world_8() {
+                    if super::super::skip() { return; }
+                    super::$f(8)
+                }
+            }
+        )*
+    };
+}
+
+per_world! {
+    all_gather;
+    all_to_all;
+    broadcast;
+    reductions;
+    reductions_big;
+    chained;
+    barrier;
+    put_with_signal;
+    atomics;
+    errors;
+}
