@@ -5,8 +5,11 @@
 #   torch symmetric memory; the demo on the GPU (threads and processes); then plot.py
 #   joins the CSVs into summary.txt (ratios vs goals) and draws h200.png.
 # Usage (repo root, device machine): bash host/benches/peers/run_h200.sh   (writes to $OUT)
-# Build first (here): cargo bench -p symmem --bench cuda --no-run &&
-#   cargo build --release -p symmem --bin symmem-demo, then copy both into .carry/.
+# Build first (here), then copy into .carry/ (names as used below):
+#   cargo bench -p symmem --bench cuda --bench cuda_collectives --no-run   -> bench-cuda, bench-collectives
+#   cargo test --release -p symmem-tests --test suite_cuda --no-run      -> suite-cuda
+#   cargo test --release -p symmem --lib --no-run                         -> symmem-lib
+#   cargo build --release -p symmem --bin symmem-demo                     -> symmem-demo
 set -u
 ROOT=$(cd "$(dirname "$0")/../../.." && pwd)
 CARRY=$ROOT/.carry
@@ -15,22 +18,34 @@ OUT=${OUT:-$ROOT/target/h200-out}
 mkdir -p "$OUT"
 # NVLink multicast stays off everywhere (KINDS.md); nothing here calls cuMulticastCreate.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+# Several ranks share the GPU, each on a stream of its own, and their kernels wait on each
+# other: give every stream a hardware queue, and load every kernel up front.
+export CUDA_DEVICE_MAX_CONNECTIONS=32 CUDA_MODULE_LOADING=EAGER
+{
+  echo "== GPU test suites (backend-parameterized suite on CUDA, CUDA backend unit tests)"
+  timeout 150 "$CARRY/suite-cuda" --test-threads=1 2>&1 | grep -vE '^test .* ok$'; echo "suite_cuda rc=${PIPESTATUS[0]}"
+  timeout 40 "$CARRY/symmem-lib" backend::cuda --test-threads=1 2>&1 | grep -vE '^test .* ok$'; echo "symmem lib cuda rc=${PIPESTATUS[0]}"
+} 2>&1 | tee "$OUT/tests.txt"
 {
   echo "== machine"; date -u; uname -r
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,clocks.mem,power.limit --format=csv
   nvidia-smi | sed -n 3,4p
   nvcc --version | tail -2
-  echo "== build copy.cu"; timeout 60 nvcc -O3 -arch=sm_90 "$P/copy.cu" -o /tmp/copy || echo "nvcc failed rc=$?"
-  echo "== rust bench"; timeout 150 "$CARRY/bench-cuda" --out "$OUT"; echo "rust bench rc=$?"
+  echo "== build copy.cu"; timeout 40 nvcc -O3 -arch=sm_90 "$P/copy.cu" -o /tmp/copy || echo "nvcc failed rc=$?"
+  echo "== rust bench"; timeout 100 "$CARRY/bench-cuda" --out "$OUT"; echo "rust bench rc=$?"
   echo "== cuda c++ copy"; timeout 40 /tmp/copy "$OUT/cpp.csv"; echo "cpp rc=$?"
-  echo "== triton iris put + torch symmetric memory"; timeout 150 python3 "$P/iris_put.py" "$OUT/triton.csv"; echo "triton rc=$?"
+  echo "== triton iris put + torch symmetric memory"; timeout 90 python3 "$P/iris_put.py" "$OUT/triton.csv"; echo "triton rc=$?"
 } 2>&1 | tee "$OUT/log.txt"
 {
   echo "== symmem-demo --backend cuda --ranks 4 --bytes 64M"
-  timeout 30 "$CARRY/symmem-demo" --backend cuda --ranks 4 --bytes 64M; echo "demo threads rc=$?"
+  timeout 20 "$CARRY/symmem-demo" --backend cuda --ranks 4 --bytes 64M; echo "demo threads rc=$?"
   echo "== symmem-demo --backend cuda --launcher processes --ranks 2 --bytes 64M"
-  timeout 30 "$CARRY/symmem-demo" --backend cuda --launcher processes --ranks 2 --bytes 64M; echo "demo processes rc=$?"
+  timeout 20 "$CARRY/symmem-demo" --backend cuda --launcher processes --ranks 2 --bytes 64M; echo "demo processes rc=$?"
 } 2>&1 | tee "$OUT/demo.txt"
+{
+  echo "== collectives on one GPU (world 2 and 4)"
+  timeout 90 "$CARRY/bench-collectives"; echo "collectives rc=$?"
+} 2>&1 | tee "$OUT/collectives.txt"
 echo "== summary"
 python3 "$P/plot.py" --png "$OUT/h200.png" --summary "$OUT/summary.txt" \
   "$OUT/rust.csv" "$OUT/cpp.csv" "$OUT/triton.csv" 2>&1 | tee -a "$OUT/log.txt"

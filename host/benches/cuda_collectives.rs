@@ -1,0 +1,237 @@
+//! Collectives on one GPU: world sizes 2 and 4, every rank a thread with its own `Cuda`
+//! backend (own stream, every peer's VMM heap mapped at its own address), against
+//! copy-engine equivalents measured in the same run.
+//!
+//! Lines (median of `SAMPLES` after `WARMUP`, CUDA events on each rank's stream; rank 0's
+//! time is reported, every rank runs the same loop concurrently):
+//! - `all_gather`: `Collectives::all_gather` of `n` bytes per rank; reference
+//!   `memcpy_all_gather`: the same data movement as `world` `cuMemcpyDtoDAsync`s per rank
+//!   (this rank's `src` into every rank's slot, through the peer mappings), no sync;
+//! - `all_reduce_1shot`, `all_reduce_2shot`: f32 sum of `n` bytes; reference
+//!   `memcpy_pull`: `world - 1` `cuMemcpyDtoDAsync`s pulling every peer's `src` (the bytes
+//!   a one-shot all-reduce must read), no arithmetic: a floor, not an equivalent.
+//!
+//! GB/s is `n * world` (all-gather: bytes landing in each rank's `dst`) or `n`
+//! (all-reduce: bytes of result) over the time.
+//!
+//! Run: `cargo bench -p symmem --bench cuda_collectives` (exits 0 with "skipped" when
+//! no GPU answers). Keep `CUDA_DEVICE_MAX_CONNECTIONS` >= 8: each rank's stream needs a
+//! hardware queue of its own, or a rank waiting on a peer can block it.
+
+use std::process::ExitCode;
+use symmem::backend::cuda::Cuda;
+use symmem::backend::cuda::timing::Timer;
+use symmem::backend::{Backend, DeviceRegion, Grid};
+use symmem::collectives::{Algorithm, Collectives, ReduceOp};
+use symmem::{Config, Result, World};
+
+const KIB: usize = 1 << 10;
+const MIB: usize = 1 << 20;
+const SIZES: [usize; 8] = [
+    4 * KIB,
+    16 * KIB,
+    64 * KIB,
+    256 * KIB,
+    MIB,
+    4 * MIB,
+    16 * MIB,
+    64 * MIB,
+];
+const MAX: usize = 64 * MIB;
+const SAMPLES: usize = 20;
+const WARMUP: usize = 3;
+/// Blocks per rank: all ranks' blocks must be resident at once (device barriers).
+const GRID: Grid = Grid {
+    blocks: 32,
+    threads: 256,
+};
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Median microseconds of `op` on this rank's stream.
+fn time_us(timer: &Timer<'_>, op: &dyn Fn() -> Result<()>) -> Result<f64> {
+    for _ in 0..WARMUP {
+        timer.time_ms(|_| op())?;
+    }
+    let mut v = Vec::with_capacity(SAMPLES);
+    for _ in 0..SAMPLES {
+        v.push(f64::from(timer.time_ms(|_| op())?) * 1e3);
+    }
+    Ok(median(v))
+}
+
+/// One rank's rows: (line, bytes, microseconds).
+fn rank_rows(world: &World<Cuda>) -> Result<Vec<(&'static str, usize, f64)>> {
+    let (rank, n_ranks) = (world.rank(), world.world_size());
+    let coll = Collectives::with_grid(world, GRID)?;
+    let gathered = world.zeros::<u8>(MAX * n_ranks)?;
+    let src_local = world.backend().alloc_device(MAX)?;
+    world
+        .backend()
+        .memset(src_local.base(), rank as u8 + 1, MAX)?;
+    let reduce_src = world.full::<f32>(MAX / 4, rank as f32 + 0.5)?;
+    let reduce_dst = world.zeros::<f32>(MAX / 4)?;
+    let pulled = world.backend().alloc_device(MAX * n_ranks)?;
+    world.backend().synchronize()?;
+    world.barrier()?;
+    let timer = world.backend().timer()?;
+    let mut rows = Vec::new();
+    for &n in &SIZES {
+        let slots: Vec<u64> = (0..n_ranks)
+            .map(|p| world.translate(gathered.ptr() + (rank * n) as u64, p))
+            .collect::<Result<_>>()?;
+        let peers_src: Vec<u64> = (0..n_ranks)
+            .filter(|&p| p != rank)
+            .map(|p| world.translate(reduce_src.ptr(), p))
+            .collect::<Result<_>>()?;
+        let count = n / 4;
+        let lines: [(&'static str, &dyn Fn() -> Result<()>); 5] = [
+            ("all_gather", &|| {
+                coll.all_gather(&gathered, src_local.base(), n)
+            }),
+            ("memcpy_all_gather", &|| {
+                for &slot in &slots {
+                    // SAFETY: `slot..slot+n` is this rank's slot of a peer's `gathered`
+                    // (mapped here), `src_local` holds MAX >= n bytes.
+                    unsafe { timer.memcpy_dtod(slot, src_local.base(), n)? };
+                }
+                Ok(())
+            }),
+            ("all_reduce_1shot", &|| {
+                coll.all_reduce(
+                    &reduce_dst,
+                    &reduce_src,
+                    count,
+                    ReduceOp::Sum,
+                    Algorithm::OneShot,
+                )
+            }),
+            ("all_reduce_2shot", &|| {
+                coll.all_reduce(
+                    &reduce_dst,
+                    &reduce_src,
+                    count,
+                    ReduceOp::Sum,
+                    Algorithm::TwoShot,
+                )
+            }),
+            ("memcpy_pull", &|| {
+                for (i, &peer) in peers_src.iter().enumerate() {
+                    // SAFETY: `peer..peer+n` is a peer's `reduce_src` mapped here; `pulled`
+                    // holds world * MAX bytes.
+                    unsafe { timer.memcpy_dtod(pulled.base() + (i * n) as u64, peer, n)? };
+                }
+                Ok(())
+            }),
+        ];
+        for (line, op) in lines {
+            // Every rank runs the same line at the same time: collectives wait for peers.
+            world.barrier()?;
+            rows.push((line, n, time_us(&timer, op)?));
+        }
+    }
+    timer.synchronize()?;
+    // Check the last all-reduce: the sum over ranks of (r + 0.5).
+    let want: f32 = (0..n_ranks).map(|r| r as f32 + 0.5).sum();
+    let got = world.read(&reduce_dst)?;
+    if got[..SIZES[SIZES.len() - 1] / 4].iter().any(|&x| x != want) {
+        return Err(symmem::Error::Bootstrap(format!(
+            "rank {rank}: all-reduce result wrong"
+        )));
+    }
+    let all = world.read(&gathered)?;
+    for (p, chunk) in all.chunks_exact(MAX).enumerate() {
+        let n = SIZES[SIZES.len() - 1];
+        if chunk[..n].iter().any(|&b| b != p as u8 + 1) {
+            return Err(symmem::Error::Bootstrap(format!(
+                "rank {rank}: all-gather slot {p} wrong"
+            )));
+        }
+    }
+    world.barrier()?;
+    coll.finalize()?;
+    Ok(rows)
+}
+
+fn main() -> ExitCode {
+    if let Err(why) = Cuda::new(0) {
+        println!("skipped: no CUDA device ({why})");
+        return ExitCode::SUCCESS;
+    }
+    let config = Config {
+        heap_bytes: MAX * 8,
+        ..Config::default()
+    };
+    println!(
+        "collectives on one GPU, ranks as threads, grid {GRID:?} per rank, median of {SAMPLES}"
+    );
+    println!("world,line,bytes,us,gbps");
+    let mut table = Vec::new();
+    for n_ranks in [2usize, 4] {
+        let results = match symmem::launch(n_ranks, &config, |_| Cuda::new(0), |w| rank_rows(&w)) {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("world {n_ranks}: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        let mut rank0 = None;
+        for (rank, r) in results.into_iter().enumerate() {
+            match r {
+                Ok(rows) if rank == 0 => rank0 = Some(rows),
+                Ok(_) => {}
+                Err(e) => {
+                    eprintln!("world {n_ranks} rank {rank}: {e}");
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
+        for (line, bytes, us) in rank0.expect("rank 0 ran") {
+            let moved = if line.contains("gather") {
+                bytes * n_ranks
+            } else {
+                bytes
+            };
+            let gbps = moved as f64 / us / 1e3;
+            println!("{n_ranks},{line},{bytes},{us:.2},{gbps:.1}");
+            table.push((n_ranks, line, bytes, us));
+        }
+    }
+    println!();
+    println!(
+        "world     size  all_gather us  memcpy us  ratio | 1shot us  2shot us  pull us  1shot/pull 2shot/pull"
+    );
+    for n_ranks in [2usize, 4] {
+        for &n in &SIZES {
+            let t = |line: &str| {
+                table
+                    .iter()
+                    .find(|r| r.0 == n_ranks && r.1 == line && r.2 == n)
+                    .map_or(f64::NAN, |r| r.3)
+            };
+            let (ag, mg, o, w, p) = (
+                t("all_gather"),
+                t("memcpy_all_gather"),
+                t("all_reduce_1shot"),
+                t("all_reduce_2shot"),
+                t("memcpy_pull"),
+            );
+            println!(
+                "{n_ranks:>5} {:>8}  {ag:>13.2}  {mg:>9.2}  {:>5.2} | {o:>8.2}  {w:>8.2}  {p:>7.2}  {:>10.2} {:>10.2}",
+                if n >= MIB {
+                    format!("{}M", n / MIB)
+                } else {
+                    format!("{}K", n / KIB)
+                },
+                mg / ag,
+                p / o,
+                p / w
+            );
+        }
+    }
+    println!("(ratio = reference time / ours: above 1 means the symmem kernel is faster)");
+    ExitCode::SUCCESS
+}
