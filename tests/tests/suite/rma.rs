@@ -143,6 +143,10 @@ fn assert_guard(got: &[u8], what: &str) {
 
 /// Plain device memory of this rank holding `data` at offset `mis`, [`FILL`] around
 /// it (16 guard bytes after); returns it and the address of `data`.
+///
+/// Tests keep every such allocation until their world ends: on one GPU, freeing device
+/// memory (`cuMemFree`) waits for every kernel of the process, including a peer rank's
+/// collective that is waiting for this rank: a deadlock.
 fn local(w: &W, data: &[u8], mis: usize) -> symmem::Result<(DeviceMemory, u64)> {
     let b = w.backend();
     let mem = b.alloc_device(mis + data.len() + 16)?;
@@ -170,10 +174,12 @@ fn all_gather(n: usize) {
     run(n, |w| {
         let cs = handles(&w)?;
         let me = w.rank();
+        let mut keep = Vec::new();
         for (k, &size) in SIZES.iter().enumerate() {
             let c = &cs[k % 2];
             let dst = filled(&w, n * size)?;
-            let (_src, src) = local(&w, &patterned(me, size), 3)?;
+            let (mem, src) = local(&w, &patterned(me, size), 3)?;
+            keep.push(mem);
             c.all_gather(&dst, src, size)?;
             let got = w.read(&dst)?;
             for r in 0..n {
@@ -193,12 +199,14 @@ fn all_to_all(n: usize) {
     run(n, |w| {
         let cs = handles(&w)?;
         let me = w.rank();
+        let mut keep = Vec::new();
         for (k, &size) in SIZES.iter().enumerate() {
             let c = &cs[k % 2];
             let dst = filled(&w, n * size)?;
             // Chunk j of rank i's source is tagged i * n + j.
             let data: Vec<u8> = (0..n).flat_map(|j| patterned(me * n + j, size)).collect();
-            let (_src, src) = local(&w, &data, 1)?;
+            let (mem, src) = local(&w, &data, 1)?;
+            keep.push(mem);
             c.all_to_all(&dst, src, size)?;
             let got = w.read(&dst)?;
             for i in 0..n {
@@ -223,6 +231,7 @@ fn broadcast(n: usize) {
         let cs = handles(&w)?;
         let me = w.rank();
         let mut launches = 0;
+        let mut keep = Vec::new();
         for &size in &SIZES {
             let roots: Vec<usize> = if size > 4095 {
                 vec![n - 1]
@@ -241,7 +250,7 @@ fn broadcast(n: usize) {
                 let what = format!("broadcast world {n} size {size} root {root} rank {me}");
                 assert_bytes(&got[..size], &patterned(root + 10 * root, size), &what);
                 assert_guard(&got[size..], &what);
-                drop(dst_mem);
+                keep.push(dst_mem);
             }
         }
         Ok(())
@@ -510,10 +519,12 @@ fn put_with_signal(n: usize) {
         let ring_buf = filled(&w, 1)?;
         let (_ring_mem, ring_src) = local(&w, &[0], 0)?;
         let (mut expected, mut ring_expected) = (0u64, 0u64);
+        let mut keep = Vec::new();
         for (k, &size) in SIZES.iter().enumerate() {
             let c = &cs[k % 2];
             let dst = filled(&w, n * size)?;
-            let (_src, src) = local(&w, &patterned(me + 7, size), 1)?;
+            let (mem, src) = local(&w, &patterned(me + 7, size), 1)?;
+            keep.push(mem);
             // No peer may write before this rank's fill (and zeroing) are done.
             c.barrier()?;
             // Every rank to every rank: region `me` of each peer's `dst`, signal word 1.

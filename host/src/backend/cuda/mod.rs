@@ -31,7 +31,18 @@
 //!   pointer (valid while the exporter's allocation lives).
 //!
 //! Dropping memory does not wait for the device: the caller synchronises before freeing
-//! memory that enqueued work still touches. Errors during drop never panic; they are
+//! memory that enqueued work still touches.
+//!
+//! # Several ranks on one GPU
+//!
+//! Collective kernels wait on the device for their peers. The driver's device-wide
+//! synchronising calls (`cuMemFree` of a [`CudaDeviceMemory`], module loads, context
+//! teardown) wait for every kernel of the process, a peer's waiting collective included:
+//! one rank making such a call while another waits for it in a kernel deadlocks both.
+//! So with in-process ranks sharing a GPU, free plain device memory only between host
+//! barriers, or keep it for the world's lifetime. Symmetric buffers are safe: freeing
+//! one returns heap space and makes no driver call. (Ranks as processes, or one GPU per
+//! rank, have no such coupling.) Errors during drop never panic; they are
 //! counted process-wide in [`Cuda::drop_errors`].
 
 mod driver;
