@@ -144,9 +144,12 @@ fn assert_guard(got: &[u8], what: &str) {
 /// Plain device memory of this rank holding `data` at offset `mis`, [`FILL`] around
 /// it (16 guard bytes after); returns it and the address of `data`.
 ///
-/// Tests keep every such allocation until their world ends: on one GPU, freeing device
-/// memory (`cuMemFree`) waits for every kernel of the process, including a peer rank's
-/// collective that is waiting for this rank: a deadlock.
+/// On one GPU, allocating or freeing device memory (`cuMemAlloc`, `cuMemFree`) may wait
+/// for every kernel of the process, a peer rank's collective that waits for this rank
+/// included: a deadlock. So tests keep every such allocation until their world ends,
+/// and make them between host barriers: after this rank's previous collective has
+/// completed (so no peer's kernel still waits for it) and before any rank launches the
+/// next one.
 fn local(w: &W, data: &[u8], mis: usize) -> symmem::Result<(DeviceMemory, u64)> {
     let b = w.backend();
     let mem = b.alloc_device(mis + data.len() + 16)?;
@@ -180,6 +183,7 @@ fn all_gather(n: usize) {
             let dst = filled(&w, n * size)?;
             let (mem, src) = local(&w, &patterned(me, size), 3)?;
             keep.push(mem);
+            w.barrier()?; // see `local`
             c.all_gather(&dst, src, size)?;
             let got = w.read(&dst)?;
             for r in 0..n {
@@ -207,6 +211,7 @@ fn all_to_all(n: usize) {
             let data: Vec<u8> = (0..n).flat_map(|j| patterned(me * n + j, size)).collect();
             let (mem, src) = local(&w, &data, 1)?;
             keep.push(mem);
+            w.barrier()?; // see `local`
             c.all_to_all(&dst, src, size)?;
             let got = w.read(&dst)?;
             for i in 0..n {
@@ -245,6 +250,7 @@ fn broadcast(n: usize) {
                 data.resize(size + 16, FILL);
                 let src = w.from_slice(&data)?;
                 let (dst_mem, dst) = local(&w, &vec![FILL; size], 5)?;
+                w.barrier()?; // see `local`
                 c.broadcast(dst, &src, size, root)?;
                 let got = download(&w, dst, size + 16)?;
                 let what = format!("broadcast world {n} size {size} root {root} rank {me}");
@@ -373,6 +379,7 @@ fn reduce_once<T: Judge>(w: &W, c: &C<'_>, op: ReduceOp, count: usize) -> symmem
     let two = w.full(count + GUARD, T::sentinel())?;
     let sz = size_of::<T>();
     let (scatter_mem, scatter) = local(w, &vec![FILL; count * sz], 4)?;
+    w.barrier()?; // see `local`
     c.all_reduce(&one, &src, count, op, Algorithm::OneShot)?;
     c.all_reduce(&two, &src, count, op, Algorithm::TwoShot)?;
     c.reduce_scatter(scatter, &src, count, op)?;
@@ -383,7 +390,11 @@ fn reduce_once<T: Judge>(w: &W, c: &C<'_>, op: ReduceOp, count: usize) -> symmem
         .chunks_exact(sz)
         .map(bytemuck::pod_read_unaligned)
         .collect();
+    // Every rank's collectives are done (each downloaded its results) before anyone
+    // frees, and every rank has freed before anyone launches again (see `local`).
+    w.barrier()?;
     drop(scatter_mem);
+    w.barrier()?;
     // Inputs of one element on every rank, without an allocation per element (this
     // loop is most of the time the big sizes take in a debug build).
     let mut xs = [T::sentinel(); 8];
@@ -487,6 +498,9 @@ fn barrier(n: usize) {
         for k in 0..repeats {
             cs[k % 2].barrier()?;
         }
+        // Every rank's barriers done before anyone allocates (see `local`).
+        w.backend().synchronize()?;
+        w.barrier()?;
         // Ordering: every round, each rank puts a round-stamped word into its slot of
         // every peer's copy of one of two buffers; after the barrier every slot holds
         // this round's words. (Two buffers: a fast rank's next round goes to the
@@ -525,6 +539,7 @@ fn put_with_signal(n: usize) {
             let dst = filled(&w, n * size)?;
             let (mem, src) = local(&w, &patterned(me + 7, size), 1)?;
             keep.push(mem);
+            w.barrier()?; // see `local`
             // No peer may write before this rank's fill (and zeroing) are done.
             c.barrier()?;
             // Every rank to every rank: region `me` of each peer's `dst`, signal word 1.
