@@ -14,6 +14,7 @@ pub mod cpu;
 pub mod cuda;
 #[cfg(feature = "hip")]
 pub mod hip;
+mod ipc;
 
 use crate::error::Result;
 use crate::kernels::KernelCall;

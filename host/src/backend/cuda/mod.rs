@@ -48,6 +48,7 @@
 mod driver;
 pub mod timing;
 
+use super::ipc::IpcExport;
 use super::{Backend, BackendKind, DeviceRegion, Grid, Shareable};
 use crate::code_objects::{self, CodeObject};
 use crate::error::{Error, Result};
@@ -328,58 +329,8 @@ impl Drop for CudaDeviceMemory {
     }
 }
 
-/// What `export_device_memory` puts in [`Shareable::bytes`]: the IPC handle, the
-/// exporter's pid, device ordinal, pointer and length.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct IpcExport {
-    handle: [u8; driver::IPC_HANDLE_BYTES],
-    pid: u32,
-    ordinal: u32,
-    ptr: u64,
-    len: u64,
-}
-
-impl IpcExport {
-    /// Encoded size: handle, pid, ordinal, pointer, length (little-endian).
-    const BYTES: usize = driver::IPC_HANDLE_BYTES + 4 + 4 + 8 + 8;
-
-    fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(Self::BYTES);
-        out.extend_from_slice(&self.handle);
-        out.extend_from_slice(&self.pid.to_le_bytes());
-        out.extend_from_slice(&self.ordinal.to_le_bytes());
-        out.extend_from_slice(&self.ptr.to_le_bytes());
-        out.extend_from_slice(&self.len.to_le_bytes());
-        out
-    }
-
-    fn decode(bytes: &[u8]) -> Result<Self> {
-        if bytes.len() != Self::BYTES {
-            return Err(Error::Bootstrap(format!(
-                "CUDA IPC handle of {} bytes, {} expected",
-                bytes.len(),
-                Self::BYTES
-            )));
-        }
-        let (handle, rest) = bytes.split_at(driver::IPC_HANDLE_BYTES);
-        let u32_at =
-            |i: usize| u32::from_le_bytes([rest[i], rest[i + 1], rest[i + 2], rest[i + 3]]);
-        let u64_at = |i: usize| {
-            let mut b = [0; 8];
-            b.copy_from_slice(&rest[i..i + 8]);
-            u64::from_le_bytes(b)
-        };
-        let mut h = [0; driver::IPC_HANDLE_BYTES];
-        h.copy_from_slice(handle);
-        Ok(Self {
-            handle: h,
-            pid: u32_at(0),
-            ordinal: u32_at(4),
-            ptr: u64_at(8),
-            len: u64_at(16),
-        })
-    }
-}
+// Both backends' handles are the shared 64-byte encoding of `backend::ipc`.
+const _: () = assert!(driver::IPC_HANDLE_BYTES == super::ipc::HANDLE_BYTES);
 
 /// The heap size a heap export carries in [`Shareable::bytes`].
 fn decode_heap_size(bytes: &[u8]) -> Result<usize> {
@@ -736,7 +687,7 @@ impl Backend for Cuda {
     }
 
     fn import_device_memory(&self, handle: Shareable, bytes: usize) -> Result<CudaMapping> {
-        let export = IpcExport::decode(&handle.bytes)?;
+        let export = IpcExport::decode(&handle.bytes, "CUDA")?;
         if bytes == 0 || bytes as u64 > export.len {
             return Err(Error::Bootstrap(format!(
                 "peer exported {} bytes of device memory, {bytes} expected",
@@ -1015,9 +966,9 @@ mod tests {
         };
         let bytes = e.encode();
         assert_eq!(bytes.len(), IpcExport::BYTES);
-        assert_eq!(IpcExport::decode(&bytes).unwrap(), e);
+        assert_eq!(IpcExport::decode(&bytes, "CUDA").unwrap(), e);
         assert!(matches!(
-            IpcExport::decode(&bytes[1..]),
+            IpcExport::decode(&bytes[1..], "CUDA"),
             Err(Error::Bootstrap(_))
         ));
         assert_eq!(

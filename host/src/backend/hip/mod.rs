@@ -53,6 +53,7 @@ mod runtime;
 
 pub use runtime::{BINDINGS_HIP_VERSION, FFI_FACTS, FfiFact, Relation};
 
+use super::ipc::IpcExport;
 use super::{Backend, BackendKind, DeviceRegion, Grid, Shareable};
 use crate::code_objects::{self, CodeObject};
 use crate::error::{Error, Result};
@@ -242,58 +243,8 @@ impl DeviceRegion for HipMapping {
     }
 }
 
-/// What an export puts in [`Shareable::bytes`] (heap and device memory alike): the IPC
-/// handle, the exporter's pid, device ordinal, pointer and length.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct IpcExport {
-    handle: [u8; runtime::IPC_HANDLE_BYTES],
-    pid: u32,
-    ordinal: u32,
-    ptr: u64,
-    len: u64,
-}
-
-impl IpcExport {
-    /// Encoded size: handle, pid, ordinal, pointer, length (little-endian).
-    const BYTES: usize = runtime::IPC_HANDLE_BYTES + 4 + 4 + 8 + 8;
-
-    fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(Self::BYTES);
-        out.extend_from_slice(&self.handle);
-        out.extend_from_slice(&self.pid.to_le_bytes());
-        out.extend_from_slice(&self.ordinal.to_le_bytes());
-        out.extend_from_slice(&self.ptr.to_le_bytes());
-        out.extend_from_slice(&self.len.to_le_bytes());
-        out
-    }
-
-    fn decode(bytes: &[u8]) -> Result<Self> {
-        if bytes.len() != Self::BYTES {
-            return Err(Error::Bootstrap(format!(
-                "HIP IPC handle of {} bytes, {} expected",
-                bytes.len(),
-                Self::BYTES
-            )));
-        }
-        let (handle, rest) = bytes.split_at(runtime::IPC_HANDLE_BYTES);
-        let u32_at =
-            |i: usize| u32::from_le_bytes([rest[i], rest[i + 1], rest[i + 2], rest[i + 3]]);
-        let u64_at = |i: usize| {
-            let mut b = [0; 8];
-            b.copy_from_slice(&rest[i..i + 8]);
-            u64::from_le_bytes(b)
-        };
-        let mut h = [0; runtime::IPC_HANDLE_BYTES];
-        h.copy_from_slice(handle);
-        Ok(Self {
-            handle: h,
-            pid: u32_at(0),
-            ordinal: u32_at(4),
-            ptr: u64_at(8),
-            len: u64_at(16),
-        })
-    }
-}
+// Both backends' handles are the shared 64-byte encoding of `backend::ipc`.
+const _: () = assert!(runtime::IPC_HANDLE_BYTES == super::ipc::HANDLE_BYTES);
 
 /// The processor part of a `gcnArchName`: `gfx942:sramecc+:xnack-` → `gfx942`.
 pub fn base_arch(gcn_arch_name: &str) -> &str {
@@ -713,7 +664,7 @@ impl Hip {
 
     /// Maps a peer's export of at least `bytes` bytes.
     fn import(&self, handle: &Shareable, bytes: usize) -> Result<HipMapping> {
-        let export = IpcExport::decode(&handle.bytes)?;
+        let export = IpcExport::decode(&handle.bytes, "HIP")?;
         if bytes == 0 || bytes as u64 > export.len {
             return Err(Error::Bootstrap(format!(
                 "peer exported {} bytes of HIP memory, {bytes} expected",
@@ -1059,9 +1010,9 @@ mod tests {
         };
         let bytes = e.encode();
         assert_eq!(bytes.len(), IpcExport::BYTES);
-        assert_eq!(IpcExport::decode(&bytes).unwrap(), e);
+        assert_eq!(IpcExport::decode(&bytes, "HIP").unwrap(), e);
         assert!(matches!(
-            IpcExport::decode(&bytes[1..]),
+            IpcExport::decode(&bytes[1..], "HIP"),
             Err(Error::Bootstrap(_))
         ));
     }

@@ -1,0 +1,62 @@
+//! The bytes a GPU backend puts in [`Shareable::bytes`](super::Shareable) for an IPC
+//! export (`cuIpcGetMemHandle`, `hipIpcGetMemHandle`): the 64-byte handle, and who made
+//! it (pid, device ordinal) and what it covers (pointer, length), so an importer in the
+//! exporting process can alias the pointer instead of opening its own handle, which
+//! both runtimes refuse.
+
+use crate::error::{Error, Result};
+
+/// Bytes of a `CUipcMemHandle` / `hipIpcMemHandle_t`.
+pub(crate) const HANDLE_BYTES: usize = 64;
+
+/// One decoded IPC export.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct IpcExport {
+    /// The runtime's opaque handle.
+    pub handle: [u8; HANDLE_BYTES],
+    /// The exporting process.
+    pub pid: u32,
+    /// The exporter's device ordinal.
+    pub ordinal: u32,
+    /// The allocation's address in the exporting process.
+    pub ptr: u64,
+    /// The allocation's length in bytes.
+    pub len: u64,
+}
+
+impl IpcExport {
+    /// Encoded size: handle, pid, ordinal, pointer, length (little-endian).
+    pub const BYTES: usize = HANDLE_BYTES + 4 + 4 + 8 + 8;
+
+    /// The encoding.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(Self::BYTES);
+        out.extend_from_slice(&self.handle);
+        out.extend_from_slice(&self.pid.to_le_bytes());
+        out.extend_from_slice(&self.ordinal.to_le_bytes());
+        out.extend_from_slice(&self.ptr.to_le_bytes());
+        out.extend_from_slice(&self.len.to_le_bytes());
+        out
+    }
+
+    /// Decodes `bytes` from a peer of backend `backend` (named in the error).
+    pub fn decode(bytes: &[u8], backend: &str) -> Result<Self> {
+        if bytes.len() != Self::BYTES {
+            return Err(Error::Bootstrap(format!(
+                "{backend} IPC handle of {} bytes, {} expected",
+                bytes.len(),
+                Self::BYTES
+            )));
+        }
+        let (handle, rest) = bytes.split_at(HANDLE_BYTES);
+        let u32_at = |i: usize| u32::from_le_bytes(rest[i..i + 4].try_into().expect("4 bytes"));
+        let u64_at = |i: usize| u64::from_le_bytes(rest[i..i + 8].try_into().expect("8 bytes"));
+        Ok(Self {
+            handle: handle.try_into().expect("HANDLE_BYTES bytes"),
+            pid: u32_at(0),
+            ordinal: u32_at(4),
+            ptr: u64_at(8),
+            len: u64_at(16),
+        })
+    }
+}
