@@ -196,9 +196,10 @@ fn config_for(bytes: usize, ranks: usize) -> Config {
     }
 }
 
-/// One GPU per rank when there are several, else every rank on GPU 0.
-fn rank_device(_rank: usize) -> usize {
-    0
+/// One GPU per rank when there are several (rank `r` on GPU `r % count`), else every
+/// rank on GPU 0.
+fn rank_device(rank: usize) -> usize {
+    rank % Cuda::device_count().unwrap_or(1).max(1)
 }
 
 fn run_external(bootstrap: Box<dyn Bootstrap>, o: &Options) -> Result<()> {

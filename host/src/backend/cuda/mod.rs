@@ -431,6 +431,18 @@ impl fmt::Debug for Cuda {
 }
 
 impl Cuda {
+    /// GPUs the driver sees (after `cuInit`). Errors: [`Error::LibraryMissing`] without a
+    /// usable `libcuda`, [`Error::NoDevice`] when the driver reports none.
+    pub fn device_count() -> Result<usize> {
+        if !driver::library_present() {
+            return Err(Error::LibraryMissing {
+                library: "libcuda.so",
+            });
+        }
+        driver::init()?;
+        driver::device_count()
+    }
+
     /// Opens device `ordinal`.
     ///
     /// # Errors
@@ -439,16 +451,10 @@ impl Cuda {
     /// driver sees no device or fewer than `ordinal + 1`; [`Error::NoCodeObject`] when no
     /// embedded PTX suits the device; [`Error::Driver`] for any other driver failure.
     pub fn new(ordinal: usize) -> Result<Self> {
-        if !driver::library_present() {
-            return Err(Error::LibraryMissing {
-                library: "libcuda.so",
-            });
-        }
-        driver::init()?;
-        let driver_version = driver::driver_version()?;
-        if ordinal >= driver::device_count()? {
+        if ordinal >= Self::device_count()? {
             return Err(Error::NoDevice { backend: "cuda" });
         }
+        let driver_version = driver::driver_version()?;
         let device = driver::device_get(ordinal)?;
         let ordinal_c =
             c_int::try_from(ordinal).map_err(|_| Error::NoDevice { backend: "cuda" })?;
