@@ -51,6 +51,10 @@
 //! hold back the peer it waits for, and the kernels never finish. (Lazy kernel loading
 //! is the same trap: a load may wait for running kernels. Creating a handle therefore
 //! launches every kernel once on each rank alone, before any rank's first collective.)
+//! Driver calls that wait for the whole device are the same trap again: with ranks as
+//! threads on one GPU, allocate and free plain device memory only between host
+//! barriers, never while a peer may be waiting in a collective (see the CUDA backend's
+//! documentation; symmetric buffers are safe, their frees make no driver call).
 //!
 //! ## Lifetime
 //! Dropping a handle frees its signal array (a collective free) without waiting for the
