@@ -496,13 +496,12 @@ pub(super) fn import_fd(fd: BorrowedFd<'_>) -> Result<MemHandle> {
     Ok(unsafe { h.assume_init() })
 }
 
-/// `cuMemcpyHtoDAsync` from pageable `src`.
-///
-/// For pageable memory the driver copies `src` into a staging buffer before returning,
-/// so `src` may be reused as soon as this returns; the DMA itself is ordered on `stream`.
+/// `cuMemcpyHtoDAsync` from `src`.
 ///
 /// # Safety
-/// `dst..dst + src.len()` is device memory writable by this context.
+/// `dst..dst + src.len()` is device memory writable by this context. When `src` is
+/// page-locked the copy runs asynchronously: `src` stays allocated and unchanged until
+/// `stream` has passed the copy.
 pub(super) unsafe fn memcpy_htod_async(dst: DevicePtr, src: &[u8], stream: Stream) -> Result<()> {
     // SAFETY: `src` is valid for reads of its length; `dst` is forwarded from the caller.
     check("cuMemcpyHtoDAsync", unsafe {
@@ -571,6 +570,29 @@ pub(super) fn event_create() -> Result<Event> {
     Ok(Event(unsafe { e.assume_init() }))
 }
 
+/// `cuEventCreate(CU_EVENT_DISABLE_TIMING)`: an event only for completion queries and
+/// waits, cheaper to record than a timing one.
+pub(super) fn event_create_untimed() -> Result<Event> {
+    let mut e = MaybeUninit::<sys::CUevent>::uninit();
+    let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as c_uint;
+    // SAFETY: `e` is a valid out-pointer.
+    check("cuEventCreate", unsafe {
+        sys::cuEventCreate(e.as_mut_ptr(), flags)
+    })?;
+    // SAFETY: written by the driver on success.
+    Ok(Event(unsafe { e.assume_init() }))
+}
+
+/// `cuEventQuery`: `Ok(true)` when the work before the event's last record has completed,
+/// `Ok(false)` while it is pending.
+pub(super) fn event_query(event: Event) -> Result<bool> {
+    // SAFETY: a live event of the current context (the callers' invariant).
+    match unsafe { sys::cuEventQuery(event.0) } {
+        sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+        rc => check("cuEventQuery", rc).map(|()| true),
+    }
+}
+
 /// `cuEventDestroy`.
 ///
 /// # Safety
@@ -604,4 +626,27 @@ pub(super) fn event_elapsed_ms(start: Event, stop: Event) -> Result<f32> {
         sys::cuEventElapsedTime_v2(&mut ms, start.0, stop.0)
     })?;
     Ok(ms)
+}
+
+/// `cuMemHostAlloc(CU_MEMHOSTALLOC_PORTABLE)`: `bytes` of page-locked host memory the
+/// copy engines reach directly.
+pub(super) fn mem_host_alloc(bytes: usize) -> Result<*mut u8> {
+    let mut p: *mut c_void = std::ptr::null_mut();
+    // SAFETY: `p` is a valid out-pointer.
+    check("cuMemHostAlloc", unsafe {
+        sys::cuMemHostAlloc(&mut p, bytes, sys::CU_MEMHOSTALLOC_PORTABLE)
+    })?;
+    Ok(p.cast::<u8>())
+}
+
+/// `cuMemFreeHost`.
+///
+/// # Safety
+/// `ptr` came from [`mem_host_alloc`], no copy into or out of it is pending, and it is not
+/// used afterwards.
+pub(super) unsafe fn mem_free_host(ptr: *mut u8) -> Result<()> {
+    // SAFETY: forwarded from the caller.
+    check("cuMemFreeHost", unsafe {
+        sys::cuMemFreeHost(ptr.cast::<c_void>())
+    })
 }

@@ -30,22 +30,28 @@
 //!   it, so an import in the exporting process returns a non-owning alias of the raw
 //!   pointer (valid while the exporter's allocation lives).
 //!
+//! - Uploads and downloads stage through a page-locked ring of each rank's own
+//!   (`cuMemHostAlloc`, 8 MiB, made with the backend): the driver's shared staging for
+//!   pageable memory would couple ranks on one GPU (see `staging`). Uploads return
+//!   without waiting for the device; a download synchronises the stream once per 8 MiB.
+//!
 //! Dropping memory does not wait for the device: the caller synchronises before freeing
 //! memory that enqueued work still touches.
 //!
 //! # Several ranks on one GPU
 //!
 //! Collective kernels wait on the device for their peers. The driver's device-wide
-//! synchronising calls (`cuMemFree` of a [`CudaDeviceMemory`], module loads, context
-//! teardown) wait for every kernel of the process, a peer's waiting collective included:
-//! one rank making such a call while another waits for it in a kernel deadlocks both.
-//! So with in-process ranks sharing a GPU, free plain device memory only between host
-//! barriers, or keep it for the world's lifetime. Symmetric buffers are safe: freeing
-//! one returns heap space and makes no driver call. (Ranks as processes, or one GPU per
-//! rank, have no such coupling.) Errors during drop never panic; they are
-//! counted process-wide in [`Cuda::drop_errors`].
+//! synchronising calls (`cuMemFree` of a [`CudaDeviceMemory`], module loads, the
+//! backend's teardown with its `cuMemFreeHost`) wait for every kernel of the process, a
+//! peer's waiting collective included: one rank making such a call while another waits
+//! for it in a kernel deadlocks both. So with in-process ranks sharing a GPU, free plain
+//! device memory only between host barriers, or keep it for the world's lifetime.
+//! Symmetric buffers are safe: freeing one returns heap space and makes no driver call.
+//! (Ranks as processes, or one GPU per rank, have no such coupling.) Errors during drop
+//! never panic; they are counted process-wide in [`Cuda::drop_errors`].
 
 mod driver;
+mod staging;
 pub mod timing;
 
 use super::ipc::IpcExport;
@@ -402,9 +408,11 @@ enum ArgSlot {
 /// The CUDA backend of one rank: a device, its primary context, a non-blocking stream and
 /// the project's kernels loaded for the device's architecture.
 pub struct Cuda {
-    // Field order is drop order: functions, module, stream, then the context retain.
+    // Field order is drop order: functions, module, staging, stream, then the context
+    // retain.
     functions: Mutex<HashMap<&'static str, driver::Function>>,
     module: LoadedModule,
+    staging: Mutex<staging::Staging>,
     stream: OwnedStream,
     ctx: Arc<Context>,
     ordinal: usize,
@@ -506,10 +514,12 @@ impl Cuda {
             ctx: Arc::clone(&ctx),
             stream: driver::stream_create_non_blocking()?,
         };
+        let staging = Mutex::new(staging::Staging::new(Arc::clone(&ctx))?);
 
         Ok(Self {
             functions: Mutex::new(HashMap::new()),
             module,
+            staging,
             stream,
             ctx,
             ordinal,
@@ -567,6 +577,13 @@ impl Cuda {
         let f = driver::module_get_function(self.module.module, &cname)?;
         cache.insert(name, f);
         Ok(f)
+    }
+
+    /// This rank's page-locked staging ring.
+    fn staging(&self) -> Result<std::sync::MutexGuard<'_, staging::Staging>> {
+        self.staging
+            .lock()
+            .map_err(|_| Error::Unsupported("CUDA staging ring poisoned"))
     }
 
     fn count_sync(&self) {
@@ -733,10 +750,11 @@ impl Backend for Cuda {
             return Ok(());
         }
         self.ctx.make_current()?;
+        let mut staging = self.staging()?;
         // SAFETY: `dst` is device memory of this rank's address space (the trait's
-        // contract); the driver validates the range. Pageable `src` is staged by the
-        // driver before this returns, so the caller may reuse it at once.
-        unsafe { driver::memcpy_htod_async(dst, src, self.stream.stream) }
+        // contract; the driver validates the range), and the staging ring is only ever
+        // used with this backend's stream.
+        unsafe { staging.upload(dst, src, self.stream.stream, &|| self.count_sync()) }
     }
 
     fn download(&self, dst: &mut [u8], src: u64) -> Result<()> {
@@ -744,13 +762,10 @@ impl Backend for Cuda {
             return Ok(());
         }
         self.ctx.make_current()?;
+        let mut staging = self.staging()?;
         // SAFETY: `src` is readable device memory (the trait's contract; the driver
-        // validates it), and the stream is synchronised below before `dst` is released.
-        let copied = unsafe { driver::memcpy_dtoh_async(dst, src, self.stream.stream) };
-        // Synchronise even when enqueuing failed, so no copy into `dst` can be in flight.
-        let synced = driver::stream_synchronize(self.stream.stream);
-        self.count_sync();
-        copied.and(synced)
+        // validates it), and the staging ring is only ever used with this backend's stream.
+        unsafe { staging.download(dst, src, self.stream.stream, &|| self.count_sync()) }
     }
 
     fn memset(&self, dst: u64, value: u8, bytes: usize) -> Result<()> {
