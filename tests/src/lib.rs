@@ -1,1 +1,183 @@
-//! Integration tests live in `tests/`; this library is empty on purpose.
+//! What the multi-rank integration tests share: ranks as processes of the test binary.
+//!
+//! A test re-executes its own binary (`--exact <test> --nocapture`) through
+//! `symmem::bootstrap::unix::spawn`, with [`CHILD`] saying what the child does; the
+//! child joins with `UnixBootstrap::from_env()`, runs its part and ends through
+//! [`exit_child`]. The parent collects every child's output and exit with a deadline
+//! ([`spawn_ranks`]), killing leftovers, so a hung rank fails the test instead of
+//! hanging it.
+
+/// Spawning ranks as child processes, collecting their outcomes, ending a child.
+pub mod processes {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::{Child, Command, ExitStatus, Stdio};
+    use std::sync::mpsc;
+    use std::time::{Duration, Instant};
+    use symmem::Error;
+    use symmem::bootstrap::unix;
+
+    /// Environment variable that marks a child and says what it does.
+    pub const CHILD: &str = "SYMMEM_TEST_CHILD";
+    /// Exit status of a child that ended with `PeerLost`.
+    pub const EXIT_PEER_LOST: i32 = 3;
+    /// Exit status of a child that ended with any other error.
+    pub const EXIT_ERROR: i32 = 4;
+
+    /// What this process does as a child (the value of [`CHILD`], which each test file
+    /// defines), or `None` in the parent.
+    pub fn child_mode() -> Option<String> {
+        std::env::var(CHILD).ok()
+    }
+
+    /// How one child ended.
+    #[derive(Debug)]
+    pub struct Outcome {
+        /// `None` if the parent had to kill it at the deadline.
+        pub status: Option<ExitStatus>,
+        /// When it exited, from the spawn.
+        pub after: Duration,
+        /// Its stdout and stderr lines.
+        pub lines: Vec<String>,
+    }
+
+    impl Outcome {
+        /// Its output, one line per line.
+        pub fn text(&self) -> String {
+            self.lines.join("\n")
+        }
+        /// Its exit code, if it exited.
+        pub fn code(&self) -> Option<i32> {
+            self.status.and_then(|s| s.code())
+        }
+    }
+
+    /// Spawns `n` ranks of this test binary running test `test` in child mode `mode`, with
+    /// bootstrap timeout `timeout`; waits for all until `deadline` (then kills the rest), and
+    /// kills rank `kill.0` as soon as it prints a line containing `kill.1`.
+    pub fn spawn_ranks(
+        test: &str,
+        mode: &str,
+        n: usize,
+        timeout: Duration,
+        deadline: Duration,
+        kill: Option<(usize, &str)>,
+    ) -> Vec<Outcome> {
+        let exe = std::env::current_exe().expect("current_exe");
+        let mut command = Command::new(exe);
+        command
+            .args(["--exact", test, "--nocapture", "--test-threads=1"])
+            .env(CHILD, mode)
+            .env("RUST_BACKTRACE", "0")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let start = Instant::now();
+        let mut children: Vec<Child> = unix::spawn(&mut command, n, timeout).expect("spawn ranks");
+        let (tx, rx) = mpsc::channel::<(usize, String)>();
+        let mut readers = Vec::new();
+        for (rank, child) in children.iter_mut().enumerate() {
+            let out = child.stdout.take().expect("piped stdout");
+            let err = child.stderr.take().expect("piped stderr");
+            for stream in [
+                Box::new(out) as Box<dyn std::io::Read + Send>,
+                Box::new(err),
+            ] {
+                let tx = tx.clone();
+                readers.push(std::thread::spawn(move || {
+                    for line in BufReader::new(stream).lines().map_while(Result::ok) {
+                        let _ = tx.send((rank, line));
+                    }
+                }));
+            }
+        }
+        drop(tx);
+        let mut outcomes: Vec<Outcome> = (0..n)
+            .map(|_| Outcome {
+                status: None,
+                after: Duration::ZERO,
+                lines: Vec::new(),
+            })
+            .collect();
+        let mut done = vec![false; n];
+        while done.iter().any(|d| !d) && start.elapsed() < deadline {
+            while let Ok((rank, line)) = rx.recv_timeout(Duration::from_millis(5)) {
+                if let Some((victim, marker)) = kill
+                    && rank == victim
+                    && line.contains(marker)
+                {
+                    children[victim].kill().expect("kill");
+                }
+                outcomes[rank].lines.push(line);
+            }
+            for (rank, child) in children.iter_mut().enumerate() {
+                if !done[rank]
+                    && let Some(status) = child.try_wait().expect("try_wait")
+                {
+                    done[rank] = true;
+                    outcomes[rank].status = Some(status);
+                    outcomes[rank].after = start.elapsed();
+                }
+            }
+        }
+        for (rank, child) in children.iter_mut().enumerate() {
+            if !done[rank] {
+                let _ = child.kill();
+                let _ = child.wait();
+                outcomes[rank].after = start.elapsed();
+            }
+        }
+        for reader in readers {
+            reader.join().expect("reader");
+        }
+        while let Ok((rank, line)) = rx.try_recv() {
+            outcomes[rank].lines.push(line);
+        }
+        outcomes
+    }
+
+    /// Every rank's outcome and output, for a failure message.
+    pub fn report(outcomes: &[Outcome]) -> String {
+        outcomes
+            .iter()
+            .enumerate()
+            .map(|(rank, o)| {
+                format!(
+                    "--- rank {rank}: {:?} after {:?}\n{}",
+                    o.status,
+                    o.after,
+                    o.text()
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// Asserts no `symmem*` file is left in `/dev/shm`.
+    pub fn assert_no_shm_leftovers() {
+        let leftovers: Vec<String> = std::fs::read_dir("/dev/shm")
+            .expect("/dev/shm")
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|name| name.starts_with("symmem"))
+            .collect();
+        assert!(
+            leftovers.is_empty(),
+            "left behind in /dev/shm: {leftovers:?}"
+        );
+    }
+
+    /// Ends a child: prints `CHILD-ERROR` with the error, flushes, and exits with 0,
+    /// [`EXIT_PEER_LOST`] or [`EXIT_ERROR`].
+    pub fn exit_child(result: &symmem::Result<()>) -> ! {
+        let code = match result {
+            Ok(()) => 0,
+            Err(Error::PeerLost { .. }) => EXIT_PEER_LOST,
+            Err(_) => EXIT_ERROR,
+        };
+        if let Err(e) = result {
+            println!("CHILD-ERROR {e:?} ({e})");
+        }
+        std::io::stdout().flush().ok();
+        std::process::exit(code)
+    }
+}

@@ -1,42 +1,28 @@
 //! Ranks as separate processes over the UNIX-socket bootstrap.
 //!
-//! The test binary re-executes itself (`--exact <test> --nocapture`) through
-//! `symmem::bootstrap::unix::spawn`, with [`CHILD`] naming what the child does. Children
-//! join with `UnixBootstrap::from_env()`, build a `World` on the CPU backend, move data
-//! with translated puts and gets and check every byte; in the failure tests one child
-//! aborts, exits early, hangs or is killed by the parent, and the survivors must exit
-//! with `PeerLost` within a bounded time. The parent waits with a deadline, kills
+//! The test binary re-executes itself (`symmem_tests::processes`), with [`CHILD`]
+//! naming what the child does. Children join with `UnixBootstrap::from_env()`, build a
+//! `World` on the CPU backend, move data with translated puts and gets and check every
+//! byte; in the failure tests one child aborts, exits early, hangs or is killed by the
+//! parent, and the survivors must exit with `PeerLost` within a bounded time. The parent waits with a deadline, kills
 //! leftovers and fails instead of hanging. Nothing may be left in `/dev/shm`.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::os::unix::process::ExitStatusExt;
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 use symmem::backend::cpu::Cpu;
 use symmem::backend::{Backend, DeviceRegion};
-use symmem::bootstrap::Bootstrap;
-use symmem::bootstrap::unix::{self, UnixBootstrap};
+use symmem::bootstrap::unix::UnixBootstrap;
 use symmem::{Config, Error, PeerBaseProvider, Rendezvous, SymmetricBuffer, World};
-
-/// Environment variable that marks a child and says what it does.
-const CHILD: &str = "SYMMEM_TEST_CHILD";
-/// Exit status of a child that ended with `PeerLost`.
-const EXIT_PEER_LOST: i32 = 3;
-/// Exit status of a child that ended with any other error.
-const EXIT_ERROR: i32 = 4;
+use symmem_tests::processes::{
+    CHILD, EXIT_PEER_LOST, Outcome, assert_no_shm_leftovers, child_mode, exit_child, report,
+    spawn_ranks,
+};
 
 type W = World<Cpu>;
 
 // ---------------------------------------------------------------------------------------
 // Child side.
-
-/// What a child does, parsed from [`CHILD`]: `puts`, or `HOW R [again]` with `HOW` one
-/// of `abort`, `exit`, `sleep`, `wait-for-kill` (rank `R` misbehaves, the others call a
-/// barrier, and with `again` a second barrier after the first failed).
-fn child_mode() -> Option<String> {
-    std::env::var(CHILD).ok()
-}
 
 fn pattern(from: usize, to: usize, tag: usize, i: usize) -> u8 {
     let x = i.wrapping_mul(131) ^ (i >> 8) ^ from.wrapping_mul(37) ^ to.wrapping_mul(101);
@@ -196,172 +182,31 @@ fn child_misbehave(world: &W, how: &str, victim: usize, again: bool) -> symmem::
     r
 }
 
-/// Runs the child named by [`CHILD`] and exits the process with its outcome.
+/// What a child does, from [`CHILD`]: `puts`, or `HOW R [again]` with `HOW` one of
+/// `abort`, `exit`, `sleep`, `wait-for-kill` (rank `R` misbehaves, the others call a
+/// barrier, and with `again` a second barrier after the first failed). Exits the
+/// process with its outcome.
 fn run_child(mode: &str) -> ! {
     let result = UnixBootstrap::from_env().and_then(|bootstrap| {
-        let rank = bootstrap.rank();
         let config = Config {
             heap_bytes: 2 << 20,
             timeout: bootstrap.timeout(),
         };
         let world = World::new(Box::new(bootstrap), Cpu::new(), &config)?;
         let mut words = mode.split_whitespace();
-        let r = match (words.next(), words.next().and_then(|v| v.parse().ok())) {
+        match (words.next(), words.next().and_then(|v| v.parse().ok())) {
             (Some("puts"), None) => child_puts(&world),
             (Some(how), Some(victim)) => {
                 child_misbehave(&world, how, victim, words.next() == Some("again"))
             }
             _ => panic!("bad {CHILD}={mode}"),
-        };
-        r.map(|()| rank)
+        }
     });
-    let code = match &result {
-        Ok(_) => 0,
-        Err(Error::PeerLost { .. }) => EXIT_PEER_LOST,
-        Err(_) => EXIT_ERROR,
-    };
-    if let Err(e) = &result {
-        println!("CHILD-ERROR {e:?} ({e})");
-    }
-    std::io::stdout().flush().ok();
-    std::process::exit(code)
+    exit_child(&result)
 }
 
 // ---------------------------------------------------------------------------------------
 // Parent side.
-
-/// How one child ended.
-#[derive(Debug)]
-struct Outcome {
-    /// `None` if the parent had to kill it at the deadline.
-    status: Option<ExitStatus>,
-    /// When it exited, from the spawn.
-    after: Duration,
-    /// Its stdout and stderr lines.
-    lines: Vec<String>,
-}
-
-impl Outcome {
-    fn text(&self) -> String {
-        self.lines.join("\n")
-    }
-    fn code(&self) -> Option<i32> {
-        self.status.and_then(|s| s.code())
-    }
-}
-
-/// Spawns `n` ranks of this test binary running test `test` in child mode `mode`, with
-/// bootstrap timeout `timeout`; waits for all until `deadline` (then kills the rest), and
-/// kills rank `kill.0` as soon as it prints a line containing `kill.1`.
-fn spawn_ranks(
-    test: &str,
-    mode: &str,
-    n: usize,
-    timeout: Duration,
-    deadline: Duration,
-    kill: Option<(usize, &str)>,
-) -> Vec<Outcome> {
-    let exe = std::env::current_exe().expect("current_exe");
-    let mut command = Command::new(exe);
-    command
-        .args(["--exact", test, "--nocapture", "--test-threads=1"])
-        .env(CHILD, mode)
-        .env("RUST_BACKTRACE", "0")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let start = Instant::now();
-    let mut children: Vec<Child> = unix::spawn(&mut command, n, timeout).expect("spawn ranks");
-    let (tx, rx) = mpsc::channel::<(usize, String)>();
-    let mut readers = Vec::new();
-    for (rank, child) in children.iter_mut().enumerate() {
-        let out = child.stdout.take().expect("piped stdout");
-        let err = child.stderr.take().expect("piped stderr");
-        for stream in [
-            Box::new(out) as Box<dyn std::io::Read + Send>,
-            Box::new(err),
-        ] {
-            let tx = tx.clone();
-            readers.push(std::thread::spawn(move || {
-                for line in BufReader::new(stream).lines().map_while(Result::ok) {
-                    let _ = tx.send((rank, line));
-                }
-            }));
-        }
-    }
-    drop(tx);
-    let mut outcomes: Vec<Outcome> = (0..n)
-        .map(|_| Outcome {
-            status: None,
-            after: Duration::ZERO,
-            lines: Vec::new(),
-        })
-        .collect();
-    let mut done = vec![false; n];
-    while done.iter().any(|d| !d) && start.elapsed() < deadline {
-        while let Ok((rank, line)) = rx.recv_timeout(Duration::from_millis(5)) {
-            if let Some((victim, marker)) = kill
-                && rank == victim
-                && line.contains(marker)
-            {
-                children[victim].kill().expect("kill");
-            }
-            outcomes[rank].lines.push(line);
-        }
-        for (rank, child) in children.iter_mut().enumerate() {
-            if !done[rank]
-                && let Some(status) = child.try_wait().expect("try_wait")
-            {
-                done[rank] = true;
-                outcomes[rank].status = Some(status);
-                outcomes[rank].after = start.elapsed();
-            }
-        }
-    }
-    for (rank, child) in children.iter_mut().enumerate() {
-        if !done[rank] {
-            let _ = child.kill();
-            let _ = child.wait();
-            outcomes[rank].after = start.elapsed();
-        }
-    }
-    for reader in readers {
-        reader.join().expect("reader");
-    }
-    while let Ok((rank, line)) = rx.try_recv() {
-        outcomes[rank].lines.push(line);
-    }
-    outcomes
-}
-
-fn report(outcomes: &[Outcome]) -> String {
-    outcomes
-        .iter()
-        .enumerate()
-        .map(|(rank, o)| {
-            format!(
-                "--- rank {rank}: {:?} after {:?}\n{}",
-                o.status,
-                o.after,
-                o.text()
-            )
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
-fn assert_no_shm_leftovers() {
-    let leftovers: Vec<String> = std::fs::read_dir("/dev/shm")
-        .expect("/dev/shm")
-        .filter_map(|e| e.ok())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|name| name.starts_with("symmem"))
-        .collect();
-    assert!(
-        leftovers.is_empty(),
-        "left behind in /dev/shm: {leftovers:?}"
-    );
-}
 
 /// The survivors' `CHILD-WAITED ... elapsed_ms N` (libtest's `test NAME ... ` may
 /// precede it on the same line).

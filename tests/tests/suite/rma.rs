@@ -16,20 +16,22 @@
 //!   peer's counter give exactly `world * blocks * threads * iters` on each;
 //! * the host checks (typed errors, nothing launched, so later collectives still work).
 //!
-//! Every world gets two handles with different grids (the backend's default, and a
-//! multi-block one) and alternates between them, so two signal arrays live side by
-//! side. On a GPU all ranks share one device, so the grids are small enough for every
+//! The barrier, signal and atomics bodies live in `rma_ranks`, which the cross-process
+//! test runs too. Every world gets two handles with different grids (the backend's
+//! default, and a multi-block one) and alternates between them. On a GPU all ranks share one device, so the grids are small enough for every
 //! rank's blocks to be resident at once (see `symmem::collectives`), and these tests
 //! run one at a time.
 #![allow(clippy::needless_range_loop)] // rank-indexed loops read best in tests
 
+#[path = "rma_ranks.rs"]
+mod rma_ranks;
+
 use super::TestBackend;
+use rma_ranks::{FILL, assert_bytes, assert_guard, filled, handles, local, patterned};
 use std::sync::{Mutex, MutexGuard};
-use symmem::backend::{Backend, BackendKind, DeviceRegion, Grid};
-use symmem::collectives::{
-    Algorithm, Bf16, Cmp, Collectives, Element, MAX_BLOCKS, ReduceOp, default_grid,
-};
-use symmem::{Config, Error, SymmetricBuffer, World};
+use symmem::backend::{Backend, BackendKind, Grid};
+use symmem::collectives::{Algorithm, Bf16, Cmp, Collectives, Element, MAX_BLOCKS, ReduceOp};
+use symmem::{Config, Error, World};
 
 /// Transfer sizes that hit every head/middle/tail path.
 const SIZES: [usize; 7] = [0, 1, 15, 16, 17, 4095, BIG];
@@ -39,13 +41,9 @@ const BIG: usize = (1 << 20) + 3;
 const COUNTS: [usize; 6] = [0, 1, 15, 16, 17, 4095];
 /// Heap per rank: the big all-to-all at eight ranks needs 8 x (1 MiB + 3) plus room.
 const HEAP: usize = 32 << 20;
-/// Guard byte after every checked range, and the fill of every destination.
-const FILL: u8 = 0xEE;
 
 type W = World<TestBackend>;
 type C<'w> = Collectives<'w, TestBackend>;
-type Buf<'w, T> = SymmetricBuffer<'w, T, TestBackend>;
-type DeviceMemory = <TestBackend as Backend>::DeviceMemory;
 
 fn gpu() -> bool {
     super::KIND != BackendKind::Cpu
@@ -77,98 +75,11 @@ fn run<R: Send>(n: usize, body: impl Fn(W) -> symmem::Result<R> + Sync) -> Vec<R
         .collect()
 }
 
-/// The multi-block grid every world also runs with: uneven block shares, several
-/// threads per block (few on the CPU, where every thread is an OS thread).
-fn second_grid() -> Grid {
-    if gpu() {
-        Grid {
-            blocks: 3,
-            threads: 64,
-        }
-    } else {
-        Grid {
-            blocks: 3,
-            threads: 2,
-        }
-    }
-}
-
-/// The two handles of a world (collective).
-fn handles(w: &W) -> symmem::Result<[C<'_>; 2]> {
-    Ok([
-        Collectives::new(w)?,
-        Collectives::with_grid(w, second_grid())?,
-    ])
-}
-
-/// Deterministic byte `i` of the data tagged `tag`, never [`FILL`].
-fn pattern(tag: usize, i: usize) -> u8 {
-    let v = (i.wrapping_mul(31) ^ tag.wrapping_mul(97).wrapping_add(13) ^ (i >> 8)) as u8;
-    if v == FILL { 0x11 } else { v }
-}
-
-/// Bytes `0..n` of the data tagged `tag`. The pattern repeats every 64 KiB, so one
-/// period is computed and copied (debug builds are slow per byte).
-fn patterned(tag: usize, n: usize) -> Vec<u8> {
-    let period: Vec<u8> = (0..n.min(1 << 16)).map(|i| pattern(tag, i)).collect();
-    let mut out = Vec::with_capacity(n);
-    while out.len() < n {
-        let take = (n - out.len()).min(period.len());
-        out.extend_from_slice(&period[..take]);
-    }
-    out
-}
-
-/// Asserts `got == want`, reporting the first difference.
-fn assert_bytes(got: &[u8], want: &[u8], what: &str) {
-    assert_eq!(got.len(), want.len(), "{what}: length");
-    if got == want {
-        return; // a memcmp; the search below is slow in a debug build
-    }
-    if let Some(i) = got.iter().zip(want).position(|(a, b)| a != b) {
-        panic!(
-            "{what}: first difference at byte {i} of {}: got {:#04x}, want {:#04x}",
-            got.len(),
-            got[i],
-            want[i]
-        );
-    }
-}
-
-fn assert_guard(got: &[u8], what: &str) {
-    if let Some(i) = got.iter().position(|&b| b != FILL) {
-        panic!("{what}: guard byte {i} overwritten with {:#04x}", got[i]);
-    }
-}
-
-/// Plain device memory of this rank holding `data` at offset `mis`, [`FILL`] around
-/// it (16 guard bytes after); returns it and the address of `data`.
-///
-/// On one GPU, allocating or freeing device memory (`cuMemAlloc`, `cuMemFree`) may wait
-/// for every kernel of the process, a peer rank's collective that waits for this rank
-/// included: a deadlock. So tests keep every such allocation until their world ends,
-/// and make them between host barriers: after this rank's previous collective has
-/// completed (so no peer's kernel still waits for it) and before any rank launches the
-/// next one.
-fn local(w: &W, data: &[u8], mis: usize) -> symmem::Result<(DeviceMemory, u64)> {
-    let b = w.backend();
-    let mem = b.alloc_device(mis + data.len() + 16)?;
-    b.memset(mem.base(), FILL, mis + data.len() + 16)?;
-    let addr = mem.base() + mis as u64;
-    b.upload(addr, data)?;
-    Ok((mem, addr))
-}
-
 /// Downloads `n` bytes at `addr` of this rank.
 fn download(w: &W, addr: u64, n: usize) -> symmem::Result<Vec<u8>> {
     let mut out = vec![0u8; n];
     w.backend().download(&mut out, addr)?;
     Ok(out)
-}
-
-/// A symmetric byte buffer of `n` bytes plus 16 guard bytes, all [`FILL`].
-fn filled(w: &W, n: usize) -> symmem::Result<Buf<'_, u8>> {
-    w.full(n + 16, FILL)
 }
 
 // ---- byte collectives ---------------------------------------------------------------
@@ -490,142 +401,19 @@ fn chained(n: usize) {
 
 // ---- barrier, signals, atomics --------------------------------------------------------
 
+// ---- barrier, signals, atomics (bodies in `rma_ranks`) ---------------------------------
+
 fn barrier(n: usize) {
-    run(n, |w| {
-        let cs = handles(&w)?;
-        let me = w.rank();
-        let repeats = if gpu() { 500 } else { 100 };
-        for k in 0..repeats {
-            cs[k % 2].barrier()?;
-        }
-        // Every rank's barriers done before anyone allocates (see `local`).
-        w.backend().synchronize()?;
-        w.barrier()?;
-        // Ordering: every round, each rank puts a round-stamped word into its slot of
-        // every peer's copy of one of two buffers; after the barrier every slot holds
-        // this round's words. (Two buffers: a fast rank's next round goes to the
-        // other one, and the round after that waits for this rank's next barrier.)
-        let slots = [w.zeros::<u64>(n)?, w.zeros::<u64>(n)?];
-        let (_word_mem, word) = local(&w, &[0; 8], 0)?;
-        cs[0].barrier()?;
-        for round in 0..20u64 {
-            let c = &cs[round as usize % 2];
-            let buf = &slots[round as usize % 2];
-            w.backend()
-                .upload(word, &(round << 8 | me as u64).to_le_bytes())?;
-            for k in 0..n {
-                c.put(buf, me, word, 1, (me + k) % n)?;
-            }
-            c.barrier()?;
-            let got = w.read(buf)?;
-            let want: Vec<u64> = (0..n as u64).map(|r| round << 8 | r).collect();
-            assert_eq!(got, want, "world {n} rank {me} round {round}");
-        }
-        Ok(())
-    });
+    let repeats = if gpu() { 500 } else { 100 };
+    run(n, |w| rma_ranks::barrier_rounds(&w, repeats));
 }
 
 fn put_with_signal(n: usize) {
-    run(n, |w| {
-        let cs = handles(&w)?;
-        let me = w.rank();
-        let signal = w.zeros::<u64>(3)?;
-        let ring_buf = filled(&w, 1)?;
-        let (_ring_mem, ring_src) = local(&w, &[0], 0)?;
-        let (mut expected, mut ring_expected) = (0u64, 0u64);
-        let mut keep = Vec::new();
-        for (k, &size) in SIZES.iter().enumerate() {
-            let c = &cs[k % 2];
-            let dst = filled(&w, n * size)?;
-            let (mem, src) = local(&w, &patterned(me + 7, size), 1)?;
-            keep.push(mem);
-            w.barrier()?; // see `local`
-            // No peer may write before this rank's fill (and zeroing) are done.
-            c.barrier()?;
-            // Every rank to every rank: region `me` of each peer's `dst`, signal word 1.
-            let value = k as u64 + 1;
-            let mut total = 0;
-            for j in 0..n {
-                let to = (me + j) % n;
-                total = c.put_with_signal(&dst, me * size, src, size, &signal, 1, value, to)?;
-            }
-            assert_eq!(total, value * u64::from(c.grid().blocks));
-            expected += n as u64 * total;
-            // Every peer's puts to this rank have landed once the signal reaches this
-            // (nobody signals word 1 again before the next round's barrier).
-            c.signal_wait_until(&signal, 1, Cmp::Eq, expected)?;
-            let got = w.read(&dst)?;
-            for r in 0..n {
-                let what = format!("put_with_signal world {n} size {size} rank {me} from {r}");
-                assert_bytes(
-                    &got[r * size..(r + 1) * size],
-                    &patterned(r + 7, size),
-                    &what,
-                );
-            }
-            assert_guard(&got[n * size..], &format!("put_with_signal size {size}"));
-            // A ring with `Ge`: one round-stamped byte to the right neighbour, word 2.
-            let stamp = |r: usize| (k * 16 + r) as u8;
-            w.backend().upload(ring_src, &[stamp(me)])?;
-            let ring = c.put_with_signal(&ring_buf, 0, ring_src, 1, &signal, 2, 1, (me + 1) % n)?;
-            ring_expected += ring;
-            c.signal_wait_until(&signal, 2, Cmp::Ge, ring_expected)?;
-            let got = w.read(&ring_buf)?;
-            assert_eq!(got[0], stamp((me + n - 1) % n), "ring world {n} rank {me}");
-            assert_guard(&got[1..], "ring");
-            assert_eq!(
-                w.read(&signal)?,
-                vec![0, expected, ring_expected],
-                "rank {me} signals"
-            );
-            // Nobody reuses a destination before every rank has checked it.
-            c.barrier()?;
-        }
-        // Nothing of this rank may still run when its world goes.
-        w.backend().synchronize()
-    });
+    run(n, |w| rma_ranks::put_with_signal_rounds(&w, &SIZES));
 }
 
 fn atomics(n: usize) {
-    run(n, |w| {
-        let me = w.rank();
-        let contended = if gpu() {
-            default_grid(super::KIND)
-        } else {
-            Grid {
-                blocks: 2,
-                threads: 8,
-            }
-        };
-        let cs = [
-            Collectives::with_grid(&w, contended)?,
-            Collectives::with_grid(&w, second_grid())?,
-        ];
-        let iters = if gpu() { 32 } else { 100 };
-        let counter = w.zeros::<u64>(3)?;
-        // The zeroing is done everywhere before any add (it precedes the barrier on
-        // this rank's stream).
-        cs[0].barrier()?;
-        let mut expected = 0u64;
-        for round in 0..4 {
-            let c = &cs[round % 2];
-            let per_rank = c.atomic_add_all(&counter, 1, iters)?;
-            assert_eq!(
-                per_rank,
-                u64::from(c.grid().blocks) * u64::from(c.grid().threads) * u64::from(iters)
-            );
-            expected += n as u64 * per_rank;
-            c.barrier()?;
-            assert_eq!(
-                w.read(&counter)?,
-                vec![0, expected, 0],
-                "world {n} rank {me} round {round}: every rank x every thread x {iters}"
-            );
-            // No rank adds again before every rank has read.
-            c.barrier()?;
-        }
-        w.backend().synchronize()
-    });
+    run(n, |w| rma_ranks::atomic_rounds(&w));
 }
 
 // ---- host checks ----------------------------------------------------------------------
