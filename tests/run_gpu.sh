@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The GPU test run on the device machine (issue 8, "GPU tests"): every carried test binary
+# whole, one test at a time; where a binary fails or outlives its limit, its tests that did
+# not pass run again one per process under a watchdog, and a hung one's host and CUDA
+# stacks are logged (cuda-gdb) before it is killed.
+# Usage (repo root, device machine): bash tests/run_gpu.sh   (writes to $OUT/tests.txt)
+# Build first (here), then copy into .carry/ (names as used below):
+#   cargo test --release -p symmem-tests --test suite_cuda --test rma_processes --no-run
+#                                                  -> suite-cuda, rma-processes
+#   cargo test --release -p symmem --lib --no-run  -> symmem-lib (run with filter backend::cuda)
+set -u
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+CARRY=$ROOT/.carry
+OUT=${OUT:-$ROOT/target/gpu-tests}
+mkdir -p "$OUT"
+export NCCL_NVLS_ENABLE=0 CUDA_DEVICE_MAX_CONNECTIONS=32 CUDA_MODULE_LOADING=EAGER
+
+# run NAME LIMIT_S WATCHDOG_S BINARY [FILTER]
+run() {
+  local name=$1 limit=$2 watchdog=$3 bin=$4 filter=${5:-}
+  local log=/tmp/$name.log
+  echo "== $name: $bin $filter --test-threads=1 (limit ${limit}s)"
+  local start=$SECONDS
+  timeout "$limit" "$bin" $filter --test-threads=1 >"$log" 2>&1
+  local rc=$?
+  grep -E "^test result|FAILED|panicked|^---- |skipped" "$log" | head -40
+  echo "$name rc=$rc in $((SECONDS - start))s"
+  [ "$rc" -eq 0 ] && return
+  echo "== $name: tests that did not pass, one per process (watchdog ${watchdog}s)"
+  for t in $("$bin" $filter --list 2>/dev/null | sed -n 's/: test$//p'); do
+    grep -q "^test $t \.\.\. ok" "$log" && continue
+    "$bin" --exact "$t" --test-threads=1 >/tmp/one.log 2>&1 &
+    local pid=$! waited=0
+    while kill -0 "$pid" 2>/dev/null && [ "$waited" -lt "$watchdog" ]; do sleep 1; waited=$((waited + 1)); done
+    if kill -0 "$pid" 2>/dev/null; then
+      echo "HUNG $t after ${watchdog}s; stacks:"
+      timeout 40 cuda-gdb -p "$pid" -batch -ex "info cuda kernels" -ex "thread apply all bt 12" 2>&1 \
+        | grep -vE "^\[New|^Reading|^warning" | head -200
+      kill -9 "$pid"; wait "$pid" 2>/dev/null
+    else
+      wait "$pid"; echo "$t rc=$?"; grep -vE "^$|^running" /tmp/one.log | tail -25
+    fi
+  done
+}
+
+{
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; date -u
+  run suite_cuda 240 40 "$CARRY/suite-cuda"
+  run rma_processes 200 130 "$CARRY/rma-processes" cuda_
+  run symmem_lib_cuda 60 30 "$CARRY/symmem-lib" backend::cuda
+} 2>&1 | tee "$OUT/tests.txt"
