@@ -13,11 +13,13 @@
 //! - `alloc_symmetric_us`, `alloc_free_pair_us`: median of 1000 `allocate_symmetric` of
 //!   1 MiB (and the pair with its free), with the D2H-sync counter delta (`alloc_d2h_syncs`).
 //!
-//! A sample is one launch for sizes of 64 MiB and more, and a batch of
-//! `clamp(64 MiB / size, 1, 100)` back-to-back launches between two events below that
-//! (the time per launch is the batch time over the batch). Every launch of every line
-//! takes the next slot of a rotation over the 2 GiB buffers (one counter shared by the
-//! lines, which are interleaved sample by sample), so small sizes do not re-read L2.
+//! A sample is one launch for sizes of 64 MiB and more, each taking the next slot of a
+//! rotation over the 2 GiB buffers. Below that a sample is a batch of
+//! `clamp(64 MiB / size, 1, 100)` launches on consecutive slots, captured once per line
+//! into a CUDA graph ([`Timer::capture`]) and replayed between two events (the time per
+//! launch is the batch time over the batch), as `peers/iris_put.py` and `peers/copy.cu`
+//! time theirs: what is timed is the device's work, not the host's launch rate. The
+//! replayed slots repeat from sample to sample, alike for every tool.
 //! Kernels run with the backend's default grid (one 16-byte vector per thread, 256
 //! threads per block), from the same embedded PTX, on the backend's stream.
 //!
@@ -135,22 +137,36 @@ fn pattern() -> Vec<u8> {
 /// One timed operation of a line: what it enqueues for a slot at byte `offset`.
 type Op<'a> = Box<dyn Fn(&Timer, u64, usize) -> Result<()> + 'a>;
 
-/// Times `ops` at `size`, interleaved sample by sample, every launch on a fresh slot.
+/// Times `ops` at `size`, interleaved sample by sample. A single launch takes the next
+/// slot of the rotation; a batch is captured once per line into a CUDA graph over the
+/// first `batch` slots and replayed for every sample.
 fn sweep_size(timer: &Timer, size: usize, ops: &[(&'static str, Op<'_>)]) -> Result<Vec<Row>> {
     let batch = batch_for(size);
     let slots = (MAX / size).max(1);
+    let enqueue_batch = |t: &Timer, op: &Op<'_>, first: usize| -> Result<()> {
+        for b in 0..batch {
+            op(t, (((first + b) % slots) * size) as u64, size)?;
+        }
+        Ok(())
+    };
+    let replays = if batch > 1 {
+        ops.iter()
+            .map(|(_, op)| timer.capture(|t| enqueue_batch(t, op, 0)))
+            .collect::<Result<Vec<_>>>()?
+    } else {
+        Vec::new()
+    };
     let mut next = 0usize;
     let mut ms: Vec<Vec<f64>> = vec![Vec::new(); ops.len()];
     for sample in 0..WARMUP + SAMPLES {
         for (i, (_, op)) in ops.iter().enumerate() {
-            let t = timer.time_ms(|t| {
-                for _ in 0..batch {
-                    let offset = (next % slots) * size;
+            let t = match replays.get(i) {
+                Some(replay) => timer.time_ms(|t| t.replay(replay))?,
+                None => {
                     next += 1;
-                    op(t, offset as u64, size)?;
+                    timer.time_ms(|t| enqueue_batch(t, op, next))?
                 }
-                Ok(())
-            })?;
+            };
             if sample >= WARMUP {
                 ms[i].push(f64::from(t));
             }

@@ -212,3 +212,54 @@ fn sm90_translated_put_is_a_global_vector_store() {
         println!("sm_90 {kernel}: {store}");
     }
 }
+
+/// The longest run of `is_load` lines before the first `is_store` after it.
+fn loads_before_store(
+    body: &[String],
+    is_load: &dyn Fn(&str) -> bool,
+    is_store: &dyn Fn(&str) -> bool,
+) -> usize {
+    let mut best = 0;
+    let mut run = 0;
+    for l in body {
+        if is_load(l) {
+            run += 1;
+        } else if is_store(l) {
+            best = best.max(run);
+            run = 0;
+        }
+    }
+    best
+}
+
+/// A grid whose lanes each move several vectors keeps four 16-byte loads in flight
+/// before their stores (the copy engine's unrolled loop), held in registers, not spilled.
+#[test]
+fn copy_loop_keeps_four_vector_loads_in_flight() {
+    for kernel in ["symmem_rma_put", "symmem_all_gather", "symmem_all_to_all"] {
+        let body = ptx_entry(kernel);
+        let n = loads_before_store(&body, &|l| l.starts_with("ld.global.v4."), &|l| {
+            l.starts_with("st.global.v4.")
+        });
+        assert!(n >= 4, "sm_90 {kernel}: {n} vector loads before a store");
+        assert!(
+            !body.iter().any(|l| l.contains(".local")),
+            "sm_90 {kernel}: local memory (a spill) in:\n{}",
+            body.join("\n")
+        );
+        for cpu in ["gfx942", "gfx950"] {
+            let body = amd_function(cpu, kernel);
+            let n = loads_before_store(&body, &|l| l.starts_with("global_load_dwordx4 "), &|l| {
+                l.starts_with("global_store_dwordx4 ")
+            });
+            assert!(n >= 4, "{cpu} {kernel}: {n} vector loads before a store");
+            assert!(
+                !body
+                    .iter()
+                    .any(|l| l.starts_with("scratch_") || l.starts_with("buffer_store")),
+                "{cpu} {kernel}: scratch (a spill) in:\n{}",
+                body.join("\n")
+            );
+        }
+    }
+}

@@ -11,7 +11,9 @@
 //! * otherwise the same with [`U32x2`], `u32`, `u16` or single bytes, whichever is the
 //!   widest that keeps both sides aligned.
 //!
-//! Head and tail bytes go one per lane. A lane's accesses are disjoint from every other
+//! A lane with at least four elements to move loads four before storing them, so a grid
+//! smaller than the data still keeps enough loads in flight. Head and tail bytes go one
+//! per lane. A lane's accesses are disjoint from every other
 //! lane's, so concurrent lanes never race.
 
 use symmem_arch::Arch;
@@ -89,6 +91,18 @@ unsafe fn copy_as<V: Copy>(lane: usize, lanes: usize, dst: *mut u8, src: *const 
     unsafe {
         let (vd, vs) = (dst.add(head).cast::<V>(), src.add(head).cast::<V>());
         let mut i = lane;
+        // Four loads in flight before their stores (the ranges do not overlap, so the
+        // compiler may not reorder them itself but we may): a grid with fewer lanes than
+        // elements keeps enough bytes moving to saturate memory.
+        while i + 3 * lanes < body {
+            let (a, b) = (vs.add(i).read(), vs.add(i + lanes).read());
+            let (c, d) = (vs.add(i + 2 * lanes).read(), vs.add(i + 3 * lanes).read());
+            vd.add(i).write(a);
+            vd.add(i + lanes).write(b);
+            vd.add(i + 2 * lanes).write(c);
+            vd.add(i + 3 * lanes).write(d);
+            i += 4 * lanes;
+        }
         while i < body {
             vd.add(i).write(vs.add(i).read());
             i += lanes;

@@ -64,6 +64,17 @@ unsafe impl Send for Event {}
 // SAFETY: as for `Context`.
 unsafe impl Sync for Event {}
 
+/// A `CUgraph` (a captured stream's work, before instantiation).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Graph(sys::CUgraph);
+/// A `CUgraphExec` (an instantiated graph, launched with [`graph_launch`]).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct GraphExec(sys::CUgraphExec);
+// SAFETY: as for `Context`.
+unsafe impl Send for GraphExec {}
+// SAFETY: as for `Context`.
+unsafe impl Sync for GraphExec {}
+
 /// Size of a `CUipcMemHandle`.
 pub(super) const IPC_HANDLE_BYTES: usize = 64;
 
@@ -648,5 +659,66 @@ pub(super) unsafe fn mem_free_host(ptr: *mut u8) -> Result<()> {
     // SAFETY: forwarded from the caller.
     check("cuMemFreeHost", unsafe {
         sys::cuMemFreeHost(ptr.cast::<c_void>())
+    })
+}
+
+/// `cuStreamBeginCapture` in thread-local mode: work this thread enqueues on `stream` is
+/// recorded into a graph instead of running, and other threads' driver calls are not
+/// restricted.
+pub(super) fn stream_begin_capture(stream: Stream) -> Result<()> {
+    let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
+    // SAFETY: a live stream of the current context.
+    check("cuStreamBeginCapture", unsafe {
+        sys::cuStreamBeginCapture_v2(stream.0, mode)
+    })
+}
+
+/// `cuStreamEndCapture`: ends the capture begun on `stream` and returns its graph.
+pub(super) fn stream_end_capture(stream: Stream) -> Result<Graph> {
+    let mut g = MaybeUninit::<sys::CUgraph>::uninit();
+    // SAFETY: a live stream in capture; `g` is a valid out-pointer.
+    check("cuStreamEndCapture", unsafe {
+        sys::cuStreamEndCapture(stream.0, g.as_mut_ptr())
+    })?;
+    // SAFETY: written by the driver on success.
+    Ok(Graph(unsafe { g.assume_init() }))
+}
+
+/// `cuGraphInstantiateWithFlags(graph, 0)`.
+pub(super) fn graph_instantiate(graph: Graph) -> Result<GraphExec> {
+    let mut e = MaybeUninit::<sys::CUgraphExec>::uninit();
+    // SAFETY: a live graph; `e` is a valid out-pointer.
+    check("cuGraphInstantiate", unsafe {
+        sys::cuGraphInstantiateWithFlags(e.as_mut_ptr(), graph.0, 0)
+    })?;
+    // SAFETY: written by the driver on success.
+    Ok(GraphExec(unsafe { e.assume_init() }))
+}
+
+/// `cuGraphDestroy` (an instantiated graph does not need its source graph).
+///
+/// # Safety
+/// `graph` came from [`stream_end_capture`] and is not used afterwards.
+pub(super) unsafe fn graph_destroy(graph: Graph) -> Result<()> {
+    // SAFETY: forwarded from the caller.
+    check("cuGraphDestroy", unsafe { sys::cuGraphDestroy(graph.0) })
+}
+
+/// `cuGraphLaunch` on `stream`.
+pub(super) fn graph_launch(exec: GraphExec, stream: Stream) -> Result<()> {
+    // SAFETY: a live executable graph and stream of the current context.
+    check("cuGraphLaunch", unsafe {
+        sys::cuGraphLaunch(exec.0, stream.0)
+    })
+}
+
+/// `cuGraphExecDestroy` (deferred by the driver while a launch of it is in flight).
+///
+/// # Safety
+/// `exec` came from [`graph_instantiate`] and is not launched afterwards.
+pub(super) unsafe fn graph_exec_destroy(exec: GraphExec) -> Result<()> {
+    // SAFETY: forwarded from the caller.
+    check("cuGraphExecDestroy", unsafe {
+        sys::cuGraphExecDestroy(exec.0)
     })
 }

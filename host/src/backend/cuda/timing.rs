@@ -1,5 +1,7 @@
 //! Device-side timing for benchmarks: a pair of CUDA events around work enqueued on the
-//! backend's own stream, and `cuMemcpyDtoDAsync` as the copy-engine reference.
+//! backend's own stream, `cuMemcpyDtoDAsync` as the copy-engine reference, and CUDA-graph
+//! capture and replay ([`Timer::capture`]) so small operations can be timed without the
+//! host's per-launch cost, as other tools' benchmarks (Triton's `do_bench_cudagraph`) do.
 //!
 //! A [`Timer`] borrows a [`Cuda`] backend ([`Cuda::timer`]): what it times is exactly what
 //! the backend launches ([`Timer::launch`] is [`Backend::launch`]), on the same stream, so
@@ -87,6 +89,58 @@ impl Timer<'_> {
     pub fn synchronize(&self) -> Result<()> {
         self.cuda.ctx.make_current()?;
         driver::stream_synchronize(self.cuda.stream.stream)
+    }
+}
+
+/// Work captured from a [`Timer`]'s stream into an instantiated CUDA graph; one
+/// [`Timer::replay`] enqueues all of it again, with the same arguments.
+#[derive(Debug)]
+pub struct Replay<'a> {
+    cuda: &'a Cuda,
+    exec: driver::GraphExec,
+}
+
+impl Timer<'_> {
+    /// Records what `enqueue` enqueues through this timer into a graph instead of running
+    /// it (stream capture, thread-local mode), and instantiates the graph.
+    ///
+    /// # Errors
+    /// Whatever `enqueue` returns, and [`crate::Error::Driver`] when the driver refuses
+    /// the capture (for instance a synchronising call inside `enqueue`).
+    pub fn capture(&self, enqueue: impl FnOnce(&Self) -> Result<()>) -> Result<Replay<'_>> {
+        self.cuda.ctx.make_current()?;
+        let stream = self.cuda.stream.stream;
+        driver::stream_begin_capture(stream)?;
+        let enqueued = enqueue(self);
+        self.cuda.ctx.make_current()?;
+        // End the capture whatever `enqueue` did, so the stream runs work again.
+        let graph = driver::stream_end_capture(stream)?;
+        let exec = enqueued.and_then(|()| driver::graph_instantiate(graph));
+        // SAFETY: the graph was ended above and is not used again (an instantiated graph
+        // does not need it).
+        record_drop(unsafe { driver::graph_destroy(graph) });
+        Ok(Replay {
+            cuda: self.cuda,
+            exec: exec?,
+        })
+    }
+
+    /// Enqueues `replay`'s captured work on the backend's stream (one `cuGraphLaunch`).
+    ///
+    /// # Errors
+    /// [`crate::Error::Driver`] when the driver refuses the launch.
+    pub fn replay(&self, replay: &Replay<'_>) -> Result<()> {
+        self.cuda.ctx.make_current()?;
+        driver::graph_launch(replay.exec, self.cuda.stream.stream)
+    }
+}
+
+impl Drop for Replay<'_> {
+    fn drop(&mut self) {
+        record_drop(self.cuda.ctx.make_current());
+        // SAFETY: instantiated in `Timer::capture` and not launched after this; the driver
+        // defers the destruction while a launch is in flight.
+        record_drop(unsafe { driver::graph_exec_destroy(self.exec) });
     }
 }
 
