@@ -263,3 +263,40 @@ fn copy_loop_keeps_four_vector_loads_in_flight() {
         }
     }
 }
+
+/// Every reduction kernel reads its peers 16 bytes at a time (the vector path) and keeps
+/// its accumulators in registers: no local memory or scratch.
+#[test]
+fn reductions_read_16_byte_vectors_without_spills() {
+    for shape in [
+        "all_reduce_one_shot",
+        "all_reduce_two_shot",
+        "reduce_scatter",
+    ] {
+        for op in ["sum", "min", "max"] {
+            for ty in ["f32", "bf16", "i32"] {
+                let kernel = format!("symmem_{shape}_{op}_{ty}");
+                let body = ptx_entry(&kernel);
+                assert!(
+                    body.iter().any(|l| l.starts_with("ld.global.v4.")),
+                    "sm_90 {kernel}: no 16-byte load"
+                );
+                assert!(
+                    !body.iter().any(|l| l.contains(".local")),
+                    "sm_90 {kernel}: local memory in:\n{}",
+                    body.join("\n")
+                );
+                let body = amd_function("gfx942", &kernel);
+                assert!(
+                    body.iter().any(|l| l.starts_with("global_load_dwordx4 ")),
+                    "gfx942 {kernel}: no 16-byte load"
+                );
+                assert!(
+                    !body.iter().any(|l| l.starts_with("scratch_")),
+                    "gfx942 {kernel}: scratch in:\n{}",
+                    body.join("\n")
+                );
+            }
+        }
+    }
+}

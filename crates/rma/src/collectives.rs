@@ -14,13 +14,16 @@
 //! its source, before that peer has reached the collective) and ends with one (on
 //! return this rank's result is complete and no peer still reads this rank's source).
 //!
-//! Reductions fold the ranks in rank order `0, 1, .., world-1`, accumulating in
-//! [`Reducible::Acc`] (`f32` for [`Bf16`]) and rounding once at the end, so every rank
-//! gets bit-identical results and a host reference that folds in the same order matches
-//! exactly. Integer sums wrap. `Min`/`Max` on floats follow `f32::min`/`f32::max`
+//! Reductions read 16 bytes per rank at a time ([`Reducible::unpack`], one vector load)
+//! wherever the local addresses are 16-byte aligned (symmetric heaps' bases are, so a
+//! symmetric address keeps its alignment on every rank), element by element elsewhere
+//! and in the tail. They fold the ranks in rank order `0, 1, .., world-1`, accumulating
+//! in [`Reducible::Acc`] (`f32` for [`Bf16`]) and rounding once at the end, so every
+//! rank gets bit-identical results and a host reference that folds in the same order
+//! matches exactly. Integer sums wrap. `Min`/`Max` on floats follow `f32::min`/`f32::max`
 //! (a NaN operand is ignored).
 
-use crate::{Bf16, Team, copy::share, signal::barrier_words};
+use crate::{Bf16, Team, U32x4, copy::share, signal::barrier_words};
 use symmem_arch::Arch;
 
 /// A reduction operator.
@@ -51,6 +54,32 @@ pub trait Reducible: Copy + sealed::Sealed {
     fn narrow(acc: Self::Acc) -> Self;
     /// `op(a, b)`.
     fn combine(op: ReduceOp, a: Self::Acc, b: Self::Acc) -> Self::Acc;
+    /// One accumulator per element of a 16-byte vector (`[Acc; 16 / size_of::<Self>()]`).
+    type Lanes: Copy;
+    /// The elements packed in `v`, widened, in memory order.
+    fn unpack(v: U32x4) -> Self::Lanes;
+    /// [`Reducible::combine`] lane by lane.
+    fn combine_lanes(op: ReduceOp, a: Self::Lanes, b: Self::Lanes) -> Self::Lanes;
+    /// Every lane narrowed ([`Reducible::narrow`]) and packed back in memory order.
+    fn pack(acc: Self::Lanes) -> U32x4;
+}
+
+/// `f(a[k], b[k])` for every lane.
+#[inline(always)]
+fn zip_lanes<A: Copy, const N: usize>(a: [A; N], b: [A; N], f: impl Fn(A, A) -> A) -> [A; N] {
+    core::array::from_fn(|k| f(a[k], b[k]))
+}
+
+/// The four 32-bit words of `v` in memory order.
+#[inline(always)]
+fn words(v: U32x4) -> [u32; 4] {
+    v.to_array()
+}
+
+/// Four 32-bit words, in memory order, as a vector.
+#[inline(always)]
+fn from_words(w: [u32; 4]) -> U32x4 {
+    U32x4(w.into())
 }
 
 impl Reducible for f32 {
@@ -71,6 +100,19 @@ impl Reducible for f32 {
             ReduceOp::Max => a.max(b),
         }
     }
+    type Lanes = [f32; 4];
+    #[inline(always)]
+    fn unpack(v: U32x4) -> [f32; 4] {
+        words(v).map(f32::from_bits)
+    }
+    #[inline(always)]
+    fn combine_lanes(op: ReduceOp, a: [f32; 4], b: [f32; 4]) -> [f32; 4] {
+        zip_lanes(a, b, |x, y| f32::combine(op, x, y))
+    }
+    #[inline(always)]
+    fn pack(acc: [f32; 4]) -> U32x4 {
+        from_words(acc.map(f32::to_bits))
+    }
 }
 
 impl Reducible for Bf16 {
@@ -86,6 +128,22 @@ impl Reducible for Bf16 {
     #[inline(always)]
     fn combine(op: ReduceOp, a: f32, b: f32) -> f32 {
         f32::combine(op, a, b)
+    }
+    type Lanes = [f32; 8];
+    #[inline(always)]
+    fn unpack(v: U32x4) -> [f32; 8] {
+        // Little-endian: the low half of each word is the element at the lower address.
+        let w = words(v);
+        core::array::from_fn(|k| Bf16((w[k / 2] >> (16 * (k % 2))) as u16).to_f32())
+    }
+    #[inline(always)]
+    fn combine_lanes(op: ReduceOp, a: [f32; 8], b: [f32; 8]) -> [f32; 8] {
+        zip_lanes(a, b, |x, y| f32::combine(op, x, y))
+    }
+    #[inline(always)]
+    fn pack(acc: [f32; 8]) -> U32x4 {
+        let h = acc.map(|a| u32::from(Bf16::from_f32(a).0));
+        from_words(core::array::from_fn(|k| h[2 * k] | (h[2 * k + 1] << 16)))
     }
 }
 
@@ -106,6 +164,19 @@ impl Reducible for i32 {
             ReduceOp::Min => a.min(b),
             ReduceOp::Max => a.max(b),
         }
+    }
+    type Lanes = [i32; 4];
+    #[inline(always)]
+    fn unpack(v: U32x4) -> [i32; 4] {
+        words(v).map(|w| w as i32)
+    }
+    #[inline(always)]
+    fn combine_lanes(op: ReduceOp, a: [i32; 4], b: [i32; 4]) -> [i32; 4] {
+        zip_lanes(a, b, |x, y| i32::combine(op, x, y))
+    }
+    #[inline(always)]
+    fn pack(acc: [i32; 4]) -> U32x4 {
+        from_words(acc.map(|a| a as u32))
     }
 }
 
@@ -322,6 +393,54 @@ const fn granule<T>() -> usize {
     16 / core::mem::size_of::<T>()
 }
 
+/// The [`granule`] elements at symmetric `src` (16-byte aligned on every rank) folded
+/// over every rank in rank order, as one vector: one 16-byte load per rank, the same
+/// result bit for bit as [`fold`] of each element.
+#[inline(always)]
+unsafe fn fold_vector<T: Reducible>(team: &Team<'_>, op: ReduceOp, src: *const T) -> U32x4 {
+    let src = src.cast::<U32x4>();
+    // SAFETY: the caller passes a symmetric, 16-byte aligned vector readable everywhere.
+    let mut acc = T::unpack(unsafe { team.load(src, 0) });
+    for r in 1..team.world() {
+        // SAFETY: as above.
+        acc = T::combine_lanes(op, acc, T::unpack(unsafe { team.load(src, r) }));
+    }
+    T::pack(acc)
+}
+
+/// Calls `vector(i)` for this thread's 16-byte groups of `granule` elements of
+/// `start..start + len` (`start` a multiple of the granule) when `aligned`, and
+/// `scalar(i)` for the remaining elements, threads striding over both.
+#[inline(always)]
+fn for_my_elements<T>(
+    tid: usize,
+    threads: usize,
+    start: usize,
+    len: usize,
+    aligned: bool,
+    mut vector: impl FnMut(usize),
+    mut scalar: impl FnMut(usize),
+) {
+    let g = granule::<T>();
+    let whole = if aligned { len / g } else { 0 };
+    let mut j = tid;
+    while j < whole {
+        vector(start + j * g);
+        j += threads;
+    }
+    let mut i = start + whole * g + tid;
+    while i < start + len {
+        scalar(i);
+        i += threads;
+    }
+}
+
+/// Whether every address is 16-byte aligned (the vector path's condition).
+#[inline(always)]
+fn all_aligned<const N: usize>(addrs: [usize; N]) -> bool {
+    addrs.iter().fold(0, |acc, a| acc | a) % 16 == 0
+}
+
 /// One-shot all-reduce: every rank reads every rank's symmetric `src[0..count]` and
 /// writes the reduction into its local `dst[0..count]`.
 ///
@@ -342,14 +461,23 @@ pub unsafe fn all_reduce_one_shot<A: Arch, T: Reducible>(
     let sig = block_sig(arch, team, sig);
     let (start, len) = block_share(arch, count, granule::<T>());
     let (tid, threads) = (arch.thread_id() as usize, arch.block_dim() as usize);
-    // SAFETY: forwarded from the caller; i < start + len <= count.
+    let aligned = all_aligned([dst.addr(), src.addr()]);
+    // SAFETY: forwarded from the caller; every index lies in start..start + len <= count,
+    // and vectors are used only when both sides are 16-byte aligned.
     unsafe {
         team.barrier_block(arch, sig);
-        let mut i = start + tid;
-        while i < start + len {
-            dst.add(i).write(fold(team, op, src.add(i)));
-            i += threads;
-        }
+        for_my_elements::<T>(
+            tid,
+            threads,
+            start,
+            len,
+            aligned,
+            |i| {
+                let v = fold_vector(team, op, src.add(i));
+                dst.add(i).cast::<U32x4>().write(v);
+            },
+            |i| dst.add(i).write(fold(team, op, src.add(i))),
+        );
         team.barrier_block(arch, sig);
     }
 }
@@ -378,17 +506,30 @@ pub unsafe fn all_reduce_two_shot<A: Arch, T: Reducible>(
     let (start, len) = block_share(arch, count, granule::<T>());
     let (piece, plen) = share(len, granule::<T>(), rank, world);
     let (tid, threads) = (arch.thread_id() as usize, arch.block_dim() as usize);
-    // SAFETY: forwarded from the caller; i < start + piece + plen <= count.
+    let aligned = all_aligned([dst.addr(), src.addr()]);
+    // SAFETY: forwarded from the caller; every index lies in the piece, inside count,
+    // and vectors are used only when both sides are 16-byte aligned.
     unsafe {
         team.barrier_block(arch, sig);
-        let mut i = start + piece + tid;
-        while i < start + piece + plen {
-            let v = fold(team, op, src.add(i));
-            for k in 0..world {
-                team.store(dst.add(i), v, (rank + k) % world);
-            }
-            i += threads;
-        }
+        for_my_elements::<T>(
+            tid,
+            threads,
+            start + piece,
+            plen,
+            aligned,
+            |i| {
+                let v = fold_vector(team, op, src.add(i));
+                for k in 0..world {
+                    team.store(dst.add(i).cast::<U32x4>(), v, (rank + k) % world);
+                }
+            },
+            |i| {
+                let v = fold(team, op, src.add(i));
+                for k in 0..world {
+                    team.store(dst.add(i), v, (rank + k) % world);
+                }
+            },
+        );
         team.barrier_block(arch, sig);
     }
 }
@@ -414,14 +555,24 @@ pub unsafe fn reduce_scatter<A: Arch, T: Reducible>(
     let sig = block_sig(arch, team, sig);
     let (start, len) = block_share(arch, count, granule::<T>());
     let (tid, threads) = (arch.thread_id() as usize, arch.block_dim() as usize);
-    // SAFETY: forwarded from the caller; rank * count + i < world * count.
+    let chunk = src.wrapping_add(rank * count);
+    let aligned = all_aligned([dst.addr(), chunk.addr()]);
+    // SAFETY: forwarded from the caller; rank * count + i < world * count, and vectors
+    // are used only when both sides are 16-byte aligned.
     unsafe {
         team.barrier_block(arch, sig);
-        let mut i = start + tid;
-        while i < start + len {
-            dst.add(i).write(fold(team, op, src.add(rank * count + i)));
-            i += threads;
-        }
+        for_my_elements::<T>(
+            tid,
+            threads,
+            start,
+            len,
+            aligned,
+            |i| {
+                let v = fold_vector(team, op, chunk.add(i));
+                dst.add(i).cast::<U32x4>().write(v);
+            },
+            |i| dst.add(i).write(fold(team, op, chunk.add(i))),
+        );
         team.barrier_block(arch, sig);
     }
 }
