@@ -2,8 +2,9 @@
 //! backend (own stream, every peer's VMM heap mapped at its own address), against
 //! copy-engine equivalents measured in the same run.
 //!
-//! Lines (median of `SAMPLES` after `WARMUP`, CUDA events on each rank's stream; rank 0's
-//! time is reported, every rank runs the same loop concurrently):
+//! Every world runs twice, with 32 blocks per rank and with its share of 256 blocks
+//! (`grids`). Lines (median of `SAMPLES` after `WARMUP`, CUDA events on each rank's
+//! stream; rank 0's time is reported, every rank runs the same loop concurrently):
 //! - `all_gather`: `Collectives::all_gather` of `n` bytes per rank; reference
 //!   `memcpy_all_gather`: the same data movement as `world` `cuMemcpyDtoDAsync`s per rank
 //!   (this rank's `src` into every rank's slot, through the peer mappings), no sync;
@@ -40,11 +41,22 @@ const SIZES: [usize; 8] = [
 const MAX: usize = 64 * MIB;
 const SAMPLES: usize = 20;
 const WARMUP: usize = 3;
-/// Blocks per rank: all ranks' blocks must be resident at once (device barriers).
-const GRID: Grid = Grid {
-    blocks: 32,
-    threads: 256,
-};
+/// Threads per block.
+const THREADS: u32 = 256;
+/// Blocks of all ranks together in the larger grid: two 256-thread blocks per SM of the
+/// H200's 132 fit whatever the kernels' register use (all ranks' blocks must be resident
+/// at once: device barriers).
+const ALL_RANKS_BLOCKS: u32 = 256;
+
+/// The grids per rank each world runs with: 32 blocks, and its share of
+/// [`ALL_RANKS_BLOCKS`].
+fn grids(world: usize) -> [Grid; 2] {
+    let share = ALL_RANKS_BLOCKS / world as u32;
+    [32, share].map(|blocks| Grid {
+        blocks,
+        threads: THREADS,
+    })
+}
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -64,9 +76,9 @@ fn time_us(timer: &Timer<'_>, op: &dyn Fn() -> Result<()>) -> Result<f64> {
 }
 
 /// One rank's rows: (line, bytes, microseconds).
-fn rank_rows(world: &World<Cuda>) -> Result<Vec<(&'static str, usize, f64)>> {
+fn rank_rows(world: &World<Cuda>, grid: Grid) -> Result<Vec<(&'static str, usize, f64)>> {
     let (rank, n_ranks) = (world.rank(), world.world_size());
-    let coll = Collectives::with_grid(world, GRID)?;
+    let coll = Collectives::with_grid(world, grid)?;
     let gathered = world.zeros::<u8>(MAX * n_ranks)?;
     let src_local = world.backend().alloc_device(MAX)?;
     world
@@ -166,70 +178,76 @@ fn main() -> ExitCode {
         ..Config::default()
     };
     println!(
-        "collectives on one GPU, ranks as threads, grid {GRID:?} per rank, median of {SAMPLES}"
+        "collectives on one GPU, ranks as threads, {THREADS} threads per block, median of {SAMPLES}"
     );
-    println!("world,line,bytes,us,gbps");
+    println!("world,blocks,line,bytes,us,gbps");
     let mut table = Vec::new();
     for n_ranks in [2usize, 4] {
-        let results = match symmem::launch(n_ranks, &config, |_| Cuda::new(0), |w| rank_rows(&w)) {
-            Ok(r) => r,
-            Err(e) => {
-                eprintln!("world {n_ranks}: {e}");
-                return ExitCode::FAILURE;
-            }
-        };
-        let mut rank0 = None;
-        for (rank, r) in results.into_iter().enumerate() {
-            match r {
-                Ok(rows) if rank == 0 => rank0 = Some(rows),
-                Ok(_) => {}
-                Err(e) => {
-                    eprintln!("world {n_ranks} rank {rank}: {e}");
-                    return ExitCode::FAILURE;
+        for grid in grids(n_ranks) {
+            let results =
+                match symmem::launch(n_ranks, &config, |_| Cuda::new(0), |w| rank_rows(&w, grid)) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        eprintln!("world {n_ranks}: {e}");
+                        return ExitCode::FAILURE;
+                    }
+                };
+            let mut rank0 = None;
+            for (rank, r) in results.into_iter().enumerate() {
+                match r {
+                    Ok(rows) if rank == 0 => rank0 = Some(rows),
+                    Ok(_) => {}
+                    Err(e) => {
+                        eprintln!("world {n_ranks} rank {rank}: {e}");
+                        return ExitCode::FAILURE;
+                    }
                 }
             }
-        }
-        for (line, bytes, us) in rank0.expect("rank 0 ran") {
-            let moved = if line.contains("gather") {
-                bytes * n_ranks
-            } else {
-                bytes
-            };
-            let gbps = moved as f64 / us / 1e3;
-            println!("{n_ranks},{line},{bytes},{us:.2},{gbps:.1}");
-            table.push((n_ranks, line, bytes, us));
+            for (line, bytes, us) in rank0.expect("rank 0 ran") {
+                let moved = if line.contains("gather") {
+                    bytes * n_ranks
+                } else {
+                    bytes
+                };
+                let gbps = moved as f64 / us / 1e3;
+                println!("{n_ranks},{},{line},{bytes},{us:.2},{gbps:.1}", grid.blocks);
+                table.push((n_ranks, grid.blocks, line, bytes, us));
+            }
         }
     }
     println!();
     println!(
-        "world     size  all_gather us  memcpy us  ratio | 1shot us  2shot us  pull us  1shot/pull 2shot/pull"
+        "world blocks     size  all_gather us  memcpy us  ratio | 1shot us  2shot us  pull us  1shot/pull 2shot/pull"
     );
     for n_ranks in [2usize, 4] {
-        for &n in &SIZES {
-            let t = |line: &str| {
-                table
-                    .iter()
-                    .find(|r| r.0 == n_ranks && r.1 == line && r.2 == n)
-                    .map_or(f64::NAN, |r| r.3)
-            };
-            let (ag, mg, o, w, p) = (
-                t("all_gather"),
-                t("memcpy_all_gather"),
-                t("all_reduce_1shot"),
-                t("all_reduce_2shot"),
-                t("memcpy_pull"),
-            );
-            println!(
-                "{n_ranks:>5} {:>8}  {ag:>13.2}  {mg:>9.2}  {:>5.2} | {o:>8.2}  {w:>8.2}  {p:>7.2}  {:>10.2} {:>10.2}",
-                if n >= MIB {
-                    format!("{}M", n / MIB)
-                } else {
-                    format!("{}K", n / KIB)
-                },
-                mg / ag,
-                p / o,
-                p / w
-            );
+        for grid in grids(n_ranks) {
+            for &n in &SIZES {
+                let t = |line: &str| {
+                    table
+                        .iter()
+                        .find(|r| r.0 == n_ranks && r.1 == grid.blocks && r.2 == line && r.3 == n)
+                        .map_or(f64::NAN, |r| r.4)
+                };
+                let (ag, mg, o, w, p) = (
+                    t("all_gather"),
+                    t("memcpy_all_gather"),
+                    t("all_reduce_1shot"),
+                    t("all_reduce_2shot"),
+                    t("memcpy_pull"),
+                );
+                println!(
+                    "{n_ranks:>5} {:>6} {:>8}  {ag:>13.2}  {mg:>9.2}  {:>5.2} | {o:>8.2}  {w:>8.2}  {p:>7.2}  {:>10.2} {:>10.2}",
+                    grid.blocks,
+                    if n >= MIB {
+                        format!("{}M", n / MIB)
+                    } else {
+                        format!("{}K", n / KIB)
+                    },
+                    mg / ag,
+                    p / o,
+                    p / w
+                );
+            }
         }
     }
     println!("(ratio = reference time / ours: above 1 means the symmem kernel is faster)");

@@ -10,8 +10,8 @@ Iris allows on the translated pointer). The "heaps" are two 2 GiB torch allocati
 process: heap_bases = [heap0, heap1], rank 0 puts src into its heap0 address translated
 to heap1. Each variant's block size and warps are picked once at 256 MiB from a small
 sweep and used for every size. Batches (sizes < 64 MiB) are replayed from a CUDA graph
-of `batch` launches (Python launch overhead would otherwise dominate); that favours
-Triton at small sizes (the graph's slots repeat across samples), never us.
+of `batch` launches (Python launch overhead would otherwise dominate), as the Rust bench
+and copy.cu replay theirs: the graph's slots repeat across samples, alike for every tool.
 
 Usage: python3 iris_put.py OUT.csv
 """
