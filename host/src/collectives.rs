@@ -70,8 +70,11 @@ pub use crate::kernels::{Cmp, DType, ReduceOp};
 pub use symmem_rma::Bf16;
 pub use symmem_rma::collectives::signal_words;
 
-/// The most blocks a [`Collectives`] grid may have.
-pub const MAX_BLOCKS: u32 = 64;
+/// The most blocks a [`Collectives`] grid may have (the signal array holds `world` words
+/// per block: 64 KiB at 8 ranks). Enough for several blocks per SM of any current GPU
+/// when each rank has its own; ranks sharing a GPU must also keep all their blocks
+/// resident at once (see the module documentation).
+pub const MAX_BLOCKS: u32 = 1024;
 
 /// Which all-reduce kernel to run.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
