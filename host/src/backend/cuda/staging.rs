@@ -151,27 +151,29 @@ impl Staging {
     }
 
     /// The start of `bytes` (≤ [`UPLOAD_CHUNK`]) of the ring that no pending upload reads,
-    /// with an idle event to track them; waits on the oldest upload when there is none.
+    /// with an idle event to track them. Only when there is none does it ask the driver
+    /// which uploads have completed (all of them, when the newest has: one query per
+    /// ring's worth in the common case), and waits on the oldest if that frees nothing.
     fn reserve(&mut self, bytes: usize, on_wait: &dyn Fn()) -> Result<usize> {
         debug_assert!(bytes <= UPLOAD_CHUNK);
         loop {
-            while let Some(front) = self.in_flight.front() {
-                if !driver::event_query(front.done)? {
-                    break;
-                }
-                self.retire_front();
-            }
             if !self.idle_events.is_empty()
                 && let Some(start) = self.free_range(bytes)
             {
                 return Ok(start);
             }
-            let front = self
-                .in_flight
-                .front()
-                .expect("an empty ring has room and idle events");
-            driver::event_synchronize(front.done)?;
-            on_wait();
+            // Uploads complete in stream order.
+            let newest = self.in_flight.back().expect("an empty ring has room and events");
+            if driver::event_query(newest.done)? {
+                self.idle_events
+                    .extend(self.in_flight.drain(..).map(|span| span.done));
+                continue;
+            }
+            let oldest = self.in_flight.front().expect("not empty");
+            if !driver::event_query(oldest.done)? {
+                driver::event_synchronize(oldest.done)?;
+                on_wait();
+            }
             self.retire_front();
         }
     }
