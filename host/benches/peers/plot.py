@@ -3,6 +3,9 @@ triton.csv from iris_put.py), prints the summary table (ratios vs goals), and dr
 GB/s against size for every bandwidth line as a PNG.
 
 Usage: python3 plot.py --png h200.png --summary summary.txt rust.csv cpp.csv triton.csv
+       [--collectives collectives.txt --collectives-png collectives.png]
+The collectives file is the output of host/benches/cuda_collectives.rs (its
+`world,blocks,line,bytes,us,gbps` lines); its plot needs matplotlib.
 matplotlib draws the PNG where it is installed; otherwise a small pure-Python (zlib +
 struct) rasteriser draws the lines without text (the legend colours go to stdout).
 """
@@ -156,8 +159,51 @@ def plot_raw(data, png, w=800, h=480):
                 + chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b""))
 
 
+def load_collectives(path):
+    """{(world, blocks, line): [(bytes, gbps)]} from the bench's CSV lines."""
+    rows = {}
+    with open(path) as f:
+        for text in f:
+            parts = text.strip().split(",")
+            if len(parts) != 6 or not parts[0].isdigit():
+                continue
+            world, blocks, line, size, _us, gbps = parts
+            rows.setdefault((int(world), int(blocks), line), []).append((int(size), float(gbps)))
+    return rows
+
+
+def plot_collectives(path, png):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = load_collectives(path)
+    worlds = sorted({w for w, _, _ in rows})
+    fig, axes = plt.subplots(1, len(worlds), figsize=(12, 5), dpi=110, squeeze=False)
+    for ax, world in zip(axes[0], worlds):
+        grids = sorted({b for w, b, _ in rows if w == world})
+        for (w, blocks, line), pts in sorted(rows.items()):
+            if w != world:
+                continue
+            style = "-" if blocks == grids[-1] else ":"
+            pts.sort()
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], style, marker="o", ms=3,
+                    label=f"{line} ({blocks} blocks)")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("bytes per rank")
+        ax.set_ylabel("GB/s (all-gather: bytes landing per rank; all-reduce: result bytes)")
+        ax.set_title(f"world {world} on one H200 (ranks as threads)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(png)
+    print(f"plot.py: wrote {png}")
+
+
 def main(argv):
     png, out, title, paths = None, None, "symmem on one H200: GB/s vs size", []
+    coll, coll_png = None, None
     it = iter(argv)
     for a in it:
         if a == "--png":
@@ -166,6 +212,10 @@ def main(argv):
             out = next(it)
         elif a == "--title":
             title = next(it)
+        elif a == "--collectives":
+            coll = next(it)
+        elif a == "--collectives-png":
+            coll_png = next(it)
         else:
             paths.append(a)
     data = load(paths)
@@ -181,6 +231,11 @@ def main(argv):
         except ImportError:
             plot_raw(data, png)
             print(f"plot.py: wrote {png} with the built-in rasteriser (no matplotlib)")
+    if coll and coll_png:
+        try:
+            plot_collectives(coll, coll_png)
+        except ImportError:
+            print("plot.py: the collectives plot needs matplotlib")
 
 
 if __name__ == "__main__":

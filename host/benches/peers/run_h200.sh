@@ -42,4 +42,5 @@ export CUDA_DEVICE_MAX_CONNECTIONS=32 CUDA_MODULE_LOADING=EAGER
 } 2>&1 | tee "$OUT/collectives.txt"
 echo "== summary"
 python3 "$P/plot.py" --png "$OUT/h200.png" --summary "$OUT/summary.txt" \
+  --collectives "$OUT/collectives.txt" --collectives-png "$OUT/collectives.png" \
   "$OUT/rust.csv" "$OUT/cpp.csv" "$OUT/triton.csv" 2>&1 | tee -a "$OUT/log.txt"
