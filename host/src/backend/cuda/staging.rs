@@ -163,7 +163,10 @@ impl Staging {
                 return Ok(start);
             }
             // Uploads complete in stream order.
-            let newest = self.in_flight.back().expect("an empty ring has room and events");
+            let newest = self
+                .in_flight
+                .back()
+                .expect("an empty ring has room and events");
             if driver::event_query(newest.done)? {
                 self.idle_events
                     .extend(self.in_flight.drain(..).map(|span| span.done));
