@@ -27,6 +27,9 @@
 //! `rust.csv` goes; `--sizes 4K,1M,...` to run fewer sizes; `--no-xproc` to skip the
 //! cross-process lines. Prints `skipped: <reason>` and exits 0 where no GPU answers.
 
+mod common;
+
+use common::{GIB, KIB, MIB, Op, fill_source, parse_size, pattern, stats, sweep_size, verify};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -37,9 +40,6 @@ use symmem::bootstrap::unix;
 use symmem::kernels::KernelCall;
 use symmem::{Config, Error, Result, World};
 
-const KIB: usize = 1 << 10;
-const MIB: usize = 1 << 20;
-const GIB: usize = 1 << 30;
 /// The sizes of the sweep.
 const SIZES: [usize; 11] = [
     4 * KIB,
@@ -58,9 +58,6 @@ const SIZES: [usize; 11] = [
 const MAX: usize = 2 * GIB;
 const SAMPLES: usize = 30;
 const WARMUP: usize = 5;
-/// Below this size a sample is a batch of launches.
-const BATCH_BYTES: usize = 64 * MIB;
-const MAX_BATCH: usize = 100;
 /// The source holds this pattern, repeated.
 const PATTERN: usize = 16 * MIB;
 const ALLOC_BYTES: usize = MIB;
@@ -101,137 +98,26 @@ impl Row {
 
 const CSV_HEADER: &str = "tool,line,bytes,batch,samples,median_us,gbps,spread_pct";
 
-fn batch_for(size: usize) -> usize {
-    (BATCH_BYTES / size).clamp(1, MAX_BATCH)
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    let i = ((sorted.len() - 1) as f64 * p).round() as usize;
-    sorted[i]
-}
-
-/// Median, p10 and p90 of `v`.
-fn stats(v: &[f64]) -> (f64, f64, f64) {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    (
-        percentile(&s, 0.5),
-        percentile(&s, 0.1),
-        percentile(&s, 0.9),
-    )
-}
-
-/// The source pattern: pseudo-random, no zero bytes.
-fn pattern() -> Vec<u8> {
-    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-    (0..PATTERN)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x % 255) as u8 + 1
-        })
-        .collect()
-}
-
-/// One timed operation of a line: what it enqueues for a slot at byte `offset`.
-type Op<'a> = Box<dyn Fn(&Timer, u64, usize) -> Result<()> + 'a>;
-
-/// Times `ops` at `size`, interleaved sample by sample. A single launch takes the next
-/// slot of the rotation; a batch is captured once per line into a CUDA graph over the
-/// first `batch` slots and replayed for every sample.
-fn sweep_size(timer: &Timer, size: usize, ops: &[(&'static str, Op<'_>)]) -> Result<Vec<Row>> {
-    let batch = batch_for(size);
-    let slots = (MAX / size).max(1);
-    let enqueue_batch = |t: &Timer, op: &Op<'_>, first: usize| -> Result<()> {
-        for b in 0..batch {
-            op(t, (((first + b) % slots) * size) as u64, size)?;
-        }
-        Ok(())
-    };
-    let replays = if batch > 1 {
-        ops.iter()
-            .map(|(_, op)| timer.capture(|t| enqueue_batch(t, op, 0)))
-            .collect::<Result<Vec<_>>>()?
-    } else {
-        Vec::new()
-    };
-    let mut next = 0usize;
-    let mut ms: Vec<Vec<f64>> = vec![Vec::new(); ops.len()];
-    for sample in 0..WARMUP + SAMPLES {
-        for (i, (_, op)) in ops.iter().enumerate() {
-            let t = match replays.get(i) {
-                Some(replay) => timer.time_ms(|t| t.replay(replay))?,
-                None => {
-                    next += 1;
-                    timer.time_ms(|t| enqueue_batch(t, op, next))?
-                }
-            };
-            if sample >= WARMUP {
-                ms[i].push(f64::from(t));
-            }
-        }
-    }
+/// Times `ops` at `size` over the MAX-byte rotation (see [`common::sweep_size`]); GB/s
+/// counts bytes read plus written.
+fn sweep_rows(timer: &Timer, size: usize, ops: &[(&'static str, Op<'_>)]) -> Result<Vec<Row>> {
+    let sweeps = sweep_size(timer, size, MAX, (WARMUP, SAMPLES), ops)?;
     Ok(ops
         .iter()
-        .zip(ms)
-        .map(|((line, _), ms)| {
-            let gbps: Vec<f64> = ms
-                .iter()
-                .map(|t| (2 * size * batch) as f64 / (t * 1e-3) / 1e9)
-                .collect();
-            let (med_t, _, _) = stats(&ms);
-            let (med, p10, p90) = stats(&gbps);
+        .zip(sweeps)
+        .map(|((line, _), sweep)| {
+            let (med, p10, p90) = sweep.gbps(2 * size);
             Row {
                 line,
                 bytes: size,
-                batch,
+                batch: sweep.batch,
                 samples: SAMPLES,
-                median_us: med_t * 1e3 / batch as f64,
+                median_us: sweep.median_us(),
                 gbps: med,
                 spread_pct: (p90 - p10) / med * 100.0,
             }
         })
         .collect())
-}
-
-/// Fills `src` (MAX bytes) with the pattern repeated: one upload, then device copies.
-fn fill_source(cuda: &Cuda, timer: &Timer, src: u64, pat: &[u8]) -> Result<()> {
-    cuda.upload(src, pat)?;
-    cuda.synchronize()?;
-    for i in 1..MAX / PATTERN {
-        // SAFETY: both ranges lie inside the MAX-byte allocation `src`.
-        unsafe { timer.memcpy_dtod(src + (i * PATTERN) as u64, src, PATTERN)? };
-    }
-    timer.synchronize()
-}
-
-/// Poisons `dst..dst+size+4096`, runs `op` at offset 0, and checks the bytes.
-fn verify(
-    cuda: &Cuda,
-    timer: &Timer,
-    what: &str,
-    dst: u64,
-    size: usize,
-    pat: &[u8],
-    op: &Op<'_>,
-) -> Result<()> {
-    let guard = 4096;
-    cuda.memset(dst, 0xee, size + guard)?;
-    cuda.synchronize()?;
-    op(timer, 0, size)?;
-    timer.synchronize()?;
-    let mut got = vec![0u8; size + guard];
-    cuda.download(&mut got, dst)?;
-    let bad = (0..size).find(|&i| got[i] != pat[i % PATTERN]);
-    let overrun = got[size..].iter().any(|&b| b != 0xee);
-    if bad.is_some() || overrun {
-        return Err(Error::Bootstrap(format!(
-            "{what} of {size} bytes wrong: first bad byte {bad:?}, overrun {overrun}"
-        )));
-    }
-    println!("verified {what} of {size} bytes");
-    Ok(())
 }
 
 fn put_call(dst: u64, src: u64, bytes: usize, bases: u64, cur: u32, to: u32) -> KernelCall {
@@ -258,7 +144,7 @@ fn in_process_rank0(
     let timer = cuda.timer()?;
     let src = cuda.alloc_device(MAX)?;
     let s0 = src.base();
-    fill_source(cuda, &timer, s0, pat)?;
+    fill_source(cuda, &timer, s0, MAX, pat)?;
     let remote = world.translate(local, 1)?;
     println!(
         "rank 0: local copy {local:#x}, rank 1's copy mapped here at {remote:#x}, source {s0:#x}"
@@ -295,7 +181,7 @@ fn in_process_rank0(
     ];
     let mut rows = Vec::new();
     for &size in sizes {
-        let r = sweep_size(&timer, size, &ops)?;
+        let r = sweep_rows(&timer, size, &ops)?;
         println!(
             "{:>10} B  put {:>8.1}  copy {:>8.1}  memcpy {:>8.1} GB/s  (batch {})",
             size, r[0].gbps, r[1].gbps, r[2].gbps, r[0].batch
@@ -382,7 +268,7 @@ fn config() -> Config {
 }
 
 fn in_process(sizes: &[usize]) -> Result<Vec<Row>> {
-    let pat = pattern();
+    let pat = pattern(PATTERN);
     let results = symmem::launch(
         2,
         &config(),
@@ -421,7 +307,7 @@ fn in_process(sizes: &[usize]) -> Result<Vec<Row>> {
 fn xproc_child(sizes: &[usize]) -> Result<()> {
     let bootstrap = unix::UnixBootstrap::from_env()?;
     let world = World::new(Box::new(bootstrap), Cuda::new(0)?, &config())?;
-    let pat = pattern();
+    let pat = pattern(PATTERN);
     let (buffer, bases) = world.allocate_symmetric::<u8>(MAX)?;
     let (local, table) = (buffer.ptr(), bases.device_ptr());
     world.barrier()?;
@@ -430,7 +316,7 @@ fn xproc_child(sizes: &[usize]) -> Result<()> {
         let timer = cuda.timer()?;
         let src = cuda.alloc_device(MAX)?;
         let s0 = src.base();
-        fill_source(cuda, &timer, s0, &pat)?;
+        fill_source(cuda, &timer, s0, MAX, &pat)?;
         let remote = world.translate(local, 1)?;
         println!(
             "process rank 0 (pid {}): rank 1's heap (another process) mapped at {remote:#x}",
@@ -448,7 +334,7 @@ fn xproc_child(sizes: &[usize]) -> Result<()> {
             vec![("xproc_put", put_to(1)), ("xproc_local_put", put_to(0))];
         let mut rows = Vec::new();
         for &size in sizes {
-            let r = sweep_size(&timer, size, &ops)?;
+            let r = sweep_rows(&timer, size, &ops)?;
             println!(
                 "{:>10} B  cross-process put {:>8.1}  local put {:>8.1} GB/s",
                 size, r[0].gbps, r[1].gbps
@@ -524,17 +410,6 @@ fn cross_process(args: &[String]) -> Result<Vec<Row>> {
         });
     }
     Ok(rows)
-}
-
-fn parse_size(s: &str) -> Option<usize> {
-    let s = s.trim();
-    let (num, mul) = match s.chars().last()? {
-        'K' | 'k' => (&s[..s.len() - 1], KIB),
-        'M' | 'm' => (&s[..s.len() - 1], MIB),
-        'G' | 'g' => (&s[..s.len() - 1], GIB),
-        _ => (s, 1),
-    };
-    num.parse::<usize>().ok()?.checked_mul(mul)
 }
 
 fn find(rows: &[Row], line: &str, bytes: usize) -> Option<f64> {

@@ -116,6 +116,14 @@ pub enum Error {
         /// The runtime's description of the code.
         message: String,
     },
+    /// This rank's device cannot reach the memory of a peer's device (no peer-to-peer
+    /// path between the two GPUs), so mapping that peer's memory here would fault.
+    PeerUnreachable {
+        /// This rank's device ordinal.
+        device: usize,
+        /// The ordinal of the device that holds the peer's memory.
+        peer_device: usize,
+    },
     /// No code object of the project's kernels for this device's architecture.
     NoCodeObject {
         /// The device's architecture name.
@@ -206,6 +214,13 @@ impl fmt::Display for Error {
                 code,
                 message,
             } => write!(f, "{call} failed: {code} ({message})"),
+            Self::PeerUnreachable {
+                device,
+                peer_device,
+            } => write!(
+                f,
+                "device {device} has no peer-to-peer access to device {peer_device}"
+            ),
             Self::NoCodeObject { arch } => write!(f, "no symmem code object for {arch}"),
             Self::Os { what, source } => write!(f, "{what}: {source}"),
             Self::Bootstrap(msg) => write!(f, "bootstrap: {msg}"),

@@ -45,7 +45,10 @@ fn child<B: Backend>(bootstrap: UnixBootstrap, backend: B) -> symmem::Result<()>
 fn run_child(mode: &str) -> ! {
     let result = UnixBootstrap::from_env().and_then(|bootstrap| match mode {
         "cpu" => child(bootstrap, Cpu::new()),
-        "cuda" => child(bootstrap, Cuda::new(0)?),
+        "cuda" => {
+            let backend = Cuda::for_rank(bootstrap.rank())?;
+            child(bootstrap, backend)
+        }
         _ => panic!("bad {CHILD}={mode}"),
     });
     exit_child(&result)

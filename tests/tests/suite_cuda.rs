@@ -1,5 +1,7 @@
 //! The backend-parameterized suite on the CUDA backend: every rank a thread with its own
-//! `Cuda` instance on GPU 0 (each mapping every peer's VMM heap at its own address).
+//! `Cuda` instance on GPU `rank % device_count` ([`Cuda::for_rank`]: one GPU per rank on
+//! a machine with enough of them, all on GPU 0 on a machine with one), each mapping every
+//! peer's VMM heap at its own address (over NVLink/PCIe peer access across GPUs).
 //! Skips, printing why, where there is no usable GPU.
 
 use std::sync::OnceLock;
@@ -9,8 +11,8 @@ use symmem::backend::cuda::Cuda;
 type TestBackend = Cuda;
 const KIND: BackendKind = BackendKind::Cuda;
 
-fn make_backend(_rank: usize) -> symmem::Result<Cuda> {
-    Cuda::new(0)
+fn make_backend(rank: usize) -> symmem::Result<Cuda> {
+    Cuda::for_rank(rank)
 }
 
 /// True (after printing the reason once per test) when no GPU answers.

@@ -196,12 +196,6 @@ fn config_for(bytes: usize, ranks: usize) -> Config {
     }
 }
 
-/// One GPU per rank when there are several (rank `r` on GPU `r % count`), else every
-/// rank on GPU 0.
-fn rank_device(rank: usize) -> usize {
-    rank % Cuda::device_count().unwrap_or(1).max(1)
-}
-
 fn run_external(bootstrap: Box<dyn Bootstrap>, o: &Options) -> Result<()> {
     fn go<B: Backend>(bootstrap: Box<dyn Bootstrap>, backend: B, o: &Options) -> Result<()> {
         let config = config_for(o.bytes, bootstrap.world_size());
@@ -214,8 +208,8 @@ fn run_external(bootstrap: Box<dyn Bootstrap>, o: &Options) -> Result<()> {
     match o.backend.as_str() {
         "cpu" => go(bootstrap, Cpu::new(), o),
         "cuda" => {
-            let device = rank_device(bootstrap.rank());
-            go(bootstrap, Cuda::new(device)?, o)
+            let backend = Cuda::for_rank(bootstrap.rank())?;
+            go(bootstrap, backend, o)
         }
         _ => Err(Error::Unsupported("backend (use cpu or cuda)")),
     }
@@ -246,7 +240,7 @@ fn run_threads(o: &Options) -> Result<()> {
     }
     match o.backend.as_str() {
         "cpu" => go(o, &config, |_| Ok(Cpu::new())),
-        "cuda" => go(o, &config, |rank| Cuda::new(rank_device(rank))),
+        "cuda" => go(o, &config, Cuda::for_rank),
         _ => Err(Error::Unsupported("backend (use cpu or cuda)")),
     }
 }

@@ -203,6 +203,27 @@ pub(super) fn primary_ctx_release(dev: Device) -> Result<()> {
     })
 }
 
+/// `cuDeviceCanAccessPeer`: whether kernels on `dev` can access memory on `peer`.
+pub(super) fn device_can_access_peer(dev: Device, peer: Device) -> Result<bool> {
+    let mut v = MaybeUninit::<c_int>::uninit();
+    // SAFETY: `v` is a valid out-pointer.
+    check("cuDeviceCanAccessPeer", unsafe {
+        sys::cuDeviceCanAccessPeer(v.as_mut_ptr(), dev, peer)
+    })?;
+    // SAFETY: written by the driver on success.
+    Ok(unsafe { v.assume_init() } != 0)
+}
+
+/// `cuCtxEnablePeerAccess(peer, 0)` from the current context; access that is already
+/// enabled counts as success.
+pub(super) fn ctx_enable_peer_access(peer: Context) -> Result<()> {
+    // SAFETY: `peer` is a live context (the caller holds a retain of it).
+    match unsafe { sys::cuCtxEnablePeerAccess(peer.0, 0) } {
+        sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => Ok(()),
+        rc => check("cuCtxEnablePeerAccess", rc),
+    }
+}
+
 /// `cuCtxSetCurrent` on the calling thread.
 pub(super) fn ctx_set_current(ctx: Context) -> Result<()> {
     // SAFETY: `ctx` is a live context (the caller holds a retain of it).
@@ -406,6 +427,18 @@ pub(super) fn mem_create(bytes: usize, ordinal: c_int) -> Result<MemHandle> {
     Ok(unsafe { h.assume_init() })
 }
 
+/// The device ordinal whose memory backs `handle` (`cuMemGetAllocationPropertiesFromHandle`).
+pub(super) fn mem_handle_device(handle: MemHandle) -> Result<c_int> {
+    let mut prop = MaybeUninit::<sys::CUmemAllocationProp>::zeroed();
+    // SAFETY: `prop` is a valid out-pointer; the driver validates `handle`.
+    check("cuMemGetAllocationPropertiesFromHandle", unsafe {
+        sys::cuMemGetAllocationPropertiesFromHandle(prop.as_mut_ptr(), handle)
+    })?;
+    // SAFETY: written by the driver on success.
+    let prop = unsafe { prop.assume_init() };
+    Ok(prop.location.id)
+}
+
 /// `cuMemRelease`.
 ///
 /// # Safety
@@ -566,6 +599,26 @@ pub(super) unsafe fn memcpy_dtod_async(
     // SAFETY: forwarded from the caller.
     check("cuMemcpyDtoDAsync", unsafe {
         sys::cuMemcpyDtoDAsync_v2(dst, src, bytes, stream.0)
+    })
+}
+
+/// `cuMemcpyPeerAsync`: `bytes` from `src` in `src_ctx` to `dst` in `dst_ctx`, on `stream`.
+///
+/// # Safety
+/// `src..src + bytes` is readable device memory of `src_ctx`'s device and
+/// `dst..dst + bytes` writable device memory of `dst_ctx`'s, until the copy completes;
+/// both contexts are live.
+pub(super) unsafe fn memcpy_peer_async(
+    dst: DevicePtr,
+    dst_ctx: Context,
+    src: DevicePtr,
+    src_ctx: Context,
+    bytes: usize,
+    stream: Stream,
+) -> Result<()> {
+    // SAFETY: forwarded from the caller.
+    check("cuMemcpyPeerAsync", unsafe {
+        sys::cuMemcpyPeerAsync(dst, dst_ctx.0, src, src_ctx.0, bytes, stream.0)
     })
 }
 

@@ -100,9 +100,44 @@ struct Context {
 }
 
 impl Context {
+    /// Retains device `ordinal`'s primary context.
+    fn retain_primary(ordinal: usize) -> Result<Self> {
+        let device = driver::device_get(ordinal)?;
+        let ordinal = c_int::try_from(ordinal).map_err(|_| Error::NoDevice { backend: "cuda" })?;
+        Ok(Self {
+            device,
+            ordinal,
+            ctx: driver::primary_ctx_retain(device)?,
+        })
+    }
+
     /// Makes the context current on the calling thread.
     fn make_current(&self) -> Result<()> {
         driver::ctx_set_current(self.ctx)
+    }
+
+    /// [`Error::PeerUnreachable`] unless kernels of this context's device can access
+    /// memory on device `peer` (always true for the device itself).
+    fn check_reaches(&self, peer: driver::Device, peer_ordinal: c_int) -> Result<()> {
+        if peer_ordinal == self.ordinal || driver::device_can_access_peer(self.device, peer)? {
+            return Ok(());
+        }
+        Err(Error::PeerUnreachable {
+            device: self.ordinal as usize,
+            peer_device: peer_ordinal as usize,
+        })
+    }
+}
+
+/// A retain of one device's primary context: what a copy between two devices names
+/// ([`timing::Timer::memcpy_peer`]). Released on drop.
+#[derive(Debug, Clone)]
+pub struct DeviceContext(Arc<Context>);
+
+impl DeviceContext {
+    /// The device ordinal.
+    pub fn ordinal(&self) -> usize {
+        self.0.ordinal as usize
     }
 }
 
@@ -260,7 +295,11 @@ enum MappingOwner {
         _opened: IpcOpened,
     },
     /// An allocation of this same process: a non-owning alias of the exporter's pointer.
-    Alias,
+    Alias {
+        /// For another device's allocation, a retain of that device's primary context,
+        /// to which this rank's context has peer access.
+        _peer: Option<DeviceContext>,
+    },
 }
 
 /// A pointer from `cuIpcOpenMemHandle`; closed on drop.
@@ -291,7 +330,7 @@ impl CudaMapping {
     /// True when this mapping is a non-owning alias of memory exported by this same
     /// process (the in-process IPC path).
     pub fn is_alias(&self) -> bool {
-        matches!(self.owner, MappingOwner::Alias)
+        matches!(self.owner, MappingOwner::Alias { .. })
     }
 
     /// True when this mapping was opened with `cuIpcOpenMemHandle`.
@@ -463,14 +502,8 @@ impl Cuda {
             return Err(Error::NoDevice { backend: "cuda" });
         }
         let driver_version = driver::driver_version()?;
-        let device = driver::device_get(ordinal)?;
-        let ordinal_c =
-            c_int::try_from(ordinal).map_err(|_| Error::NoDevice { backend: "cuda" })?;
-        let ctx = Arc::new(Context {
-            device,
-            ordinal: ordinal_c,
-            ctx: driver::primary_ctx_retain(device)?,
-        });
+        let ctx = Arc::new(Context::retain_primary(ordinal)?);
+        let device = ctx.device;
         ctx.make_current()?;
 
         let name = driver::device_name(device)?;
@@ -533,9 +566,36 @@ impl Cuda {
         })
     }
 
+    /// The backend for `rank` on a machine with several GPUs: device
+    /// `rank % device_count`, so one GPU per rank while there are enough and ranks
+    /// sharing GPUs round-robin after that.
+    ///
+    /// # Errors
+    /// As [`Cuda::device_count`] and [`Cuda::new`].
+    pub fn for_rank(rank: usize) -> Result<Self> {
+        Self::new(rank % Self::device_count()?)
+    }
+
     /// The device ordinal this backend drives.
     pub fn ordinal(&self) -> usize {
         self.ordinal
+    }
+
+    /// A retain of this backend's context, for copies between devices.
+    pub fn context(&self) -> DeviceContext {
+        DeviceContext(Arc::clone(&self.ctx))
+    }
+
+    /// A retain of device `ordinal`'s primary context (the one that device's backends
+    /// use), for copies between devices.
+    ///
+    /// # Errors
+    /// [`Error::NoDevice`] for an ordinal the driver does not know; [`Error::Driver`].
+    pub fn device_context(ordinal: usize) -> Result<DeviceContext> {
+        if ordinal >= Self::device_count()? {
+            return Err(Error::NoDevice { backend: "cuda" });
+        }
+        Ok(DeviceContext(Arc::new(Context::retain_primary(ordinal)?)))
     }
 
     /// The device's architecture, `sm_{major}{minor}`.
@@ -673,6 +733,12 @@ impl Backend for Cuda {
             ctx: Arc::clone(&self.ctx),
             handle: imported,
         };
+        // A heap on another GPU maps here only over a peer-to-peer path.
+        let owner = driver::mem_handle_device(physical.handle)?;
+        let owner_ordinal =
+            usize::try_from(owner).map_err(|_| Error::NoDevice { backend: "cuda" })?;
+        self.ctx
+            .check_reaches(driver::device_get(owner_ordinal)?, owner)?;
         let view = map_physical(physical, exported, self.granularity)?;
         Ok(CudaMapping {
             base: view.mapped.base,
@@ -721,15 +787,20 @@ impl Backend for Cuda {
             // cuIpcOpenMemHandle fails with CUDA_ERROR_INVALID_CONTEXT in the exporting
             // process. All ranks of this process share the device's primary context, so
             // the exporter's pointer is valid here as it is.
-            if export.ordinal as usize != self.ordinal {
-                return Err(Error::Unsupported(
-                    "in-process import of another device's allocation (needs peer access)",
-                ));
-            }
+            // Another device's allocation needs peer access from this context.
+            let peer = if export.ordinal as usize == self.ordinal {
+                None
+            } else {
+                let peer = Context::retain_primary(export.ordinal as usize)?;
+                self.ctx.check_reaches(peer.device, peer.ordinal)?;
+                self.ctx.make_current()?;
+                driver::ctx_enable_peer_access(peer.ctx)?;
+                Some(DeviceContext(Arc::new(peer)))
+            };
             return Ok(CudaMapping {
                 base: export.ptr,
                 len: bytes,
-                owner: MappingOwner::Alias,
+                owner: MappingOwner::Alias { _peer: peer },
             });
         }
         self.ctx.make_current()?;
@@ -903,6 +974,24 @@ mod tests {
             Ok(cuda) => println!("a CUDA device is present: {cuda:?}"),
             Err(e) => panic!("expected LibraryMissing or NoDevice, got {e:?}"),
         }
+        // Every entry point answers the same way before touching a device.
+        let typed = |e: &Error| {
+            matches!(
+                e,
+                Error::LibraryMissing { .. } | Error::NoDevice { backend: "cuda" }
+            )
+        };
+        if let Err(e) = Cuda::device_count() {
+            assert!(typed(&e), "{e:?}");
+            assert!(typed(&Cuda::for_rank(5).unwrap_err()));
+            assert!(typed(&Cuda::device_context(0).unwrap_err()));
+        }
+        // Past the last device is NoDevice whatever the machine.
+        let n = Cuda::device_count().unwrap_or(0);
+        assert!(matches!(
+            Cuda::device_context(n),
+            Err(Error::NoDevice { .. } | Error::LibraryMissing { .. })
+        ));
     }
 
     #[test]
@@ -1008,7 +1097,56 @@ mod tests {
     #[test]
     fn cuda_gpu_two_ranks_put_through_imported_heap() {
         let Some(r0) = device_or_skip() else { return };
-        let r1 = Cuda::new(0).unwrap();
+        put_through_imported_heap(r0, Cuda::new(0).unwrap());
+    }
+
+    /// The backends of ranks 0 and 1 on devices 0 and 1, or the reason there are none.
+    fn two_devices_or_skip() -> Option<(Cuda, Cuda)> {
+        match Cuda::device_count() {
+            Ok(n) if n >= 2 => Some((Cuda::new(0).unwrap(), Cuda::new(1).unwrap())),
+            Ok(n) => {
+                println!("skipped: {n} CUDA device(s), this test needs 2");
+                None
+            }
+            Err(e) => {
+                println!("skipped: {e}");
+                None
+            }
+        }
+    }
+
+    /// As above with the two ranks on two GPUs: each maps the other's heap over the
+    /// peer-to-peer path (or gets [`Error::PeerUnreachable`] where there is none).
+    #[test]
+    fn cuda_gpu_two_devices_put_through_imported_heap() {
+        let Some((r0, r1)) = two_devices_or_skip() else {
+            return;
+        };
+        let (d0, d1) = (
+            driver::device_get(0).unwrap(),
+            driver::device_get(1).unwrap(),
+        );
+        if !driver::device_can_access_peer(d0, d1).unwrap() {
+            let h1 = r1.create_heap(r1.heap_granularity()).unwrap();
+            let err = r0
+                .import_heap(r1.export_heap(&h1).unwrap(), h1.len())
+                .unwrap_err();
+            assert!(matches!(
+                err,
+                Error::PeerUnreachable {
+                    device: 0,
+                    peer_device: 1
+                }
+            ));
+            println!("skipped: devices 0 and 1 have no peer path ({err})");
+            return;
+        }
+        put_through_imported_heap(r0, r1);
+    }
+
+    /// Rank 0 puts into rank 1's heap through its mapping of it and rank 1 gets from
+    /// rank 0's, each through a two-entry table; the allocation path never syncs.
+    fn put_through_imported_heap(r0: Cuda, r1: Cuda) {
         let g = r0.heap_granularity();
         println!(
             "granularity {g}, driver {}, code object {}",
@@ -1139,6 +1277,42 @@ mod tests {
             "drop errors: {:?}",
             Cuda::last_drop_error()
         );
+    }
+
+    /// In one process, rank 1 on device 1 imports rank 0's `cuMemAlloc` on device 0: an
+    /// alias with peer access enabled, which rank 1's copy kernel reads.
+    #[test]
+    fn cuda_gpu_two_devices_in_process_alias() {
+        let Some((r0, r1)) = two_devices_or_skip() else {
+            return;
+        };
+        let len = (1 << 20) + 5;
+        let mem = r0.alloc_device(len).unwrap();
+        let data = pattern(len, 9);
+        r0.upload(mem.base(), &data).unwrap();
+        r0.synchronize().unwrap();
+        let alias = match r1.import_device_memory(r0.export_device_memory(&mem).unwrap(), len) {
+            Ok(alias) => alias,
+            Err(e @ Error::PeerUnreachable { .. }) => {
+                println!("skipped: {e}");
+                return;
+            }
+            Err(e) => panic!("cross-device alias: {e}"),
+        };
+        assert!(alias.is_alias());
+        assert_eq!(alias.base(), mem.base());
+        let dst = r1.alloc_device(len).unwrap();
+        let copy = KernelCall::Copy {
+            dst: dst.base(),
+            src: alias.base(),
+            bytes: len as u64,
+        };
+        r1.launch(&copy, r1.default_grid(&copy)).unwrap();
+        let mut got = vec![0u8; len];
+        r1.download(&mut got, dst.base()).unwrap();
+        assert!(got == data, "device 1 read device 0's memory wrong");
+        drop((alias, dst, mem));
+        assert_eq!(Cuda::drop_errors(), 0, "{:?}", Cuda::last_drop_error());
     }
 
     /// `cuMemAlloc` + IPC in one process gives a non-owning alias; a copy kernel works on

@@ -8,7 +8,7 @@
 //! nothing needs ordering between streams. The timer's own waits are not counted in
 //! [`Backend::device_to_host_syncs`]: they are the benchmark's waits, not the library's.
 
-use super::{Cuda, driver, record_drop};
+use super::{Cuda, DeviceContext, driver, record_drop};
 use crate::backend::{Backend, Grid};
 use crate::error::Result;
 use crate::kernels::KernelCall;
@@ -62,6 +62,39 @@ impl Timer<'_> {
         self.cuda.ctx.make_current()?;
         // SAFETY: forwarded from the caller; the stream is live.
         unsafe { driver::memcpy_dtod_async(dst, src, bytes, self.cuda.stream.stream) }
+    }
+
+    /// Enqueues `cuMemcpyPeerAsync` of `bytes` from `src` (memory of `src_ctx`'s device)
+    /// to `dst` (memory of `dst_ctx`'s device) on the backend's stream: the driver's
+    /// reference copy between two GPUs.
+    ///
+    /// # Errors
+    /// [`crate::Error::Driver`] when the driver refuses the copy.
+    ///
+    /// # Safety
+    /// `src..src+bytes` is readable device memory of `src_ctx`'s device and
+    /// `dst..dst+bytes` writable device memory of `dst_ctx`'s, until the copy completes.
+    pub unsafe fn memcpy_peer(
+        &self,
+        dst: u64,
+        dst_ctx: &DeviceContext,
+        src: u64,
+        src_ctx: &DeviceContext,
+        bytes: usize,
+    ) -> Result<()> {
+        self.cuda.ctx.make_current()?;
+        // SAFETY: forwarded from the caller; both contexts are retained by the borrowed
+        // handles and the stream is live.
+        unsafe {
+            driver::memcpy_peer_async(
+                dst,
+                dst_ctx.0.ctx,
+                src,
+                src_ctx.0.ctx,
+                bytes,
+                self.cuda.stream.stream,
+            )
+        }
     }
 
     /// Records the start event, runs `enqueue` (which enqueues work through this timer),

@@ -1,0 +1,179 @@
+//! What the CUDA benchmarks share: sizes, statistics, the source pattern and the sweep
+//! that times several operations at one size with CUDA events (graph-replayed batches
+//! below [`BATCH_BYTES`], single launches on a rotation of slots above).
+
+use symmem::backend::Backend;
+use symmem::backend::cuda::Cuda;
+use symmem::backend::cuda::timing::Timer;
+use symmem::{Error, Result};
+
+pub const KIB: usize = 1 << 10;
+pub const MIB: usize = 1 << 20;
+pub const GIB: usize = 1 << 30;
+/// Below this size a sample is a batch of operations.
+pub const BATCH_BYTES: usize = 64 * MIB;
+/// The most operations in one batch.
+pub const MAX_BATCH: usize = 100;
+
+/// Operations per sample at `size`: `clamp(BATCH_BYTES / size, 1, MAX_BATCH)`.
+pub fn batch_for(size: usize) -> usize {
+    (BATCH_BYTES / size).clamp(1, MAX_BATCH)
+}
+
+/// The value at fraction `p` of `sorted` (nearest rank).
+pub fn percentile(sorted: &[f64], p: f64) -> f64 {
+    let i = ((sorted.len() - 1) as f64 * p).round() as usize;
+    sorted[i]
+}
+
+/// Median, p10 and p90 of `v`.
+pub fn stats(v: &[f64]) -> (f64, f64, f64) {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    (
+        percentile(&s, 0.5),
+        percentile(&s, 0.1),
+        percentile(&s, 0.9),
+    )
+}
+
+/// `len` pseudo-random bytes with no zero among them (xorshift, fixed seed).
+pub fn pattern(len: usize) -> Vec<u8> {
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % 255) as u8 + 1
+        })
+        .collect()
+}
+
+/// A size such as `4096`, `64K`, `16M` or `1G`.
+pub fn parse_size(s: &str) -> Option<usize> {
+    let s = s.trim();
+    let (num, mul) = match s.chars().last()? {
+        'K' | 'k' => (&s[..s.len() - 1], KIB),
+        'M' | 'm' => (&s[..s.len() - 1], MIB),
+        'G' | 'g' => (&s[..s.len() - 1], GIB),
+        _ => (s, 1),
+    };
+    num.parse::<usize>().ok()?.checked_mul(mul)
+}
+
+/// One timed operation of a line: what it enqueues for a slot at byte `offset`, of
+/// `size` bytes.
+pub type Op<'a> = Box<dyn Fn(&Timer, u64, usize) -> Result<()> + 'a>;
+
+/// The timed samples of one line at one size.
+pub struct Sweep {
+    /// Operations per sample.
+    pub batch: usize,
+    /// Milliseconds per sample (a whole batch).
+    pub ms: Vec<f64>,
+}
+
+impl Sweep {
+    /// Median microseconds of one operation.
+    pub fn median_us(&self) -> f64 {
+        stats(&self.ms).0 * 1e3 / self.batch as f64
+    }
+
+    /// Median, p10 and p90 GB/s when one operation moves `bytes` (10^9 bytes per second).
+    pub fn gbps(&self, bytes: usize) -> (f64, f64, f64) {
+        let per_sample = (bytes * self.batch) as f64;
+        let v: Vec<f64> = self
+            .ms
+            .iter()
+            .map(|t| per_sample / (t * 1e-3) / 1e9)
+            .collect();
+        stats(&v)
+    }
+}
+
+/// Times `ops` at `size`, interleaved sample by sample, `warmup` untimed samples then
+/// `samples` timed ones. A single launch takes the next slot of a rotation over
+/// `capacity` bytes; a batch is captured once per line into a CUDA graph over the first
+/// `batch` slots and replayed for every sample.
+pub fn sweep_size(
+    timer: &Timer,
+    size: usize,
+    capacity: usize,
+    (warmup, samples): (usize, usize),
+    ops: &[(&'static str, Op<'_>)],
+) -> Result<Vec<Sweep>> {
+    let batch = batch_for(size);
+    let slots = (capacity / size).max(1);
+    let enqueue_batch = |t: &Timer, op: &Op<'_>, first: usize| -> Result<()> {
+        for b in 0..batch {
+            op(t, (((first + b) % slots) * size) as u64, size)?;
+        }
+        Ok(())
+    };
+    let replays = if batch > 1 {
+        ops.iter()
+            .map(|(_, op)| timer.capture(|t| enqueue_batch(t, op, 0)))
+            .collect::<Result<Vec<_>>>()?
+    } else {
+        Vec::new()
+    };
+    let mut next = 0usize;
+    let mut ms: Vec<Vec<f64>> = vec![Vec::new(); ops.len()];
+    for sample in 0..warmup + samples {
+        for (i, (_, op)) in ops.iter().enumerate() {
+            let t = match replays.get(i) {
+                Some(replay) => timer.time_ms(|t| t.replay(replay))?,
+                None => {
+                    next += 1;
+                    timer.time_ms(|t| enqueue_batch(t, op, next))?
+                }
+            };
+            if sample >= warmup {
+                ms[i].push(f64::from(t));
+            }
+        }
+    }
+    Ok(ms.into_iter().map(|ms| Sweep { batch, ms }).collect())
+}
+
+/// Fills `len` bytes at `src` with `pat` repeated (`len` a multiple of its length): one
+/// upload, then device copies.
+pub fn fill_source(cuda: &Cuda, timer: &Timer, src: u64, len: usize, pat: &[u8]) -> Result<()> {
+    cuda.upload(src, pat)?;
+    cuda.synchronize()?;
+    for i in 1..len / pat.len() {
+        // SAFETY: both ranges lie inside the `len`-byte allocation at `src`.
+        unsafe { timer.memcpy_dtod(src + (i * pat.len()) as u64, src, pat.len())? };
+    }
+    timer.synchronize()
+}
+
+/// Poisons `dst..dst+size+4096`, runs `op` at offset 0, and checks that `dst` holds
+/// `pat` repeated and the 4 KiB after it are untouched.
+pub fn verify(
+    cuda: &Cuda,
+    timer: &Timer,
+    what: &str,
+    dst: u64,
+    size: usize,
+    pat: &[u8],
+    op: &Op<'_>,
+) -> Result<()> {
+    let guard = 4096;
+    cuda.memset(dst, 0xee, size + guard)?;
+    cuda.synchronize()?;
+    op(timer, 0, size)?;
+    timer.synchronize()?;
+    let mut got = vec![0u8; size + guard];
+    cuda.download(&mut got, dst)?;
+    let bad = (0..size).find(|&i| got[i] != pat[i % pat.len()]);
+    let overrun = got[size..].iter().any(|&b| b != 0xee);
+    if bad.is_some() || overrun {
+        return Err(Error::Bootstrap(format!(
+            "{what} of {size} bytes wrong: first bad byte {bad:?}, overrun {overrun}"
+        )));
+    }
+    println!("verified {what} of {size} bytes");
+    Ok(())
+}

@@ -1,0 +1,572 @@
+//! The multi-GPU benchmark (issue 7): `cargo bench -p symmem --bench multi_gpu`.
+//!
+//! Ranks are threads, rank `r` on GPU `r % count` ([`Cuda::for_rank`]), every rank mapping
+//! every peer's VMM heap (over NVLink between H200s). Two parts, both written to
+//! `multi_gpu.csv` with the header `tool,op,world,bytes,batch,median_us,algbw_gbs,busbw_gbs`
+//! that `peers/nccl_collectives.py` writes too (`peers/plot_multi_gpu.py` joins them):
+//!
+//! - **Point to point**, ranks 0 and 1: `put` (rank 0's kernel writes rank 1's copy of a
+//!   symmetric buffer through the translated address), `get` (rank 0's kernel reads rank
+//!   1's copy into local memory), against `cuMemcpyPeerAsync` of the same bytes in each
+//!   direction (`memcpy_peer_put`, `memcpy_peer_get`, tool `cuda`), timed as
+//!   `benches/cuda.rs` times (graph-replayed batches below 64 MiB, single operations on a
+//!   rotation of slots above, median of 20 after 3). GB/s counts each byte once
+//!   (what crosses the link); `world` is 2 in these rows.
+//! - **Collectives** at the whole world: `all_gather`, `all_reduce_1shot`,
+//!   `all_reduce_2shot` (f32 sum) and `reduce_scatter` (f32 sum), sizes in nccl-tests'
+//!   convention (all-gather: output bytes; reduce-scatter: input bytes; all-reduce: buffer
+//!   bytes). A sample is `clamp(64 MiB / size, 1, 20)` back-to-back calls between two
+//!   CUDA events on rank 0's stream (every rank runs the same loop; the Python peers time
+//!   theirs the same way), median of 20 after 3. Bus bandwidth is nccl-tests': algbw
+//!   times `(n-1)/n` (all-gather, reduce-scatter) or `2(n-1)/n` (all-reduce); 1 at n = 1.
+//!   Every grid of `--blocks` runs; the CSV keeps the fastest per operation and size,
+//!   stdout shows them all. Each result is checked after its timing.
+//!
+//! Options: `--world N` (default: the GPU count; with fewer GPUs than ranks, ranks share
+//! GPUs round-robin: a smoke test of the code path, not a measurement of links),
+//! `--sizes 4K,1M,...` (default 4 KiB to 1 GiB), `--blocks 32,132,264` (per rank),
+//! `--out DIR` (default `target/bench-multi-gpu`). Prints `skipped: <reason>` and exits 0
+//! where fewer than 2 GPUs answer and no `--world` was given.
+
+mod common;
+
+use common::{
+    GIB, KIB, MIB, Op, Sweep, fill_source, parse_size, pattern, stats, sweep_size, verify,
+};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+use symmem::backend::cuda::Cuda;
+use symmem::backend::cuda::timing::Timer;
+use symmem::backend::{Backend, DeviceRegion, Grid};
+use symmem::collectives::{Algorithm, Collectives, ReduceOp};
+use symmem::kernels::KernelCall;
+use symmem::{Config, Error, Result, World};
+
+/// Sizes of both parts.
+const SIZES: [usize; 10] = [
+    4 * KIB,
+    16 * KIB,
+    64 * KIB,
+    256 * KIB,
+    MIB,
+    4 * MIB,
+    16 * MIB,
+    64 * MIB,
+    256 * MIB,
+    GIB,
+];
+const WARMUP: usize = 3;
+const SAMPLES: usize = 20;
+/// The most back-to-back collectives in one sample.
+const MAX_COLLECTIVE_BATCH: usize = 20;
+const THREADS: u32 = 256;
+const CSV_HEADER: &str = "tool,op,world,bytes,batch,median_us,algbw_gbs,busbw_gbs";
+/// The source pattern's period.
+const PATTERN: usize = 16 * MIB;
+
+/// One CSV row.
+#[derive(Clone, Debug)]
+struct Row {
+    tool: &'static str,
+    op: &'static str,
+    world: usize,
+    bytes: usize,
+    batch: usize,
+    median_us: f64,
+    algbw: f64,
+    busbw: f64,
+    /// The grid's blocks per rank (collectives only; not in the CSV).
+    blocks: u32,
+}
+
+impl Row {
+    fn csv(&self) -> String {
+        format!(
+            "{},{},{},{},{},{:.3},{:.2},{:.2}",
+            self.tool,
+            self.op,
+            self.world,
+            self.bytes,
+            self.batch,
+            self.median_us,
+            self.algbw,
+            self.busbw
+        )
+    }
+}
+
+/// Rank 1's buffer and its device, as rank 0 needs them for the driver's peer copies.
+struct PeerView {
+    native: u64,
+    ordinal: usize,
+}
+
+/// Exchanges every rank's local address of `ptr` and device ordinal; returns rank 1's.
+fn rank1_view(world: &World<Cuda>, ptr: u64) -> Result<PeerView> {
+    let mine = [ptr, world.backend().ordinal() as u64];
+    let all = world.all_gather_bytes(bytemuck::cast_slice(&mine))?;
+    let theirs: [u64; 2] = bytemuck::pod_read_unaligned(&all[1]);
+    Ok(PeerView {
+        native: theirs[0],
+        ordinal: theirs[1] as usize,
+    })
+}
+
+/// Part 1 on rank 0: put/get through the symmetric buffer against `cuMemcpyPeerAsync`.
+fn point_to_point_rank0(
+    world: &World<Cuda>,
+    buffer: u64,
+    bases: u64,
+    peer: &PeerView,
+    sizes: &[usize],
+    max: usize,
+) -> Result<Vec<Row>> {
+    let cuda = world.backend();
+    let timer = cuda.timer()?;
+    let (ctx0, ctx1) = (cuda.context(), Cuda::device_context(peer.ordinal)?);
+    let pat = pattern(PATTERN.min(max));
+    let src = cuda.alloc_device(max)?;
+    let dst = cuda.alloc_device(max + 4096)?;
+    let (s0, d0) = (src.base(), dst.base());
+    fill_source(cuda, &timer, s0, max, &pat)?;
+    let remote = world.translate(buffer, 1)?;
+    println!(
+        "p2p: rank 0 on GPU {}, rank 1 on GPU {}; rank 1's buffer {:#x} (its address), mapped on rank 0 at {remote:#x}",
+        cuda.ordinal(),
+        peer.ordinal,
+        peer.native
+    );
+    let native1 = peer.native;
+    let ops: Vec<(&'static str, Op<'_>)> = vec![
+        (
+            "put",
+            Box::new(move |t: &Timer, off, n| {
+                let call = KernelCall::Put {
+                    dst: buffer + off,
+                    src: s0 + off,
+                    bytes: n as u64,
+                    bases,
+                    world: world.world_size() as u32,
+                    cur: 0,
+                    to: 1,
+                };
+                t.launch(&call, cuda.default_grid(&call))
+            }),
+        ),
+        (
+            "get",
+            Box::new(move |t: &Timer, off, n| {
+                let call = KernelCall::Get {
+                    dst: d0 + off,
+                    src: buffer + off,
+                    bytes: n as u64,
+                    bases,
+                    world: world.world_size() as u32,
+                    cur: 0,
+                    from: 1,
+                };
+                t.launch(&call, cuda.default_grid(&call))
+            }),
+        ),
+        (
+            "memcpy_peer_put",
+            Box::new(|t: &Timer, off, n| {
+                // SAFETY: `off + n <= max`: the source lies in `src`, the destination in
+                // rank 1's copy of the `max`-byte symmetric buffer on its device.
+                unsafe { t.memcpy_peer(native1 + off, &ctx1, s0 + off, &ctx0, n) }
+            }),
+        ),
+        (
+            "memcpy_peer_get",
+            Box::new(|t: &Timer, off, n| {
+                // SAFETY: as above, the other way round, into `dst` (max + 4 KiB bytes).
+                unsafe { t.memcpy_peer(d0 + off, &ctx0, native1 + off, &ctx1, n) }
+            }),
+        ),
+    ];
+    let mut rows = Vec::new();
+    for &size in sizes.iter().filter(|&&s| s <= max) {
+        let sweeps = sweep_size(&timer, size, max, (WARMUP, SAMPLES), &ops)?;
+        let row = |(name, sweep): (&'static str, &Sweep)| {
+            let gbps = sweep.gbps(size).0;
+            Row {
+                tool: if name.starts_with("memcpy") {
+                    "cuda"
+                } else {
+                    "symmem"
+                },
+                op: name,
+                world: 2,
+                bytes: size,
+                batch: sweep.batch,
+                median_us: sweep.median_us(),
+                algbw: gbps,
+                busbw: gbps,
+                blocks: 0,
+            }
+        };
+        let r: Vec<Row> = ops.iter().map(|o| o.0).zip(&sweeps).map(row).collect();
+        println!(
+            "{size:>10} B  put {:>7.1}  memcpy_peer {:>7.1} ({:.3})   get {:>7.1}  memcpy_peer {:>7.1} ({:.3}) GB/s",
+            r[0].algbw,
+            r[2].algbw,
+            r[0].algbw / r[2].algbw,
+            r[1].algbw,
+            r[3].algbw,
+            r[1].algbw / r[3].algbw
+        );
+        rows.extend(r);
+    }
+    // Checks: put into rank 1's copy, then get it back; the driver's copies likewise.
+    for size in [4 * KIB + 16, MIB + 4096, 64 * MIB.min(max)] {
+        verify(cuda, &timer, "put", remote, size, &pat, &ops[0].1)?;
+        verify(cuda, &timer, "get", d0, size, &pat, &ops[1].1)?;
+        verify(
+            cuda,
+            &timer,
+            "memcpy_peer_put",
+            remote,
+            size,
+            &pat,
+            &ops[2].1,
+        )?;
+        verify(cuda, &timer, "memcpy_peer_get", d0, size, &pat, &ops[3].1)?;
+    }
+    Ok(rows)
+}
+
+/// Part 1 on every rank: ranks 0 and 1 take part, the others wait.
+fn point_to_point(world: &World<Cuda>, sizes: &[usize], max: usize) -> Result<Vec<Row>> {
+    let (buffer, bases) = world.allocate_symmetric::<u8>(max)?;
+    let peer = rank1_view(world, buffer.ptr())?;
+    world.barrier()?;
+    let rows = if world.rank() == 0 {
+        point_to_point_rank0(world, buffer.ptr(), bases.device_ptr(), &peer, sizes, max)?
+    } else {
+        Vec::new()
+    };
+    world.barrier()?;
+    Ok(rows)
+}
+
+/// Bus-bandwidth factor of `op` at `n` ranks (nccl-tests' convention; 1 for one rank).
+fn bus_factor(op: &str, n: usize) -> f64 {
+    if n == 1 {
+        return 1.0;
+    }
+    let base = (n - 1) as f64 / n as f64;
+    if op.starts_with("all_reduce") {
+        2.0 * base
+    } else {
+        base
+    }
+}
+
+/// Median microseconds per call of `op`: events around `batch` back-to-back calls.
+fn time_collective(timer: &Timer, batch: usize, op: &dyn Fn() -> Result<()>) -> Result<f64> {
+    let mut ms = Vec::with_capacity(SAMPLES);
+    for sample in 0..WARMUP + SAMPLES {
+        let t = timer.time_ms(|_| (0..batch).try_for_each(|_| op()))?;
+        if sample >= WARMUP {
+            ms.push(f64::from(t));
+        }
+    }
+    Ok(stats(&ms).0 * 1e3 / batch as f64)
+}
+
+/// The collectives' buffers of one rank, sized for the largest size.
+struct CollectiveBuffers<'w> {
+    gathered: symmem::SymmetricBuffer<'w, u8, Cuda>,
+    reduce_src: symmem::SymmetricBuffer<'w, f32, Cuda>,
+    reduce_dst: symmem::SymmetricBuffer<'w, f32, Cuda>,
+    gather_src: <Cuda as Backend>::DeviceMemory,
+    scatter_dst: <Cuda as Backend>::DeviceMemory,
+}
+
+/// Checks this rank's results of `op` at `size` (inputs are constant per rank).
+fn check(world: &World<Cuda>, b: &CollectiveBuffers<'_>, op: &str, size: usize) -> Result<()> {
+    let n = world.world_size();
+    let sum: f32 = (0..n).map(|r| r as f32 + 0.5).sum();
+    let backend = world.backend();
+    let bad = match op {
+        "all_gather" => {
+            let mut got = vec![0u8; size];
+            backend.download(&mut got, b.gathered.ptr())?;
+            got.chunks_exact(size / n)
+                .enumerate()
+                .any(|(p, c)| c.iter().any(|&x| x != p as u8 + 1))
+        }
+        "reduce_scatter" => {
+            let mut got = vec![0f32; size / 4 / n];
+            backend.download(bytemuck::cast_slice_mut(&mut got), b.scatter_dst.base())?;
+            got.iter().any(|&x| x != sum)
+        }
+        _ => {
+            let mut got = vec![0f32; size / 4];
+            backend.download(bytemuck::cast_slice_mut(&mut got), b.reduce_dst.ptr())?;
+            got.iter().any(|&x| x != sum)
+        }
+    };
+    if bad {
+        return Err(Error::Bootstrap(format!(
+            "rank {}: {op} of {size} bytes gave a wrong result",
+            world.rank()
+        )));
+    }
+    Ok(())
+}
+
+/// Part 2 on every rank: every collective at every size with every grid; rank 0's rows.
+fn collectives(world: &World<Cuda>, sizes: &[usize], grids: &[Grid]) -> Result<Vec<Row>> {
+    let (rank, n) = (world.rank(), world.world_size());
+    let sizes: Vec<usize> = sizes.iter().copied().filter(|s| s % (4 * n) == 0).collect();
+    let max = sizes.iter().copied().max().unwrap_or(0);
+    let backend = world.backend();
+    let b = CollectiveBuffers {
+        gathered: world.zeros::<u8>(max)?,
+        reduce_src: world.full::<f32>(max / 4, rank as f32 + 0.5)?,
+        reduce_dst: world.zeros::<f32>(max / 4)?,
+        gather_src: backend.alloc_device(max / n)?,
+        scatter_dst: backend.alloc_device(max / n)?,
+    };
+    backend.memset(b.gather_src.base(), rank as u8 + 1, max / n)?;
+    backend.synchronize()?;
+    let timer = backend.timer()?;
+    let mut rows = Vec::new();
+    for &grid in grids {
+        let coll = Collectives::with_grid(world, grid)?;
+        for &size in &sizes {
+            let batch = (common::BATCH_BYTES / size).clamp(1, MAX_COLLECTIVE_BATCH);
+            let count = size / 4;
+            let ops: [(&'static str, &dyn Fn() -> Result<()>); 4] = [
+                ("all_gather", &|| {
+                    coll.all_gather(&b.gathered, b.gather_src.base(), size / n)
+                }),
+                ("all_reduce_1shot", &|| {
+                    coll.all_reduce(
+                        &b.reduce_dst,
+                        &b.reduce_src,
+                        count,
+                        ReduceOp::Sum,
+                        Algorithm::OneShot,
+                    )
+                }),
+                ("all_reduce_2shot", &|| {
+                    coll.all_reduce(
+                        &b.reduce_dst,
+                        &b.reduce_src,
+                        count,
+                        ReduceOp::Sum,
+                        Algorithm::TwoShot,
+                    )
+                }),
+                ("reduce_scatter", &|| {
+                    coll.reduce_scatter(
+                        b.scatter_dst.base(),
+                        &b.reduce_src,
+                        count / n,
+                        ReduceOp::Sum,
+                    )
+                }),
+            ];
+            for (op, f) in ops {
+                // Every rank runs the same line at the same time: collectives wait for peers.
+                world.barrier()?;
+                let us = time_collective(&timer, batch, f)?;
+                timer.synchronize()?;
+                check(world, &b, op, size)?;
+                let algbw = size as f64 / us / 1e3;
+                rows.push(Row {
+                    tool: "symmem",
+                    op,
+                    world: n,
+                    bytes: size,
+                    batch,
+                    median_us: us,
+                    algbw,
+                    busbw: algbw * bus_factor(op, n),
+                    blocks: grid.blocks,
+                });
+            }
+        }
+        world.barrier()?;
+        coll.finalize()?;
+    }
+    Ok(if rank == 0 { rows } else { Vec::new() })
+}
+
+/// The fastest row of each (tool, op, bytes).
+fn best(rows: &[Row]) -> Vec<Row> {
+    let mut out: Vec<Row> = Vec::new();
+    for r in rows {
+        match out
+            .iter_mut()
+            .find(|o| o.tool == r.tool && o.op == r.op && o.bytes == r.bytes)
+        {
+            Some(o) if o.median_us > r.median_us => *o = r.clone(),
+            Some(_) => {}
+            None => out.push(r.clone()),
+        }
+    }
+    out
+}
+
+struct Options {
+    world: Option<usize>,
+    sizes: Vec<usize>,
+    blocks: Option<Vec<u32>>,
+    out: PathBuf,
+}
+
+fn options() -> std::result::Result<Options, String> {
+    let mut o = Options {
+        world: None,
+        sizes: SIZES.to_vec(),
+        blocks: None,
+        out: PathBuf::from("target/bench-multi-gpu"),
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        let mut value = || it.next().ok_or(format!("{a} needs a value"));
+        match a.as_str() {
+            "--world" => o.world = Some(value()?.parse().map_err(|_| "bad --world")?),
+            "--sizes" => {
+                o.sizes = value()?
+                    .split(',')
+                    .map(|s| parse_size(s).ok_or(format!("bad size {s}")))
+                    .collect::<std::result::Result<_, _>>()?;
+            }
+            "--blocks" => {
+                o.blocks = Some(
+                    value()?
+                        .split(',')
+                        .map(|s| s.parse().map_err(|_| format!("bad block count {s}")))
+                        .collect::<std::result::Result<_, _>>()?,
+                );
+            }
+            "--out" => o.out = PathBuf::from(value()?),
+            _ => {} // `cargo bench` passes `--bench`
+        }
+    }
+    if o.sizes
+        .iter()
+        .any(|&s| s == 0 || s % 16 != 0 || s > 4 * GIB)
+    {
+        return Err("sizes must be multiples of 16 bytes up to 4 GiB".into());
+    }
+    Ok(o)
+}
+
+fn run(o: &Options, n: usize, gpus: usize) -> Result<Vec<Row>> {
+    let max = o.sizes.iter().copied().max().unwrap_or(MIB);
+    // Ranks sharing a GPU must keep all their blocks resident together (collectives'
+    // device barriers): their share of two 256-thread blocks per SM of a 132-SM H200.
+    let per_gpu = n.div_ceil(gpus);
+    let blocks = o.blocks.clone().unwrap_or_else(|| {
+        if per_gpu > 1 {
+            vec![32, 256 / per_gpu as u32]
+        } else {
+            vec![32, 132, 264]
+        }
+    });
+    let grids: Vec<Grid> = blocks
+        .iter()
+        .map(|&blocks| Grid {
+            blocks,
+            threads: THREADS,
+        })
+        .collect();
+    let config = Config {
+        heap_bytes: 4 * max + 64 * MIB,
+        timeout: Duration::from_secs(600),
+    };
+    let results = symmem::launch(n, &config, Cuda::for_rank, |world| {
+        if world.rank() == 0 {
+            println!("rank 0: {:?}", world.backend());
+        }
+        let mut rows = if n >= 2 {
+            point_to_point(&world, &o.sizes, max)?
+        } else {
+            Vec::new()
+        };
+        rows.extend(collectives(&world, &o.sizes, &grids)?);
+        Ok(rows)
+    })?;
+    let mut rows = Vec::new();
+    for (rank, r) in results.into_iter().enumerate() {
+        rows.extend(r.map_err(|e| Error::Bootstrap(format!("rank {rank}: {e}")))?);
+    }
+    Ok(rows)
+}
+
+fn print_collectives(rows: &[Row], n: usize) {
+    println!();
+    println!("collectives, world {n} (us; bus GB/s), every grid:");
+    println!(
+        "{:>16} {:>6} {:>10} {:>10} {:>9}",
+        "op", "blocks", "bytes", "us", "busbw"
+    );
+    for r in rows.iter().filter(|r| r.blocks > 0) {
+        println!(
+            "{:>16} {:>6} {:>10} {:>10.2} {:>9.1}",
+            r.op, r.blocks, r.bytes, r.median_us, r.busbw
+        );
+    }
+}
+
+fn main() -> ExitCode {
+    let o = match options() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    let gpus = match Cuda::device_count() {
+        Ok(n) if n > 0 => n,
+        Ok(_) => {
+            println!("skipped: no CUDA device");
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            println!("skipped: {e}");
+            return ExitCode::SUCCESS;
+        }
+    };
+    let n = match o.world {
+        Some(n) => n,
+        None if gpus >= 2 => gpus,
+        None => {
+            println!("skipped: {gpus} GPU, this benchmark needs 2 (or --world N to share one)");
+            return ExitCode::SUCCESS;
+        }
+    };
+    println!(
+        "multi-GPU bench: world {n} on {gpus} GPU(s){}, median of {SAMPLES} after {WARMUP}",
+        if n > gpus { " (ranks share GPUs)" } else { "" }
+    );
+    let rows = match run(&o, n, gpus) {
+        Ok(rows) => rows,
+        Err(e) => {
+            eprintln!("multi-GPU bench failed: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    print_collectives(&rows, n);
+    let mut text = format!("{CSV_HEADER}\n");
+    for r in best(&rows) {
+        text.push_str(&r.csv());
+        text.push('\n');
+    }
+    let path = o.out.join("multi_gpu.csv");
+    match std::fs::create_dir_all(&o.out).and_then(|()| std::fs::write(&path, &text)) {
+        Ok(()) => println!("wrote {}", path.display()),
+        Err(e) => eprintln!("writing {}: {e}", path.display()),
+    }
+    if Cuda::drop_errors() != 0 {
+        eprintln!("drop errors: {:?}", Cuda::last_drop_error());
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
+}
