@@ -12,6 +12,7 @@ use std::time::Duration;
 use symmem::backend::Backend;
 use symmem::backend::cpu::Cpu;
 use symmem::backend::cuda::Cuda;
+use symmem::bootstrap::Bootstrap;
 use symmem::bootstrap::unix::UnixBootstrap;
 use symmem::{Config, World};
 use symmem_tests::processes::{
