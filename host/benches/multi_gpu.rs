@@ -219,7 +219,7 @@ fn point_to_point_rank0(
         rows.extend(r);
     }
     // Checks: put into rank 1's copy, then get it back; the driver's copies likewise.
-    for size in [4 * KIB + 16, MIB + 4096, 64 * MIB.min(max)] {
+    for size in [4 * KIB + 16, MIB + 4096, 64 * MIB].map(|s| s.min(max)) {
         verify(cuda, &timer, "put", remote, size, &pat, &ops[0].1)?;
         verify(cuda, &timer, "get", d0, size, &pat, &ops[1].1)?;
         verify(
@@ -238,7 +238,8 @@ fn point_to_point_rank0(
 
 /// Part 1 on every rank: ranks 0 and 1 take part, the others wait.
 fn point_to_point(world: &World<Cuda>, sizes: &[usize], max: usize) -> Result<Vec<Row>> {
-    let (buffer, bases) = world.allocate_symmetric::<u8>(max)?;
+    // 4 KiB past `max`: the checks' guard.
+    let (buffer, bases) = world.allocate_symmetric::<u8>(max + 4096)?;
     let peer = rank1_view(world, buffer.ptr())?;
     world.barrier()?;
     let rows = if world.rank() == 0 {
