@@ -50,6 +50,19 @@
 //! (Ranks as processes, or one GPU per rank, have no such coupling.) Errors during drop
 //! never panic; they are counted process-wide in [`Cuda::drop_errors`].
 
+//!
+//! # Several GPUs
+//!
+//! [`Cuda::for_rank`] places rank `r` on device `r % count`. A heap imported from another
+//! device is mapped with access for this rank's device, which needs a peer-to-peer path
+//! between the two: [`Backend::import_heap`] asks the driver which device backs the
+//! imported handle and answers [`Error::PeerUnreachable`] where `cuDeviceCanAccessPeer`
+//! says no, instead of leaving a mapping whose first access faults. An in-process import
+//! of another device's `cuMemAlloc` enables peer access from this rank's context to that
+//! device's primary context (`cuCtxEnablePeerAccess`, once per pair) and keeps a retain
+//! of it for the alias's lifetime. Cross-process IPC opens use
+//! `CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS`.
+
 mod driver;
 mod staging;
 pub mod timing;
