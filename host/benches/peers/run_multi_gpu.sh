@@ -11,7 +11,7 @@
 # On a machine with ONE GPU it is a smoke test of the same code paths: the bench runs 2
 # ranks sharing the GPU (labelled so), the Python peers run at world 1.
 # Usage (repo root, device machine): bash host/benches/peers/run_multi_gpu.sh
-# Writes summary.txt, multi_gpu.png and log.txt to $OUT, and every log and CSV of the run
+# Writes log.txt (as it goes), summary.txt and multi_gpu.png to $OUT, and every log and CSV of the run
 # (tests.txt, demo.txt, provider.txt, bench-w*.txt, w*/multi_gpu.csv, w*/nccl.csv) in $OUT/all.tgz.
 # Build first (here), then copy into .carry/ (names as used below):
 #   cargo bench -p symmem --bench multi_gpu --no-run                      -> bench-multi-gpu
@@ -36,11 +36,11 @@ GPUS=$(nvidia-smi --list-gpus | wc -l)
   nvidia-smi --query-gpu=index,name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv
   nvidia-smi topo -m
   python3 -c 'import torch; print("torch", torch.__version__, "cuda devices", torch.cuda.device_count())'
-} 2>&1 | tee "$OUT/log.txt"
+} 2>&1 | tee "$OUT/log.txt" >"$FINAL/log.txt"
 
 OUT=$OUT bash "$ROOT/tests/run_gpu.sh" >/dev/null 2>&1
-echo "== GPU tests (tests.txt)" | tee -a "$OUT/log.txt"
-grep -E "^== |^test result|FAILED|HUNG|rc=" "$OUT/tests.txt" | tee -a "$OUT/log.txt"
+echo "== GPU tests (tests.txt)" | tee -a "$OUT/log.txt" >>"$FINAL/log.txt"
+grep -E "^== |^test result|FAILED|HUNG|rc=" "$OUT/tests.txt" | tee -a "$OUT/log.txt" >>"$FINAL/log.txt"
 
 {
   DW=$([ "$GPUS" -ge 2 ] && echo "$GPUS" || echo 4)
@@ -49,7 +49,7 @@ grep -E "^== |^test result|FAILED|HUNG|rc=" "$OUT/tests.txt" | tee -a "$OUT/log.
   echo "== symmem-demo --backend cuda --launcher processes --ranks $DW --bytes 64M"
   timeout 60 "$CARRY/symmem-demo" --backend cuda --launcher processes --ranks "$DW" --bytes 64M
   echo "demo processes rc=$?"
-} 2>&1 | tee "$OUT/demo.txt"
+} 2>&1 | tee "$OUT/demo.txt" >>"$FINAL/log.txt"
 
 {
   PW=$([ "$GPUS" -ge 2 ] && echo "$GPUS" || echo 1)
@@ -63,7 +63,7 @@ grep -E "^== |^test result|FAILED|HUNG|rc=" "$OUT/tests.txt" | tee -a "$OUT/log.
     timeout 120 python3 "$P/torch_provider.py" --ptx "$CARRY/symmem_device-sm_90.ptx" \
       --world 2 --backend cuda --shared-gpu; echo "provider shared-gpu rc=$?"
   fi
-} 2>&1 | tee "$OUT/provider.txt"
+} 2>&1 | tee "$OUT/provider.txt" >>"$FINAL/log.txt"
 
 CSVS=()
 for W in 2 4 8; do
@@ -80,12 +80,12 @@ for W in 2 4 8; do
       echo "== nccl + torch symmetric memory, world 1 (smoke test)"
       timeout 300 python3 "$P/nccl_collectives.py" --world 1 --out "$OUT/w$W/nccl.csv"; echo "nccl w1 rc=$?"
     fi
-  } 2>&1 | tee "$OUT/bench-w$W.txt"
+  } 2>&1 | tee "$OUT/bench-w$W.txt" >>"$FINAL/log.txt"
   CSVS+=("$OUT/w$W/multi_gpu.csv" "$OUT/w$W/nccl.csv")
 done
 echo "== summary"
 python3 "$P/plot_multi_gpu.py" --summary "$OUT/summary.txt" --png "$OUT/multi_gpu.png" "${CSVS[@]}" 2>&1 \
-  | tee -a "$OUT/log.txt"
-cp "$OUT/summary.txt" "$OUT/log.txt" "$FINAL/" 2>/dev/null
+  | tee -a "$OUT/log.txt" >>"$FINAL/log.txt"
+cp "$OUT/summary.txt" "$FINAL/" 2>/dev/null
 [ -f "$OUT/multi_gpu.png" ] && cp "$OUT/multi_gpu.png" "$FINAL/"
 tar czf "$FINAL/all.tgz" -C "$OUT" .

@@ -1,0 +1,450 @@
+"""Peers of host/benches/multi_gpu.rs's collectives: NCCL (through torch.distributed) and
+PyTorch symmetric memory's one-shot and two-shot all-reduce, timed the way the Rust bench
+times its own, on N GPUs of one host, one process per rank (rank r on cuda:r).
+
+Lines (tool, op), f32 data, sum where it reduces:
+  nccl, all_gather          dist.all_gather_into_tensor
+  nccl, all_reduce          dist.all_reduce (SUM, in place)
+  nccl, reduce_scatter      dist.reduce_scatter_tensor (SUM)
+  torch_symm, all_reduce_1shot   torch.ops.symm_mem.one_shot_all_reduce(buf, "sum", group)
+  torch_symm, all_reduce_2shot   torch.ops.symm_mem.two_shot_all_reduce_(buf, "sum", group)
+where buf is a slice of one torch.distributed._symmetric_memory.empty buffer (backend
+"CUDA": peers' allocations imported through IPC handles; multicast off), rendezvoused
+once on the world group. A symmetric-memory op that raises at some size gives a NaN row
+and its error on stdout; the other lines go on.
+
+Sizes follow nccl-tests: all_gather: the OUTPUT bytes (each rank contributes size/N);
+all_reduce: the buffer bytes; reduce_scatter: the INPUT bytes (each rank receives size/N).
+A size that does not split into whole f32 elements per rank is skipped.
+
+Timing, as the Rust side: for each (line, size) a barrier, 3 warm-up samples, then 20
+samples; a sample is a pair of CUDA events on the current stream around `batch`
+back-to-back ops, batch = clamp(64 MiB // size, 1, 20); time per op = elapsed / batch.
+Every rank runs the same loop at once; the row is rank 0's median (the upper median,
+sorted[len // 2], as the Rust benches take it). NCCL ops run on ProcessGroupNCCL's own
+stream, ordered after and before the current stream by events, so the current stream's
+events include them (that is how torch users see NCCL). algbw_gbs = bytes / time
+(1 GB = 1e9 bytes); busbw_gbs = algbw * (N-1)/N (all_gather, reduce_scatter) or
+algbw * 2(N-1)/N (all_reduce), nccl-tests' bus bandwidth; at N = 1 the factor is 1 (not
+0), so a one-GPU smoke run still shows a rate.
+
+Correctness: after timing each (line, size), every rank fills its input with
+(rank+1)*4096 + (i % 1021) (integers, exact in f32, and every partial sum stays below
+2^24) and checks the whole result exactly; a mismatch on any rank makes the exit code 1
+(the CSV is still written). Any rank failing, or any wait running past its bound (120 s
+for process-group operations, --timeout for the whole run), also exits non-zero.
+
+NVLink multicast is never used: NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1,
+NVSHMEM_DISABLE_NVLS=1 are forced before torch loads, and no multimem op is called.
+
+Writes (rank 0) the CSV header `tool,op,world,bytes,batch,median_us,algbw_gbs,busbw_gbs`
+and prints a table. Needs N <= the visible GPU count (NCCL refuses two ranks on one GPU):
+otherwise prints `skipped: ...` and exits 0. N = 1 works (a smoke test on one GPU).
+
+Usage: python3 nccl_collectives.py --world N --out nccl.csv [--sizes 4K,1M,...] [--timeout S]
+"""
+import os
+
+# NVLink multicast must never be used (it can take the host's shared GPUs out of service).
+os.environ["NCCL_NVLS_ENABLE"] = "0"
+os.environ["TORCH_SYMM_MEM_DISABLE_MULTICAST"] = "1"
+os.environ["NVSHMEM_DISABLE_NVLS"] = "1"
+
+import argparse  # noqa: E402
+import datetime  # noqa: E402
+import math  # noqa: E402
+import signal  # noqa: E402
+import socket  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+import traceback  # noqa: E402
+import warnings  # noqa: E402
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.multiprocessing as mp  # noqa: E402
+
+KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
+DEFAULT_SIZES = "4K,16K,64K,256K,1M,4M,16M,64M,256M,1G"
+WARMUP, SAMPLES, MAX_BATCH, BATCH_BYTES = 3, 20, 20, 64 * MIB
+PG_TIMEOUT = datetime.timedelta(seconds=120)
+CSV_HEADER = "tool,op,world,bytes,batch,median_us,algbw_gbs,busbw_gbs"
+# (tool, op) in the order they run and print.
+LINES = [
+    ("nccl", "all_gather"),
+    ("nccl", "all_reduce"),
+    ("nccl", "reduce_scatter"),
+    ("torch_symm", "all_reduce_1shot"),
+    ("torch_symm", "all_reduce_2shot"),
+]
+# The check pattern: value(rank, i) = (rank + 1) * STEP + (i % PERIOD).
+STEP, PERIOD = 4096, 1021
+
+
+def parse_size(text):
+    t = text.strip().upper().removesuffix("IB").removesuffix("B")
+    for suffix, mult in (("K", KIB), ("M", MIB), ("G", GIB)):
+        if t.endswith(suffix):
+            return int(t[:-1]) * mult
+    return int(t)
+
+
+def human(n):
+    for unit, m in (("G", GIB), ("M", MIB), ("K", KIB)):
+        if n >= m and n % m == 0:
+            return f"{n // m}{unit}"
+    return str(n)
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def batch_for(size):
+    return max(1, min(BATCH_BYTES // size, MAX_BATCH))
+
+
+def bus_factor(op, n):
+    if n == 1:
+        return 1.0
+    return 2.0 * (n - 1) / n if op.startswith("all_reduce") else (n - 1) / n
+
+
+def divides(op, size, n):
+    """Whether `size` (nccl-tests' convention for `op`) gives whole f32 elements per rank."""
+    if op in ("all_gather", "reduce_scatter"):
+        return size % (4 * n) == 0
+    return size % 4 == 0
+
+
+def median(v):
+    s = sorted(v)
+    return s[len(s) // 2]
+
+
+def maybe_enable_symm_mem(symm_mem, group_name):
+    """torch < 2.11 wants enable_symm_mem_for_group; 2.11 deprecates it (the group's store
+    is resolved in C++), and calling it there would register the group a second way."""
+    try:
+        major, minor = (int(x) for x in torch.__version__.split(".")[:2])
+    except ValueError:
+        major, minor = 2, 11
+    if (major, minor) >= (2, 11) or not hasattr(symm_mem, "enable_symm_mem_for_group"):
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        try:
+            symm_mem.enable_symm_mem_for_group(group_name)
+        except Exception as e:  # already enabled / not needed in this version
+            print(f"enable_symm_mem_for_group({group_name!r}): {type(e).__name__}: {e}")
+
+
+class Rank:
+    """One rank's state: device, group, timing events, the symmetric buffer."""
+
+    def __init__(self, rank, world):
+        self.rank, self.world = rank, world
+        self.dev = torch.device("cuda", rank)
+        self.group = dist.group.WORLD.group_name
+        self.e0 = torch.cuda.Event(enable_timing=True)
+        self.e1 = torch.cuda.Event(enable_timing=True)
+        self.symm_buf, self.symm_hdl, self.symm_err = None, None, None
+
+    def any_rank(self, flag):
+        """True when `flag` is true on any rank (a MAX all-reduce of 0/1)."""
+        t = torch.tensor([1 if flag else 0], dtype=torch.int32, device=self.dev)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return bool(t.item())
+
+    def pattern(self, n, start=0):
+        return (torch.arange(start, start + n, dtype=torch.int64, device=self.dev) % PERIOD).to(torch.float32)
+
+    def value(self, rank, n, start=0):
+        return self.pattern(n, start) + float((rank + 1) * STEP)
+
+    def reduced(self, n, start=0):
+        """The sum over all ranks of value(rank, n, start)."""
+        total = float(STEP * self.world * (self.world + 1) // 2)
+        return self.pattern(n, start) * float(self.world) + total
+
+    def time_us(self, op, batch):
+        """Median microseconds per op: CUDA events on the current stream around `batch` ops."""
+        stream = torch.cuda.current_stream()
+        ms = []
+        for sample in range(WARMUP + SAMPLES):
+            self.e0.record(stream)
+            for _ in range(batch):
+                op()
+            self.e1.record(stream)
+            self.e1.synchronize()
+            if sample >= WARMUP:
+                ms.append(self.e0.elapsed_time(self.e1))
+        return median(ms) * 1e3 / batch
+
+    def setup_symm(self, max_bytes):
+        try:
+            import torch.distributed._symmetric_memory as symm_mem
+
+            maybe_enable_symm_mem(symm_mem, self.group)
+            self.symm_buf = symm_mem.empty(max_bytes // 4, dtype=torch.float32, device=self.dev)
+            self.symm_hdl = symm_mem.rendezvous(self.symm_buf, self.group)
+            self.symm_buf.zero_()
+            torch.cuda.synchronize()
+            if self.rank == 0:
+                get_backend = getattr(symm_mem, "get_backend", None)
+                backend = get_backend(self.dev) if get_backend else "?"
+                print(f"torch symmetric memory: {human(max_bytes)} buffer, backend {backend}, "
+                      f"world {self.symm_hdl.world_size}")
+        except Exception as e:
+            self.symm_err = f"{type(e).__name__}: {e}"
+        if self.any_rank(self.symm_err is not None):
+            self.symm_err = self.symm_err or "failed on another rank"
+            print(f"rank {self.rank}: torch symmetric memory unavailable ({self.symm_err}); "
+                  "its lines are NaN")
+            self.symm_buf, self.symm_hdl = None, None
+
+
+def nccl_case(r, op, size):
+    """(timed op, check) for an NCCL line; the check returns None or the mismatch."""
+    n = r.world
+    if op == "all_gather":
+        per = size // 4 // n
+        inp = torch.zeros(per, dtype=torch.float32, device=r.dev)
+        out = torch.empty(per * n, dtype=torch.float32, device=r.dev)
+
+        def run():
+            dist.all_gather_into_tensor(out, inp)
+
+        def check():
+            inp.copy_(r.value(r.rank, per))
+            out.fill_(-1.0)
+            run()
+            ranks = torch.arange(1, n + 1, dtype=torch.float32, device=r.dev).view(n, 1) * STEP
+            want = r.pattern(per).view(1, per) + ranks
+            return None if torch.equal(out.view(n, per), want) else "gathered values differ"
+
+    elif op == "all_reduce":
+        count = size // 4
+        buf = torch.zeros(count, dtype=torch.float32, device=r.dev)
+
+        def run():
+            dist.all_reduce(buf, op=dist.ReduceOp.SUM)
+
+        def check():
+            buf.copy_(r.value(r.rank, count))
+            run()
+            return None if torch.equal(buf, r.reduced(count)) else "reduced values differ"
+
+    else:  # reduce_scatter
+        count = size // 4
+        per = count // n
+        inp = torch.zeros(count, dtype=torch.float32, device=r.dev)
+        out = torch.empty(per, dtype=torch.float32, device=r.dev)
+
+        def run():
+            dist.reduce_scatter_tensor(out, inp, op=dist.ReduceOp.SUM)
+
+        def check():
+            inp.copy_(r.value(r.rank, count))
+            out.fill_(-1.0)
+            run()
+            want = r.reduced(per, start=r.rank * per)
+            return None if torch.equal(out, want) else "reduced shard differs"
+
+    return run, check
+
+
+def symm_case(r, op, size):
+    count = size // 4
+    buf = r.symm_buf[:count]  # a slice: the ops take its storage offset
+    if op == "all_reduce_1shot":
+
+        def run():
+            return torch.ops.symm_mem.one_shot_all_reduce(buf, "sum", r.group)
+
+        def check():
+            buf.copy_(r.value(r.rank, count))
+            out = run()
+            return None if torch.equal(out, r.reduced(count)) else "one-shot result differs"
+
+    else:
+
+        def run():
+            return torch.ops.symm_mem.two_shot_all_reduce_(buf, "sum", r.group)
+
+        def check():
+            buf.copy_(r.value(r.rank, count))
+            run()
+            return None if torch.equal(buf, r.reduced(count)) else "two-shot result differs"
+
+    return run, check
+
+
+def measure(r, tool, op, size):
+    """One (line, size) on every rank: (row or None, check failure or None)."""
+    n = r.world
+    batch = batch_for(size)
+    nan_row = (tool, op, n, size, batch, float("nan"), float("nan"), float("nan"))
+    if tool == "torch_symm":
+        if r.symm_buf is None:
+            return nan_row, None
+        run, check = symm_case(r, op, size)
+        # A probe call first: every rank agrees whether the op works at this size.
+        err = None
+        try:
+            run()
+            torch.cuda.synchronize()
+        except Exception as e:
+            err = f"{type(e).__name__}: {e}"
+        if r.any_rank(err is not None):
+            if r.rank == 0 or err is not None:
+                print(f"rank {r.rank}: torch_symm {op} at {human(size)} raised: "
+                      f"{err or 'on another rank'}; row is NaN")
+            return nan_row, None
+    else:
+        run, check = nccl_case(r, op, size)
+    torch.cuda.synchronize()
+    dist.barrier()
+    us = r.time_us(run, batch)
+    torch.cuda.synchronize()
+    dist.barrier()
+    failure = check()
+    torch.cuda.synchronize()
+    failed_anywhere = r.any_rank(failure is not None)
+    if failure is not None:
+        print(f"rank {r.rank}: WRONG RESULT: {tool} {op} at {human(size)}: {failure}")
+    algbw = size / (us * 1e-6) / 1e9
+    row = (tool, op, n, size, batch, us, algbw, algbw * bus_factor(op, n))
+    return row, ("wrong result" if failed_anywhere else None)
+
+
+def worker(rank, world, port, sizes, out):
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    torch.cuda.set_device(rank)
+    dev = torch.device("cuda", rank)
+    dist.init_process_group("nccl", rank=rank, world_size=world, timeout=PG_TIMEOUT, device_id=dev)
+    failures = []
+    try:
+        r = Rank(rank, world)
+        if rank == 0:
+            v = torch.cuda.nccl.version()
+            v = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
+            print(f"torch {torch.__version__}, NCCL {v}, world {world}, {torch.cuda.get_device_name(dev)}")
+        ar_sizes = [s for s in sizes if divides("all_reduce", s, world)]
+        if ar_sizes:
+            r.setup_symm(max(ar_sizes))
+        rows = []
+        for tool, op in LINES:
+            for size in sizes:
+                base_op = "all_reduce" if op.startswith("all_reduce") else op
+                if not divides(base_op, size, world):
+                    if rank == 0:
+                        print(f"{tool} {op}: {size} bytes do not split into f32 elements "
+                              f"over {world} ranks; skipped")
+                    continue
+                row, failure = measure(r, tool, op, size)
+                if failure:
+                    failures.append(f"{tool} {op} {human(size)}")
+                if rank == 0:
+                    rows.append(row)
+                    print(f"{tool:>10} {op:<17} {human(size):>5}  batch {row[4]:>2}  "
+                          f"{row[5]:10.2f} us  algbw {row[6]:8.2f}  busbw {row[7]:8.2f} GB/s"
+                          + ("  WRONG" if failure else ""))
+        if rank == 0:
+            with open(out, "w") as f:
+                f.write(CSV_HEADER + "\n")
+                for row in rows:
+                    f.write("%s,%s,%d,%d,%d,%.3f,%.2f,%.2f\n" % row)
+            print_table(rows, world)
+            print(f"wrote {out}")
+        dist.barrier()
+    except Exception:
+        print(f"rank {rank}: FAILED:\n{traceback.format_exc()}", flush=True)
+        os._exit(1)  # at once: tearing down a process group that may be wedged could hang
+    dist.destroy_process_group()
+    if failures:  # the same list on every rank (agreed per check)
+        print(f"rank {rank}: FAILED: wrong results in: {', '.join(failures)}", flush=True)
+        sys.exit(1)
+
+
+def print_table(rows, world):
+    print(f"\n== world {world}: median us per op / bus GB/s (rank 0)")
+    sizes = sorted({r[3] for r in rows})
+    lines = [(t, o) for t, o in LINES if any(r[0] == t and r[1] == o for r in rows)]
+    by = {(r[0], r[1], r[3]): r for r in rows}
+    head = f"{'size':>6}" + "".join(f" {t + ':' + o:>36}" for t, o in lines)
+    print(head)
+    for s in sizes:
+        cells = []
+        for t, o in lines:
+            r = by.get((t, o, s))
+            cells.append("-" if r is None or math.isnan(r[5]) else f"{r[5]:.2f} us {r[7]:.1f} GB/s")
+        print(f"{human(s):>6}" + "".join(f" {c:>36}" for c in cells))
+
+
+def run_ranks(world, args, timeout_s):
+    """Spawns `world` ranks; 0 when every rank exited 0, else 1 (with the reason printed).
+    Past `timeout_s`, or on SIGTERM/SIGINT (an outer `timeout`), kills the ranks it
+    started (by their handles) so that none outlives the run."""
+    ctx = mp.spawn(worker, args=args, nprocs=world, join=False)
+    deadline = time.monotonic() + timeout_s
+
+    def kill_ranks():
+        for p in ctx.processes:
+            if p.is_alive():
+                p.kill()
+        for p in ctx.processes:
+            p.join(10)
+
+    def on_signal(signum, _frame):
+        raise SystemExit(f"FAILED: signal {signum}")
+
+    signal.signal(signal.SIGTERM, on_signal)
+    try:
+        while not ctx.join(timeout=5):
+            if time.monotonic() > deadline:
+                print(f"FAILED: ranks still running after {timeout_s:.0f} s; killing them")
+                kill_ranks()
+                return 1
+    except SystemExit as e:
+        print(f"{e}; killing the ranks")
+        kill_ranks()
+        return 1
+    except KeyboardInterrupt:
+        print("FAILED: interrupted; killing the ranks")
+        kill_ranks()
+        return 1
+    except Exception as e:  # ProcessRaisedException / ProcessExitedException
+        print(f"FAILED: {type(e).__name__}: {e}")
+        kill_ranks()
+        return 1
+    return 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--world", type=int, required=True)
+    ap.add_argument("--out", default="nccl.csv")
+    ap.add_argument("--sizes", default=DEFAULT_SIZES)
+    ap.add_argument("--timeout", type=float, default=360,
+                    help="seconds for the whole run (default 360: inside run_multi_gpu.sh's 400)")
+    a = ap.parse_args()
+    sizes = [parse_size(s) for s in a.sizes.split(",") if s.strip()]
+    if a.world < 1 or not sizes or min(sizes) <= 0:
+        print("FAILED: --world must be >= 1 and --sizes positive")
+        return 2
+    count = torch.cuda.device_count()
+    if a.world > count:
+        print(f"skipped: world {a.world} needs {a.world} GPUs (NCCL refuses two ranks on one GPU); "
+              f"{count} visible")
+        return 0
+    if os.path.dirname(a.out):
+        os.makedirs(os.path.dirname(a.out), exist_ok=True)
+    return run_ranks(a.world, (a.world, free_port(), sizes, a.out), a.timeout)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
