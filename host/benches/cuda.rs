@@ -29,7 +29,9 @@
 
 mod common;
 
-use common::{GIB, KIB, MIB, Op, fill_source, parse_size, pattern, stats, sweep_size, verify};
+use common::{
+    GIB, KIB, MIB, Op, fill_source, parse_size, pattern, stats, sweep_size, sweep_sizes, verify,
+};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -40,20 +42,6 @@ use symmem::bootstrap::unix;
 use symmem::kernels::KernelCall;
 use symmem::{Config, Error, Result, World};
 
-/// The sizes of the sweep.
-const SIZES: [usize; 11] = [
-    4 * KIB,
-    16 * KIB,
-    64 * KIB,
-    256 * KIB,
-    MIB,
-    4 * MIB,
-    16 * MIB,
-    64 * MIB,
-    256 * MIB,
-    GIB,
-    2 * GIB,
-];
 /// The largest size, and the length of every rotation buffer.
 const MAX: usize = 2 * GIB;
 const SAMPLES: usize = 30;
@@ -474,7 +462,7 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut out = std::env::var_os("SYMMEM_BENCH_OUT")
         .map_or_else(|| PathBuf::from("target/bench-cuda"), PathBuf::from);
-    let mut sizes = SIZES.to_vec();
+    let mut sizes = sweep_sizes(2 * GIB);
     let mut xproc = true;
     let mut it = args.iter();
     while let Some(a) = it.next() {

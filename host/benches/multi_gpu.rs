@@ -31,7 +31,8 @@
 mod common;
 
 use common::{
-    GIB, KIB, MIB, Op, Sweep, fill_source, parse_size, pattern, stats, sweep_size, verify,
+    GIB, KIB, MIB, Op, Sweep, fill_source, parse_size, pattern, stats, sweep_size, sweep_sizes,
+    verify,
 };
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -43,19 +44,6 @@ use symmem::collectives::{Algorithm, Collectives, ReduceOp};
 use symmem::kernels::KernelCall;
 use symmem::{Config, Error, Result, World};
 
-/// Sizes of both parts.
-const SIZES: [usize; 10] = [
-    4 * KIB,
-    16 * KIB,
-    64 * KIB,
-    256 * KIB,
-    MIB,
-    4 * MIB,
-    16 * MIB,
-    64 * MIB,
-    256 * MIB,
-    GIB,
-];
 const WARMUP: usize = 3;
 const SAMPLES: usize = 20;
 /// The most back-to-back collectives in one sample.
@@ -423,7 +411,7 @@ struct Options {
 fn options() -> std::result::Result<Options, String> {
     let mut o = Options {
         world: None,
-        sizes: SIZES.to_vec(),
+        sizes: sweep_sizes(GIB),
         blocks: None,
         out: PathBuf::from("target/bench-multi-gpu"),
     };

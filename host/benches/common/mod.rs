@@ -15,6 +15,18 @@ pub const BATCH_BYTES: usize = 64 * MIB;
 /// The most operations in one batch.
 pub const MAX_BATCH: usize = 100;
 
+/// The sizes of a sweep: 4 KiB, then four times larger each step up to `largest`, and
+/// `largest` itself.
+pub fn sweep_sizes(largest: usize) -> Vec<usize> {
+    let mut sizes: Vec<usize> = std::iter::successors(Some(4 * KIB), |s| s.checked_mul(4))
+        .take_while(|&s| s <= largest)
+        .collect();
+    if sizes.last() != Some(&largest) {
+        sizes.push(largest);
+    }
+    sizes
+}
+
 /// Operations per sample at `size`: `clamp(BATCH_BYTES / size, 1, MAX_BATCH)`.
 pub fn batch_for(size: usize) -> usize {
     (BATCH_BYTES / size).clamp(1, MAX_BATCH)

@@ -53,16 +53,13 @@ os.environ["NVSHMEM_DISABLE_NVLS"] = "1"
 import argparse  # noqa: E402
 import datetime  # noqa: E402
 import math  # noqa: E402
-import signal  # noqa: E402
-import socket  # noqa: E402
 import sys  # noqa: E402
-import time  # noqa: E402
 import traceback  # noqa: E402
-import warnings  # noqa: E402
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
-import torch.multiprocessing as mp  # noqa: E402
+
+import ranks  # noqa: E402  (this folder)
 
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
 DEFAULT_SIZES = "4K,16K,64K,256K,1M,4M,16M,64M,256M,1G"
@@ -96,12 +93,6 @@ def human(n):
     return str(n)
 
 
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def batch_for(size):
     return max(1, min(BATCH_BYTES // size, MAX_BATCH))
 
@@ -122,23 +113,6 @@ def divides(op, size, n):
 def median(v):
     s = sorted(v)
     return s[len(s) // 2]
-
-
-def maybe_enable_symm_mem(symm_mem, group_name):
-    """torch < 2.11 wants enable_symm_mem_for_group; 2.11 deprecates it (the group's store
-    is resolved in C++), and calling it there would register the group a second way."""
-    try:
-        major, minor = (int(x) for x in torch.__version__.split(".")[:2])
-    except ValueError:
-        major, minor = 2, 11
-    if (major, minor) >= (2, 11) or not hasattr(symm_mem, "enable_symm_mem_for_group"):
-        return
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)
-        try:
-            symm_mem.enable_symm_mem_for_group(group_name)
-        except Exception as e:  # already enabled / not needed in this version
-            print(f"enable_symm_mem_for_group({group_name!r}): {type(e).__name__}: {e}")
 
 
 class Rank:
@@ -187,7 +161,7 @@ class Rank:
         try:
             import torch.distributed._symmetric_memory as symm_mem
 
-            maybe_enable_symm_mem(symm_mem, self.group)
+            ranks.maybe_enable_symm_mem(symm_mem, self.group)
             self.symm_buf = symm_mem.empty(max_bytes // 4, dtype=torch.float32, device=self.dev)
             self.symm_hdl = symm_mem.rendezvous(self.symm_buf, self.group)
             self.symm_buf.zero_()
@@ -385,45 +359,6 @@ def print_table(rows, world):
         print(f"{human(s):>6}" + "".join(f" {c:>36}" for c in cells))
 
 
-def run_ranks(world, args, timeout_s):
-    """Spawns `world` ranks; 0 when every rank exited 0, else 1 (with the reason printed).
-    Past `timeout_s`, or on SIGTERM/SIGINT (an outer `timeout`), kills the ranks it
-    started (by their handles) so that none outlives the run."""
-    ctx = mp.spawn(worker, args=args, nprocs=world, join=False)
-    deadline = time.monotonic() + timeout_s
-
-    def kill_ranks():
-        for p in ctx.processes:
-            if p.is_alive():
-                p.kill()
-        for p in ctx.processes:
-            p.join(10)
-
-    def on_signal(signum, _frame):
-        raise SystemExit(f"FAILED: signal {signum}")
-
-    signal.signal(signal.SIGTERM, on_signal)
-    try:
-        while not ctx.join(timeout=5):
-            if time.monotonic() > deadline:
-                print(f"FAILED: ranks still running after {timeout_s:.0f} s; killing them")
-                kill_ranks()
-                return 1
-    except SystemExit as e:
-        print(f"{e}; killing the ranks")
-        kill_ranks()
-        return 1
-    except KeyboardInterrupt:
-        print("FAILED: interrupted; killing the ranks")
-        kill_ranks()
-        return 1
-    except Exception as e:  # ProcessRaisedException / ProcessExitedException
-        print(f"FAILED: {type(e).__name__}: {e}")
-        kill_ranks()
-        return 1
-    return 0
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--world", type=int, required=True)
@@ -443,7 +378,7 @@ def main():
         return 0
     if os.path.dirname(a.out):
         os.makedirs(os.path.dirname(a.out), exist_ok=True)
-    return run_ranks(a.world, (a.world, free_port(), sizes, a.out), a.timeout)
+    return ranks.run_ranks(worker, a.world, (a.world, ranks.free_port(), sizes, a.out), a.timeout)
 
 
 if __name__ == "__main__":

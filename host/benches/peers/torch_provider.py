@@ -57,17 +57,14 @@ os.environ["NVSHMEM_DISABLE_NVLS"] = "1"
 
 import argparse  # noqa: E402
 import datetime  # noqa: E402
-import signal  # noqa: E402
-import socket  # noqa: E402
 import sys  # noqa: E402
-import time  # noqa: E402
 import traceback  # noqa: E402
-import warnings  # noqa: E402
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
-import torch.multiprocessing as mp  # noqa: E402
+
+import ranks  # noqa: E402  (this folder)
 
 KIB, MIB = 1 << 10, 1 << 20
 SIZES = [4 * KIB + 3, MIB, 64 * MIB]
@@ -81,12 +78,6 @@ HANDLE_BARRIER_MS = 30_000
 
 class Failure(Exception):
     pass
-
-
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def human(n):
@@ -113,23 +104,6 @@ def to_i64(p):
     """An unsigned 64-bit address as the int64 with the same bits."""
     p = int(p)
     return p - (1 << 64) if p >= (1 << 63) else p
-
-
-def maybe_enable_symm_mem(symm_mem, group_name):
-    """torch < 2.11 wants enable_symm_mem_for_group; 2.11 deprecates it (the group's store
-    is resolved in C++)."""
-    try:
-        major, minor = (int(x) for x in torch.__version__.split(".")[:2])
-    except ValueError:
-        major, minor = 2, 11
-    if (major, minor) >= (2, 11) or not hasattr(symm_mem, "enable_symm_mem_for_group"):
-        return
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)
-        try:
-            symm_mem.enable_symm_mem_for_group(group_name)
-        except Exception as e:
-            print(f"enable_symm_mem_for_group({group_name!r}): {type(e).__name__}: {e}")
 
 
 def worker(rank, world, port, ptx, backend, shared):
@@ -167,7 +141,7 @@ def run_rank(rank, world, ptx, backend, shared):
     import cupy
     import torch.distributed._symmetric_memory as symm_mem
 
-    maybe_enable_symm_mem(symm_mem, group)
+    ranks.maybe_enable_symm_mem(symm_mem, group)
     if backend == "nvshmem":
         if not hasattr(symm_mem, "set_backend") or not hasattr(symm_mem, "is_nvshmem_available"):
             raise Failure(f"torch {torch.__version__} has no symm_mem.set_backend / is_nvshmem_available")
@@ -268,45 +242,6 @@ def run_rank(rank, world, ptx, backend, shared):
     return 1 if all_bad else 0
 
 
-def run_ranks(world, args, timeout_s):
-    """Spawns `world` ranks; 0 when every rank exited 0, else 1 (with the reason printed).
-    Past `timeout_s`, or on SIGTERM/SIGINT (an outer `timeout`), kills the ranks it
-    started (by their handles)."""
-    ctx = mp.spawn(worker, args=args, nprocs=world, join=False)
-    deadline = time.monotonic() + timeout_s
-
-    def kill_ranks():
-        for p in ctx.processes:
-            if p.is_alive():
-                p.kill()
-        for p in ctx.processes:
-            p.join(10)
-
-    def on_signal(signum, _frame):
-        raise SystemExit(f"FAILED: signal {signum}")
-
-    signal.signal(signal.SIGTERM, on_signal)
-    try:
-        while not ctx.join(timeout=2):
-            if time.monotonic() > deadline:
-                print(f"FAILED: ranks still running after {timeout_s:.0f} s; killing them")
-                kill_ranks()
-                return 1
-    except SystemExit as e:
-        print(f"{e}; killing the ranks")
-        kill_ranks()
-        return 1
-    except KeyboardInterrupt:
-        print("FAILED: interrupted; killing the ranks")
-        kill_ranks()
-        return 1
-    except Exception as e:  # ProcessRaisedException / ProcessExitedException
-        print(f"FAILED: {type(e).__name__}: {e}")
-        kill_ranks()
-        return 1
-    return 0
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--ptx", required=True, help="symmem_device-sm_90.ptx")
@@ -343,7 +278,7 @@ def main():
         # The three buffers of every size stay allocated (torch's NVSHMEM handles keep them).
         need = sum(a.world * n + GUARD for n in SIZES)
         os.environ.setdefault("NVSHMEM_SYMMETRIC_SIZE", str(max(1 << 30, 2 * need + (256 << 20))))
-    return run_ranks(a.world, (a.world, free_port(), ptx, a.backend, a.shared_gpu), a.timeout)
+    return ranks.run_ranks(worker, a.world, (a.world, ranks.free_port(), ptx, a.backend, a.shared_gpu), a.timeout)
 
 
 if __name__ == "__main__":

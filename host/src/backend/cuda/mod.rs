@@ -1292,6 +1292,20 @@ mod tests {
         );
     }
 
+    /// What `cuda`'s copy kernel reads at `src` (`len` bytes), through a fresh buffer.
+    fn copy_kernel_read(cuda: &Cuda, src: u64, len: usize) -> Vec<u8> {
+        let dst = cuda.alloc_device(len).unwrap();
+        let copy = KernelCall::Copy {
+            dst: dst.base(),
+            src,
+            bytes: len as u64,
+        };
+        cuda.launch(&copy, cuda.default_grid(&copy)).unwrap();
+        let mut got = vec![0u8; len];
+        cuda.download(&mut got, dst.base()).unwrap();
+        got
+    }
+
     /// In one process, rank 1 on device 1 imports rank 0's `cuMemAlloc` on device 0: an
     /// alias with peer access enabled, which rank 1's copy kernel reads.
     #[test]
@@ -1314,17 +1328,9 @@ mod tests {
         };
         assert!(alias.is_alias());
         assert_eq!(alias.base(), mem.base());
-        let dst = r1.alloc_device(len).unwrap();
-        let copy = KernelCall::Copy {
-            dst: dst.base(),
-            src: alias.base(),
-            bytes: len as u64,
-        };
-        r1.launch(&copy, r1.default_grid(&copy)).unwrap();
-        let mut got = vec![0u8; len];
-        r1.download(&mut got, dst.base()).unwrap();
+        let got = copy_kernel_read(&r1, alias.base(), len);
         assert!(got == data, "device 1 read device 0's memory wrong");
-        drop((alias, dst, mem));
+        drop((alias, mem));
         assert_eq!(Cuda::drop_errors(), 0, "{:?}", Cuda::last_drop_error());
     }
 
@@ -1346,16 +1352,7 @@ mod tests {
         assert_eq!(r0.device_to_host_syncs() + r1.device_to_host_syncs(), 0);
         r0.synchronize().unwrap();
         // Rank 1 copies from the alias with the direct copy kernel.
-        let dst = r1.alloc_device(len).unwrap();
-        let copy = KernelCall::Copy {
-            dst: dst.base(),
-            src: alias.base(),
-            bytes: len as u64,
-        };
-        r1.launch(&copy, r1.default_grid(&copy)).unwrap();
-        let mut got = vec![0u8; len];
-        r1.download(&mut got, dst.base()).unwrap();
-        assert!(got == data);
+        assert!(copy_kernel_read(&r1, alias.base(), len) == data);
 
         let status = run_child("cuda_gpu_child_ipc_open", &hex(&bytes));
         assert!(status.success(), "child failed: {status}");
@@ -1365,7 +1362,7 @@ mod tests {
             after.iter().all(|&b| b == 0xa5),
             "child's write not visible"
         );
-        drop((alias, dst, mem));
+        drop((alias, mem));
         assert_eq!(
             Cuda::drop_errors(),
             0,
