@@ -334,7 +334,9 @@ impl<'a> Team<'a> {
     }
 }
 
-/// The default-order (`AcqRel`) and default-scope (`Device`) shorthands.
+/// The default-order (`AcqRel`) and default-scope (`Device`) shorthands. `Device` scope
+/// orders against threads of ranks on the same GPU; against ranks on other GPUs, call the
+/// scoped forms ([`Team::atomic_fetch`], [`Team::atomic`]) with [`Scope::System`].
 macro_rules! shorthand {
     ($($fetch:ident $nofetch:ident $op:ident;)*) => {
         impl Team<'_> {
