@@ -30,7 +30,8 @@
 mod common;
 
 use common::{
-    GIB, KIB, MIB, Op, fill_source, parse_size, pattern, stats, sweep_size, sweep_sizes, verify,
+    GIB, KIB, MIB, Op, Sampling, fill_source, parse_size, pattern, stats, sweep_size, sweep_sizes,
+    verify,
 };
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -89,7 +90,17 @@ const CSV_HEADER: &str = "tool,line,bytes,batch,samples,median_us,gbps,spread_pc
 /// Times `ops` at `size` over the MAX-byte rotation (see [`common::sweep_size`]); GB/s
 /// counts bytes read plus written.
 fn sweep_rows(timer: &Timer, size: usize, ops: &[(&'static str, Op<'_>)]) -> Result<Vec<Row>> {
-    let sweeps = sweep_size(timer, size, MAX, (WARMUP, SAMPLES), ops)?;
+    let sweeps = sweep_size(
+        timer,
+        size,
+        MAX,
+        Sampling {
+            warmup: WARMUP,
+            samples: SAMPLES,
+            graphs: true,
+        },
+        ops,
+    )?;
     Ok(ops
         .iter()
         .zip(sweeps)

@@ -8,10 +8,13 @@
 //! - **Point to point**, ranks 0 and 1: `put` (rank 0's kernel writes rank 1's copy of a
 //!   symmetric buffer through the translated address), `get` (rank 0's kernel reads rank
 //!   1's copy into local memory), against `cuMemcpyPeerAsync` of the same bytes in each
-//!   direction (`memcpy_peer_put`, `memcpy_peer_get`, tool `cuda`), timed as
-//!   `benches/cuda.rs` times (graph-replayed batches below 64 MiB, single operations on a
-//!   rotation of slots above, median of 20 after 3). GB/s counts each byte once
-//!   (what crosses the link); `world` is 2 in these rows.
+//!   direction (`memcpy_peer_put`, `memcpy_peer_get`, tool `cuda`), median of 20 after
+//!   3. A sample is one operation from 64 MiB up (each on the next slot of a rotation),
+//!   below that a batch of `clamp(64 MiB / size, 1, 100)` on consecutive slots,
+//!   graph-replayed as in `benches/cuda.rs` where the driver can capture every line
+//!   (probed first, the answer printed; `cuMemcpyPeerAsync` may not be), else enqueued
+//!   back to back, so that below about 1 MiB every line includes the host's enqueue rate.
+//!   GB/s counts each byte once (what crosses the link); `world` is 2 in these rows.
 //! - **Collectives** at the whole world: `all_gather`, `all_reduce_1shot`,
 //!   `all_reduce_2shot` (f32 sum) and `reduce_scatter` (f32 sum), sizes in nccl-tests'
 //!   convention (all-gather: output bytes; reduce-scatter: input bytes; all-reduce: buffer
@@ -31,8 +34,8 @@
 mod common;
 
 use common::{
-    GIB, KIB, MIB, Op, Sweep, fill_source, parse_size, pattern, stats, sweep_size, sweep_sizes,
-    verify,
+    GIB, KIB, MIB, Op, Sampling, Sweep, fill_source, parse_size, pattern, stats, sweep_size,
+    sweep_sizes, verify,
 };
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -173,9 +176,30 @@ fn point_to_point_rank0(
             }),
         ),
     ];
+    // Graph-replayed batches (as `benches/cuda.rs` times) only if every line can be
+    // captured (the driver's peer copy may not be); otherwise all are enqueued batches.
+    let mut graphs = true;
+    for (name, op) in &ops {
+        if let Err(e) = timer.capture(|t| op(t, 0, 4 * KIB)) {
+            println!(
+                "p2p: {name} cannot be captured into a graph ({e}): batches are enqueued op by op"
+            );
+            graphs = false;
+        }
+    }
     let mut rows = Vec::new();
     for &size in sizes.iter().filter(|&&s| s <= max) {
-        let sweeps = sweep_size(&timer, size, max, (WARMUP, SAMPLES), &ops)?;
+        let sweeps = sweep_size(
+            &timer,
+            size,
+            max,
+            Sampling {
+                warmup: WARMUP,
+                samples: SAMPLES,
+                graphs,
+            },
+            &ops,
+        )?;
         let row = |(name, sweep): (&'static str, &Sweep)| {
             let gbps = sweep.gbps(size).0;
             Row {

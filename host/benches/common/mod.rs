@@ -104,17 +104,35 @@ impl Sweep {
     }
 }
 
-/// Times `ops` at `size`, interleaved sample by sample, `warmup` untimed samples then
-/// `samples` timed ones. A single launch takes the next slot of a rotation over
-/// `capacity` bytes; a batch is captured once per line into a CUDA graph over the first
+/// How [`sweep_size`] samples.
+#[derive(Clone, Copy, Debug)]
+pub struct Sampling {
+    /// Untimed samples first.
+    pub warmup: usize,
+    /// Timed samples.
+    pub samples: usize,
+    /// Whether a batch is captured into a CUDA graph and replayed (the device's time), or
+    /// enqueued op by op for every sample (what a host loop of these calls gets; for ops
+    /// that cannot be captured, such as `cuMemcpyPeerAsync`).
+    pub graphs: bool,
+}
+
+/// Times `ops` at `size`, interleaved sample by sample. A single operation takes the
+/// next slot of a rotation over `capacity` bytes; a batch covers consecutive slots and,
+/// with [`Sampling::graphs`], is captured once per line into a CUDA graph over the first
 /// `batch` slots and replayed for every sample.
 pub fn sweep_size(
     timer: &Timer,
     size: usize,
     capacity: usize,
-    (warmup, samples): (usize, usize),
+    sampling: Sampling,
     ops: &[(&'static str, Op<'_>)],
 ) -> Result<Vec<Sweep>> {
+    let Sampling {
+        warmup,
+        samples,
+        graphs,
+    } = sampling;
     let batch = batch_for(size);
     let slots = (capacity / size).max(1);
     let enqueue_batch = |t: &Timer, op: &Op<'_>, first: usize| -> Result<()> {
@@ -123,7 +141,7 @@ pub fn sweep_size(
         }
         Ok(())
     };
-    let replays = if batch > 1 {
+    let replays = if batch > 1 && graphs {
         ops.iter()
             .map(|(_, op)| timer.capture(|t| enqueue_batch(t, op, 0)))
             .collect::<Result<Vec<_>>>()?
