@@ -59,9 +59,12 @@ grep -E "^== |^test result|FAILED|HUNG|rc=" "$OUT/tests.txt" | tee -a "$OUT/log.
       --world "$PW" --backend "$backend"; echo "provider $backend rc=$?"
   done
   if [ "$GPUS" -lt 2 ]; then
-    echo "== provider: torch symmetric memory (cuda), 2 ranks sharing GPU 0 (best effort)"
-    timeout 120 python3 "$P/torch_provider.py" --ptx "$CARRY/symmem_device-sm_90.ptx" \
-      --world 2 --backend cuda --shared-gpu; echo "provider shared-gpu rc=$?"
+    # Torch's NVSHMEM backend refuses a world of 1; two PEs on one GPU may not run either.
+    for backend in cuda nvshmem; do
+      echo "== provider: torch symmetric memory ($backend), 2 ranks sharing GPU 0 (best effort)"
+      timeout 120 python3 "$P/torch_provider.py" --ptx "$CARRY/symmem_device-sm_90.ptx" \
+        --world 2 --backend "$backend" --shared-gpu; echo "provider $backend shared-gpu rc=$?"
+    done
   fi
 } 2>&1 | tee "$OUT/provider.txt" >>"$FINAL/log.txt"
 
