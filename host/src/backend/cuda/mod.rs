@@ -49,7 +49,6 @@
 //! Symmetric buffers are safe: freeing one returns heap space and makes no driver call.
 //! (Ranks as processes, or one GPU per rank, have no such coupling.) Errors during drop
 //! never panic; they are counted process-wide in [`Cuda::drop_errors`].
-
 //!
 //! # Several GPUs
 //!
@@ -798,9 +797,9 @@ impl Backend for Cuda {
         }
         if export.pid == std::process::id() {
             // cuIpcOpenMemHandle fails with CUDA_ERROR_INVALID_CONTEXT in the exporting
-            // process. All ranks of this process share the device's primary context, so
-            // the exporter's pointer is valid here as it is.
-            // Another device's allocation needs peer access from this context.
+            // process. All ranks of this process on one device share its primary context,
+            // so the exporter's pointer is valid here as it is; another device's
+            // allocation needs peer access from this context first.
             let peer = if export.ordinal as usize == self.ordinal {
                 None
             } else {
