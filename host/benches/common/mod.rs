@@ -167,14 +167,14 @@ pub fn sweep_size(
     Ok(ms.into_iter().map(|ms| Sweep { batch, ms }).collect())
 }
 
-/// Fills `len` bytes at `src` with `pat` repeated (`len` a multiple of its length): one
-/// upload, then device copies.
+/// Fills `len` bytes at `src` with `pat` repeated (`len >= pat.len()`): one upload, then
+/// device copies.
 pub fn fill_source(cuda: &Cuda, timer: &Timer, src: u64, len: usize, pat: &[u8]) -> Result<()> {
     cuda.upload(src, pat)?;
     cuda.synchronize()?;
-    for i in 1..len / pat.len() {
+    for at in (pat.len()..len).step_by(pat.len()) {
         // SAFETY: both ranges lie inside the `len`-byte allocation at `src`.
-        unsafe { timer.memcpy_dtod(src + (i * pat.len()) as u64, src, pat.len())? };
+        unsafe { timer.memcpy_dtod(src + at as u64, src, pat.len().min(len - at))? };
     }
     timer.synchronize()
 }
