@@ -1,21 +1,24 @@
 //! The multi-GPU benchmark (issue 7): `cargo bench -p symmem --bench multi_gpu`.
 //!
-//! Ranks are threads, rank `r` on GPU `r % count` ([`Cuda::for_rank`]), every rank mapping
-//! every peer's VMM heap (over NVLink between H200s). Two parts, both written to
-//! `multi_gpu.csv` with the header `tool,op,world,bytes,batch,median_us,algbw_gbs,busbw_gbs`
-//! that `peers/nccl_collectives.py` writes too (`peers/plot_multi_gpu.py` joins them):
+//! Rank `r` runs on GPU `r % count` ([`Cuda::for_rank`]) and maps every peer's VMM heap
+//! (over NVLink between H200s). Two parts, written to `p2p.csv` and `collectives.csv`
+//! with the header `tool,op,world,bytes,batch,median_us,algbw_gbs,busbw_gbs` that
+//! `peers/nccl_collectives.py` writes too (`peers/plot_multi_gpu.py` joins them):
 //!
-//! - **Point to point**, ranks 0 and 1: `put` (rank 0's kernel writes rank 1's copy of a
-//!   symmetric buffer through the translated address), `get` (rank 0's kernel reads rank
-//!   1's copy into local memory), against `cuMemcpyPeerAsync` of the same bytes in each
-//!   direction (`memcpy_peer_put`, `memcpy_peer_get`, tool `cuda`), median of 20 after
-//!   3. A sample is one operation from 64 MiB up (each on the next slot of a rotation),
-//!   below that a batch of `clamp(64 MiB / size, 1, 100)` on consecutive slots,
-//!   graph-replayed as in `benches/cuda.rs` where the driver can capture every line
-//!   (probed first, the answer printed; `cuMemcpyPeerAsync` may not be), else enqueued
-//!   back to back, so that below about 1 MiB every line includes the host's enqueue rate.
-//!   GB/s counts each byte once (what crosses the link); `world` is 2 in these rows.
-//! - **Collectives** at the whole world: `all_gather`, `all_reduce_1shot`,
+//! - **Point to point**, ranks 0 and 1 as two threads of this process (so that
+//!   `cuMemcpyPeerAsync` can name both GPUs' own allocations): `put` (rank 0's kernel
+//!   writes rank 1's copy of a symmetric buffer through the translated address), `get`
+//!   (rank 0's kernel reads rank 1's copy into local memory), against `cuMemcpyPeerAsync`
+//!   of the same bytes in each direction (`memcpy_peer_put`, `memcpy_peer_get`, tool
+//!   `cuda`), median of 20 after 3. A sample is one operation from 64 MiB up (each on the
+//!   next slot of a rotation), below that a batch of `clamp(64 MiB / size, 1, 100)` on
+//!   consecutive slots, graph-replayed as in `benches/cuda.rs` where the driver can
+//!   capture every line (probed first, the answer printed; `cuMemcpyPeerAsync` may not
+//!   be), else enqueued back to back, so that below about 1 MiB every line includes the
+//!   host's enqueue rate. GB/s counts each byte once (what crosses the link); `world` is 2
+//!   in these rows.
+//! - **Collectives** at the whole world, one process per rank as NCCL and PyTorch run
+//!   (`--launcher threads` for threads of this process): `all_gather`, `all_reduce_1shot`,
 //!   `all_reduce_2shot` (f32 sum) and `reduce_scatter` (f32 sum), sizes in nccl-tests'
 //!   convention (all-gather: output bytes; reduce-scatter: input bytes; all-reduce: buffer
 //!   bytes). A sample is `clamp(64 MiB / size, 1, 20)` back-to-back calls between two
@@ -28,7 +31,8 @@
 //! Options: `--world N` (default: the GPU count; with fewer GPUs than ranks, ranks share
 //! GPUs round-robin: a smoke test of the code path, not a measurement of links),
 //! `--sizes 4K,1M,...` (default 4 KiB to 1 GiB), `--blocks 32,132,264` (per rank),
-//! `--out DIR` (default `target/bench-multi-gpu`). Prints `skipped: <reason>` and exits 0
+//! `--launcher processes|threads` (the collectives' ranks; default processes), `--out DIR`
+//! (default `target/bench-multi-gpu`). Prints `skipped: <reason>` and exits 0
 //! where fewer than 2 GPUs answer and no `--world` was given.
 
 mod common;
@@ -43,6 +47,7 @@ use std::time::Duration;
 use symmem::backend::cuda::Cuda;
 use symmem::backend::cuda::timing::Timer;
 use symmem::backend::{Backend, DeviceRegion, Grid};
+use symmem::bootstrap::{Bootstrap, unix};
 use symmem::collectives::{Algorithm, Collectives, ReduceOp};
 use symmem::kernels::KernelCall;
 use symmem::{Config, Error, Result, World};
@@ -52,6 +57,8 @@ const SAMPLES: usize = 20;
 /// The most back-to-back collectives in one sample.
 const MAX_COLLECTIVE_BATCH: usize = 20;
 const THREADS: u32 = 256;
+/// How long a rank waits for its peers at a host barrier.
+const TIMEOUT: Duration = Duration::from_secs(600);
 const CSV_HEADER: &str = "tool,op,world,bytes,batch,median_us,algbw_gbs,busbw_gbs";
 /// The source pattern's period.
 const PATTERN: usize = 16 * MIB;
@@ -427,6 +434,7 @@ fn best(rows: &[Row]) -> Vec<Row> {
 
 struct Options {
     world: Option<usize>,
+    processes: bool,
     sizes: Vec<usize>,
     blocks: Option<Vec<u32>>,
     out: PathBuf,
@@ -435,6 +443,7 @@ struct Options {
 fn options() -> std::result::Result<Options, String> {
     let mut o = Options {
         world: None,
+        processes: true,
         sizes: sweep_sizes(GIB),
         blocks: None,
         out: PathBuf::from("target/bench-multi-gpu"),
@@ -459,6 +468,13 @@ fn options() -> std::result::Result<Options, String> {
                 );
             }
             "--out" => o.out = PathBuf::from(value()?),
+            "--launcher" => {
+                o.processes = match value()?.as_str() {
+                    "processes" => true,
+                    "threads" => false,
+                    other => return Err(format!("bad --launcher {other}")),
+                }
+            }
             _ => {} // `cargo bench` passes `--bench`
         }
     }
@@ -471,7 +487,8 @@ fn options() -> std::result::Result<Options, String> {
     Ok(o)
 }
 
-fn run(o: &Options, n: usize, gpus: usize) -> Result<Vec<Row>> {
+/// The collectives' grids, the worlds' configuration and the largest size.
+fn plan(o: &Options, n: usize, gpus: usize) -> (Vec<Grid>, Config, usize) {
     let max = o.sizes.iter().copied().max().unwrap_or(MIB);
     // Ranks sharing a GPU must keep all their blocks resident together (collectives'
     // device barriers): their share of two 256-thread blocks per SM of a 132-SM H200.
@@ -483,7 +500,7 @@ fn run(o: &Options, n: usize, gpus: usize) -> Result<Vec<Row>> {
             vec![32, 132, 264]
         }
     });
-    let grids: Vec<Grid> = blocks
+    let grids = blocks
         .iter()
         .map(|&blocks| Grid {
             blocks,
@@ -492,25 +509,104 @@ fn run(o: &Options, n: usize, gpus: usize) -> Result<Vec<Row>> {
         .collect();
     let config = Config {
         heap_bytes: 4 * max + 64 * MIB,
-        timeout: Duration::from_secs(600),
+        timeout: TIMEOUT,
     };
-    let results = symmem::launch(n, &config, Cuda::for_rank, |world| {
+    (grids, config, max)
+}
+
+/// Rank 0's rows of `body` run by `n` ranks as threads of this process.
+fn on_threads(
+    n: usize,
+    config: &Config,
+    body: impl Fn(&World<Cuda>) -> Result<Vec<Row>> + Sync,
+) -> Result<Vec<Row>> {
+    let results = symmem::launch(n, config, Cuda::for_rank, |world| {
         if world.rank() == 0 {
             println!("rank 0: {:?}", world.backend());
         }
-        let mut rows = if n >= 2 {
-            point_to_point(&world, &o.sizes, max)?
-        } else {
-            Vec::new()
-        };
-        rows.extend(collectives(&world, &o.sizes, &grids)?);
-        Ok(rows)
+        body(&world)
     })?;
     let mut rows = Vec::new();
     for (rank, r) in results.into_iter().enumerate() {
         rows.extend(r.map_err(|e| Error::Bootstrap(format!("rank {rank}: {e}")))?);
     }
     Ok(rows)
+}
+
+/// A rank process of the collectives (started by [`run_processes`]); rank 0 reports.
+fn process_rank(o: &Options) -> Result<()> {
+    let bootstrap = unix::UnixBootstrap::from_env()?;
+    let (rank, n) = (bootstrap.rank(), bootstrap.world_size());
+    let (grids, config, _) = plan(o, n, Cuda::device_count()?);
+    let world = World::new(Box::new(bootstrap), Cuda::for_rank(rank)?, &config)?;
+    if rank == 0 {
+        println!("rank 0 (pid {}): {:?}", std::process::id(), world.backend());
+    }
+    let rows = collectives(&world, &o.sizes, &grids)?;
+    if rank == 0 {
+        print_collectives(&rows, n);
+        write_csv(&o.out.join("collectives.csv"), &best(&rows))?;
+    }
+    Ok(())
+}
+
+/// Runs this binary as `n` rank processes (UNIX-socket bootstrap, VMM file descriptors
+/// exchanged) and waits for them.
+fn run_processes(n: usize) -> Result<()> {
+    let os = |what| move |source| Error::Os { what, source };
+    let exe = std::env::current_exe().map_err(os("current_exe"))?;
+    let mut command = std::process::Command::new(exe);
+    command.args(std::env::args().skip(1));
+    let children = unix::spawn(&mut command, n, TIMEOUT).map_err(os("spawning ranks"))?;
+    let mut failed = Vec::new();
+    for (rank, mut child) in children.into_iter().enumerate() {
+        if !child.wait().map_err(os("waiting for a rank"))?.success() {
+            failed.push(rank);
+        }
+    }
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::Bootstrap(format!(
+            "rank processes {failed:?} failed"
+        )))
+    }
+}
+
+/// Writes `rows` under the CSV header to `path` (creating its folder).
+fn write_csv(path: &std::path::Path, rows: &[Row]) -> Result<()> {
+    let mut text = format!("{CSV_HEADER}\n");
+    for r in rows {
+        text.push_str(&r.csv());
+        text.push('\n');
+    }
+    let written = path
+        .parent()
+        .map_or(Ok(()), std::fs::create_dir_all)
+        .and_then(|()| std::fs::write(path, &text));
+    written.map_err(|source| Error::Os {
+        what: "writing a CSV",
+        source,
+    })?;
+    println!("wrote {}", path.display());
+    Ok(())
+}
+
+/// Part 1 (ranks 0 and 1 as threads, on GPUs 0 and 1) and part 2 (`n` ranks as processes
+/// or threads), each written to its CSV as it ends.
+fn run(o: &Options, n: usize, gpus: usize) -> Result<()> {
+    let (grids, config, max) = plan(o, n, gpus);
+    if n >= 2 {
+        let p2p = on_threads(2, &config, |world| point_to_point(world, &o.sizes, max))?;
+        write_csv(&o.out.join("p2p.csv"), &p2p)?;
+    }
+    if o.processes {
+        run_processes(n)
+    } else {
+        let rows = on_threads(n, &config, |world| collectives(world, &o.sizes, &grids))?;
+        print_collectives(&rows, n);
+        write_csv(&o.out.join("collectives.csv"), &best(&rows))
+    }
 }
 
 fn print_collectives(rows: &[Row], n: usize) {
@@ -536,6 +632,19 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if unix::UnixBootstrap::in_env() {
+        return match process_rank(&o) {
+            Ok(()) if Cuda::drop_errors() == 0 => ExitCode::SUCCESS,
+            Ok(()) => {
+                eprintln!("drop errors: {:?}", Cuda::last_drop_error());
+                ExitCode::FAILURE
+            }
+            Err(e) => {
+                eprintln!("rank process: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let gpus = match Cuda::device_count() {
         Ok(n) if n > 0 => n,
         Ok(_) => {
@@ -556,26 +665,13 @@ fn main() -> ExitCode {
         }
     };
     println!(
-        "multi-GPU bench: world {n} on {gpus} GPU(s){}, median of {SAMPLES} after {WARMUP}",
-        if n > gpus { " (ranks share GPUs)" } else { "" }
+        "multi-GPU bench: world {n} on {gpus} GPU(s){}, collectives' ranks as {}, median of {SAMPLES} after {WARMUP}",
+        if n > gpus { " (ranks share GPUs)" } else { "" },
+        if o.processes { "processes" } else { "threads" }
     );
-    let rows = match run(&o, n, gpus) {
-        Ok(rows) => rows,
-        Err(e) => {
-            eprintln!("multi-GPU bench failed: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    print_collectives(&rows, n);
-    let mut text = format!("{CSV_HEADER}\n");
-    for r in best(&rows) {
-        text.push_str(&r.csv());
-        text.push('\n');
-    }
-    let path = o.out.join("multi_gpu.csv");
-    match std::fs::create_dir_all(&o.out).and_then(|()| std::fs::write(&path, &text)) {
-        Ok(()) => println!("wrote {}", path.display()),
-        Err(e) => eprintln!("writing {}: {e}", path.display()),
+    if let Err(e) = run(&o, n, gpus) {
+        eprintln!("multi-GPU bench failed: {e}");
+        return ExitCode::FAILURE;
     }
     if Cuda::drop_errors() != 0 {
         eprintln!("drop errors: {:?}", Cuda::last_drop_error());

@@ -1,5 +1,5 @@
-"""Joins the multi-GPU CSVs (host/benches/multi_gpu.rs's multi_gpu.csv, tool `symmem`
-and `cuda`; nccl_collectives.py's nccl.csv, tools `nccl` and `torch_symm`), all with the
+"""Joins the multi-GPU CSVs (host/benches/multi_gpu.rs's p2p.csv and collectives.csv,
+tools `symmem` and `cuda`; nccl_collectives.py's nccl.csv, tools `nccl` and `torch_symm`), all with the
 header `tool,op,world,bytes,batch,median_us,algbw_gbs,busbw_gbs`, into a summary of
 ratios against goals and a PNG of bus bandwidth against size.
 

@@ -12,7 +12,7 @@
 # ranks sharing the GPU (labelled so), the Python peers run at world 1.
 # Usage (repo root, device machine): bash host/benches/peers/run_multi_gpu.sh
 # Writes log.txt (as it goes), summary.txt and multi_gpu.png to $OUT, and every log and CSV of the run
-# (tests.txt, demo.txt, provider.txt, bench-w*.txt, w*/multi_gpu.csv, w*/nccl.csv) in $OUT/all.tgz.
+# (tests.txt, demo.txt, provider.txt, bench-w*.txt, w*/{p2p,collectives,nccl}.csv) in $OUT/all.tgz.
 # Build first (here), then copy into .carry/ (names as used below):
 #   cargo bench -p symmem --bench multi_gpu --no-run                      -> bench-multi-gpu
 #   cargo test --release -p symmem-tests --test suite_cuda --test rma_processes --no-run
@@ -84,7 +84,7 @@ for W in 2 4 8; do
       timeout 300 python3 "$P/nccl_collectives.py" --world 1 --out "$OUT/w$W/nccl.csv"; echo "nccl w1 rc=$?"
     fi
   } 2>&1 | tee "$OUT/bench-w$W.txt" >>"$FINAL/log.txt"
-  CSVS+=("$OUT/w$W/multi_gpu.csv" "$OUT/w$W/nccl.csv")
+  CSVS+=("$OUT/w$W/p2p.csv" "$OUT/w$W/collectives.csv" "$OUT/w$W/nccl.csv")
 done
 echo "== summary"
 python3 "$P/plot_multi_gpu.py" --summary "$OUT/summary.txt" --png "$OUT/multi_gpu.png" "${CSVS[@]}" 2>&1 \
