@@ -18,7 +18,9 @@
 //!   host's enqueue rate. GB/s counts each byte once (what crosses the link); `world` is 2
 //!   in these rows.
 //! - **Collectives** at the whole world, one process per rank as NCCL and PyTorch run
-//!   (`--launcher threads` for threads of this process): `all_gather`, `all_reduce_1shot`,
+//!   (`--launcher threads` for threads of this process, which is what ranks sharing a GPU
+//!   need: processes on one GPU are time-sliced, and a collective then waits a whole
+//!   slice, about 4.5 ms on the H200, for its peer): `all_gather`, `all_reduce_1shot`,
 //!   `all_reduce_2shot` (f32 sum) and `reduce_scatter` (f32 sum), sizes in nccl-tests'
 //!   convention (all-gather: output bytes; reduce-scatter: input bytes; all-reduce: buffer
 //!   bytes). A sample is `clamp(64 MiB / size, 1, 20)` back-to-back calls between two

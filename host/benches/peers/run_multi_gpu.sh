@@ -78,8 +78,11 @@ for W in 2 4 8; do
       echo "== nccl + torch symmetric memory, world $W"
       timeout 400 python3 "$P/nccl_collectives.py" --world "$W" --out "$OUT/w$W/nccl.csv"; echo "nccl w$W rc=$?"
     else
+      # Processes sharing one GPU are time-sliced (a collective waits a slice, ~4.5 ms, for
+      # its peer): the smoke run's collectives use threads, which share one context.
       echo "== multi_gpu bench, 2 ranks sharing GPU 0 (smoke test)"
-      timeout 300 "$CARRY/bench-multi-gpu" --world 2 --blocks 32,128 --out "$OUT/w$W"; echo "bench w$W rc=$?"
+      timeout 300 "$CARRY/bench-multi-gpu" --world 2 --blocks 32,128 --launcher threads \
+        --out "$OUT/w$W"; echo "bench w$W rc=$?"
       echo "== nccl + torch symmetric memory, world 1 (smoke test)"
       timeout 300 python3 "$P/nccl_collectives.py" --world 1 --out "$OUT/w$W/nccl.csv"; echo "nccl w1 rc=$?"
     fi
