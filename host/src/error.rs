@@ -69,6 +69,15 @@ pub enum Error {
         /// Its address.
         addr: u64,
     },
+    /// A peer-base table handed to symmem that breaks the table contract.
+    BadPeerTable {
+        /// The offending entry (the table's length when the length is wrong).
+        rank: usize,
+        /// Its address (0 when there is none).
+        addr: u64,
+        /// What is wrong.
+        why: &'static str,
+    },
     /// A symmetric buffer freed twice, or one that belongs to another world.
     NotAllocated {
         /// Offset of the buffer in the heap.
@@ -183,6 +192,9 @@ impl fmt::Display for Error {
                 f,
                 "rank {rank}'s address {addr:#x} is not congruent to the others modulo 16"
             ),
+            Self::BadPeerTable { rank, addr, why } => {
+                write!(f, "peer-base table entry {rank} ({addr:#x}): {why}")
+            }
             Self::NotAllocated { offset } => {
                 write!(f, "no live symmetric allocation at heap offset {offset:#x}")
             }

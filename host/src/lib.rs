@@ -4,7 +4,8 @@
 //! returns a buffer and its device-resident peer-base table (entry `r` is the buffer's
 //! address on rank `r`, as mapped here; entry `rank` is the local pointer), so kernels
 //! translate with `p - bases[cur] + bases[to]` (see `symmem-translate`). Any
-//! [`PeerBaseProvider`] (the heap, a [`Rendezvous`] of existing allocations) drives the
+//! [`PeerBaseProvider`] (the heap, a [`Rendezvous`] of existing allocations, an
+//! [`ExternalTable`] that NVSHMEM, rocSHMEM or PyTorch symmetric memory built) drives the
 //! same kernels.
 //!
 //! ```
@@ -30,7 +31,7 @@ mod provider;
 mod world;
 
 pub use error::{Error, Result};
-pub use provider::Rendezvous;
+pub use provider::{ExternalTable, Rendezvous};
 pub use world::{Config, PeerBaseProvider, PeerBases, RawSymmetric, SymmetricBuffer, World};
 
 use backend::Backend;

@@ -1,10 +1,14 @@
-//! The rendezvous provider: a peer-base table for allocations the user already made
-//! outside the symmetric heap, one per rank.
+//! Providers of peer-base tables besides the symmetric heap, one allocation per rank:
 //!
-//! Collectively, every rank exports its allocation, receives everyone's handles, maps
-//! each peer's allocation into its own address space and uploads the table. The kernels
-//! that run over a heap buffer's table run over this one unchanged: the table is the
-//! whole contract ([`PeerBaseProvider`]).
+//! - [`Rendezvous`]: allocations the user already made outside the heap. Collectively,
+//!   every rank exports its allocation, receives everyone's handles, maps each peer's
+//!   allocation into its own address space and uploads the table.
+//! - [`ExternalTable`]: a table another library built (NVSHMEM's `nvshmem_ptr`,
+//!   rocSHMEM's `rocshmem_ptr`, PyTorch symmetric memory's `buffer_ptrs`, IPC mappings a
+//!   program made itself). symmem checks the table contract and uploads it.
+//!
+//! The kernels that run over a heap buffer's table run over these unchanged: the table is
+//! the whole contract ([`PeerBaseProvider`]).
 
 use crate::backend::{Backend, DeviceRegion};
 use crate::error::{Error, Result};
@@ -35,10 +39,7 @@ impl<B: Backend> Rendezvous<B> {
                 capacity: memory.len(),
             });
         }
-        let lens = world.all_gather_bytes(&(len as u64).to_le_bytes())?;
-        if let Some(rank) = lens.iter().position(|l| *l != lens[0]) {
-            return Err(Error::CollectiveMismatch { rank, ops: 0 });
-        }
+        same_len_everywhere(world, len)?;
         let backend = world.backend();
         let handles = world.all_gather_shareable(backend.export_device_memory(memory)?)?;
         let mut entries = Vec::with_capacity(handles.len());
@@ -52,18 +53,7 @@ impl<B: Backend> Rendezvous<B> {
                 mappings.push(mapping);
             }
         }
-        // The table contract: entries congruent modulo 16, so kernels keep their vector
-        // path after translation. Allocators align far more; refuse anything else.
-        if let Some((rank, &addr)) = entries
-            .iter()
-            .enumerate()
-            .find(|(_, e)| (*e ^ entries[0]) % 16 != 0)
-        {
-            return Err(Error::PeerMisaligned { rank, addr });
-        }
-        let table_memory = backend.alloc_device(entries.len() * 8)?;
-        backend.upload(table_memory.base(), bytemuck::cast_slice(&entries))?;
-        let table = PeerBases::new(table_memory.base(), entries.into());
+        let (table, table_memory) = upload_table(world, entries)?;
         Ok(Self {
             table,
             local: memory.base(),
@@ -75,6 +65,98 @@ impl<B: Backend> Rendezvous<B> {
 }
 
 impl<B: Backend> PeerBaseProvider for Rendezvous<B> {
+    fn table(&self) -> &PeerBases {
+        &self.table
+    }
+    fn local_ptr(&self) -> u64 {
+        self.local
+    }
+    fn byte_len(&self) -> usize {
+        self.len
+    }
+}
+
+/// [`Error::CollectiveMismatch`] naming the first rank whose `len` differs from rank 0's.
+fn same_len_everywhere<B: Backend>(world: &World<B>, len: usize) -> Result<()> {
+    let lens = world.all_gather_bytes(&(len as u64).to_le_bytes())?;
+    match lens.iter().position(|l| *l != lens[0]) {
+        Some(rank) => Err(Error::CollectiveMismatch { rank, ops: 0 }),
+        None => Ok(()),
+    }
+}
+
+/// Checks that `entries` are congruent modulo 16 to this rank's own entry (kernels choose
+/// their vector path from local pointers, so it must survive translation; allocators
+/// align far more) and uploads them: the table and its memory.
+fn upload_table<B: Backend>(
+    world: &World<B>,
+    entries: Vec<u64>,
+) -> Result<(PeerBases, B::DeviceMemory)> {
+    let own = entries[world.rank()];
+    if let Some((rank, &addr)) = entries
+        .iter()
+        .enumerate()
+        .find(|(_, e)| !(*e ^ own).is_multiple_of(16))
+    {
+        return Err(Error::PeerMisaligned { rank, addr });
+    }
+    let backend = world.backend();
+    let memory = backend.alloc_device(entries.len() * 8)?;
+    backend.upload(memory.base(), bytemuck::cast_slice(&entries))?;
+    Ok((PeerBases::new(memory.base(), entries.into()), memory))
+}
+
+/// A peer-base table that another library built, checked and uploaded by symmem. The
+/// memory it names stays that library's: it must outlive this value and every kernel
+/// launched over it. Dropping it frees only the uploaded table.
+pub struct ExternalTable<B: Backend> {
+    table: PeerBases,
+    local: u64,
+    len: usize,
+    _table_memory: B::DeviceMemory,
+}
+
+impl<B: Backend> ExternalTable<B> {
+    /// Collective: uploads `entries` (entry `r` = the allocation's address on rank `r` as
+    /// mapped in this process, each valid for `len` bytes) as this rank's device-resident
+    /// table, after checking the contract: one entry per rank, `entries[rank] == local`,
+    /// no null entry, entries congruent modulo 16, and the same `len` on every rank.
+    ///
+    /// Errors: [`Error::ZeroSize`]; [`Error::BadPeerTable`] for a table of the wrong length,
+    /// a null entry, or an own entry that is not `local`; [`Error::PeerMisaligned`];
+    /// [`Error::CollectiveMismatch`] if ranks pass different `len`s (rank named);
+    /// [`Error::PeerLost`].
+    pub fn new(world: &World<B>, local: u64, len: usize, entries: &[u64]) -> Result<Self> {
+        if len == 0 {
+            return Err(Error::ZeroSize);
+        }
+        let (rank, n) = (world.rank(), world.world_size());
+        let bad = |rank, addr, why| Err(Error::BadPeerTable { rank, addr, why });
+        if entries.len() != n {
+            return bad(entries.len(), 0, "the table's length is not the world size");
+        }
+        if let Some(r) = entries.iter().position(|&e| e == 0) {
+            return bad(r, 0, "a null address");
+        }
+        if entries[rank] != local {
+            return bad(
+                rank,
+                entries[rank],
+                "this rank's entry is not the local pointer",
+            );
+        }
+        same_len_everywhere(world, len)?;
+        let (table, table_memory) = upload_table(world, entries.to_vec())?;
+        Ok(Self {
+            table,
+            local,
+            len,
+            _table_memory: table_memory,
+        })
+    }
+}
+
+impl<B: Backend> PeerBaseProvider for ExternalTable<B> {
     fn table(&self) -> &PeerBases {
         &self.table
     }

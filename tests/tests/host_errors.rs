@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use symmem::backend::cpu::Cpu;
 use symmem::backend::{Backend, DeviceRegion};
 use symmem::bootstrap::local::LocalBootstrap;
-use symmem::{Config, Error, Rendezvous, World};
+use symmem::{Config, Error, ExternalTable, PeerBaseProvider, Rendezvous, World};
 
 const HEAP: usize = 1 << 20;
 
@@ -530,6 +530,74 @@ fn collective_mismatch_on_rendezvous_lengths() {
         Rendezvous::new(&world, &user, len).map(drop)
     });
     assert_mismatch_everywhere(results, 2);
+}
+
+#[test]
+fn collective_mismatch_on_external_table_lengths() {
+    let results = run_raw(3, &config(), |world| {
+        let (buffer, bases) = world.allocate_symmetric::<u8>(8192)?;
+        let len = if world.rank() == 1 { 8192 } else { 4096 };
+        ExternalTable::new(&world, buffer.ptr(), len, bases.entries()).map(drop)
+    });
+    assert_mismatch_everywhere(results, 1);
+}
+
+/// Every way a table handed to symmem can break the contract is refused with its variant,
+/// on every rank, before anything is uploaded; a good table then goes through.
+#[test]
+fn external_table_contract() {
+    for_sizes(&[1, 2, 3], |world| {
+        let (me, n) = (world.rank(), world.world_size());
+        let (buffer, bases) = world.allocate_symmetric::<u8>(4096)?;
+        let (local, good) = (buffer.ptr(), bases.entries().to_vec());
+        let refused = |entries: &[u64], len: usize| {
+            ExternalTable::new(&world, local, len, entries)
+                .map(drop)
+                .unwrap_err()
+        };
+        let err = refused(&good[..n - 1], 4096);
+        assert!(
+            matches!(err, Error::BadPeerTable { rank, addr: 0, .. } if rank == n - 1),
+            "{err:?}"
+        );
+        let mut longer = good.clone();
+        longer.push(local);
+        let err = refused(&longer, 4096);
+        assert!(
+            matches!(err, Error::BadPeerTable { rank, .. } if rank == n + 1),
+            "{err:?}"
+        );
+        let mut null = good.clone();
+        null[n - 1] = 0;
+        let err = refused(&null, 4096);
+        assert!(
+            matches!(err, Error::BadPeerTable { rank, addr: 0, .. } if rank == n - 1),
+            "{err:?}"
+        );
+        let mut not_mine = good.clone();
+        not_mine[me] += 4096;
+        let err = refused(&not_mine, 4096);
+        assert!(
+            matches!(err, Error::BadPeerTable { rank, addr, .. } if rank == me && addr == local + 4096),
+            "{err:?}"
+        );
+        assert!(matches!(refused(&good, 0), Error::ZeroSize));
+        if n > 1 {
+            let mut skewed = good.clone();
+            let other = (me + 1) % n;
+            skewed[other] += 8;
+            let err = refused(&skewed, 4096);
+            assert!(
+                matches!(err, Error::PeerMisaligned { rank, addr } if rank == other && addr == good[other] + 8),
+                "{err:?}"
+            );
+        }
+        let table = ExternalTable::new(&world, local, 4096, &good)?;
+        assert_eq!(table.table().entries(), &good[..]);
+        assert_eq!((table.local_ptr(), table.byte_len()), (local, 4096));
+        drop(table);
+        world.barrier()
+    });
 }
 
 #[test]

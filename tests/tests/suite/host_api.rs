@@ -8,7 +8,9 @@ use super::TestBackend;
 use bytemuck::Pod;
 use symmem::backend::{Backend, DeviceRegion};
 use symmem::kernels::KernelCall;
-use symmem::{Config, PeerBaseProvider, PeerBases, Rendezvous, SymmetricBuffer, World};
+use symmem::{
+    Config, ExternalTable, PeerBaseProvider, PeerBases, Rendezvous, SymmetricBuffer, World,
+};
 
 /// The world sizes every test runs at.
 const SIZES: [usize; 5] = [1, 2, 3, 4, 8];
@@ -802,6 +804,56 @@ fn rendezvous_of_a_prefix_of_the_user_allocation() {
             .backend()
             .download(&mut got, user.base() + 16 * from as u64)?;
         assert_eq!(got, [from as u8 + 1; 16]);
+        world.barrier()
+    });
+}
+
+/// A table that some other library built (here: the addresses of a rendezvous' mappings,
+/// handed over as plain numbers, as NVSHMEM's `nvshmem_ptr` or PyTorch symmetric memory's
+/// `buffer_ptrs` would be) drives the same put kernel once symmem has checked and
+/// uploaded it.
+#[test]
+fn external_table_drives_the_same_kernel() {
+    if super::skip() {
+        return;
+    }
+    every_size(|world| {
+        let (me, n) = (world.rank(), world.world_size());
+        let (tag, region) = (30, 3001usize);
+        let bytes = n * region;
+        let source = world.backend().alloc_device(bytes)?;
+        let staged: Vec<u8> = (0..bytes)
+            .map(|i| pattern(me, i / region, tag, i % region))
+            .collect();
+        world.backend().upload(source.base(), &staged)?;
+        let user = world.backend().alloc_device(bytes)?;
+        world.backend().memset(user.base(), 0, bytes)?;
+        let rendezvous = Rendezvous::new(&world, &user, bytes)?;
+        let addresses: Vec<u64> = rendezvous.table().entries().to_vec();
+        let external = ExternalTable::new(&world, user.base(), bytes, &addresses)?;
+        assert_eq!(external.table().entries(), &addresses[..]);
+        assert_eq!(external.local_ptr(), user.base());
+        assert_ne!(
+            external.table().device_ptr(),
+            rendezvous.table().device_ptr(),
+            "an upload of its own"
+        );
+        assert_eq!(
+            download_u64(&world, external.table().device_ptr(), n),
+            addresses
+        );
+        world.barrier()?;
+        put_through(&world, &external, &source, region)?;
+        world.barrier()?;
+        let mut got = vec![0u8; bytes];
+        world.backend().download(&mut got, user.base())?;
+        for (i, &b) in got.iter().enumerate() {
+            assert_eq!(b, pattern(i / region, me, tag, i % region), "byte {i}");
+        }
+        world.barrier()?;
+        drop(external);
+        drop(rendezvous);
+        drop(user);
         world.barrier()
     });
 }
