@@ -17,11 +17,9 @@ use crate::world::{PeerBaseProvider, PeerBases, World};
 /// A rendezvous of one user allocation per rank. Dropping it unmaps the peers' copies
 /// (the user's own allocation is untouched).
 pub struct Rendezvous<B: Backend> {
-    table: PeerBases,
-    local: u64,
-    len: usize,
+    // Field order is drop order: the peers' mappings go before the uploaded table.
     _mappings: Vec<B::Mapping>,
-    _table_memory: B::DeviceMemory,
+    table: ExternalTable<B>,
 }
 
 impl<B: Backend> Rendezvous<B> {
@@ -53,26 +51,22 @@ impl<B: Backend> Rendezvous<B> {
                 mappings.push(mapping);
             }
         }
-        let (table, table_memory) = upload_table(world, entries)?;
         Ok(Self {
-            table,
-            local: memory.base(),
-            len,
             _mappings: mappings,
-            _table_memory: table_memory,
+            table: ExternalTable::upload(world, memory.base(), len, entries)?,
         })
     }
 }
 
 impl<B: Backend> PeerBaseProvider for Rendezvous<B> {
     fn table(&self) -> &PeerBases {
-        &self.table
+        self.table.table()
     }
     fn local_ptr(&self) -> u64 {
-        self.local
+        self.table.local_ptr()
     }
     fn byte_len(&self) -> usize {
-        self.len
+        self.table.byte_len()
     }
 }
 
@@ -83,27 +77,6 @@ fn same_len_everywhere<B: Backend>(world: &World<B>, len: usize) -> Result<()> {
         Some(rank) => Err(Error::CollectiveMismatch { rank, ops: 0 }),
         None => Ok(()),
     }
-}
-
-/// Checks that `entries` are congruent modulo 16 to this rank's own entry (kernels choose
-/// their vector path from local pointers, so it must survive translation; allocators
-/// align far more) and uploads them: the table and its memory.
-fn upload_table<B: Backend>(
-    world: &World<B>,
-    entries: Vec<u64>,
-) -> Result<(PeerBases, B::DeviceMemory)> {
-    let own = entries[world.rank()];
-    if let Some((rank, &addr)) = entries
-        .iter()
-        .enumerate()
-        .find(|(_, e)| !(*e ^ own).is_multiple_of(16))
-    {
-        return Err(Error::PeerMisaligned { rank, addr });
-    }
-    let backend = world.backend();
-    let memory = backend.alloc_device(entries.len() * 8)?;
-    backend.upload(memory.base(), bytemuck::cast_slice(&entries))?;
-    Ok((PeerBases::new(memory.base(), entries.into()), memory))
 }
 
 /// A peer-base table that another library built, checked and uploaded by symmem. The
@@ -146,12 +119,28 @@ impl<B: Backend> ExternalTable<B> {
             );
         }
         same_len_everywhere(world, len)?;
-        let (table, table_memory) = upload_table(world, entries.to_vec())?;
+        Self::upload(world, local, len, entries.to_vec())
+    }
+
+    /// Checks that `entries` are congruent modulo 16 to this rank's own entry, `local`
+    /// (kernels choose their vector path from local pointers, so it must survive
+    /// translation; allocators align far more), and uploads them.
+    fn upload(world: &World<B>, local: u64, len: usize, entries: Vec<u64>) -> Result<Self> {
+        if let Some((rank, &addr)) = entries
+            .iter()
+            .enumerate()
+            .find(|(_, e)| !(*e ^ local).is_multiple_of(16))
+        {
+            return Err(Error::PeerMisaligned { rank, addr });
+        }
+        let backend = world.backend();
+        let memory = backend.alloc_device(entries.len() * 8)?;
+        backend.upload(memory.base(), bytemuck::cast_slice(&entries))?;
         Ok(Self {
-            table,
+            table: PeerBases::new(memory.base(), entries.into()),
             local,
             len,
-            _table_memory: table_memory,
+            _table_memory: memory,
         })
     }
 }
