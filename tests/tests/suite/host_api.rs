@@ -689,6 +689,27 @@ fn into_raw_and_free_raw() {
     });
 }
 
+/// What this rank puts with [`put_through`]: region `to` (of `region` bytes) holds the
+/// pattern for rank `to`, for every rank.
+fn put_source(world: &W, tag: usize, region: usize) -> symmem::Result<DeviceMemory> {
+    let (me, bytes) = (world.rank(), world.world_size() * region);
+    let source = world.backend().alloc_device(bytes)?;
+    let staged: Vec<u8> = (0..bytes)
+        .map(|i| pattern(me, i / region, tag, i % region))
+        .collect();
+    world.backend().upload(source.base(), &staged)?;
+    Ok(source)
+}
+
+/// Asserts that `got` (this rank's copy after every rank's [`put_through`]) holds, in
+/// region `from`, the pattern rank `from` sent here.
+fn assert_received(world: &W, got: &[u8], tag: usize, region: usize) {
+    let me = world.rank();
+    for (i, &b) in got.iter().enumerate() {
+        assert_eq!(b, pattern(i / region, me, tag, i % region), "byte {i}");
+    }
+}
+
 /// The put kernel over any provider's table: this rank's region of every peer's copy.
 fn put_through(
     world: &W,
@@ -722,11 +743,7 @@ fn same_kernel_over_heap_and_rendezvous() {
         let (me, n) = (world.rank(), world.world_size());
         for (tag, region) in [(20, 4096usize), (21, 1001)] {
             let bytes = n * region;
-            let source = world.backend().alloc_device(bytes)?;
-            let staged: Vec<u8> = (0..bytes)
-                .map(|i| pattern(me, i / region, tag, i % region))
-                .collect();
-            world.backend().upload(source.base(), &staged)?;
+            let source = put_source(&world, tag, region)?;
 
             let heap = world.zeros::<u8>(bytes)?;
             let user = world.backend().alloc_device(bytes)?;
@@ -762,9 +779,7 @@ fn same_kernel_over_heap_and_rendezvous() {
                 over_heap == over_rendezvous,
                 "the two providers gave different results"
             );
-            for (i, &b) in over_heap.iter().enumerate() {
-                assert_eq!(b, pattern(i / region, me, tag, i % region), "byte {i}");
-            }
+            assert_received(&world, &over_heap, tag, region);
             world.barrier()?;
             // The mappings go before the user's memory does.
             drop(rendezvous);
@@ -818,14 +833,10 @@ fn external_table_drives_the_same_kernel() {
         return;
     }
     every_size(|world| {
-        let (me, n) = (world.rank(), world.world_size());
+        let n = world.world_size();
         let (tag, region) = (30, 3001usize);
         let bytes = n * region;
-        let source = world.backend().alloc_device(bytes)?;
-        let staged: Vec<u8> = (0..bytes)
-            .map(|i| pattern(me, i / region, tag, i % region))
-            .collect();
-        world.backend().upload(source.base(), &staged)?;
+        let source = put_source(&world, tag, region)?;
         let user = world.backend().alloc_device(bytes)?;
         world.backend().memset(user.base(), 0, bytes)?;
         let rendezvous = Rendezvous::new(&world, &user, bytes)?;
@@ -847,9 +858,7 @@ fn external_table_drives_the_same_kernel() {
         world.barrier()?;
         let mut got = vec![0u8; bytes];
         world.backend().download(&mut got, user.base())?;
-        for (i, &b) in got.iter().enumerate() {
-            assert_eq!(b, pattern(i / region, me, tag, i % region), "byte {i}");
-        }
+        assert_received(&world, &got, tag, region);
         world.barrier()?;
         drop(external);
         drop(rendezvous);
