@@ -76,7 +76,7 @@ struct Row {
     median_us: f64,
     algbw: f64,
     busbw: f64,
-    /// The grid's blocks per rank (collectives only; not in the CSV).
+    /// The grid's blocks per rank (0 in point-to-point rows; not in the CSV).
     blocks: u32,
 }
 
@@ -618,7 +618,7 @@ fn print_collectives(rows: &[Row], n: usize) {
         "{:>16} {:>6} {:>10} {:>10} {:>9}",
         "op", "blocks", "bytes", "us", "busbw"
     );
-    for r in rows.iter().filter(|r| r.blocks > 0) {
+    for r in rows {
         println!(
             "{:>16} {:>6} {:>10} {:>10.2} {:>9.1}",
             r.op, r.blocks, r.bytes, r.median_us, r.busbw
