@@ -112,8 +112,12 @@ struct Context {
 }
 
 impl Context {
-    /// Retains device `ordinal`'s primary context.
+    /// Retains device `ordinal`'s primary context. Checks first that `libcuda` loads and
+    /// knows that device ([`Cuda::device_count`]), so no driver call can panic.
     fn retain_primary(ordinal: usize) -> Result<Self> {
+        if ordinal >= Cuda::device_count()? {
+            return Err(Error::NoDevice { backend: "cuda" });
+        }
         let device = driver::device_get(ordinal)?;
         let ordinal = c_int::try_from(ordinal).map_err(|_| Error::NoDevice { backend: "cuda" })?;
         Ok(Self {
@@ -510,11 +514,8 @@ impl Cuda {
     /// driver sees no device or fewer than `ordinal + 1`; [`Error::NoCodeObject`] when no
     /// embedded PTX suits the device; [`Error::Driver`] for any other driver failure.
     pub fn new(ordinal: usize) -> Result<Self> {
-        if ordinal >= Self::device_count()? {
-            return Err(Error::NoDevice { backend: "cuda" });
-        }
-        let driver_version = driver::driver_version()?;
         let ctx = Arc::new(Context::retain_primary(ordinal)?);
+        let driver_version = driver::driver_version()?;
         let device = ctx.device;
         ctx.make_current()?;
 
@@ -604,9 +605,6 @@ impl Cuda {
     /// # Errors
     /// [`Error::NoDevice`] for an ordinal the driver does not know; [`Error::Driver`].
     pub fn device_context(ordinal: usize) -> Result<DeviceContext> {
-        if ordinal >= Self::device_count()? {
-            return Err(Error::NoDevice { backend: "cuda" });
-        }
         Ok(DeviceContext(Arc::new(Context::retain_primary(ordinal)?)))
     }
 
