@@ -60,8 +60,8 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
 import ranks  # noqa: E402  (this folder)
+from units import MIB, human, parse_size  # noqa: E402  (this folder)
 
-KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
 DEFAULT_SIZES = "4K,16K,64K,256K,1M,4M,16M,64M,256M,1G"
 WARMUP, SAMPLES, MAX_BATCH, BATCH_BYTES = 3, 20, 20, 64 * MIB
 PG_TIMEOUT = datetime.timedelta(seconds=120)
@@ -76,21 +76,6 @@ LINES = [
 ]
 # The check pattern: value(rank, i) = (rank + 1) * STEP + (i % PERIOD).
 STEP, PERIOD = 4096, 1021
-
-
-def parse_size(text):
-    t = text.strip().upper().removesuffix("IB").removesuffix("B")
-    for suffix, mult in (("K", KIB), ("M", MIB), ("G", GIB)):
-        if t.endswith(suffix):
-            return int(t[:-1]) * mult
-    return int(t)
-
-
-def human(n):
-    for unit, m in (("G", GIB), ("M", MIB), ("K", KIB)):
-        if n >= m and n % m == 0:
-            return f"{n // m}{unit}"
-    return str(n)
 
 
 def batch_for(size):

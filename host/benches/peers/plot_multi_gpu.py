@@ -25,7 +25,8 @@ import csv
 import math
 import sys
 
-KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
+from units import MIB, human  # this folder
+
 COLUMNS = ["tool", "op", "world", "bytes", "batch", "median_us", "algbw_gbs", "busbw_gbs"]
 P2P_GOAL, P2P_FROM = 0.95, 64 * MIB
 BW_GOAL, BW_FROM = 1.0, 256 * MIB
@@ -37,13 +38,6 @@ FAMILIES = [
     ("reduce_scatter", {"reduce_scatter"}),
 ]
 COLLECTIVE_OPS = {"all_gather", "all_reduce", "all_reduce_1shot", "all_reduce_2shot", "reduce_scatter"}
-
-
-def human(n):
-    for unit, m in (("G", GIB), ("M", MIB), ("K", KIB)):
-        if n >= m and n % m == 0:
-            return f"{n // m}{unit}"
-    return str(n)
 
 
 def number(text):
