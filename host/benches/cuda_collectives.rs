@@ -155,7 +155,7 @@ fn rank_rows(world: &World<Cuda>, grid: Grid) -> Result<Vec<(&'static str, usize
         )));
     }
     let all = world.read(&gathered)?;
-    for (p, chunk) in all.chunks_exact(MAX).enumerate() {
+    for (p, chunk) in all.as_chunks::<MAX>().0.iter().enumerate() {
         let n = SIZES[SIZES.len() - 1];
         if chunk[..n].iter().any(|&b| b != p as u8 + 1) {
             return Err(symmem::Error::Bootstrap(format!(

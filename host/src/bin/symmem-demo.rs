@@ -90,8 +90,10 @@ impl Report {
     }
     fn decode(bytes: &[u8]) -> Self {
         let w: Vec<u64> = bytes
-            .chunks_exact(8)
-            .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+            .as_chunks::<8>()
+            .0
+            .iter()
+            .map(|c| u64::from_le_bytes(*c))
             .collect();
         Self {
             rank: w[0] as usize,
