@@ -18,6 +18,8 @@ const RANKS: usize = 4;
 /// Alloc/free pairs timed per rank (after `WARMUP` untimed ones).
 const PAIRS: usize = 5000;
 const WARMUP: usize = 200;
+/// Alloc/free pairs between two (untimed) barriers, which release the dropped buffers.
+const RELEASE_EVERY: usize = 64;
 /// Bytes per timed allocation.
 const ALLOC_BYTES: usize = 4096;
 const MIB: usize = 1 << 20;
@@ -64,13 +66,20 @@ fn rank_body(world: World<Cpu>) -> symmem::Result<Numbers> {
     let backend = world.backend();
 
     // Allocation latency: every rank at once, as a real program would.
+    // Dropped buffers come back at a barrier: one, untimed, every `RELEASE_EVERY` pairs.
     world.barrier()?;
-    for _ in 0..WARMUP {
+    for i in 0..WARMUP {
         drop(world.allocate_symmetric::<u8>(ALLOC_BYTES)?);
+        if i % RELEASE_EVERY == RELEASE_EVERY - 1 {
+            world.barrier()?;
+        }
     }
     let (mut alloc, mut free) = (Vec::with_capacity(PAIRS), Vec::with_capacity(PAIRS));
     let mut alloc_syncs = 0;
-    for _ in 0..PAIRS {
+    for i in 0..PAIRS {
+        if i % RELEASE_EVERY == 0 {
+            world.barrier()?;
+        }
         let syncs = backend.device_to_host_syncs();
         let t = Instant::now();
         let (buffer, bases) = world.allocate_symmetric::<u8>(ALLOC_BYTES)?;

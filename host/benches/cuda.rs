@@ -52,6 +52,8 @@ const PATTERN: usize = 16 * MIB;
 const ALLOC_BYTES: usize = MIB;
 const ALLOC_PAIRS: usize = 1000;
 const ALLOC_WARMUP: usize = 100;
+/// Alloc/free pairs between two barriers (the heap has 64 MiB to spare).
+const ALLOC_RELEASE_EVERY: usize = 32;
 const TIMEOUT: Duration = Duration::from_secs(600);
 const XPROC_ENV: &str = "SYMMEM_BENCH_XPROC_CSV";
 
@@ -196,24 +198,33 @@ fn in_process_rank0(
     Ok(rows)
 }
 
-/// `allocate_symmetric` latency on every rank; rows from rank 0 only.
+/// `allocate_symmetric` latency on every rank; rows from rank 0 only. Dropped buffers
+/// come back at a barrier: one every `ALLOC_RELEASE_EVERY` pairs, untimed, its syncs
+/// not counted.
 fn alloc_latency(world: &World<Cuda>) -> Result<Vec<Row>> {
-    for _ in 0..ALLOC_WARMUP {
+    for i in 0..ALLOC_WARMUP {
         drop(world.allocate_symmetric::<u8>(ALLOC_BYTES)?);
+        if i % ALLOC_RELEASE_EVERY == ALLOC_RELEASE_EVERY - 1 {
+            world.barrier()?;
+        }
     }
-    let before = world.backend().device_to_host_syncs();
+    let mut syncs = 0;
     let mut alloc = Vec::with_capacity(ALLOC_PAIRS);
     let mut pair = Vec::with_capacity(ALLOC_PAIRS);
-    for _ in 0..ALLOC_PAIRS {
+    for i in 0..ALLOC_PAIRS {
+        if i % ALLOC_RELEASE_EVERY == 0 {
+            world.barrier()?;
+        }
+        let before = world.backend().device_to_host_syncs();
         let t0 = Instant::now();
         let b = world.allocate_symmetric::<u8>(ALLOC_BYTES)?;
         let t1 = Instant::now();
         drop(b);
         let t2 = Instant::now();
+        syncs += world.backend().device_to_host_syncs() - before;
         alloc.push((t1 - t0).as_secs_f64() * 1e6);
         pair.push((t2 - t0).as_secs_f64() * 1e6);
     }
-    let syncs = world.backend().device_to_host_syncs() - before;
     world.barrier()?;
     let row = |line, v: &[f64]| {
         let (med, p10, p90) = stats(v);

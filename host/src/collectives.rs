@@ -163,10 +163,9 @@ impl<'w, B: Backend> Collectives<'w, B> {
     /// one thread; the same block count on every rank). Collective: every rank calls it.
     ///
     /// Allocates and zeroes the signal array; on a GPU, launches every kernel once on
-    /// this rank alone so that all are loaded before any waits for a peer; waits until
-    /// this rank's device has done that (one counted synchronisation) and then for every
-    /// rank ([`World::barrier`]), so no peer's first signal can be overwritten by a late
-    /// zeroing.
+    /// this rank alone so that all are loaded before any waits for a peer; then takes a
+    /// [`World::barrier`] (which waits for this rank's device first, one counted
+    /// synchronisation), so no peer's first signal can be overwritten by a late zeroing.
     ///
     /// Errors: [`Error::Unsupported`] for an empty grid or more than [`MAX_BLOCKS`]
     /// blocks, [`Error::CollectiveMismatch`] if ranks chose different block counts (or
@@ -189,7 +188,6 @@ impl<'w, B: Backend> Collectives<'w, B> {
             signals,
         };
         this.preload(this.signals.ptr() + (words * 8) as u64)?;
-        world.backend().synchronize()?;
         world.barrier()?;
         Ok(this)
     }
@@ -355,6 +353,7 @@ impl<'w, B: Backend> Collectives<'w, B> {
     /// the same block of every other rank. Everything each rank's kernels did before is
     /// complete and visible to every rank's later kernels. Collective.
     pub fn barrier(&self) -> Result<()> {
+        self.agreed(&[], Ok(()))?;
         self.launch(&KernelCall::BarrierAll {
             bases: self.bases(),
             world: self.world_u32(),
@@ -375,7 +374,7 @@ impl<'w, B: Backend> Collectives<'w, B> {
         count: usize,
     ) -> Result<()> {
         let total = self.times_world(count);
-        let dst = self.symmetric(dst, 0, total)?;
+        let dst = self.agreed(&[dst.id()], self.symmetric(dst, 0, total))?;
         self.launch(&KernelCall::AllGather {
             dst,
             src,
@@ -399,7 +398,7 @@ impl<'w, B: Backend> Collectives<'w, B> {
         count: usize,
     ) -> Result<()> {
         let total = self.times_world(count);
-        let dst = self.symmetric(dst, 0, total)?;
+        let dst = self.agreed(&[dst.id()], self.symmetric(dst, 0, total))?;
         self.launch(&KernelCall::AllToAll {
             dst,
             src,
@@ -423,8 +422,10 @@ impl<'w, B: Backend> Collectives<'w, B> {
         count: usize,
         root: usize,
     ) -> Result<()> {
-        self.check_rank(root)?;
-        let src = self.symmetric(src, 0, count)?;
+        let checked = self
+            .check_rank(root)
+            .and_then(|()| self.symmetric(src, 0, count));
+        let src = self.agreed(&[src.id()], checked)?;
         self.launch(&KernelCall::Broadcast {
             dst,
             src,
@@ -454,16 +455,20 @@ impl<'w, B: Backend> Collectives<'w, B> {
         op: ReduceOp,
         algorithm: Algorithm,
     ) -> Result<()> {
-        let (d, s) = (
-            self.symmetric(dst, 0, count)?,
-            self.symmetric(src, 0, count)?,
-        );
-        let len = bytes_of::<T>(count);
-        if count > 0 && d < s + len && s < d + len {
-            return Err(Error::Unsupported(
-                "an all-reduce whose dst and src overlap",
-            ));
-        }
+        let checked = (|| {
+            let (d, s) = (
+                self.symmetric(dst, 0, count)?,
+                self.symmetric(src, 0, count)?,
+            );
+            let len = bytes_of::<T>(count);
+            if count > 0 && d < s + len && s < d + len {
+                return Err(Error::Unsupported(
+                    "an all-reduce whose dst and src overlap",
+                ));
+            }
+            Ok((d, s))
+        })();
+        let (d, s) = self.agreed(&[dst.id(), src.id()], checked)?;
         let (bases, world, rank, sig) = (
             self.bases(),
             self.world_u32(),
@@ -510,13 +515,14 @@ impl<'w, B: Backend> Collectives<'w, B> {
         count: usize,
         op: ReduceOp,
     ) -> Result<()> {
-        if !dst.is_multiple_of(align_of::<T>() as u64) {
-            return Err(Error::Unsupported(
+        let checked = if dst.is_multiple_of(align_of::<T>() as u64) {
+            self.symmetric(src, 0, self.times_world(count))
+        } else {
+            Err(Error::Unsupported(
                 "a reduce-scatter destination not aligned to its element type",
-            ));
-        }
-        let total = self.times_world(count);
-        let src = self.symmetric(src, 0, total)?;
+            ))
+        };
+        let src = self.agreed(&[src.id()], checked)?;
         self.launch(&KernelCall::ReduceScatter {
             op,
             dtype: T::DTYPE,
@@ -547,7 +553,7 @@ impl<'w, B: Backend> Collectives<'w, B> {
         to: usize,
     ) -> Result<()> {
         self.check_rank(to)?;
-        let dst = self.symmetric(dst, at, len)?;
+        let dst = self.one_sided(dst, at, len)?;
         self.launch(&KernelCall::RmaPut {
             dst,
             src,
@@ -573,7 +579,7 @@ impl<'w, B: Backend> Collectives<'w, B> {
         from: usize,
     ) -> Result<()> {
         self.check_rank(from)?;
-        let src = self.symmetric(src, at, len)?;
+        let src = self.one_sided(src, at, len)?;
         self.launch(&KernelCall::RmaGet {
             dst,
             src,
@@ -605,8 +611,8 @@ impl<'w, B: Backend> Collectives<'w, B> {
         to: usize,
     ) -> Result<u64> {
         self.check_rank(to)?;
-        let dst = self.symmetric(dst, at, len)?;
-        let sig = self.symmetric(signal, index, 1)?;
+        let dst = self.one_sided(dst, at, len)?;
+        let sig = self.one_sided(signal, index, 1)?;
         self.launch(&KernelCall::PutSignalAdd {
             dst,
             src,
@@ -642,7 +648,7 @@ impl<'w, B: Backend> Collectives<'w, B> {
         cmp: Cmp,
         value: u64,
     ) -> Result<()> {
-        let sig = self.symmetric(signal, index, 1)?;
+        let sig = self.one_sided(signal, index, 1)?;
         let call = KernelCall::SignalWaitUntil {
             bases: self.bases(),
             world: self.world_u32(),
@@ -673,7 +679,7 @@ impl<'w, B: Backend> Collectives<'w, B> {
         index: usize,
         iters: u32,
     ) -> Result<u64> {
-        let counter = self.symmetric(counter, index, 1)?;
+        let counter = self.one_sided(counter, index, 1)?;
         self.launch(&KernelCall::AtomicAddAll {
             counter,
             bases: self.bases(),
@@ -709,6 +715,32 @@ impl<'w, B: Backend> Collectives<'w, B> {
         } else {
             Err(Error::RankOutOfRange { rank, world })
         }
+    }
+
+    /// Before a collective call over the buffers `ids` (the signal array included):
+    /// `checked` is this rank's own check of its arguments. If any buffer is new since
+    /// the last agreement, every rank agrees first (a rank whose check failed still takes
+    /// part, and the others get [`Error::PeerFailed`]); a poisoned world refuses.
+    fn agreed<R>(&self, ids: &[u64], checked: Result<R>) -> Result<R> {
+        let mut all = ids.to_vec();
+        all.push(self.signals.id());
+        let agreed = self.world.check_collective(&all, checked.is_err());
+        // This rank's own error first; the others learn of it through the agreement.
+        let value = checked?;
+        agreed.map(|()| value)
+    }
+
+    /// As [`Collectives::symmetric`], for a one-sided call: the buffer must be agreed.
+    fn one_sided<T>(
+        &self,
+        buffer: &SymmetricBuffer<'_, T, B>,
+        at: usize,
+        len: usize,
+    ) -> Result<u64> {
+        let addr = self.symmetric(buffer, at, len)?;
+        self.world
+            .check_one_sided(&[(buffer.id(), buffer.offset())])?;
+        Ok(addr)
     }
 
     /// `world * count`, saturating (an overflow then fails the bounds check).

@@ -26,12 +26,17 @@ pub enum Error {
         /// The alignment asked for.
         align: usize,
     },
-    /// The heap has no free range that large left now; freeing may help.
+    /// The heap has no free range that large left now; freeing may help. Dropped
+    /// buffers come back to the heap only at a [`World::barrier`](crate::World::barrier)
+    /// (once every rank has dropped them), so `pending` bytes will be free after the next
+    /// one.
     OutOfHeap {
         /// Bytes asked for (after rounding).
         requested: usize,
         /// Free bytes in the heap.
         available: usize,
+        /// Bytes of buffers this rank has dropped that no barrier has released yet.
+        pending: usize,
     },
     /// The request can never fit: it is larger than the whole heap.
     TooLarge {
@@ -83,12 +88,30 @@ pub enum Error {
         /// Offset of the buffer in the heap.
         offset: usize,
     },
-    /// Ranks made different collective calls (allocation sizes, order, frees).
+    /// Ranks made different collective calls (allocation sizes, alignments or order,
+    /// provider lengths, launch shapes). Every rank gets this error, naming the same
+    /// ranks; from then on the world refuses every symmetric operation with it.
     CollectiveMismatch {
-        /// The first rank whose history differs from rank 0's.
-        rank: usize,
+        /// The ranks whose history differs from the majority's (where no history has a
+        /// majority, from the largest group's; ties go to the group with the lowest rank).
+        ranks: Vec<usize>,
         /// Number of collective heap operations this rank has made.
         ops: u64,
+    },
+    /// A one-sided operation on a symmetric allocation that no barrier or collective has
+    /// confirmed yet: until every rank is known to have made the same allocation, a
+    /// peer's copy may not exist or may belong to something else. Call
+    /// [`World::barrier`](crate::World::barrier) after allocating (NVSHMEM and OpenSHMEM
+    /// allocations include that barrier).
+    NotAgreed {
+        /// Offset of the allocation in the heap.
+        offset: usize,
+    },
+    /// Other ranks failed their part of a collective call (its exchange still completed,
+    /// so every rank stays in step); each of them returns its own error.
+    PeerFailed {
+        /// The ranks that failed.
+        ranks: Vec<usize>,
     },
     /// Ranks asked for heaps of different sizes.
     HeapSizeMismatch {
@@ -149,6 +172,53 @@ pub enum Error {
     Bootstrap(String),
     /// The backend cannot do this.
     Unsupported(&'static str),
+    /// Ranks that never joined the bootstrap group: it stopped waiting for them after
+    /// `waited`. Every rank that did join gets this error, naming the same ranks.
+    NeverJoined {
+        /// The ranks that did not arrive, in order.
+        ranks: Vec<usize>,
+        /// How long this rank waited.
+        waited: Duration,
+    },
+    /// A bootstrap message longer than the group's limit: the length a peer announced is
+    /// refused before anything is allocated for it (see
+    /// [`bootstrap::ENV_MAX_FRAME_BYTES`](crate::bootstrap::ENV_MAX_FRAME_BYTES)). Every
+    /// rank of a UNIX-socket or MPI group gets this error, naming the same rank.
+    FrameTooLarge {
+        /// The rank whose message it was, when known.
+        rank: Option<usize>,
+        /// The length it announced.
+        bytes: u64,
+        /// The limit.
+        limit: usize,
+    },
+    /// The MPI library provides a lower thread level than symmem needs (a world may be
+    /// used, and dropped, on any thread, one call at a time: `MPI_THREAD_SERIALIZED`).
+    MpiThreadLevel {
+        /// The level symmem needs.
+        required: &'static str,
+        /// The level the MPI library provides.
+        provided: &'static str,
+    },
+    /// Memory a peer shared cannot back the mapping asked for: it is smaller than
+    /// needed, or the peer could still shrink it under the mapping (a CPU-backend memfd
+    /// without `F_SEAL_SHRINK`), where touching it would kill this process with `SIGBUS`.
+    BadPeerMemory {
+        /// Bytes this rank maps.
+        needed: usize,
+        /// The memory's size (as the peer announced it, or as `fstat` found it).
+        size: u64,
+        /// What is wrong.
+        why: &'static str,
+    },
+    /// This process has as many file descriptors open as `RLIMIT_NOFILE` allows (the
+    /// soft limit was raised to the hard one first, where it was lower).
+    FdLimit {
+        /// What needed a descriptor.
+        what: &'static str,
+        /// The limit.
+        limit: u64,
+    },
 }
 
 impl fmt::Display for Error {
@@ -163,9 +233,11 @@ impl fmt::Display for Error {
             Self::OutOfHeap {
                 requested,
                 available,
+                pending,
             } => write!(
                 f,
-                "symmetric heap exhausted: requested {requested} bytes, {available} bytes free"
+                "symmetric heap exhausted: requested {requested} bytes, {available} bytes \
+                 free, {pending} bytes dropped and released at the next barrier"
             ),
             Self::TooLarge {
                 requested,
@@ -198,10 +270,22 @@ impl fmt::Display for Error {
             Self::NotAllocated { offset } => {
                 write!(f, "no live symmetric allocation at heap offset {offset:#x}")
             }
-            Self::CollectiveMismatch { rank, ops } => write!(
+            Self::CollectiveMismatch { ranks, ops } => write!(
                 f,
-                "rank {rank} made different collective heap calls than rank 0 ({ops} calls so far)"
+                "ranks {ranks:?} made different collective calls than the others \
+                 ({ops} calls so far here)"
             ),
+            Self::NotAgreed { offset } => write!(
+                f,
+                "the symmetric allocation at heap offset {offset:#x} has not been through a \
+                 barrier yet: call World::barrier after allocating, before reaching a peer's copy"
+            ),
+            Self::PeerFailed { ranks } => {
+                write!(
+                    f,
+                    "ranks {ranks:?} failed their part of this collective call"
+                )
+            }
             Self::HeapSizeMismatch {
                 rank,
                 expected,
@@ -237,6 +321,29 @@ impl fmt::Display for Error {
             Self::Os { what, source } => write!(f, "{what}: {source}"),
             Self::Bootstrap(msg) => write!(f, "bootstrap: {msg}"),
             Self::Unsupported(what) => write!(f, "unsupported: {what}"),
+            Self::NeverJoined { ranks, waited } => {
+                write!(f, "ranks {ranks:?} never joined the group (waited {waited:?})")
+            }
+            Self::FrameTooLarge { rank, bytes, limit } => {
+                let from = rank.map_or("a peer".into(), |r| format!("rank {r}"));
+                write!(
+                    f,
+                    "{from} sent a bootstrap message of {bytes} bytes, over the limit of \
+                     {limit} bytes"
+                )
+            }
+            Self::MpiThreadLevel { required, provided } => write!(
+                f,
+                "the MPI library provides {provided}; symmem needs {required}"
+            ),
+            Self::BadPeerMemory { needed, size, why } => write!(
+                f,
+                "peer memory of {size} bytes cannot back a mapping of {needed} bytes: {why}"
+            ),
+            Self::FdLimit { what, limit } => write!(
+                f,
+                "{what}: out of file descriptors (RLIMIT_NOFILE is {limit})"
+            ),
         }
     }
 }

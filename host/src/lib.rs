@@ -26,6 +26,7 @@ pub mod collectives;
 pub mod cpu_launch;
 mod error;
 pub mod kernels;
+mod ledger;
 pub mod offset_alloc;
 mod provider;
 mod world;

@@ -9,56 +9,103 @@
 //!
 //! The kernels that run over a heap buffer's table run over these unchanged: the table is
 //! the whole contract ([`PeerBaseProvider`]).
+//!
+//! Both are collective objects of their world: every rank makes them at the same point,
+//! their creation is an agreement (the same length everywhere; a rank whose part fails
+//! still completes the exchange, and the others get [`Error::PeerFailed`]), and dropping
+//! one frees nothing at once: the memory it holds is released at the first
+//! [`World::barrier`] at which every rank has dropped it (a rendezvous' own allocation
+//! only after every peer has unmapped it), as for symmetric buffers.
 
 use crate::backend::{Backend, DeviceRegion};
 use crate::error::{Error, Result};
+use crate::ledger::Record;
 use crate::world::{PeerBaseProvider, PeerBases, World};
 
-/// A rendezvous of one user allocation per rank. Dropping it unmaps the peers' copies
-/// (the user's own allocation is untouched).
-pub struct Rendezvous<B: Backend> {
-    // Field order is drop order: the peers' mappings go before the uploaded table.
-    _mappings: Vec<B::Mapping>,
-    table: ExternalTable<B>,
+/// What a provider holds for its world, let go of as one collective object on drop.
+struct Held<'w, B: Backend> {
+    world: &'w World<B>,
+    id: u64,
+    mappings: Vec<B::Mapping>,
+    memories: Vec<B::DeviceMemory>,
+    exported: bool,
 }
 
-impl<B: Backend> Rendezvous<B> {
-    /// Collective: shares `memory` (this rank's allocation, `len` bytes of it) with every
-    /// rank of `world`. Errors: `CollectiveMismatch` if ranks pass different lengths
-    /// (rank named), `PeerLost`, and the backend's mapping errors.
-    pub fn new(world: &World<B>, memory: &B::DeviceMemory, len: usize) -> Result<Self> {
-        if len == 0 {
-            return Err(Error::ZeroSize);
-        }
-        if len > memory.len() {
-            return Err(Error::OutOfBounds {
-                start: 0,
-                len,
-                capacity: memory.len(),
-            });
-        }
-        same_len_everywhere(world, len)?;
-        let backend = world.backend();
-        let handles = world.all_gather_shareable(backend.export_device_memory(memory)?)?;
-        let mut entries = Vec::with_capacity(handles.len());
-        let mut mappings = Vec::new();
-        for (peer, handle) in handles.into_iter().enumerate() {
-            if peer == world.rank() {
-                entries.push(memory.base());
-            } else {
-                let mapping = backend.import_device_memory(handle, len)?;
-                entries.push(mapping.base());
-                mappings.push(mapping);
-            }
-        }
-        Ok(Self {
-            _mappings: mappings,
-            table: ExternalTable::upload(world, memory.base(), len, entries)?,
-        })
+impl<B: Backend> Drop for Held<'_, B> {
+    fn drop(&mut self) {
+        self.world.retire_object(
+            self.id,
+            std::mem::take(&mut self.mappings),
+            std::mem::take(&mut self.memories),
+            self.exported,
+        );
     }
 }
 
-impl<B: Backend> PeerBaseProvider for Rendezvous<B> {
+/// A rendezvous of one user allocation per rank. It owns this rank's allocation, which
+/// peers map; dropping the rendezvous unmaps the peers' copies and frees the allocation
+/// at the first barrier at which every rank has dropped its rendezvous.
+pub struct Rendezvous<'w, B: Backend> {
+    table: ExternalTable<'w, B>,
+}
+
+impl<'w, B: Backend> Rendezvous<'w, B> {
+    /// Collective: shares `memory` (this rank's allocation, `len` bytes of it) with every
+    /// rank of `world`, and keeps it until every rank has let go (see the module
+    /// documentation). On an error the allocation is dropped as the rendezvous would be.
+    ///
+    /// Errors: [`Error::ZeroSize`], [`Error::OutOfBounds`] for `len` past the allocation,
+    /// [`Error::CollectiveMismatch`] if ranks pass different lengths (the differing ranks
+    /// named), [`Error::PeerFailed`] if another rank's part failed, [`Error::PeerLost`],
+    /// and the backend's export and mapping errors.
+    pub fn new(world: &'w World<B>, memory: B::DeviceMemory, len: usize) -> Result<Self> {
+        let id = world.create_object(Record::Rendezvous);
+        let backend = world.backend();
+        let exported = if len == 0 {
+            Err(Error::ZeroSize)
+        } else if len > memory.len() {
+            Err(Error::OutOfBounds {
+                start: 0,
+                len,
+                capacity: memory.len(),
+            })
+        } else {
+            backend.export_device_memory(&memory)
+        };
+        let agreed = world.agree(&[len as u64], exported.is_err(), false);
+        let (handle, ()) = (exported?, agreed?);
+        let local = memory.base();
+        let handles = world.all_gather_shareable(handle)?;
+        // From here on peers may map `memory`: every path out releases it collectively.
+        let mut held = Held {
+            world,
+            id,
+            mappings: Vec::new(),
+            memories: vec![memory],
+            exported: true,
+        };
+        let mut entries = Vec::with_capacity(handles.len());
+        for (peer, handle) in handles.into_iter().enumerate() {
+            if peer == world.rank() {
+                entries.push(local);
+            } else {
+                let mapping = backend.import_device_memory(handle, len)?;
+                entries.push(mapping.base());
+                held.mappings.push(mapping);
+            }
+        }
+        Ok(Self {
+            table: ExternalTable::upload(held, local, len, entries)?,
+        })
+    }
+
+    /// This rank's allocation, which the rendezvous shares.
+    pub fn memory(&self) -> &B::DeviceMemory {
+        &self.table.held.memories[0]
+    }
+}
+
+impl<B: Backend> PeerBaseProvider for Rendezvous<'_, B> {
     fn table(&self) -> &PeerBases {
         self.table.table()
     }
@@ -70,26 +117,18 @@ impl<B: Backend> PeerBaseProvider for Rendezvous<B> {
     }
 }
 
-/// [`Error::CollectiveMismatch`] naming the first rank whose `len` differs from rank 0's.
-fn same_len_everywhere<B: Backend>(world: &World<B>, len: usize) -> Result<()> {
-    let lens = world.all_gather_bytes(&(len as u64).to_le_bytes())?;
-    match lens.iter().position(|l| *l != lens[0]) {
-        Some(rank) => Err(Error::CollectiveMismatch { rank, ops: 0 }),
-        None => Ok(()),
-    }
-}
-
 /// A peer-base table that another library built, checked and uploaded by symmem. The
 /// memory it names stays that library's: it must outlive this value and every kernel
-/// launched over it. Dropping it frees only the uploaded table.
-pub struct ExternalTable<B: Backend> {
+/// launched over it. Dropping it frees only the uploaded table (at the next barrier at
+/// which every rank has dropped its table).
+pub struct ExternalTable<'w, B: Backend> {
     table: PeerBases,
     local: u64,
     len: usize,
-    _table_memory: B::DeviceMemory,
+    held: Held<'w, B>,
 }
 
-impl<B: Backend> ExternalTable<B> {
+impl<'w, B: Backend> ExternalTable<'w, B> {
     /// Collective: uploads `entries` (entry `r` = the allocation's address on rank `r` as
     /// mapped in this process, each valid for `len` bytes) as this rank's device-resident
     /// table, after checking the contract: one entry per rank, `entries[rank] == local`,
@@ -97,55 +136,85 @@ impl<B: Backend> ExternalTable<B> {
     ///
     /// Errors: [`Error::ZeroSize`]; [`Error::BadPeerTable`] for a table of the wrong length,
     /// a null entry, or an own entry that is not `local`; [`Error::PeerMisaligned`];
-    /// [`Error::CollectiveMismatch`] if ranks pass different `len`s (rank named);
-    /// [`Error::PeerLost`].
-    pub fn new(world: &World<B>, local: u64, len: usize, entries: &[u64]) -> Result<Self> {
-        if len == 0 {
-            return Err(Error::ZeroSize);
-        }
-        let (rank, n) = (world.rank(), world.world_size());
-        let bad = |rank, addr, why| Err(Error::BadPeerTable { rank, addr, why });
-        if entries.len() != n {
-            return bad(entries.len(), 0, "the table's length is not the world size");
-        }
-        if let Some(r) = entries.iter().position(|&e| e == 0) {
-            return bad(r, 0, "a null address");
-        }
-        if entries[rank] != local {
-            return bad(
-                rank,
-                entries[rank],
-                "this rank's entry is not the local pointer",
-            );
-        }
-        same_len_everywhere(world, len)?;
-        Self::upload(world, local, len, entries.to_vec())
+    /// [`Error::CollectiveMismatch`] if ranks pass different `len`s (the differing ranks
+    /// named); [`Error::PeerFailed`] on the other ranks when one rank's table breaks the
+    /// contract; [`Error::PeerLost`].
+    pub fn new(world: &'w World<B>, local: u64, len: usize, entries: &[u64]) -> Result<Self> {
+        let id = world.create_object(Record::ExternalTable);
+        let checked = check_table(world, local, len, entries);
+        let agreed = world.agree(&[len as u64], checked.is_err(), false);
+        checked.and(agreed)?;
+        let held = Held {
+            world,
+            id,
+            mappings: Vec::new(),
+            memories: Vec::new(),
+            exported: false,
+        };
+        Self::upload(held, local, len, entries.to_vec())
     }
 
-    /// Checks that `entries` are congruent modulo 16 to this rank's own entry, `local`
-    /// (kernels choose their vector path from local pointers, so it must survive
-    /// translation; allocators align far more), and uploads them.
-    fn upload(world: &World<B>, local: u64, len: usize, entries: Vec<u64>) -> Result<Self> {
-        if let Some((rank, &addr)) = entries
-            .iter()
-            .enumerate()
-            .find(|(_, e)| !(*e ^ local).is_multiple_of(16))
-        {
-            return Err(Error::PeerMisaligned { rank, addr });
-        }
-        let backend = world.backend();
+    /// Uploads `entries` as the table of what `held` holds, after checking that they are
+    /// congruent modulo 16 to this rank's own entry, `local` (kernels choose their vector
+    /// path from local pointers, so it must survive translation; allocators align far
+    /// more).
+    fn upload(mut held: Held<'w, B>, local: u64, len: usize, entries: Vec<u64>) -> Result<Self> {
+        congruent(local, &entries)?;
+        let backend = held.world.backend();
         let memory = backend.alloc_device(entries.len() * 8)?;
-        backend.upload(memory.base(), bytemuck::cast_slice(&entries))?;
+        let device = memory.base();
+        held.memories.push(memory);
+        backend.upload(device, bytemuck::cast_slice(&entries))?;
         Ok(Self {
-            table: PeerBases::new(memory.base(), entries.into()),
+            table: PeerBases::new(device, entries.into()),
             local,
             len,
-            _table_memory: memory,
+            held,
         })
     }
 }
 
-impl<B: Backend> PeerBaseProvider for ExternalTable<B> {
+/// The table contract, checked on this rank alone.
+fn check_table<B: Backend>(
+    world: &World<B>,
+    local: u64,
+    len: usize,
+    entries: &[u64],
+) -> Result<()> {
+    if len == 0 {
+        return Err(Error::ZeroSize);
+    }
+    let (rank, n) = (world.rank(), world.world_size());
+    let bad = |rank, addr, why| Err(Error::BadPeerTable { rank, addr, why });
+    if entries.len() != n {
+        return bad(entries.len(), 0, "the table's length is not the world size");
+    }
+    if let Some(r) = entries.iter().position(|&e| e == 0) {
+        return bad(r, 0, "a null address");
+    }
+    if entries[rank] != local {
+        return bad(
+            rank,
+            entries[rank],
+            "this rank's entry is not the local pointer",
+        );
+    }
+    congruent(local, entries)
+}
+
+/// [`Error::PeerMisaligned`] for the first entry not congruent to `local` modulo 16.
+fn congruent(local: u64, entries: &[u64]) -> Result<()> {
+    match entries
+        .iter()
+        .enumerate()
+        .find(|(_, e)| !(*e ^ local).is_multiple_of(16))
+    {
+        Some((rank, &addr)) => Err(Error::PeerMisaligned { rank, addr }),
+        None => Ok(()),
+    }
+}
+
+impl<B: Backend> PeerBaseProvider for ExternalTable<'_, B> {
     fn table(&self) -> &PeerBases {
         &self.table
     }

@@ -2,21 +2,37 @@
 //! mapped into this address space.
 //!
 //! ## Collective calls and what happens when ranks disagree
-//! Allocation and free are collective: every rank makes the same calls in the same
-//! order, and because the heap allocator is deterministic, the same call sequence gives
-//! the same offset on every rank, so no message is needed to build a peer table (which
-//! keeps allocation fast and free of device-to-host syncs). Each rank folds every
-//! alloc/free (size, alignment, resulting offset) into a running hash. The next
-//! collective ([`World::barrier`], and every host collective) compares the hashes of all
-//! ranks first and fails with [`Error::CollectiveMismatch`] if any differ, naming the
-//! first rank that diverged from rank 0. Ranks that drop buffers in different orders
-//! are caught the same way: the free order is part of the hash. Call `barrier` before
-//! touching a peer's copy of a fresh allocation, as with any symmetric-memory library.
+//! Allocation is collective: every rank makes the same calls in the same order, and
+//! because the heap allocator is deterministic, the same call sequence gives the same
+//! offset on every rank, so no message is needed to build a peer table (which keeps
+//! allocation fast and free of device-to-host syncs). Each rank records every collective
+//! object in its ledger (the `ledger` module: sizes, alignments, offsets), and ranks
+//! compare ledgers at every [`World::barrier`], at the first collective that uses an
+//! object created since, and when a provider is made. Ranks whose ledgers differ from
+//! the majority's are named in [`Error::CollectiveMismatch`], which every rank gets
+//! before any byte moves; the world then refuses every symmetric operation. A one-sided
+//! operation (a put or get) on an allocation that no barrier or collective has confirmed
+//! yet is [`Error::NotAgreed`]: call `barrier` after allocating, as NVSHMEM's and
+//! OpenSHMEM's allocations do inside.
+//!
+//! ## When memory is reused
+//! Dropping a symmetric buffer (or a [`crate::Rendezvous`], an [`crate::ExternalTable`],
+//! or [`World::free_raw`]) never blocks and frees nothing yet: a peer may still be
+//! writing into this rank's copy. The memory goes back to the heap (and a rendezvous'
+//! memory to the device) at the first [`World::barrier`] at which every rank has dropped
+//! it, after every rank's enqueued work has completed (`barrier` waits for this rank's
+//! device first, as `shmem_barrier_all` does); exported memory is freed only after every
+//! peer has unmapped it. Ranks may drop in any order: the barrier agrees on the *set* of
+//! dropped objects and releases them in creation order, so the heap stays the same on
+//! every rank. Dropping the `World` (or [`World::finalize`]) is the last barrier: it
+//! waits for this rank's device, unmaps its peers' memory, waits for every rank to do
+//! the same, and frees, so nothing leaks and nothing is freed under a peer's mapping.
 
 use crate::backend::{Backend, DeviceRegion, Shareable};
 use crate::bootstrap::Bootstrap;
 use crate::error::{Error, Result};
 use crate::kernels::KernelCall;
+use crate::ledger::{self, Ledger, Proposal, Record};
 use crate::offset_alloc::{AllocError, MIN_ALIGN, OffsetAllocator};
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -91,23 +107,51 @@ struct TableArena<M> {
     free: Vec<u64>,
 }
 
-/// A live allocation: the serial number its buffer carries and the bytes asked for.
+/// A live allocation: the serial number its buffer carries, its ledger id and the bytes
+/// asked for.
 #[derive(Clone, Copy)]
 struct Live {
     serial: u64,
+    id: u64,
     bytes: usize,
+}
+
+/// A collective object this rank has let go of, kept until an agreement at which every
+/// rank has let go of it.
+struct Retired<B: Backend> {
+    /// Its ledger id.
+    id: u64,
+    /// A heap range (offset, bytes) and its table slot, still allocated meanwhile.
+    allocation: Option<(usize, usize, u64)>,
+    /// Peers' memory mapped here; unmapped first.
+    mappings: Vec<B::Mapping>,
+    /// This rank's memory (tables, a rendezvous' exported allocation); freed last.
+    memories: Vec<B::DeviceMemory>,
+    /// True if peers mapped `memories`: then they are freed only after a further
+    /// barrier, once every rank has unmapped.
+    exported: bool,
 }
 
 /// Serial numbers of allocations, unique across every world of the process, so a stale
 /// or foreign [`RawSymmetric`] is recognised.
 static SERIALS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
-struct HeapState<M> {
+struct HeapState<B: Backend> {
     allocator: OffsetAllocator,
     live: std::collections::HashMap<usize, Live>,
-    tables: TableArena<M>,
-    ledger_hash: u64,
-    ledger_ops: u64,
+    tables: TableArena<B::DeviceMemory>,
+    ledger: Ledger,
+    retired: Vec<Retired<B>>,
+}
+
+impl<B: Backend> HeapState<B> {
+    /// Bytes of heap held by retired allocations.
+    fn pending_bytes(&self) -> usize {
+        self.retired
+            .iter()
+            .filter_map(|r| r.allocation.map(|(_, bytes, _)| bytes))
+            .sum()
+    }
 }
 
 /// One rank's world.
@@ -124,19 +168,12 @@ pub struct World<B: Backend> {
     /// addresses aligned to it on every rank).
     max_align: usize,
     _heap_bases_memory: B::DeviceMemory,
-    state: Mutex<HeapState<B::DeviceMemory>>,
+    state: Mutex<HeapState<B>>,
+    /// Set once the world has left (finalize or drop).
+    left: bool,
 }
 
-fn fnv(hash: u64, words: &[u64]) -> u64 {
-    words
-        .iter()
-        .flat_map(|w| w.to_le_bytes())
-        .fold(hash, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
-}
-
-const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
-
-fn alloc_error(e: AllocError) -> Error {
+fn alloc_error(e: AllocError, pending: usize) -> Error {
     match e {
         AllocError::ZeroSize => Error::ZeroSize,
         AllocError::BadAlignment { align } => Error::BadAlignment { align },
@@ -146,6 +183,7 @@ fn alloc_error(e: AllocError) -> Error {
         } => Error::OutOfHeap {
             requested,
             available,
+            pending,
         },
         AllocError::TooLarge {
             requested,
@@ -233,9 +271,10 @@ impl<B: Backend> World<B> {
                     chunks: Vec::new(),
                     free: Vec::new(),
                 },
-                ledger_hash: FNV_OFFSET,
-                ledger_ops: 0,
+                ledger: Ledger::new(),
+                retired: Vec::new(),
             }),
+            left: false,
         })
     }
 
@@ -264,7 +303,7 @@ impl<B: Backend> World<B> {
         self.lock_state().allocator.free_bytes()
     }
 
-    fn lock_state(&self) -> MutexGuard<'_, HeapState<B::DeviceMemory>> {
+    fn lock_state(&self) -> MutexGuard<'_, HeapState<B>> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -312,14 +351,14 @@ impl<B: Backend> World<B> {
             capacity: self.heap.len(),
         })?;
         let mut state = self.lock_state();
-        let offset = state
-            .allocator
-            .alloc(bytes, align.max(align_of::<T>()))
-            .map_err(alloc_error)?;
-        state.ledger_ops += 1;
-        state.ledger_hash = fnv(
-            state.ledger_hash,
-            &[1, bytes as u64, align as u64, offset as u64],
+        let offset = match state.allocator.alloc(bytes, align.max(align_of::<T>())) {
+            Ok(offset) => offset,
+            Err(e) => return Err(alloc_error(e, state.pending_bytes())),
+        };
+        let id = self.create(
+            &mut state.ledger,
+            Record::Allocation,
+            &[bytes as u64, align as u64, offset as u64],
         );
         let entries: Arc<[u64]> = self
             .heap_bases
@@ -336,7 +375,7 @@ impl<B: Backend> World<B> {
             }
         };
         let serial = SERIALS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        state.live.insert(offset, Live { serial, bytes });
+        state.live.insert(offset, Live { serial, id, bytes });
         drop(state);
         self.backend.upload(slot, bytemuck::cast_slice(&entries))?;
         let table = PeerBases {
@@ -346,6 +385,7 @@ impl<B: Backend> World<B> {
         let buffer = SymmetricBuffer {
             world: self,
             serial,
+            id,
             offset,
             len,
             table: table.clone(),
@@ -354,7 +394,7 @@ impl<B: Backend> World<B> {
         Ok((buffer, table))
     }
 
-    fn table_slot(&self, state: &mut HeapState<B::DeviceMemory>) -> Result<u64> {
+    fn table_slot(&self, state: &mut HeapState<B>) -> Result<u64> {
         if state.tables.free.is_empty() {
             let stride = (self.world_size * 8).next_multiple_of(64);
             let chunk = self.backend.alloc_device(stride * TABLES_PER_CHUNK)?;
@@ -368,19 +408,145 @@ impl<B: Backend> World<B> {
         Ok(state.tables.free.pop().expect("refilled above"))
     }
 
-    /// Frees the allocation at `offset` if it is the one numbered `serial`.
-    fn release(&self, offset: usize, serial: u64, table: u64) -> Result<usize> {
-        let mut state = self.lock_state();
-        match state.live.get(&offset) {
-            Some(live) if live.serial == serial => {}
-            _ => return Err(Error::NotAllocated { offset }),
+    /// Records a collective object in `ledger`; returns its id. In a world of one rank
+    /// it is agreed at once (there is nobody to disagree with).
+    fn create(&self, ledger: &mut Ledger, record: Record, words: &[u64]) -> u64 {
+        let id = ledger.create(record, words);
+        if self.world_size == 1 {
+            ledger.agree_alone();
         }
+        id
+    }
+
+    /// Records a collective object that is not a heap allocation (a provider); returns
+    /// its id.
+    pub(crate) fn create_object(&self, record: Record) -> u64 {
+        self.create(&mut self.lock_state().ledger, record, &[])
+    }
+
+    /// Lets go of the allocation at `offset` if it is the one numbered `serial`: it is
+    /// no longer symmetric here, and goes back to the heap at the first barrier at which
+    /// every rank has let go of it.
+    fn retire_allocation(&self, offset: usize, serial: u64, table: u64) -> Result<()> {
+        let mut state = self.lock_state();
+        let live = match state.live.get(&offset) {
+            Some(live) if live.serial == serial => *live,
+            _ => return Err(Error::NotAllocated { offset }),
+        };
         state.live.remove(&offset);
-        state.ledger_ops += 1;
-        state.ledger_hash = fnv(state.ledger_hash, &[2, offset as u64]);
-        let freed = state.allocator.free(offset).map_err(alloc_error)?;
-        state.tables.free.push(table);
-        Ok(freed)
+        state.retired.push(Retired {
+            id: live.id,
+            allocation: Some((offset, live.bytes, table)),
+            mappings: Vec::new(),
+            memories: Vec::new(),
+            exported: false,
+        });
+        Ok(())
+    }
+
+    /// Lets go of provider object `id` and what it holds: `mappings` of peers' memory,
+    /// and this rank's `memories` (peers mapped them if `exported`). They are released at
+    /// the first barrier at which every rank has let go of `id`.
+    pub(crate) fn retire_object(
+        &self,
+        id: u64,
+        mappings: Vec<B::Mapping>,
+        memories: Vec<B::DeviceMemory>,
+        exported: bool,
+    ) {
+        self.lock_state().retired.push(Retired {
+            id,
+            allocation: None,
+            mappings,
+            memories,
+            exported,
+        });
+    }
+
+    /// An agreement (see [`crate::ledger`]): every rank calls it at the same point of its
+    /// program with the same `call` words. `failed` says this rank's part of the call
+    /// failed. With `release`, objects every rank has let go of are released.
+    ///
+    /// Errors: the poisoning [`Error::CollectiveMismatch`] (at once, without an
+    /// exchange, when an earlier agreement failed: every rank knows that), a
+    /// call-parameter `CollectiveMismatch`, [`Error::PeerFailed`], and the bootstrap's.
+    pub(crate) fn agree(&self, call: &[u64], failed: bool, release: bool) -> Result<()> {
+        let proposal = {
+            let state = self.lock_state();
+            state.ledger.check()?;
+            let dropped: Vec<u64> = if release {
+                state.retired.iter().map(|r| r.id).collect()
+            } else {
+                Vec::new()
+            };
+            state.ledger.propose(call, failed, &dropped)
+        };
+        let mut bootstrap = self.bootstrap.lock().unwrap_or_else(|p| p.into_inner());
+        let all = bootstrap.all_gather(&proposal.encode())?;
+        let proposals = all
+            .iter()
+            .enumerate()
+            .map(|(rank, bytes)| Proposal::decode(rank, bytes))
+            .collect::<Result<Vec<_>>>()?;
+        let verdict = ledger::decide(&proposals);
+        let mut state = self.lock_state();
+        let outcome = state.ledger.apply(&verdict, self.rank);
+        if verdict.released.is_empty() {
+            return outcome;
+        }
+        let (released, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut state.retired)
+            .into_iter()
+            .partition(|r| verdict.released.binary_search(&r.id).is_ok());
+        state.retired = kept;
+        let mut exported = Vec::new();
+        for mut r in released {
+            if let Some((offset, _, table)) = r.allocation {
+                // Allocated since its creation and released once: cannot fail.
+                let _ = state.allocator.free(offset);
+                state.tables.free.push(table);
+            }
+            r.mappings.clear();
+            if r.exported {
+                exported.append(&mut r.memories);
+            }
+        }
+        drop(state);
+        if !exported.is_empty() {
+            // Every rank released the same objects, so every rank takes this barrier:
+            // after it, no peer maps this rank's exported memory any more.
+            bootstrap.barrier()?;
+        }
+        drop(exported);
+        outcome
+    }
+
+    /// Checks that every allocation in `ids` (id, heap offset) is agreed before a
+    /// one-sided operation uses it. Errors: the poisoning `CollectiveMismatch`, or
+    /// [`Error::NotAgreed`] naming the first allocation no agreement has confirmed.
+    pub(crate) fn check_one_sided(&self, ids: &[(u64, usize)]) -> Result<()> {
+        let state = self.lock_state();
+        state.ledger.check()?;
+        match ids.iter().find(|(id, _)| !state.ledger.is_agreed(*id)) {
+            Some(&(_, offset)) => Err(Error::NotAgreed { offset }),
+            None => Ok(()),
+        }
+    }
+
+    /// Before a collective call that uses the objects `ids`: agrees (every rank reaches
+    /// this with the same objects, so every rank does) if any was created since the last
+    /// agreement, telling the others whether this rank's part `failed`; otherwise only
+    /// checks that the world is not poisoned.
+    pub(crate) fn check_collective(&self, ids: &[u64], failed: bool) -> Result<()> {
+        let fresh = {
+            let state = self.lock_state();
+            state.ledger.check()?;
+            ids.iter().any(|&id| !state.ledger.is_agreed(id))
+        };
+        if fresh {
+            self.agree(&[], failed, false)
+        } else {
+            Ok(())
+        }
     }
 
     /// `empty`: [`World::allocate_symmetric`] without its table in the result.
@@ -451,20 +617,48 @@ impl<B: Backend> World<B> {
         buffer.table.clone()
     }
 
-    /// Collective: checks that every rank made the same heap calls, then waits for all.
+    /// Collective: waits until this rank's enqueued work has completed (one counted
+    /// synchronisation), then for every rank, checking that every rank made the same
+    /// collective calls; then releases what every rank has dropped (see the module
+    /// documentation). On return, everything every rank enqueued before is complete.
+    ///
+    /// Errors: [`Error::CollectiveMismatch`] naming the ranks that differ from the
+    /// majority (every rank gets it, and the world refuses symmetric operations from
+    /// then on), [`Error::PeerFailed`] if another rank's device failed, [`Error::PeerLost`],
+    /// and this rank's synchronisation error. Nothing is released on an error.
     pub fn barrier(&self) -> Result<()> {
-        let (hash, ops) = {
-            let state = self.lock_state();
-            (state.ledger_hash, state.ledger_ops)
-        };
-        let mut bootstrap = self.bootstrap.lock().unwrap_or_else(|p| p.into_inner());
-        let mut mine = hash.to_le_bytes().to_vec();
-        mine.extend(ops.to_le_bytes());
-        let all = bootstrap.all_gather(&mine)?;
-        if let Some(rank) = all.iter().position(|h| *h != all[0]) {
-            return Err(Error::CollectiveMismatch { rank, ops });
-        }
-        Ok(())
+        let synced = self.backend.synchronize();
+        let agreed = self.agree(&[], synced.is_err(), synced.is_ok());
+        synced.and(agreed)
+    }
+
+    /// The last barrier, with its errors: waits for this rank's device, unmaps every
+    /// peer's memory, leaves the group (a peer still waiting for this rank in a
+    /// collective gets [`Error::PeerLost`] naming it) and waits until every rank has
+    /// left, then frees this rank's memory, which no peer maps any more. Dropping the
+    /// world does the same and ignores the errors.
+    ///
+    /// Errors: this rank's synchronisation error, [`Error::PeerLost`] if a rank did not
+    /// leave in time (everything is freed anyway).
+    pub fn finalize(mut self) -> Result<()> {
+        self.leave()
+    }
+
+    fn leave(&mut self) -> Result<()> {
+        self.left = true;
+        let synced = self.backend.synchronize();
+        // This rank's work is complete, so it touches no peer's memory any more.
+        self._peer_heaps.clear();
+        let state = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
+        state.retired.iter_mut().for_each(|r| r.mappings.clear());
+        // Every rank leaves only after the same two steps: once all have left, no work
+        // of any rank reaches this rank's memory and no peer maps it.
+        let left = self
+            .bootstrap
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .leave();
+        synced.and(left)
     }
 
     /// All-gathers `mine` over the bootstrap (a host-side collective).
@@ -499,6 +693,7 @@ impl<B: Backend> World<B> {
     ) -> Result<()> {
         self.check_rank(to)?;
         let start = dst.element_addr(at, len)?;
+        self.check_one_sided(&[(dst.id, dst.offset)])?;
         self.launch(&KernelCall::Put {
             dst: start,
             src,
@@ -522,6 +717,7 @@ impl<B: Backend> World<B> {
     ) -> Result<()> {
         self.check_rank(from)?;
         let start = src.element_addr(at, len)?;
+        self.check_one_sided(&[(src.id, src.offset)])?;
         self.launch(&KernelCall::Get {
             dst,
             src: start,
@@ -552,10 +748,21 @@ impl<B: Backend> World<B> {
         self.backend.upload(start, bytemuck::cast_slice(data))
     }
 
-    /// Frees a buffer given up with [`SymmetricBuffer::into_raw`] (collective).
-    /// Errors: `NotAllocated` for a buffer freed already or not of this world.
+    /// Lets go of a buffer given up with [`SymmetricBuffer::into_raw`], as dropping it
+    /// would (collective: its memory is reused only after a barrier at which every rank
+    /// has let go of it). Errors: `NotAllocated` for a buffer freed already or not of
+    /// this world.
     pub fn free_raw(&self, raw: RawSymmetric) -> Result<()> {
-        self.release(raw.offset, raw.serial, raw.table).map(drop)
+        self.retire_allocation(raw.offset, raw.serial, raw.table)
+    }
+}
+
+impl<B: Backend> Drop for World<B> {
+    fn drop(&mut self) {
+        if !self.left {
+            // Errors are ignored here: `finalize` returns them.
+            let _ = self.leave();
+        }
     }
 }
 
@@ -568,11 +775,13 @@ pub struct RawSymmetric {
     table: u64,
 }
 
-/// `len` elements of `T` at the same heap offset on every rank. Frees itself on drop
-/// (a collective call: see the module documentation for mismatched orders).
+/// `len` elements of `T` at the same heap offset on every rank. Dropping it lets go of
+/// it; its memory is reused after a barrier at which every rank has (see the module
+/// documentation).
 pub struct SymmetricBuffer<'w, T, B: Backend> {
     world: &'w World<B>,
     serial: u64,
+    id: u64,
     offset: usize,
     len: usize,
     table: PeerBases,
@@ -603,6 +812,10 @@ impl<T, B: Backend> SymmetricBuffer<'_, T, B> {
     /// The device-resident peer table.
     pub fn peer_bases(&self) -> &PeerBases {
         &self.table
+    }
+    /// Its ledger id, the same on every rank whose ledgers agree.
+    pub(crate) fn id(&self) -> u64 {
+        self.id
     }
     /// Gives up ownership without freeing; see [`World::free_raw`].
     pub fn into_raw(self) -> RawSymmetric {
@@ -641,9 +854,9 @@ impl<T, B: Backend> PeerBaseProvider for SymmetricBuffer<'_, T, B> {
 
 impl<T, B: Backend> Drop for SymmetricBuffer<'_, T, B> {
     fn drop(&mut self) {
-        // The offset came from this world's allocator and is freed once: cannot fail.
+        // The offset came from this world's allocator and is let go of once: cannot fail.
         let _ = self
             .world
-            .release(self.offset, self.serial, self.table.device);
+            .retire_allocation(self.offset, self.serial, self.table.device);
     }
 }

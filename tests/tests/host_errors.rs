@@ -60,7 +60,8 @@ fn out_of_heap_names_requested_and_available() {
                 err,
                 Error::OutOfHeap {
                     requested: 524_288,
-                    available: 262_144
+                    available: 262_144,
+                    pending: 0,
                 }
             ),
             "{err:?}"
@@ -81,12 +82,27 @@ fn out_of_heap_names_requested_and_available() {
                 err,
                 Error::OutOfHeap {
                     requested: 1,
-                    available: 0
+                    available: 0,
+                    pending: 0,
                 }
             ),
             "{err:?}"
         );
+        // Dropped buffers come back only at a barrier; until then they are pending.
         drop((big, rest));
+        let err = world.empty::<u8>(1).map(drop).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::OutOfHeap {
+                    requested: 1,
+                    available: 0,
+                    pending: HEAP,
+                }
+            ),
+            "{err:?}"
+        );
+        world.barrier()?;
         // Fragmented: enough bytes free in total, but no range large enough.
         let pieces: Vec<_> = (0..4)
             .map(|_| world.empty::<u8>(256 << 10))
@@ -94,18 +110,21 @@ fn out_of_heap_names_requested_and_available() {
         let mut pieces: Vec<_> = pieces.into_iter().map(Some).collect();
         pieces[0] = None;
         pieces[2] = None;
+        world.barrier()?;
         let err = world.empty::<u8>(512 << 10).map(drop).unwrap_err();
         assert!(
             matches!(
                 err,
                 Error::OutOfHeap {
                     requested: 524_288,
-                    available: 524_288
+                    available: 524_288,
+                    pending: 0,
                 }
             ),
             "{err:?}"
         );
         drop(pieces);
+        world.barrier()?;
         assert_eq!(world.heap_free(), heap);
         world.barrier()
     });
@@ -158,7 +177,7 @@ fn zero_size_everywhere() {
             "16 zero-sized elements"
         );
         let user = world.backend().alloc_device(64)?;
-        assert!(zero(Rendezvous::new(&world, &user, 0).map(drop)));
+        assert!(zero(Rendezvous::new(&world, user, 0).map(drop)));
         assert_eq!(world.heap_free(), world.heap_len());
         world.barrier()
     });
@@ -191,6 +210,8 @@ fn bad_alignment() {
         for shift in 0..20 {
             let (b, _) = world.allocate_aligned::<u8>(100, 1 << shift)?;
             assert_eq!(b.offset() % (1usize << shift).max(256), 0);
+            drop(b);
+            world.barrier()?;
         }
         assert_eq!(
             world.heap_free(),
@@ -354,6 +375,7 @@ fn double_free_is_not_allocated() {
             matches!(err, Error::NotAllocated { offset: o } if o == offset),
             "{err:?}"
         );
+        world.barrier()?;
         let free = world.heap_free();
         assert_eq!(world.heap_len() - free, 1024, "only `keep` is live");
         drop(keep);
@@ -430,7 +452,7 @@ fn raw_handle_of_another_world_is_not_allocated() {
 fn assert_mismatch_everywhere(results: Vec<symmem::Result<()>>, diverging: usize) {
     for (rank, r) in results.into_iter().enumerate() {
         assert!(
-            matches!(r, Err(Error::CollectiveMismatch { rank: d, .. }) if d == diverging),
+            matches!(&r, Err(Error::CollectiveMismatch { ranks, .. }) if ranks == &[diverging]),
             "rank {rank}: {r:?}"
         );
     }
@@ -501,24 +523,54 @@ fn collective_mismatch_on_different_alignment_or_order() {
 }
 
 #[test]
-fn collective_mismatch_on_different_free_order() {
-    for n in [2, 4] {
+fn the_majority_is_right_even_against_rank_0() {
+    // Rank 0 is the odd one out: every rank names rank 0, not rank 1.
+    for n in [3, 4, 8] {
         let results = run_raw(n, &config(), |world| {
-            let a = world.empty::<u8>(256)?;
-            let b = world.empty::<u8>(256)?;
-            world.barrier()?;
-            if world.rank() == 1 {
-                drop(b);
-                drop(a);
-            } else {
-                drop(a);
-                drop(b);
-            }
-            // The heaps are identical again; only the order differed.
-            assert_eq!(world.heap_free(), world.heap_len());
+            let len = if world.rank() == 0 { 512 } else { 256 };
+            let _b = world.empty::<u8>(len)?;
             world.barrier()
         });
-        assert_mismatch_everywhere(results, 1);
+        assert_mismatch_everywhere(results, 0);
+    }
+}
+
+#[test]
+fn drop_order_is_each_rank_own_business() {
+    // Sixteen buffers dropped from a HashMap (each rank's map iterates in its own order),
+    // then the same again in rank-dependent orders: the barrier agrees on the set of
+    // dropped buffers, releases all of them, and the heaps stay identical.
+    for n in [2, 4] {
+        let results = run_raw(n, &config(), |world| {
+            for round in 0..2 {
+                let mut buffers = std::collections::HashMap::new();
+                for k in 0..16usize {
+                    buffers.insert(k, world.empty::<u8>(256 * (k + 1))?);
+                }
+                world.barrier()?;
+                if round == 0 {
+                    drop(buffers);
+                } else {
+                    let mut keys: Vec<usize> = buffers.keys().copied().collect();
+                    keys.sort_unstable();
+                    keys.rotate_left(world.rank() * 5 % 16);
+                    if world.rank() % 2 == 1 {
+                        keys.reverse();
+                    }
+                    for k in keys {
+                        drop(buffers.remove(&k));
+                    }
+                }
+                world.barrier()?;
+                assert_eq!(world.heap_free(), world.heap_len(), "all released");
+            }
+            // And allocation still agrees afterwards.
+            let (b, bases) = world.allocate_symmetric::<u64>(100)?;
+            world.barrier()?;
+            assert_eq!(bases.entries()[world.rank()], b.ptr());
+            Ok(())
+        });
+        assert!(results.iter().all(Result::is_ok), "world {n}: {results:?}");
     }
 }
 
@@ -527,7 +579,7 @@ fn collective_mismatch_on_rendezvous_lengths() {
     let results = run_raw(3, &config(), |world| {
         let user = world.backend().alloc_device(8192)?;
         let len = if world.rank() == 2 { 8192 } else { 4096 };
-        Rendezvous::new(&world, &user, len).map(drop)
+        Rendezvous::new(&world, user, len).map(drop)
     });
     assert_mismatch_everywhere(results, 2);
 }
@@ -598,6 +650,36 @@ fn external_table_contract() {
         drop(table);
         world.barrier()
     });
+}
+
+/// A table refused on one rank only: that rank gets its own error, every other rank
+/// `PeerFailed` naming it, and the ranks stay in step (the next collective pairs up).
+#[test]
+fn a_collective_that_fails_on_one_rank_fails_on_every_rank() {
+    for (n, bad) in [(2, 0), (3, 2), (4, 1)] {
+        let results = run_raw(n, &config(), |world| {
+            let (buffer, bases) = world.allocate_symmetric::<u8>(4096)?;
+            let mut entries = bases.entries().to_vec();
+            if world.rank() == bad {
+                entries[0] = 0;
+            }
+            let r = ExternalTable::new(&world, buffer.ptr(), 4096, &entries).map(drop);
+            if world.rank() == bad {
+                assert!(matches!(r, Err(Error::BadPeerTable { .. })), "{r:?}");
+            } else {
+                assert!(
+                    matches!(&r, Err(Error::PeerFailed { ranks }) if ranks == &[bad]),
+                    "rank {}: {r:?}",
+                    world.rank()
+                );
+            }
+            // The next collective call is the same call on every rank.
+            let table = ExternalTable::new(&world, buffer.ptr(), 4096, bases.entries())?;
+            drop(table);
+            world.barrier()
+        });
+        assert!(results.iter().all(Result::is_ok), "{results:?}");
+    }
 }
 
 #[test]

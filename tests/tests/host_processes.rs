@@ -96,6 +96,8 @@ fn child_puts(world: &W) -> symmem::Result<()> {
     verified += exchange(world, &b, 2)?;
     let freed = b.offset();
     drop(b);
+    // Dropped memory comes back once a barrier has seen every rank let go of it.
+    world.barrier()?;
     let (c, _) = world.allocate_symmetric::<u8>(n * 999)?;
     assert_eq!(
         c.offset(),
@@ -105,8 +107,9 @@ fn child_puts(world: &W) -> symmem::Result<()> {
     verified += exchange(world, &c, 3)?;
     // A rendezvous of plain allocations across processes (fds over the socket).
     let user = world.backend().alloc_device(n * 512)?;
-    let rendezvous = Rendezvous::new(world, &user, n * 512)?;
-    assert_eq!(rendezvous.table().entries()[me], user.base());
+    let user_base = user.base();
+    let rendezvous = Rendezvous::new(world, user, n * 512)?;
+    assert_eq!(rendezvous.table().entries()[me], user_base);
     let source = world.backend().alloc_device(512)?;
     world
         .backend()
@@ -114,7 +117,7 @@ fn child_puts(world: &W) -> symmem::Result<()> {
     world.barrier()?;
     for to in 0..n {
         world.launch(&symmem::kernels::KernelCall::Put {
-            dst: user.base() + (me * 512) as u64,
+            dst: user_base + (me * 512) as u64,
             src: source.base(),
             bytes: 512,
             bases: rendezvous.table().device_ptr(),
@@ -125,7 +128,7 @@ fn child_puts(world: &W) -> symmem::Result<()> {
     }
     world.barrier()?;
     let mut got = vec![0u8; n * 512];
-    world.backend().download(&mut got, user.base())?;
+    world.backend().download(&mut got, user_base)?;
     for (i, &byte) in got.iter().enumerate() {
         assert_eq!(byte, (i / 512) as u8 + 7, "rendezvous byte {i}");
     }
@@ -136,8 +139,8 @@ fn child_puts(world: &W) -> symmem::Result<()> {
     let (d, _) = world.allocate_symmetric::<u8>(n * 2048 + n)?;
     verified += exchange(world, &d, 4)?;
     drop((a, c, d));
-    assert_eq!(world.heap_free(), world.heap_len());
     world.barrier()?;
+    assert_eq!(world.heap_free(), world.heap_len());
     println!("CHILD-OK rank {me} verified {verified} bytes");
     Ok(())
 }

@@ -26,5 +26,7 @@ fn skip() -> bool {
 
 #[path = "suite/host_api.rs"]
 mod host_api;
+#[path = "suite/lifetimes.rs"]
+mod lifetimes;
 #[path = "suite/rma.rs"]
 mod rma;

@@ -2,8 +2,9 @@
 //!
 //! All ranks share one rendezvous table guarded by a mutex. A collective is a numbered
 //! round: each rank deposits its contribution in its slot and waits for the others.
-//! A rank whose [`LocalBootstrap`] is dropped (it returned, or panicked) is marked
-//! departed, so its peers stop waiting for it at once with `PeerLost`.
+//! A rank that leaves ([`Bootstrap::leave`]) or whose [`LocalBootstrap`] is dropped (it
+//! returned, or panicked) is marked gone, so its peers stop waiting for it at once with
+//! `PeerLost`.
 
 use super::{Bootstrap, DEFAULT_TIMEOUT};
 use crate::backend::Shareable;
@@ -20,6 +21,7 @@ struct Round {
 
 struct State {
     rounds: HashMap<u64, Round>,
+    /// Ranks that have left or whose end was dropped: they contribute to no more rounds.
     departed: Vec<bool>,
 }
 
@@ -166,5 +168,27 @@ impl Bootstrap for LocalBootstrap {
     }
     fn all_gather_shareable(&mut self, mine: Shareable) -> Result<Vec<Shareable>> {
         self.exchange(mine)
+    }
+    fn leave(&mut self) -> Result<()> {
+        let group = self.group.clone();
+        let start = Instant::now();
+        let mut state = group.lock();
+        state.departed[self.rank] = true;
+        group.changed.notify_all();
+        loop {
+            let Some(missing) = state.departed.iter().position(|gone| !gone) else {
+                return Ok(());
+            };
+            let Some(left) = group.timeout.checked_sub(start.elapsed()) else {
+                return Err(Error::PeerLost {
+                    rank: Some(missing),
+                    waited: start.elapsed(),
+                });
+            };
+            state = group
+                .changed
+                .wait_timeout(state, left)
+                .map_or_else(|p| p.into_inner().0, |r| r.0);
+        }
     }
 }

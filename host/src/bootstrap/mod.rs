@@ -22,6 +22,30 @@ use std::time::Duration;
 /// How long a rank waits for its peers before it reports them lost, by default.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The longest contribution a rank accepts from a peer in one collective, by default:
+/// far above what symmem itself sends (tens of bytes per collective), so only a user's
+/// [`World::all_gather_bytes`](crate::World::all_gather_bytes) of more than this needs a
+/// higher limit.
+pub const DEFAULT_MAX_FRAME_BYTES: usize = 64 << 20;
+
+/// Environment variable that sets the longest contribution a rank accepts from a peer
+/// (bytes; [`DEFAULT_MAX_FRAME_BYTES`] when unset). A longer one is
+/// [`Error::FrameTooLarge`](crate::Error::FrameTooLarge), refused before anything is
+/// allocated for it, so a corrupt or hostile length cannot exhaust memory. The
+/// UNIX-socket and MPI bootstraps read it when they are created; ranks of one group should
+/// agree on it (children of [`unix::spawn`] inherit it).
+pub const ENV_MAX_FRAME_BYTES: &str = "SYMMEM_MAX_FRAME_BYTES";
+
+/// The limit [`ENV_MAX_FRAME_BYTES`] sets, or the default.
+fn max_frame_from_env() -> Result<usize> {
+    match std::env::var(ENV_MAX_FRAME_BYTES) {
+        Ok(v) => v.parse().map_err(|_| {
+            crate::Error::Bootstrap(format!("{ENV_MAX_FRAME_BYTES}={v} is not a number"))
+        }),
+        Err(_) => Ok(DEFAULT_MAX_FRAME_BYTES),
+    }
+}
+
 /// One rank's end of a bootstrap group.
 pub trait Bootstrap: Send {
     /// This rank, `0..world_size()`.
@@ -36,5 +60,15 @@ pub trait Bootstrap: Send {
     /// Returns once every rank has called `barrier`.
     fn barrier(&mut self) -> Result<()> {
         self.all_gather(&[]).map(drop)
+    }
+    /// Leaves the group (the last call on it): tells every rank that this one is leaving,
+    /// so a peer that waits for it in a collective gets `PeerLost` naming it at once,
+    /// then waits (bounded by the timeout) until every rank has left or is lost. On
+    /// return, every other rank has called `leave` or is gone.
+    ///
+    /// The default is a barrier, for groups whose transport tells peers of a departure
+    /// by itself.
+    fn leave(&mut self) -> Result<()> {
+        self.barrier()
     }
 }

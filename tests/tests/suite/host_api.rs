@@ -295,11 +295,12 @@ fn offsets_are_identical_across_ranks_through_frees() {
     every_size(|world| {
         let rank = world.rank();
         let mut live = Vec::new();
-        // A deterministic mix of sizes, alignments and frees.
+        // A deterministic mix of sizes, alignments and frees (each released by a barrier).
         for step in 0..40usize {
             if step % 3 == 2 && !live.is_empty() {
                 let victim = (step * 7) % live.len();
                 drop(live.swap_remove(victim));
+                world.barrier()?;
                 continue;
             }
             let len = 1 + (step * 977) % 20_000;
@@ -318,8 +319,8 @@ fn offsets_are_identical_across_ranks_through_frees() {
             all.iter().all(|o| *o == offsets),
             "offset sequences differ across ranks"
         );
-        world.barrier()?;
         drop(live);
+        world.barrier()?;
         assert_eq!(
             world.heap_free(),
             world.heap_len(),
@@ -381,16 +382,19 @@ fn zeros_full_from_slice_empty_contents() {
         let offset = dirty.offset();
         assert_eq!(world.read(&dirty)?, vec![0xA5; 4 * len]);
         drop(dirty);
+        world.barrier()?;
         let zeros = world.zeros::<u32>(len)?;
         assert_eq!(zeros.offset(), offset, "first fit reuses the freed range");
         assert_eq!(world.read(&zeros)?, vec![0u32; len]);
         drop(zeros);
+        world.barrier()?;
         // empty does not touch the memory: the zeros are still there, then a pattern.
         let empty = world.empty::<u32>(len)?;
         assert_eq!(empty.offset(), offset);
         assert_eq!(world.read(&empty)?, vec![0u32; len]);
         world.write(&empty, 0, &vec![0xDEAD_0000 + rank as u32; len])?;
         drop(empty);
+        world.barrier()?;
         let empty = world.empty::<u32>(len)?;
         assert_eq!(
             world.read(&empty)?,
@@ -454,14 +458,16 @@ fn put_get_every_byte_of_every_allocation() {
         // Free one in the middle; the next allocation reuses its range.
         let freed = b.offset();
         drop(b);
+        world.barrier()?;
         let (e, te) = world.allocate_symmetric::<u32>(n * 200)?;
         assert_eq!(e.offset(), freed, "allocation after a free reuses the gap");
         check_table(&world, &e, &te)?;
         exchange(&world, &e, 5)?;
         // A rendezvous in between: heap allocations keep working after it.
         let user = world.backend().alloc_device(64 * 1024)?;
-        let rendezvous = Rendezvous::new(&world, &user, 64 * 1024)?;
-        assert_eq!(rendezvous.table().entries()[rank], user.base());
+        let user_base = user.base();
+        let rendezvous = Rendezvous::new(&world, user, 64 * 1024)?;
+        assert_eq!(rendezvous.table().entries()[rank], user_base);
         let (f, tf) = world.allocate_symmetric::<u8>(n * 333)?;
         check_table(&world, &f, &tf)?;
         exchange(&world, &f, 6)?;
@@ -681,6 +687,12 @@ fn into_raw_and_free_raw() {
             "into_raw does not free"
         );
         world.free_raw(raw)?;
+        assert_eq!(
+            world.heap_len() - world.heap_free(),
+            3072,
+            "held until a barrier"
+        );
+        world.barrier()?;
         assert_eq!(world.heap_free(), world.heap_len());
         let (again, _) = world.allocate_symmetric::<u8>(3000)?;
         assert_eq!(again.offset(), offset);
@@ -747,16 +759,17 @@ fn same_kernel_over_heap_and_rendezvous() {
 
             let heap = world.zeros::<u8>(bytes)?;
             let user = world.backend().alloc_device(bytes)?;
-            world.backend().memset(user.base(), 0, bytes)?;
-            let rendezvous = Rendezvous::new(&world, &user, bytes)?;
+            let user_base = user.base();
+            world.backend().memset(user_base, 0, bytes)?;
+            let rendezvous = Rendezvous::new(&world, user, bytes)?;
             let table = rendezvous.table();
             assert_eq!(table.len(), n);
             assert_eq!(
                 table.entries()[me],
-                user.base(),
+                user_base,
                 "bases[cur] == the user's pointer"
             );
-            assert_eq!(rendezvous.local_ptr(), user.base());
+            assert_eq!(rendezvous.local_ptr(), user_base);
             assert_eq!(rendezvous.byte_len(), bytes);
             assert_pairwise_distinct("rendezvous table", table.entries());
             assert_eq!(download_u64(&world, table.device_ptr(), n), table.entries());
@@ -772,18 +785,15 @@ fn same_kernel_over_heap_and_rendezvous() {
             world.barrier()?;
             let over_heap = world.read(&heap)?;
             let mut over_rendezvous = vec![0u8; bytes];
-            world
-                .backend()
-                .download(&mut over_rendezvous, user.base())?;
+            world.backend().download(&mut over_rendezvous, user_base)?;
             assert!(
                 over_heap == over_rendezvous,
                 "the two providers gave different results"
             );
             assert_received(&world, &over_heap, tag, region);
             world.barrier()?;
-            // The mappings go before the user's memory does.
+            // The mappings go before the user's memory does (at the next barrier).
             drop(rendezvous);
-            drop(user);
         }
         world.barrier()
     });
@@ -797,14 +807,15 @@ fn rendezvous_of_a_prefix_of_the_user_allocation() {
     every_size(|world| {
         let (me, n) = (world.rank(), world.world_size());
         let user = world.backend().alloc_device(1 << 16)?;
-        let rendezvous = Rendezvous::new(&world, &user, 4096)?;
+        let user_base = user.base();
+        let rendezvous = Rendezvous::new(&world, user, 4096)?;
         assert_eq!(rendezvous.byte_len(), 4096);
         let source = world.backend().alloc_device(16)?;
         world.backend().upload(source.base(), &[me as u8 + 1; 16])?;
         world.barrier()?;
         let to = (me + 1) % n;
         world.launch(&KernelCall::Put {
-            dst: user.base() + 16 * me as u64,
+            dst: user_base + 16 * me as u64,
             src: source.base(),
             bytes: 16,
             bases: rendezvous.table().device_ptr(),
@@ -817,7 +828,7 @@ fn rendezvous_of_a_prefix_of_the_user_allocation() {
         let mut got = [0u8; 16];
         world
             .backend()
-            .download(&mut got, user.base() + 16 * from as u64)?;
+            .download(&mut got, user_base + 16 * from as u64)?;
         assert_eq!(got, [from as u8 + 1; 16]);
         world.barrier()
     });
@@ -838,12 +849,13 @@ fn external_table_drives_the_same_kernel() {
         let bytes = n * region;
         let source = put_source(&world, tag, region)?;
         let user = world.backend().alloc_device(bytes)?;
-        world.backend().memset(user.base(), 0, bytes)?;
-        let rendezvous = Rendezvous::new(&world, &user, bytes)?;
+        let user_base = user.base();
+        world.backend().memset(user_base, 0, bytes)?;
+        let rendezvous = Rendezvous::new(&world, user, bytes)?;
         let addresses: Vec<u64> = rendezvous.table().entries().to_vec();
-        let external = ExternalTable::new(&world, user.base(), bytes, &addresses)?;
+        let external = ExternalTable::new(&world, user_base, bytes, &addresses)?;
         assert_eq!(external.table().entries(), &addresses[..]);
-        assert_eq!(external.local_ptr(), user.base());
+        assert_eq!(external.local_ptr(), user_base);
         assert_ne!(
             external.table().device_ptr(),
             rendezvous.table().device_ptr(),
@@ -857,12 +869,11 @@ fn external_table_drives_the_same_kernel() {
         put_through(&world, &external, &source, region)?;
         world.barrier()?;
         let mut got = vec![0u8; bytes];
-        world.backend().download(&mut got, user.base())?;
+        world.backend().download(&mut got, user_base)?;
         assert_received(&world, &got, tag, region);
         world.barrier()?;
         drop(external);
         drop(rendezvous);
-        drop(user);
         world.barrier()
     });
 }

@@ -117,7 +117,8 @@ pub fn barrier_rounds<B: Backend>(w: &World<B>, repeats: usize) -> symmem::Resul
     // that waits for this rank's next barrier.
     let slots = [w.zeros::<u64>(n)?, w.zeros::<u64>(n)?];
     let (_word_mem, word) = local(w, &[0; 8], 0)?;
-    cs[0].barrier()?;
+    // Every rank has allocated them (one-sided puts need that agreed) and zeroed them.
+    w.barrier()?;
     for round in 0..20u64 {
         let c = &cs[round as usize % 2];
         let buf = &slots[round as usize % 2];
@@ -216,9 +217,9 @@ pub fn atomic_rounds<B: Backend>(w: &World<B>) -> symmem::Result<()> {
     ];
     let iters = if gpu { 32 } else { 100 };
     let counter = w.zeros::<u64>(3)?;
-    // The zeroing is done everywhere before any add (it precedes the barrier on this
-    // rank's stream).
-    cs[0].barrier()?;
+    // Every rank has allocated the counter (one-sided adds need that agreed), and the
+    // zeroing is done everywhere before any add.
+    w.barrier()?;
     let mut expected = 0u64;
     for round in 0..4 {
         let c = &cs[round % 2];

@@ -1,0 +1,259 @@
+//! Nothing is freed while a peer still maps it: every rank's exported memory (its heap,
+//! a rendezvous' allocation) is freed only after every peer has unmapped it, whatever
+//! order the ranks drop things in and however late one of them is.
+//!
+//! The ranks run on a recording backend: the CPU backend with every export tagged and
+//! every unmap and free logged in one process-wide order. The memory model of the CPU
+//! backend forgives an early free (a memfd lives while a mapping does); the HIP heap,
+//! and CUDA and HIP IPC exports, do not, which is why the order is checked here.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use symmem::backend::cpu::{Cpu, CpuMemory};
+use symmem::backend::{Backend, BackendKind, DeviceRegion, Grid, Shareable};
+use symmem::kernels::KernelCall;
+use symmem::{Config, Rendezvous};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Event {
+    /// Rank `rank` unmapped its mapping of export `tag`.
+    Unmap { tag: u64, rank: usize },
+    /// The exporter freed export `tag`.
+    Free { tag: u64 },
+}
+
+/// Every event of the test, in the order it happened.
+static LOG: Mutex<Vec<Event>> = Mutex::new(Vec::new());
+static TAGS: AtomicU64 = AtomicU64::new(1);
+
+fn log(event: Event) {
+    LOG.lock().unwrap_or_else(|p| p.into_inner()).push(event);
+}
+
+/// Memory of the recording backend: logs its end.
+#[derive(Debug)]
+struct Logged {
+    inner: CpuMemory,
+    end: Option<Event>,
+}
+
+impl DeviceRegion for Logged {
+    fn base(&self) -> u64 {
+        self.inner.base()
+    }
+    fn len(&self) -> usize {
+        self.inner.len()
+    }
+}
+
+impl Drop for Logged {
+    fn drop(&mut self) {
+        if let Some(event) = self.end {
+            log(event);
+        }
+    }
+}
+
+/// The CPU backend of rank `rank`, recording.
+#[derive(Debug)]
+struct Recording {
+    cpu: Cpu,
+    rank: usize,
+}
+
+impl Recording {
+    fn plain(inner: CpuMemory) -> Logged {
+        Logged { inner, end: None }
+    }
+
+    /// Exports `memory` under a fresh tag (prefixed to the handle), which its drop logs.
+    fn export(&self, memory: &mut Logged, inner: Shareable) -> Shareable {
+        let tag = TAGS.fetch_add(1, Ordering::Relaxed);
+        memory.end = Some(Event::Free { tag });
+        let mut bytes = tag.to_le_bytes().to_vec();
+        bytes.extend(inner.bytes);
+        Shareable {
+            bytes,
+            fd: inner.fd,
+        }
+    }
+
+    fn import(
+        &self,
+        handle: Shareable,
+        map: impl FnOnce(Shareable) -> symmem::Result<CpuMemory>,
+    ) -> symmem::Result<Logged> {
+        let tag = u64::from_le_bytes(handle.bytes[..8].try_into().expect("tagged"));
+        let inner = map(Shareable {
+            bytes: handle.bytes[8..].to_vec(),
+            fd: handle.fd,
+        })?;
+        Ok(Logged {
+            inner,
+            end: Some(Event::Unmap {
+                tag,
+                rank: self.rank,
+            }),
+        })
+    }
+}
+
+/// Heaps and device memory are exported once each (by the world and by a rendezvous), so
+/// the tag is set through a shared reference: a cell in the memory.
+struct Cell(Mutex<Logged>);
+
+impl std::fmt::Debug for Cell {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Cell")
+    }
+}
+
+impl DeviceRegion for Cell {
+    fn base(&self) -> u64 {
+        self.0.lock().expect("cell").base()
+    }
+    fn len(&self) -> usize {
+        self.0.lock().expect("cell").len()
+    }
+}
+
+impl Backend for Recording {
+    type Heap = Cell;
+    type Mapping = Logged;
+    type DeviceMemory = Cell;
+
+    fn kind(&self) -> BackendKind {
+        self.cpu.kind()
+    }
+    fn device_name(&self) -> String {
+        "recording CPU".into()
+    }
+    fn heap_granularity(&self) -> usize {
+        self.cpu.heap_granularity()
+    }
+    fn create_heap(&self, bytes: usize) -> symmem::Result<Cell> {
+        Ok(Cell(Mutex::new(Self::plain(self.cpu.create_heap(bytes)?))))
+    }
+    fn export_heap(&self, heap: &Cell) -> symmem::Result<Shareable> {
+        let mut heap = heap.0.lock().expect("cell");
+        let inner = self.cpu.export_heap(&heap.inner)?;
+        Ok(self.export(&mut heap, inner))
+    }
+    fn import_heap(&self, handle: Shareable, bytes: usize) -> symmem::Result<Logged> {
+        self.import(handle, |h| self.cpu.import_heap(h, bytes))
+    }
+    fn alloc_device(&self, bytes: usize) -> symmem::Result<Cell> {
+        Ok(Cell(Mutex::new(Self::plain(self.cpu.alloc_device(bytes)?))))
+    }
+    fn export_device_memory(&self, memory: &Cell) -> symmem::Result<Shareable> {
+        let mut memory = memory.0.lock().expect("cell");
+        let inner = self.cpu.export_device_memory(&memory.inner)?;
+        Ok(self.export(&mut memory, inner))
+    }
+    fn import_device_memory(&self, handle: Shareable, bytes: usize) -> symmem::Result<Logged> {
+        self.import(handle, |h| self.cpu.import_device_memory(h, bytes))
+    }
+    fn upload(&self, dst: u64, src: &[u8]) -> symmem::Result<()> {
+        self.cpu.upload(dst, src)
+    }
+    fn download(&self, dst: &mut [u8], src: u64) -> symmem::Result<()> {
+        self.cpu.download(dst, src)
+    }
+    fn memset(&self, dst: u64, value: u8, bytes: usize) -> symmem::Result<()> {
+        self.cpu.memset(dst, value, bytes)
+    }
+    fn launch(&self, call: &KernelCall, grid: Grid) -> symmem::Result<()> {
+        self.cpu.launch(call, grid)
+    }
+    fn default_grid(&self, call: &KernelCall) -> Grid {
+        self.cpu.default_grid(call)
+    }
+    fn synchronize(&self) -> symmem::Result<()> {
+        self.cpu.synchronize()
+    }
+    fn device_to_host_syncs(&self) -> u64 {
+        self.cpu.device_to_host_syncs()
+    }
+}
+
+/// Every `Free` of a tag comes after every `Unmap` of it, and every export that was
+/// mapped is freed by the end.
+fn assert_no_free_under_a_mapping(events: &[Event], world: usize) {
+    let frees: Vec<(usize, u64)> = events
+        .iter()
+        .enumerate()
+        .filter_map(|(i, e)| match e {
+            Event::Free { tag } => Some((i, *tag)),
+            Event::Unmap { .. } => None,
+        })
+        .collect();
+    let mut mapped = 0;
+    for (i, e) in events.iter().enumerate() {
+        if let Event::Unmap { tag, rank } = *e {
+            mapped += 1;
+            let freed = frees.iter().find(|(_, t)| *t == tag);
+            let Some(&(at, _)) = freed else {
+                panic!("export {tag} was never freed:\n{events:#?}");
+            };
+            assert!(
+                at > i,
+                "export {tag} freed (event {at}) before rank {rank} unmapped it (event {i}):\n{events:#?}"
+            );
+        }
+    }
+    assert!(mapped >= world * (world - 1), "{events:#?}");
+}
+
+#[test]
+fn exported_memory_outlives_every_peer_mapping() {
+    let world = 3;
+    let config = Config {
+        heap_bytes: 4 << 20,
+        timeout: Duration::from_secs(20),
+    };
+    LOG.lock().expect("log").clear();
+    let results = symmem::launch(
+        world,
+        &config,
+        |rank| {
+            Ok(Recording {
+                cpu: Cpu::new(),
+                rank,
+            })
+        },
+        |w| {
+            let me = w.rank();
+            let user = w.backend().alloc_device(1 << 16)?;
+            let rendezvous = Rendezvous::new(&w, user, 1 << 16)?;
+            w.barrier()?;
+            // Rank 0 lets go first and leaves at once; the last rank is late for
+            // everything. Nothing of rank 0's may be freed while the others map it.
+            if me == world - 1 {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            drop(rendezvous);
+            if me != 0 {
+                w.barrier()?;
+            }
+            if me == world - 1 {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Ok(())
+        },
+    )
+    .expect("launch");
+    // Rank 0 left without the last barrier: the others see it leave.
+    for (rank, r) in results.iter().enumerate().skip(1) {
+        assert!(
+            matches!(
+                r,
+                Ok(()) | Err(symmem::Error::PeerLost { rank: Some(0), .. })
+            ),
+            "rank {rank}: {r:?}"
+        );
+    }
+    assert!(results[0].is_ok(), "{:?}", results[0]);
+    let events = LOG.lock().expect("log").clone();
+    assert_no_free_under_a_mapping(&events, world);
+}
