@@ -174,13 +174,22 @@ impl Builder {
             .collect()
     }
 
+    /// Writes and assembles the IR library. Its file name carries a hash of its text:
+    /// the name reaches the nested build's flags (`-Clink-arg=`), which cargo
+    /// fingerprints, so a changed library relinks the kernels (cargo does not look at
+    /// the contents of a file named in a link argument).
     fn amdgpu_ir_library(&self, llvm_bin: &Path) -> Result<PathBuf, BuildError> {
+        use std::hash::{Hash, Hasher};
         let dir = self.target_dir.join("device");
         create_dir(&dir)?;
-        let ll = dir.join("symmem_amdgpu.ll");
-        let bc = dir.join("symmem_amdgpu.bc");
         let layout = data_layout(&self.cargo, "amdgcn-amd-amdhsa")?;
-        write_if_changed(&ll, &amdgpu_ir::library(&layout))?;
+        let text = amdgpu_ir::library(&layout);
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        text.hash(&mut hasher);
+        let stem = format!("symmem_amdgpu-{:016x}", hasher.finish());
+        let ll = dir.join(format!("{stem}.ll"));
+        let bc = dir.join(format!("{stem}.bc"));
+        write_if_changed(&ll, &text)?;
         let mut as_ = Command::new(llvm_bin.join("llvm-as"));
         as_.arg(&ll).arg("-o").arg(&bc);
         run(as_, "llvm-as of the amdgpu IR library")?;
