@@ -14,12 +14,26 @@ pub mod host;
 #[cfg(target_arch = "nvptx64")]
 pub mod nvptx;
 
-/// How far a fence or an atomic's ordering reaches.
+/// How far a fence or an atomic's ordering reaches, and which threads an atomic is
+/// atomic with.
+///
+/// Choose it by every thread that may touch the location or rely on the ordering,
+/// including the threads of the GPU whose memory it is:
+///
+/// * [`Scope::Block`]: only threads of this block.
+/// * [`Scope::Device`]: only threads on this GPU. On another GPU's memory (a peer
+///   address from a peer-base table, when that rank runs on a GPU of its own) a
+///   device-scope atomic is not atomic with that GPU's own atomics, and a device-scope
+///   fence or release orders nothing for that GPU's threads. On a peer address it is
+///   correct only when the peer rank shares this GPU.
+/// * [`Scope::System`]: threads on any GPU and the host. Any access to a peer that may
+///   run on another GPU needs it; it is what symmem picks wherever it chooses a scope
+///   for a peer address (signals, barriers, the atomic shorthands of `symmem-rma`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Scope {
     /// The threads of one block (workgroup / CTA).
     Block,
-    /// Every thread on this device (agent / gpu).
+    /// Every thread on this device (agent / gpu): not enough for a peer on another GPU.
     Device,
     /// Every device and the host (system / sys): what peers on other GPUs need.
     System,

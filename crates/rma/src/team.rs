@@ -244,6 +244,11 @@ impl<'a> Team<'a> {
     /// Applies `op` with operand `v` to the element at symmetric `p` on rank `to`;
     /// returns the old value.
     ///
+    /// `scope` must reach the rank that owns the element: [`Scope::Device`] is atomic
+    /// and ordered only against threads on this GPU, so on a peer's memory it is correct
+    /// only when rank `to` shares this GPU; a peer on another GPU needs
+    /// [`Scope::System`] (the shorthands' default).
+    ///
     /// # Safety
     /// `to < world`; `p` symmetric and aligned; the element accessed only atomically
     /// while this may run.
@@ -262,7 +267,8 @@ impl<'a> Team<'a> {
     }
 
     /// Applies `op` with operand `v` to the element at symmetric `p` on rank `to`,
-    /// without returning the old value (the no-return instruction on GPUs).
+    /// without returning the old value (the no-return instruction on GPUs). `scope` as
+    /// in [`Team::atomic_fetch`].
     ///
     /// # Safety
     /// As [`Team::atomic_fetch`].
@@ -281,7 +287,7 @@ impl<'a> Team<'a> {
     }
 
     /// Compare-and-swap on the element at symmetric `p` on rank `to`: stores `new` if
-    /// it holds `current`; returns the old value.
+    /// it holds `current`; returns the old value. `scope` as in [`Team::atomic_fetch`].
     ///
     /// # Safety
     /// As [`Team::atomic_fetch`].
@@ -300,7 +306,9 @@ impl<'a> Team<'a> {
         unsafe { T::compare_exchange(self.translate(p, to), current, new, order, scope) }
     }
 
-    /// Atomic load of the element at symmetric `p` on rank `from`.
+    /// Atomic load of the element at symmetric `p` on rank `from`. `scope` as in
+    /// [`Team::atomic_fetch`] (a device-scope load of another GPU's memory may read a
+    /// stale cached value).
     ///
     /// # Safety
     /// As [`Team::atomic_fetch`].
@@ -316,7 +324,8 @@ impl<'a> Team<'a> {
         unsafe { T::load(self.translate(p.cast_mut(), from), order, scope) }
     }
 
-    /// Atomic store of `v` to the element at symmetric `p` on rank `to`.
+    /// Atomic store of `v` to the element at symmetric `p` on rank `to`. `scope` as in
+    /// [`Team::atomic_fetch`].
     ///
     /// # Safety
     /// As [`Team::atomic_fetch`].
@@ -334,14 +343,16 @@ impl<'a> Team<'a> {
     }
 }
 
-/// The default-order (`AcqRel`) and default-scope (`Device`) shorthands. `Device` scope
-/// orders against threads of ranks on the same GPU; against ranks on other GPUs, call the
-/// scoped forms ([`Team::atomic_fetch`], [`Team::atomic`]) with [`Scope::System`].
+/// The default-order (`AcqRel`) and default-scope (`System`) shorthands. System scope
+/// because the element is a peer's, and a peer may be another GPU, where a device-scope
+/// atomic is not atomic with that GPU's own; where every rank shares this GPU, the
+/// scoped forms ([`Team::atomic_fetch`], [`Team::atomic`]) with [`Scope::Device`] are
+/// cheaper.
 macro_rules! shorthand {
     ($($fetch:ident $nofetch:ident $op:ident;)*) => {
         impl Team<'_> {
             $(
-                #[doc = concat!("`", stringify!($op), "` on the element at symmetric `p` on rank `to`, `AcqRel`, `Device` scope; returns the old value.")]
+                #[doc = concat!("`", stringify!($op), "` on the element at symmetric `p` on rank `to`, `AcqRel`, `System` scope; returns the old value.")]
                 ///
                 /// # Safety
                 /// As [`Team::atomic_fetch`].
@@ -349,18 +360,18 @@ macro_rules! shorthand {
                 pub unsafe fn $fetch<T: AtomicInt>(&self, p: *mut T, v: T, to: usize) -> T {
                     // SAFETY: forwarded from the caller.
                     unsafe {
-                        self.atomic_fetch(AtomicOp::$op, p, v, to, Order::AcqRel, Scope::Device)
+                        self.atomic_fetch(AtomicOp::$op, p, v, to, Order::AcqRel, Scope::System)
                     }
                 }
 
-                #[doc = concat!("`", stringify!($op), "` on the element at symmetric `p` on rank `to`, `AcqRel`, `Device` scope; no result (no-return instruction).")]
+                #[doc = concat!("`", stringify!($op), "` on the element at symmetric `p` on rank `to`, `AcqRel`, `System` scope; no result (no-return instruction).")]
                 ///
                 /// # Safety
                 /// As [`Team::atomic_fetch`].
                 #[inline(always)]
                 pub unsafe fn $nofetch<T: AtomicInt>(&self, p: *mut T, v: T, to: usize) {
                     // SAFETY: forwarded from the caller.
-                    unsafe { self.atomic(AtomicOp::$op, p, v, to, Order::AcqRel, Scope::Device) }
+                    unsafe { self.atomic(AtomicOp::$op, p, v, to, Order::AcqRel, Scope::System) }
                 }
             )*
         }
@@ -379,14 +390,15 @@ shorthand! {
 }
 
 impl Team<'_> {
-    /// [`Team::atomic_compare_exchange`] with `AcqRel` at `Device` scope.
+    /// [`Team::atomic_compare_exchange`] with `AcqRel` at `System` scope (see the
+    /// shorthands above).
     ///
     /// # Safety
     /// As [`Team::atomic_fetch`].
     #[inline(always)]
     pub unsafe fn atomic_cas<T: AtomicInt>(&self, p: *mut T, current: T, new: T, to: usize) -> T {
         // SAFETY: forwarded from the caller.
-        unsafe { self.atomic_compare_exchange(p, current, new, to, Order::AcqRel, Scope::Device) }
+        unsafe { self.atomic_compare_exchange(p, current, new, to, Order::AcqRel, Scope::System) }
     }
 
     // ---- signals ------------------------------------------------------------------

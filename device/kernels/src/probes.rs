@@ -1,6 +1,10 @@
 //! Probe kernels: one library operation each, exported so codegen tests can read the
 //! instructions a given order and scope compile to. Each translates its symmetric
 //! pointer through the team like any kernel would.
+//!
+//! They show instructions, not usage: the block- and device-scope probes touch a peer's
+//! element at a scope that does not reach a peer on another GPU (see
+//! `symmem_arch::Scope`). No host code launches them.
 
 use crate::Gpu;
 use symmem_rma::{AtomicOp, Order, Scope, Team};
