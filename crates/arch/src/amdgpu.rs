@@ -13,6 +13,9 @@ unsafe extern "C" {
     fn symmem_amdgpu_fence_workgroup();
     fn symmem_amdgpu_fence_agent();
     fn symmem_amdgpu_fence_system();
+    fn symmem_amdgpu_fence_release_workgroup();
+    fn symmem_amdgpu_fence_release_agent();
+    fn symmem_amdgpu_fence_release_system();
 }
 
 /// The current work-item of a kernel launched on an AMD GPU.
@@ -45,6 +48,20 @@ unsafe impl Arch for Gpu {
         self.fence(Scope::Block);
         amdgpu::s_barrier();
         self.fence(Scope::Block);
+    }
+    #[inline(always)]
+    fn sync_block_release(&self, scope: Scope) {
+        // Each wave's waitcnt counters cover only its own accesses, so each wave waits
+        // for its own before the barrier; one wave's release after it could not.
+        // SAFETY: fences only order memory.
+        unsafe {
+            match scope {
+                Scope::Block => symmem_amdgpu_fence_release_workgroup(),
+                Scope::Device => symmem_amdgpu_fence_release_agent(),
+                Scope::System => symmem_amdgpu_fence_release_system(),
+            }
+        }
+        self.sync_block();
     }
     #[inline(always)]
     fn fence(&self, scope: Scope) {

@@ -72,6 +72,12 @@ unsafe impl Arch for HostThread<'_> {
         fence(Ordering::SeqCst);
     }
     #[inline]
+    fn sync_block_release(&self, _scope: Scope) {
+        // The SeqCst fences around the barrier already order every thread's accesses
+        // for the whole machine (one coherence domain).
+        self.sync_block();
+    }
+    #[inline]
     fn fence(&self, _scope: Scope) {
         // A CPU has one coherence domain: every scope is the whole machine.
         fence(Ordering::SeqCst);

@@ -56,7 +56,31 @@ pub unsafe trait Arch {
     /// Blocks in the grid.
     fn grid_dim(&self) -> u32;
     /// Waits until every thread of the block arrives; orders their block-scope memory.
+    ///
+    /// It publishes nothing beyond the block: after it, a release at a wider scope by
+    /// one thread (a signal, a flag store) is only guaranteed to cover that thread's own
+    /// accesses (on AMD GPUs, its own wave's). To publish the whole block's work, use
+    /// [`Arch::sync_block_release`].
     fn sync_block(&self);
+    /// A block barrier that first releases every thread's own accesses at `scope`: when
+    /// any thread returns, each thread's loads and stores from before its call have
+    /// completed as far as `scope` reaches, so a release at `scope` by any one thread
+    /// after it (thread 0 setting a signal or arriving at a cross-rank barrier for the
+    /// block) covers the whole block's earlier work, as if every thread had released
+    /// its own. Use it instead of [`Arch::sync_block`] whenever one thread publishes for
+    /// the block.
+    ///
+    /// Per target: on AMD GPUs every wave runs a release fence at `scope` before
+    /// `s_barrier` (at device or system scope, `buffer_wbl2` then
+    /// `s_waitcnt vmcnt(0)`: a wave's counters see only its own accesses), as the
+    /// block-level quiet of RCCL and rocSHMEM does. On NVIDIA GPUs it is exactly
+    /// [`Arch::sync_block`] (`bar.sync`): a PTX release or `fence.sc` after the barrier
+    /// is cumulative over what the barrier ordered before it, so nothing is added. On
+    /// the host it is [`Arch::sync_block`] (one coherence domain, `SeqCst` fences).
+    ///
+    /// Block-cooperative: every thread of the block calls it, with the same `scope`,
+    /// from converged control flow.
+    fn sync_block_release(&self, scope: Scope);
     /// A sequentially consistent fence at `scope`.
     fn fence(&self, scope: Scope);
 

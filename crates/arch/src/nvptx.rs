@@ -36,6 +36,13 @@ unsafe impl Arch for Gpu {
         unsafe { nvptx::_syncthreads() }
     }
     #[inline(always)]
+    fn sync_block_release(&self, _scope: Scope) {
+        // `bar.sync` orders the block's accesses before every thread's later ones, and
+        // a PTX release (or `fence.sc`) at any scope after it is cumulative over them:
+        // nothing to add, and nothing is (the PTX is that of `sync_block`).
+        self.sync_block();
+    }
+    #[inline(always)]
     fn fence(&self, scope: Scope) {
         // SAFETY: fences only order memory.
         unsafe {

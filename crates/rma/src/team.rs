@@ -223,6 +223,11 @@ impl<'a> Team<'a> {
     /// Fence: this thread's earlier puts, stores and atomics are ordered before its
     /// later ones, as seen by every rank (a system-scope fence; on every target here
     /// that also waits for the earlier stores to complete).
+    ///
+    /// It covers this thread's own accesses only (on AMD GPUs, its wave's): one thread
+    /// fencing after a block barrier does not publish what the other threads stored.
+    /// For the whole block use [`Team::quiet_block`], or
+    /// [`Arch::sync_block_release`] before one thread's release.
     #[inline(always)]
     pub fn fence<A: Arch>(&self, arch: &A) {
         arch.fence(Scope::System);
@@ -230,7 +235,9 @@ impl<'a> Team<'a> {
 
     /// Quiet: every put, get and store the block issued before has completed and is
     /// visible to every rank, and every thread of the block may rely on it (a
-    /// system-scope fence per thread, then a block barrier).
+    /// system-scope fence per thread, then a block barrier: every wave waits for its
+    /// own accesses before the barrier, as the block-level quiet of RCCL and rocSHMEM
+    /// does).
     ///
     /// Block-cooperative: every thread of the block calls it.
     #[inline(always)]
@@ -404,8 +411,11 @@ impl Team<'_> {
     // ---- signals ------------------------------------------------------------------
 
     /// Updates the signal word at symmetric `sig` on rank `to` with release semantics
-    /// at system scope: everything this thread did (or saw, via a barrier) before is
-    /// visible to a rank that observes the new value with an acquire wait.
+    /// at system scope: everything this thread did before is visible to a rank that
+    /// observes the new value with an acquire wait, and so is everything the block did
+    /// before an [`Arch::sync_block_release`] at [`Scope::System`] that this thread
+    /// passed (a plain [`Arch::sync_block`] is not enough on AMD GPUs: the release
+    /// would wait only for this thread's wave).
     ///
     /// # Safety
     /// `to < world`; `sig` symmetric, 8-aligned, accessed only atomically.
@@ -423,7 +433,8 @@ impl Team<'_> {
     }
 
     /// Put with signal: the block puts `n` bytes from local `src` to symmetric `dst` on
-    /// rank `to`, then (after a block barrier) thread 0 updates the signal at symmetric
+    /// rank `to`, then (after [`Arch::sync_block_release`] at system scope, so every
+    /// thread's stores are complete) thread 0 updates the signal at symmetric
     /// `sig` on rank `to` with release semantics. A rank that sees the update with
     /// [`Team::signal_wait_until`] sees all `n` bytes. On return `src` may be reused.
     ///
@@ -445,10 +456,10 @@ impl Team<'_> {
     ) {
         // SAFETY: forwarded from the caller.
         unsafe { self.put_nbi_block(arch, dst, src, n, to) };
-        arch.sync_block();
+        arch.sync_block_release(Scope::System);
         if arch.thread_id() == 0 {
-            // SAFETY: forwarded; the barrier above puts every thread's stores before
-            // this release (release is cumulative).
+            // SAFETY: forwarded; the releasing barrier above completed every thread's
+            // stores at system scope before this release.
             unsafe { self.signal(sig, op, value, to) };
         }
     }
@@ -492,11 +503,12 @@ impl Team<'_> {
         // barrier below, so every thread reads the same count here.
         // SAFETY: `sig` has `world` words; `rank < world`.
         let arrival = unsafe { u64::load(sig.add(self.rank), Order::Relaxed, Scope::Block) } + 1;
-        arch.sync_block();
+        // Every thread's earlier work completes at system scope before any arrival.
+        arch.sync_block_release(Scope::System);
         let mut r = tid;
         while r < world {
             // SAFETY: r < world; the word is symmetric. Release orders the block's
-            // earlier work (through the barrier above) before the arrival.
+            // earlier work (through the releasing barrier above) before the arrival.
             unsafe { self.signal(sig.add(self.rank), SignalOp::Add, 1, r) };
             r += threads;
         }

@@ -8,7 +8,8 @@
 
 use std::fmt::Write;
 
-/// `(name, LLVM syncscope)` of every scoped fence: `symmem_amdgpu_fence_<name>`.
+/// `(name, LLVM syncscope)` of every scope: fences `symmem_amdgpu_fence_<name>`
+/// (seq_cst) and `symmem_amdgpu_fence_release_<name>`, and the atomics' scope suffix.
 pub const FENCE_SCOPES: [(&str, &str); 3] = [
     ("workgroup", "syncscope(\"workgroup\") "),
     ("agent", "syncscope(\"agent\") "),
@@ -88,15 +89,19 @@ pub fn library(data_layout: &str) -> String {
          \x20 ret i32 %r\n}}"
         ),
     );
+    // `symmem_amdgpu_fence_<scope>` is seq_cst; `symmem_amdgpu_fence_release_<scope>`
+    // only the release half (the write-back and the wait, no invalidate).
     for (name, scope) in FENCE_SCOPES {
-        wl(
-            w,
-            format_args!(
-                "define linkonce_odr hidden void @symmem_amdgpu_fence_{name}() #0 {{\n\
-             \x20 fence {scope}seq_cst\n\
-             \x20 ret void\n}}"
-            ),
-        );
+        for (kind, order) in [("", "seq_cst"), ("release_", "release")] {
+            wl(
+                w,
+                format_args!(
+                    "define linkonce_odr hidden void @symmem_amdgpu_fence_{kind}{name}() #0 {{\n\
+                 \x20 fence {scope}{order}\n\
+                 \x20 ret void\n}}"
+                ),
+            );
+        }
     }
     atomics(w);
     wl(
