@@ -386,12 +386,8 @@ fn cross_process(args: &[String]) -> Result<Vec<Row>> {
     let mut command = std::process::Command::new(exe);
     command.args(args).env(XPROC_ENV, &csv);
     let os = |what| move |source| Error::Os { what, source };
-    let children = unix::spawn(&mut command, 2, TIMEOUT).map_err(os("spawning ranks"))?;
-    let mut ok = true;
-    for mut child in children {
-        ok &= child.wait().map_err(os("waiting for a rank"))?.success();
-    }
-    if !ok {
+    let statuses = unix::spawn(&mut command, 2, TIMEOUT)?.wait()?;
+    if !statuses.iter().all(|s| s.success()) {
         return Err(Error::Bootstrap("a cross-process rank failed".into()));
     }
     let text = std::fs::read_to_string(&csv).map_err(os("reading the cross-process CSV"))?;

@@ -559,13 +559,8 @@ fn run_processes(n: usize) -> Result<()> {
     let exe = std::env::current_exe().map_err(os("current_exe"))?;
     let mut command = std::process::Command::new(exe);
     command.args(std::env::args().skip(1));
-    let children = unix::spawn(&mut command, n, TIMEOUT).map_err(os("spawning ranks"))?;
-    let mut failed = Vec::new();
-    for (rank, mut child) in children.into_iter().enumerate() {
-        if !child.wait().map_err(os("waiting for a rank"))?.success() {
-            failed.push(rank);
-        }
-    }
+    let statuses = unix::spawn(&mut command, n, TIMEOUT)?.wait()?;
+    let failed: Vec<usize> = (0..n).filter(|&r| !statuses[r].success()).collect();
     if failed.is_empty() {
         Ok(())
     } else {

@@ -10,7 +10,7 @@
 /// Spawning ranks as child processes, collecting their outcomes, ending a child.
 pub mod processes {
     use std::io::{BufRead, BufReader, Write};
-    use std::process::{Child, Command, ExitStatus, Stdio};
+    use std::process::{Command, ExitStatus, Stdio};
     use std::sync::mpsc;
     use std::time::{Duration, Instant};
     use symmem::Error;
@@ -72,7 +72,8 @@ pub mod processes {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         let start = Instant::now();
-        let mut children: Vec<Child> = unix::spawn(&mut command, n, timeout).expect("spawn ranks");
+        let mut ranks = unix::spawn(&mut command, n, timeout).expect("spawn ranks");
+        let children = ranks.children_mut();
         let (tx, rx) = mpsc::channel::<(usize, String)>();
         let mut readers = Vec::new();
         for (rank, child) in children.iter_mut().enumerate() {
@@ -126,6 +127,8 @@ pub mod processes {
                 outcomes[rank].after = start.elapsed();
             }
         }
+        // Every child is reaped (also if this function panicked above: `ranks` owns them).
+        drop(ranks);
         for reader in readers {
             reader.join().expect("reader");
         }

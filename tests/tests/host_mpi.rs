@@ -1,5 +1,8 @@
 //! The demo under `mpirun -np 2` and `-np 4`, built with `--features mpi`: every rank
 //! forms the world from `MPI_COMM_WORLD`, puts into every peer and checks every byte.
+//! And under an MPI that provides only `MPI_THREAD_FUNNELED` (a PMPI shim, built with
+//! `mpicc` and preloaded into the ranks), where forming the world must fail with an error
+//! that names both thread levels.
 //!
 //! Without `mpirun` on PATH these tests fail, unless `SYMMEM_SKIP_MPI=1` (then they print
 //! `skipped: ...` and pass). The MPI demo is built into its own target directory
@@ -84,10 +87,38 @@ fn mpi_demo() -> PathBuf {
     }
 }
 
-fn run_demo_under_mpirun(np: usize) {
-    if !mpirun_available() {
-        return;
-    }
+/// An `MPI_Init_thread` that provides at most `MPI_THREAD_FUNNELED`, as an MPI library
+/// built without thread support does, over the real one (the standard PMPI interface).
+const FUNNELED_SHIM: &str = r#"
+#include <mpi.h>
+int MPI_Init_thread(int *argc, char ***argv, int required, int *provided) {
+    (void)required;
+    return PMPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, provided);
+}
+"#;
+
+/// Builds [`FUNNELED_SHIM`] with `mpicc` into a shared library next to the MPI demo.
+fn funneled_shim(demo: &std::path::Path) -> PathBuf {
+    let dir = demo.parent().expect("the demo's folder");
+    let (source, library) = (dir.join("funneled.c"), dir.join("libfunneled.so"));
+    std::fs::write(&source, FUNNELED_SHIM).expect("writing the shim");
+    let output = Command::new("mpicc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&library)
+        .arg(&source)
+        .output()
+        .unwrap_or_else(|e| panic!("mpicc (from libopenmpi-dev) is needed here: {e}"));
+    assert!(
+        output.status.success(),
+        "mpicc failed:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    library
+}
+
+/// Runs the MPI demo under `mpirun -np NP` with `mpirun_args` before it, within 60 s;
+/// returns its exit status and its output.
+fn mpirun_demo(np: usize, mpirun_args: &[&str]) -> (std::process::ExitStatus, String, String) {
     let exe = mpi_demo();
     let mut child = Command::new("mpirun")
         .args([
@@ -96,6 +127,7 @@ fn run_demo_under_mpirun(np: usize) {
             "-np",
             &np.to_string(),
         ])
+        .args(mpirun_args)
         .arg(&exe)
         .args(["--bytes", &format!("{}K", BYTES >> 10)])
         .stdin(Stdio::null())
@@ -132,6 +164,15 @@ fn run_demo_under_mpirun(np: usize) {
     let all = format!("--- stdout\n{stdout}\n--- stderr\n{stderr}");
     let status =
         status.unwrap_or_else(|| panic!("mpirun -np {np} did not finish in {deadline:?}:\n{all}"));
+    (status, stdout, stderr)
+}
+
+fn run_demo_under_mpirun(np: usize) {
+    if !mpirun_available() {
+        return;
+    }
+    let (status, stdout, stderr) = mpirun_demo(np, &[]);
+    let all = format!("--- stdout\n{stdout}\n--- stderr\n{stderr}");
     assert!(
         status.success(),
         "mpirun -np {np} exited with {status}:\n{all}"
@@ -165,4 +206,18 @@ fn mpirun_np2_demo() {
 #[test]
 fn mpirun_np4_demo() {
     run_demo_under_mpirun(4);
+}
+
+#[test]
+fn mpirun_thread_level_below_serialized_is_an_error() {
+    if !mpirun_available() {
+        return;
+    }
+    let shim = funneled_shim(&mpi_demo());
+    let preload = format!("LD_PRELOAD={}", shim.display());
+    let (status, stdout, stderr) = mpirun_demo(2, &["-x", &preload]);
+    let all = format!("--- stdout\n{stdout}\n--- stderr\n{stderr}");
+    assert!(!status.success(), "the world formed anyway:\n{all}");
+    let named = "the MPI library provides MPI_THREAD_FUNNELED; symmem needs MPI_THREAD_SERIALIZED";
+    assert!(stderr.contains(named), "no `{named}`:\n{all}");
 }

@@ -379,11 +379,8 @@ fn processes_hung_rank_times_out() {
         None,
     );
     let all = report(&outcomes);
-    assert_survivors_lost(&outcomes, 2, None, Duration::from_millis(2500));
-    assert!(
-        outcomes[0].text().contains("PeerLost { rank: Some(2)"),
-        "the hub names rank 2:\n{all}"
-    );
+    // The spokes wait for the hub's verdict (twice the timeout): all name rank 2.
+    assert_survivors_lost(&outcomes, 2, Some(2), Duration::from_millis(2500));
     for o in outcomes.iter().take(2) {
         let ms = waited_ms(o).unwrap_or_else(|| panic!("no CHILD-WAITED line:\n{all}"));
         assert!(

@@ -254,27 +254,11 @@ fn run_processes(o: &Options) -> Result<()> {
     })?;
     let mut command = std::process::Command::new(exe);
     command.args(std::env::args().skip(1));
-    let children =
-        unix::spawn(&mut command, o.ranks, Config::default().timeout).map_err(|source| {
-            Error::Os {
-                what: "spawning ranks",
-                source,
-            }
-        })?;
-    let mut failed = false;
-    for mut child in children {
-        failed |= !child
-            .wait()
-            .map_err(|source| Error::Os {
-                what: "waiting for a rank",
-                source,
-            })?
-            .success();
-    }
-    if failed {
-        Err(Error::Bootstrap("a rank process failed".into()))
-    } else {
+    let statuses = unix::spawn(&mut command, o.ranks, Config::default().timeout)?.wait()?;
+    if statuses.iter().all(|s| s.success()) {
         Ok(())
+    } else {
+        Err(Error::Bootstrap("a rank process failed".into()))
     }
 }
 

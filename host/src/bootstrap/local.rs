@@ -4,7 +4,10 @@
 //! round: each rank deposits its contribution in its slot and waits for the others.
 //! A rank that leaves ([`Bootstrap::leave`]) or whose [`LocalBootstrap`] is dropped (it
 //! returned, or panicked) is marked gone, so its peers stop waiting for it at once with
-//! `PeerLost`.
+//! `PeerLost`. A rank that goes because it lost a peer leaves that peer's name behind, and
+//! its peers name that rank instead of it: every rank names the first rank lost, not a
+//! survivor that left after it. Once a rank has lost a peer, every later collective on its
+//! end returns the same error at once.
 
 use super::{Bootstrap, DEFAULT_TIMEOUT};
 use crate::backend::Shareable;
@@ -23,6 +26,8 @@ struct State {
     rounds: HashMap<u64, Round>,
     /// Ranks that have left or whose end was dropped: they contribute to no more rounds.
     departed: Vec<bool>,
+    /// For a rank that went because it had lost a peer: that peer.
+    cause: Vec<Option<usize>>,
 }
 
 struct Group {
@@ -47,6 +52,8 @@ pub struct LocalBootstrap {
     rank: usize,
     round: u64,
     group: Arc<Group>,
+    /// The first peer this rank found lost.
+    lost: Option<usize>,
 }
 
 impl LocalBootstrap {
@@ -59,6 +66,7 @@ impl LocalBootstrap {
             state: Mutex::new(State {
                 rounds: HashMap::new(),
                 departed: vec![false; world],
+                cause: vec![None; world],
             }),
             changed: Condvar::new(),
         });
@@ -67,6 +75,7 @@ impl LocalBootstrap {
                 rank,
                 round: 0,
                 group: group.clone(),
+                lost: None,
             })
             .collect()
     }
@@ -76,11 +85,27 @@ impl LocalBootstrap {
         Self::group(world, DEFAULT_TIMEOUT)
     }
 
+    /// Records `rank` as the peer this rank lost (the first one stays), and returns the
+    /// error that names it.
+    fn lose(&mut self, rank: usize, start: Instant) -> Error {
+        let rank = *self.lost.get_or_insert(rank);
+        Error::PeerLost {
+            rank: Some(rank),
+            waited: start.elapsed(),
+        }
+    }
+
     fn exchange(&mut self, mine: Shareable) -> Result<Vec<Shareable>> {
+        if let Some(rank) = self.lost {
+            return Err(Error::PeerLost {
+                rank: Some(rank),
+                waited: Duration::ZERO,
+            });
+        }
+        let start = Instant::now();
         let group = self.group.clone();
         let (world, round) = (group.world, self.round);
         self.round += 1;
-        let start = Instant::now();
         let mut state = group.lock();
         let entry = state.rounds.entry(round).or_insert_with(|| Round {
             slots: (0..world).map(|_| None).collect(),
@@ -100,16 +125,12 @@ impl LocalBootstrap {
                 .zip(&state.departed)
                 .position(|(slot, &gone)| slot.is_none() && gone);
             if let Some(gone) = departed {
-                return Err(Error::PeerLost {
-                    rank: Some(gone),
-                    waited: start.elapsed(),
-                });
+                // A rank that went because it lost a peer names that peer.
+                let first = state.cause[gone].unwrap_or(gone);
+                return Err(self.lose(first, start));
             }
             let Some(left) = group.timeout.checked_sub(start.elapsed()) else {
-                return Err(Error::PeerLost {
-                    rank: Some(missing),
-                    waited: start.elapsed(),
-                });
+                return Err(self.lose(missing, start));
             };
             state = group
                 .changed
@@ -147,7 +168,10 @@ impl LocalBootstrap {
 impl Drop for LocalBootstrap {
     fn drop(&mut self) {
         let group = self.group.clone();
-        group.lock().departed[self.rank] = true;
+        let mut state = group.lock();
+        state.cause[self.rank] = self.lost;
+        state.departed[self.rank] = true;
+        drop(state);
         group.changed.notify_all();
     }
 }
@@ -173,6 +197,7 @@ impl Bootstrap for LocalBootstrap {
         let group = self.group.clone();
         let start = Instant::now();
         let mut state = group.lock();
+        state.cause[self.rank] = self.lost;
         state.departed[self.rank] = true;
         group.changed.notify_all();
         loop {

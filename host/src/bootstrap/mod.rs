@@ -3,7 +3,13 @@
 //! A [`Bootstrap`] is one rank's end of a group: it knows its rank and the world size,
 //! and can all-gather bytes and [`Shareable`] handles (file descriptors included). Every
 //! wait is bounded: a peer that exits, crashes or is killed turns into
-//! [`Error::PeerLost`](crate::Error::PeerLost) within the group's timeout, never a hang.
+//! [`Error::PeerLost`](crate::Error::PeerLost) within the group's timeout (twice it for a
+//! UNIX-socket spoke, which waits for the hub's verdict), never a hang. Every survivor
+//! names the first rank lost, not a rank that left because of it, and a local or
+//! UNIX-socket group that has failed fails every later call at once. A peer's message
+//! longer than the limit ([`ENV_MAX_FRAME_BYTES`]) is
+//! [`Error::FrameTooLarge`](crate::Error::FrameTooLarge) before anything is allocated
+//! for it.
 //!
 //! * [`local`]: ranks as threads of one process (`launch`).
 //! * [`unix`]: ranks as processes on one machine over a UNIX socket (`spawn`).

@@ -5,9 +5,20 @@
 //! its rank, and hands its descriptor to every peer over it (SCM_RIGHTS): ranks of one
 //! world must therefore share a machine, as ranks sharing GPU memory do. A rank that
 //! dies makes `mpirun` end the job; socket waits are bounded by the timeout.
+//!
+//! symmem needs `MPI_THREAD_SERIALIZED`: a [`World`](crate::World) may be created,
+//! used and dropped on any thread (it is `Send` and `Sync`, and every bootstrap call
+//! goes through its mutex, so calls never overlap), while `MPI_THREAD_FUNNELED` would
+//! allow MPI calls from the thread that initialised MPI only. An MPI library that
+//! provides less makes [`MpiBootstrap::new`] fail with [`Error::MpiThreadLevel`], naming
+//! both levels.
+//!
+//! Every rank learns every contribution's length before any is sent, so a length over
+//! the limit ([`ENV_MAX_FRAME_BYTES`](super::ENV_MAX_FRAME_BYTES)) is
+//! [`Error::FrameTooLarge`] on every rank alike, before anything is allocated for it.
 
-use super::scm::{self, Kind};
-use super::{Bootstrap, DEFAULT_TIMEOUT};
+use super::scm::{self, Kind, RecvError};
+use super::{Bootstrap, DEFAULT_TIMEOUT, max_frame_from_env};
 use crate::backend::Shareable;
 use crate::error::{Error, Result};
 use mpi::datatype::PartitionMut;
@@ -24,9 +35,26 @@ pub struct MpiBootstrap {
     job: String,
     listener: UnixListener,
     timeout: Duration,
+    max_frame: usize,
 }
 
-// SAFETY: MPI is initialised with `Threading::Serialized`, so its handles may be used
+/// The thread level symmem needs (see the module documentation).
+const REQUIRED: mpi::Threading = mpi::Threading::Serialized;
+
+/// The MPI name of a thread level.
+fn level_name(level: mpi::Threading) -> &'static str {
+    match level {
+        mpi::Threading::Single => "MPI_THREAD_SINGLE",
+        mpi::Threading::Funneled => "MPI_THREAD_FUNNELED",
+        mpi::Threading::Serialized => "MPI_THREAD_SERIALIZED",
+        mpi::Threading::Multiple => "MPI_THREAD_MULTIPLE",
+    }
+}
+
+/// The longest message of the descriptor exchange (a rank number).
+const FD_FRAME_BYTES: usize = 8;
+
+// SAFETY: MPI is initialised with at least `Threading::Serialized`, so its handles may be used
 // from any thread as long as calls never overlap; a World serialises every bootstrap call
 // behind its mutex, and the bootstrap is only moved, never shared.
 unsafe impl Send for MpiBootstrap {}
@@ -47,11 +75,22 @@ impl MpiBootstrap {
             .any(|v| std::env::var_os(v).is_some())
     }
 
-    /// Initialises MPI and joins `MPI_COMM_WORLD`. Errors if MPI was initialised already.
+    /// Initialises MPI and joins `MPI_COMM_WORLD`; contributions longer than
+    /// [`ENV_MAX_FRAME_BYTES`](super::ENV_MAX_FRAME_BYTES) are refused.
+    ///
+    /// Errors: `Bootstrap` if MPI was initialised already; [`Error::MpiThreadLevel`] if
+    /// the MPI library provides a lower thread level than `MPI_THREAD_SERIALIZED` (MPI
+    /// is finalised again on every rank alike).
     pub fn new() -> Result<Self> {
-        let universe = mpi::initialize_with_threading(mpi::Threading::Serialized)
-            .map(|(universe, _)| universe)
+        let max_frame = max_frame_from_env()?;
+        let (universe, provided) = mpi::initialize_with_threading(REQUIRED)
             .ok_or(Error::Bootstrap("MPI is already initialised".into()))?;
+        if provided < REQUIRED {
+            return Err(Error::MpiThreadLevel {
+                required: level_name(REQUIRED),
+                provided: level_name(provided),
+            });
+        }
         let world = universe.world();
         let mut stamp = [0u64; 2];
         if world.rank() == 0 {
@@ -72,7 +111,14 @@ impl MpiBootstrap {
             job,
             listener,
             timeout: DEFAULT_TIMEOUT,
+            max_frame,
         })
+    }
+
+    /// Sets the longest contribution this rank accepts from a peer in one collective;
+    /// all ranks should set the same limit.
+    pub fn set_max_frame_bytes(&mut self, bytes: usize) {
+        self.max_frame = bytes;
     }
 
     fn exchange_fds(
@@ -105,7 +151,17 @@ impl MpiBootstrap {
                         stream
                             .set_read_timeout(Some(self.timeout))
                             .map_err(os("rank socket"))?;
-                        let (_, item) = scm::recv(&mut stream).map_err(os("fd from a peer"))?;
+                        let (_, item) = match scm::recv(&mut stream, FD_FRAME_BYTES) {
+                            Ok(frame) => frame,
+                            Err(RecvError::Io(e)) => return Err(os("fd from a peer")(e)),
+                            Err(RecvError::TooLarge { bytes, limit }) => {
+                                return Err(Error::FrameTooLarge {
+                                    rank: None,
+                                    bytes,
+                                    limit,
+                                });
+                            }
+                        };
                         let from = item
                             .bytes
                             .get(..8)
@@ -148,20 +204,34 @@ impl Bootstrap for MpiBootstrap {
     }
     fn all_gather(&mut self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
         let n = self.world_size();
-        let mut lens = vec![0i32; n];
-        let my_len =
-            i32::try_from(mine.len()).map_err(|_| Error::Bootstrap("message over 2 GiB".into()))?;
-        self.world.all_gather_into(&my_len, &mut lens[..]);
-        let displs: Vec<i32> = lens
-            .iter()
-            .scan(0, |acc, &l| {
-                let d = *acc;
-                *acc += l;
-                Some(d)
-            })
-            .collect();
-        let total: i32 = lens.iter().sum();
-        let mut buf = vec![0u8; total as usize];
+        let mut announced = vec![0u64; n];
+        self.world
+            .all_gather_into(&(mine.len() as u64), &mut announced[..]);
+        // Every rank sees the same lengths, so every rank refuses the same one, before
+        // anything is allocated and before any rank sends its bytes. MPI counts and
+        // displacements are `i32`s: all contributions together must fit one too.
+        let limit = self.max_frame.min(i32::MAX as usize);
+        let mut lens = Vec::with_capacity(n);
+        let mut displs = Vec::with_capacity(n);
+        let mut total: usize = 0;
+        for (rank, &bytes) in announced.iter().enumerate() {
+            let len = usize::try_from(bytes).ok().filter(|&len| len <= limit);
+            let len = len.ok_or(Error::FrameTooLarge {
+                rank: Some(rank),
+                bytes,
+                limit,
+            })?;
+            let end = Some(total + len).filter(|&end| end <= i32::MAX as usize);
+            let end = end.ok_or(Error::FrameTooLarge {
+                rank: None,
+                bytes: (total + len) as u64,
+                limit: i32::MAX as usize,
+            })?;
+            lens.push(len as i32);
+            displs.push(total as i32);
+            total = end;
+        }
+        let mut buf = vec![0u8; total];
         {
             let mut partition = PartitionMut::new(&mut buf[..], &lens[..], &displs[..]);
             self.world.all_gather_varcount_into(mine, &mut partition);

@@ -1,6 +1,8 @@
 //! Framed messages over a UNIX stream socket, each carrying at most one file descriptor
 //! (SCM_RIGHTS). A frame is a 9-byte header (kind, payload length) sent with the
-//! descriptor attached, then the payload.
+//! descriptor attached, then the payload. The receiver names the longest payload it
+//! accepts: a longer announced length is an error before anything is allocated, and the
+//! stream is out of step from then on (its payload is left unread), so it is dropped.
 
 use crate::backend::Shareable;
 use std::io::{self, Read, Write};
@@ -12,7 +14,7 @@ use std::os::unix::net::UnixStream;
 pub(crate) enum Kind {
     /// A contribution (bytes and maybe an fd).
     Data = 0,
-    /// The sender gives up: a rank was lost; the payload is that rank as u64.
+    /// The sender gives up; the payload says why (the UNIX-socket bootstrap's verdict).
     Abort = 1,
 }
 
@@ -63,8 +65,29 @@ pub(crate) fn send(stream: &mut UnixStream, kind: Kind, item: &Shareable) -> io:
     stream.write_all(&item.bytes)
 }
 
-/// Receives one frame. End of stream is `UnexpectedEof`.
-pub(crate) fn recv(stream: &mut UnixStream) -> io::Result<(Kind, Shareable)> {
+/// Why [`recv`] failed.
+#[derive(Debug)]
+pub(crate) enum RecvError {
+    /// The socket failed, timed out or ended (`UnexpectedEof`), or the frame is malformed.
+    Io(io::Error),
+    /// The frame announced a payload longer than the receiver's limit.
+    TooLarge {
+        /// The announced length.
+        bytes: u64,
+        /// The limit.
+        limit: usize,
+    },
+}
+
+impl From<io::Error> for RecvError {
+    fn from(e: io::Error) -> Self {
+        Self::Io(e)
+    }
+}
+
+/// Receives one frame whose payload is at most `max` bytes. End of stream is
+/// `UnexpectedEof`.
+pub(crate) fn recv(stream: &mut UnixStream, max: usize) -> Result<(Kind, Shareable), RecvError> {
     let mut header = [0u8; HEADER];
     let mut iov = libc::iovec {
         iov_base: header.as_mut_ptr().cast(),
@@ -80,10 +103,10 @@ pub(crate) fn recv(stream: &mut UnixStream) -> io::Result<(Kind, Shareable)> {
     // SAFETY: msg points at live buffers for the duration of the call.
     let got = unsafe { libc::recvmsg(stream.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
     if got < 0 {
-        return Err(io::Error::last_os_error());
+        return Err(io::Error::last_os_error().into());
     }
     if got == 0 {
-        return Err(io::ErrorKind::UnexpectedEof.into());
+        return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into());
     }
     let mut fd = None;
     // SAFETY: walking the control messages the kernel filled in.
@@ -102,13 +125,19 @@ pub(crate) fn recv(stream: &mut UnixStream) -> io::Result<(Kind, Shareable)> {
         0 => Kind::Data,
         1 => Kind::Abort,
         other => {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("frame kind {other}"),
-            ));
+            return Err(
+                io::Error::new(io::ErrorKind::InvalidData, format!("frame kind {other}")).into(),
+            );
         }
     };
-    let len = u64::from_le_bytes(header[1..].try_into().expect("8 bytes")) as usize;
+    let announced = u64::from_le_bytes(header[1..].try_into().expect("8 bytes"));
+    let len = usize::try_from(announced)
+        .ok()
+        .filter(|&len| len <= max)
+        .ok_or(RecvError::TooLarge {
+            bytes: announced,
+            limit: max,
+        })?;
     let mut bytes = vec![0u8; len];
     stream.read_exact(&mut bytes)?;
     Ok((kind, Shareable { bytes, fd }))

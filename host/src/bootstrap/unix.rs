@@ -1,22 +1,40 @@
 //! Ranks as processes on one machine, over UNIX stream sockets.
 //!
 //! Rank 0 is the hub: it listens on an abstract-namespace socket (no file is created)
-//! and every other rank connects to it. A collective sends each contribution to the hub,
-//! which answers every rank with all of them, file descriptors attached. When the hub
-//! sees a rank vanish (end of stream, or no answer within the timeout) it tells the
-//! others which rank was lost, so every survivor returns `PeerLost` promptly.
+//! and every other rank, a spoke, connects to it. A collective sends each contribution to
+//! the hub, which answers every rank with all of them, file descriptors attached.
 //!
-//! [`spawn`] starts the ranks as child processes of a command; each child joins with
-//! [`UnixBootstrap::from_env`].
+//! The hub also judges every failure, and tells every rank its verdict before it closes,
+//! so that all ranks name the same cause:
+//!
+//! * a rank that vanishes (end of stream) or has not contributed within the timeout is
+//!   lost: every rank returns [`Error::PeerLost`] naming it (the first one lost, not a
+//!   rank that left after it);
+//! * ranks that have not joined the group within the timeout: every rank that did join
+//!   returns [`Error::NeverJoined`] naming all of them;
+//! * a contribution longer than the limit
+//!   ([`ENV_MAX_FRAME_BYTES`](super::ENV_MAX_FRAME_BYTES)): every rank returns
+//!   [`Error::FrameTooLarge`] naming its rank, and nothing is allocated for it.
+//!
+//! A spoke that gives up on its own (the hub went silent, or sent a frame over this
+//! rank's limit) tells the hub why on its way out, so the hub passes on that cause
+//! instead of blaming the spoke. A spoke waits for the hub's answer for twice the
+//! timeout: the hub names a missing rank within one timeout of reaching the round, and
+//! may reach it later than the spoke; a hub silent for longer is lost itself. Once a
+//! group has failed, every later call on it returns the same error at once.
+//!
+//! [`spawn`] starts the ranks as child processes of a command and hands them back as
+//! [`Ranks`], which reaps every one; each child joins with [`UnixBootstrap::from_env`].
 
-use super::scm::{self, Kind};
-use super::{Bootstrap, DEFAULT_TIMEOUT};
+use super::scm::{self, Kind, RecvError};
+use super::{Bootstrap, DEFAULT_MAX_FRAME_BYTES, DEFAULT_TIMEOUT, max_frame_from_env};
 use crate::backend::Shareable;
 use crate::error::{Error, Result};
 use std::io;
+use std::os::fd::AsRawFd;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
-use std::process::{Child, Command};
+use std::process::{Child, Command, ExitStatus};
 use std::time::{Duration, Instant};
 
 /// Environment variable naming this process's rank.
@@ -28,100 +46,209 @@ pub const ENV_GROUP: &str = "SYMMEM_UNIX_GROUP";
 /// Environment variable holding the timeout in milliseconds (optional).
 pub const ENV_TIMEOUT_MS: &str = "SYMMEM_TIMEOUT_MS";
 
+/// The longest hello (a rank number) the hub reads from a connecting process.
+const HELLO_BYTES: usize = 8;
+
 /// One process-rank's end of a UNIX-socket group.
 pub struct UnixBootstrap {
     rank: usize,
     world: usize,
     timeout: Duration,
+    max_frame: usize,
     /// On the hub: a stream per rank (`None` for itself). Elsewhere: the hub's stream.
     peers: Vec<Option<UnixStream>>,
+    /// What ended the group, once something has: every later call fails with it.
+    ended: Option<Verdict>,
+}
+
+/// Why a group ended, as the hub tells every rank (the payload of an `Abort` frame:
+/// little-endian `u64` words, a tag and then the fields).
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Verdict {
+    /// The rank left, crashed, was killed, or did not answer in time.
+    Lost(usize),
+    /// These ranks never joined.
+    NeverJoined(Vec<usize>),
+    /// The rank sent a frame longer than the limit.
+    TooLarge {
+        rank: usize,
+        bytes: u64,
+        limit: usize,
+    },
+}
+
+impl Verdict {
+    fn encode(&self) -> Vec<u8> {
+        let words: Vec<u64> = match self {
+            Self::Lost(rank) => vec![0, *rank as u64],
+            Self::NeverJoined(ranks) => std::iter::once(1)
+                .chain(ranks.iter().map(|&r| r as u64))
+                .collect(),
+            Self::TooLarge { rank, bytes, limit } => vec![2, *rank as u64, *bytes, *limit as u64],
+        };
+        words.iter().flat_map(|w| w.to_le_bytes()).collect()
+    }
+
+    /// The verdict in `bytes`, if they hold one about ranks of a `world`-rank group.
+    fn decode(bytes: &[u8], world: usize) -> Option<Self> {
+        let (words, rest) = bytes.as_chunks::<8>();
+        if !rest.is_empty() {
+            return None;
+        }
+        let rank = |w: &[u8; 8]| {
+            usize::try_from(u64::from_le_bytes(*w))
+                .ok()
+                .filter(|&r| r < world)
+        };
+        match words {
+            [[0, 0, 0, 0, 0, 0, 0, 0], r] => Some(Self::Lost(rank(r)?)),
+            [[1, 0, 0, 0, 0, 0, 0, 0], ranks @ ..] => Some(Self::NeverJoined(
+                ranks.iter().map(rank).collect::<Option<_>>()?,
+            )),
+            [[2, 0, 0, 0, 0, 0, 0, 0], r, bytes, limit] => Some(Self::TooLarge {
+                rank: rank(r)?,
+                bytes: u64::from_le_bytes(*bytes),
+                limit: usize::try_from(u64::from_le_bytes(*limit)).ok()?,
+            }),
+            _ => None,
+        }
+    }
+
+    fn error(&self, waited: Duration) -> Error {
+        match self {
+            Self::Lost(rank) => Error::PeerLost {
+                rank: Some(*rank),
+                waited,
+            },
+            Self::NeverJoined(ranks) => Error::NeverJoined {
+                ranks: ranks.clone(),
+                waited,
+            },
+            Self::TooLarge { rank, bytes, limit } => Error::FrameTooLarge {
+                rank: Some(*rank),
+                bytes: *bytes,
+                limit: *limit,
+            },
+        }
+    }
 }
 
 fn address(group: &str) -> io::Result<SocketAddr> {
     SocketAddr::from_abstract_name(format!("symmem-{group}"))
 }
 
-fn lost(rank: usize, start: Instant) -> Error {
-    Error::PeerLost {
-        rank: Some(rank),
-        waited: start.elapsed(),
-    }
+fn os(what: &'static str) -> impl Fn(io::Error) -> Error {
+    move |source| Error::Os { what, source }
 }
 
 impl UnixBootstrap {
     /// Joins group `group` as `rank` of `world`, waiting at most `timeout` for the others.
+    /// Contributions longer than [`DEFAULT_MAX_FRAME_BYTES`] are refused (see
+    /// [`UnixBootstrap::set_max_frame_bytes`]).
+    ///
+    /// Errors: on the hub, [`Error::NeverJoined`] naming every rank that did not connect
+    /// within `timeout` (the ranks that did get the same error from their first
+    /// collective); on a spoke, `PeerLost` naming rank 0 if no hub listens within
+    /// `timeout`.
     pub fn connect(rank: usize, world: usize, group: &str, timeout: Duration) -> Result<Self> {
         if rank >= world {
             return Err(Error::RankOutOfRange { rank, world });
         }
         let start = Instant::now();
-        let addr = address(group).map_err(|source| Error::Os {
-            what: "socket name",
-            source,
-        })?;
-        let os = |what| move |source| Error::Os { what, source };
-        let mut peers: Vec<Option<UnixStream>> = (0..world).map(|_| None).collect();
-        if rank == 0 {
-            let listener = UnixListener::bind_addr(&addr).map_err(os("bind of the hub socket"))?;
-            listener.set_nonblocking(true).map_err(os("hub socket"))?;
-            let mut joined = 1;
-            while joined < world {
-                match listener.accept() {
-                    Ok((mut stream, _)) => {
-                        stream.set_nonblocking(false).map_err(os("hub socket"))?;
-                        stream
-                            .set_read_timeout(Some(timeout))
-                            .map_err(os("hub socket"))?;
-                        let (_, hello) = scm::recv(&mut stream).map_err(os("hello from a rank"))?;
-                        let peer = hello.bytes.get(..8).and_then(|b| b.try_into().ok());
-                        let peer = peer.map(u64::from_le_bytes).map(|p| p as usize);
-                        match peer {
-                            Some(p) if p > 0 && p < world && peers[p].is_none() => {
-                                peers[p] = Some(stream);
-                                joined += 1;
-                            }
-                            _ => return Err(Error::Bootstrap(format!("bad hello {peer:?}"))),
-                        }
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                        if start.elapsed() > timeout {
-                            let missing = peers.iter().skip(1).position(Option::is_none);
-                            return Err(lost(missing.map_or(0, |m| m + 1), start));
-                        }
-                        std::thread::sleep(Duration::from_millis(2));
-                    }
-                    Err(e) => return Err(os("accept on the hub socket")(e)),
-                }
-            }
-        } else {
-            let mut stream = loop {
-                match UnixStream::connect_addr(&addr) {
-                    Ok(stream) => break stream,
-                    Err(_) if start.elapsed() < timeout => {
-                        std::thread::sleep(Duration::from_millis(2));
-                    }
-                    Err(_) => return Err(lost(0, start)),
-                }
-            };
-            stream
-                .set_read_timeout(Some(timeout))
-                .map_err(os("rank socket"))?;
-            let hello = Shareable {
-                bytes: (rank as u64).to_le_bytes().to_vec(),
-                fd: None,
-            };
-            scm::send(&mut stream, Kind::Data, &hello).map_err(|_| lost(0, start))?;
-            peers[0] = Some(stream);
-        }
-        Ok(Self {
+        let addr = address(group).map_err(os("socket name"))?;
+        let mut this = Self {
             rank,
             world,
             timeout,
-            peers,
-        })
+            max_frame: DEFAULT_MAX_FRAME_BYTES,
+            peers: (0..world).map(|_| None).collect(),
+            ended: None,
+        };
+        if rank == 0 {
+            this.accept_spokes(&addr, start)?;
+        } else {
+            this.join_hub(&addr, start)?;
+        }
+        Ok(this)
     }
 
-    /// Joins the group described by the environment that [`spawn`] sets.
+    /// The hub's side of `connect`: accepts every other rank's connection and hello.
+    fn accept_spokes(&mut self, addr: &SocketAddr, start: Instant) -> Result<()> {
+        let listener = UnixListener::bind_addr(addr).map_err(os("bind of the hub socket"))?;
+        listener.set_nonblocking(true).map_err(os("hub socket"))?;
+        let mut joined = 1;
+        while joined < self.world {
+            match listener.accept() {
+                Ok((mut stream, _)) => {
+                    self.bound(&stream).map_err(os("hub socket"))?;
+                    let peer = match scm::recv(&mut stream, HELLO_BYTES) {
+                        Ok((Kind::Data, hello)) => hello.bytes.first_chunk().copied(),
+                        Ok((Kind::Abort, _)) => None,
+                        Err(RecvError::Io(e)) => return Err(os("hello from a rank")(e)),
+                        Err(RecvError::TooLarge { bytes, limit }) => {
+                            return Err(Error::FrameTooLarge {
+                                rank: None,
+                                bytes,
+                                limit,
+                            });
+                        }
+                    };
+                    let peer = peer.map(u64::from_le_bytes).map(|p| p as usize);
+                    match peer {
+                        Some(p) if p > 0 && p < self.world && self.peers[p].is_none() => {
+                            self.peers[p] = Some(stream);
+                            joined += 1;
+                        }
+                        _ => return Err(Error::Bootstrap(format!("bad hello {peer:?}"))),
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if start.elapsed() > self.timeout {
+                        let missing = (1..self.world)
+                            .filter(|&p| self.peers[p].is_none())
+                            .collect();
+                        return Err(self.abort(Verdict::NeverJoined(missing), start));
+                    }
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                Err(e) => return Err(os("accept on the hub socket")(e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// A spoke's side of `connect`: connects to the hub and says which rank it is.
+    fn join_hub(&mut self, addr: &SocketAddr, start: Instant) -> Result<()> {
+        let lost = || Verdict::Lost(0).error(start.elapsed());
+        let mut stream = loop {
+            match UnixStream::connect_addr(addr) {
+                Ok(stream) => break stream,
+                Err(_) if start.elapsed() < self.timeout => {
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                Err(_) => return Err(lost()),
+            }
+        };
+        self.bound(&stream).map_err(os("rank socket"))?;
+        let hello = Shareable {
+            bytes: (self.rank as u64).to_le_bytes().to_vec(),
+            fd: None,
+        };
+        scm::send(&mut stream, Kind::Data, &hello).map_err(|_| lost())?;
+        self.peers[0] = Some(stream);
+        Ok(())
+    }
+
+    /// Bounds every read and write on `stream` by the timeout.
+    fn bound(&self, stream: &UnixStream) -> io::Result<()> {
+        stream.set_nonblocking(false)?;
+        stream.set_read_timeout(Some(self.timeout))?;
+        stream.set_write_timeout(Some(self.timeout))
+    }
+
+    /// Joins the group described by the environment that [`spawn`] sets; the limit on
+    /// contributions comes from [`ENV_MAX_FRAME_BYTES`](super::ENV_MAX_FRAME_BYTES) when
+    /// it is set.
     pub fn from_env() -> Result<Self> {
         let var = |name: &'static str| {
             std::env::var(name).map_err(|_| Error::Bootstrap(format!("{name} is not set")))
@@ -138,12 +265,15 @@ impl UnixBootstrap {
             ),
             Err(_) => DEFAULT_TIMEOUT,
         };
-        Self::connect(
+        let max_frame = max_frame_from_env()?;
+        let mut this = Self::connect(
             number(ENV_RANK)?,
             number(ENV_WORLD)?,
             &var(ENV_GROUP)?,
             timeout,
-        )
+        )?;
+        this.set_max_frame_bytes(max_frame);
+        Ok(this)
     }
 
     /// True when this process was started by [`spawn`].
@@ -151,78 +281,182 @@ impl UnixBootstrap {
         std::env::var_os(ENV_GROUP).is_some()
     }
 
-    fn hub_gather(&mut self, mine: Shareable) -> Result<Vec<Shareable>> {
-        let start = Instant::now();
-        let mut all = Vec::with_capacity(self.world);
-        all.push(mine);
-        for rank in 1..self.world {
-            let stream = self.peers[rank].as_mut().ok_or_else(|| lost(rank, start))?;
-            match scm::recv(stream) {
-                Ok((Kind::Data, item)) => all.push(item),
-                _ => return Err(self.abort(rank, start)),
-            }
-        }
-        for rank in 1..self.world {
-            let stream = self.peers[rank].as_mut().ok_or_else(|| lost(rank, start))?;
-            for item in &all {
-                if scm::send(stream, Kind::Data, item).is_err() {
-                    return Err(self.abort(rank, start));
-                }
-            }
-        }
-        let own = all.remove(0);
-        let mut own_dup = Shareable {
-            bytes: own.bytes.clone(),
-            fd: None,
-        };
-        if let Some(fd) = &own.fd {
-            own_dup.fd = Some(fd.try_clone().map_err(|source| Error::Os {
-                what: "dup of own fd",
-                source,
-            })?);
-        }
-        all.insert(0, own_dup);
-        Ok(all)
+    /// Sets the longest contribution this rank accepts from a peer in one collective
+    /// (the hub checks every spoke's; a spoke, every one the hub relays). A longer one
+    /// ends the group with [`Error::FrameTooLarge`] on every rank. All ranks of a group
+    /// should set the same limit.
+    pub fn set_max_frame_bytes(&mut self, bytes: usize) {
+        self.max_frame = bytes;
     }
 
-    /// Tells every surviving rank that `rank` was lost, and returns that error.
-    fn abort(&mut self, rank: usize, start: Instant) -> Error {
-        let notice = Shareable {
-            bytes: (rank as u64).to_le_bytes().to_vec(),
-            fd: None,
-        };
-        for (peer, stream) in self.peers.iter_mut().enumerate() {
-            if let (Some(stream), true) = (stream.as_mut(), peer != rank) {
-                // A peer that is gone too will see end of stream instead.
-                let _ = scm::send(stream, Kind::Abort, &notice);
-            }
-        }
-        self.peers.iter_mut().for_each(|s| *s = None);
-        lost(rank, start)
-    }
-
-    fn spoke_gather(&mut self, mine: Shareable) -> Result<Vec<Shareable>> {
-        let start = Instant::now();
-        let stream = self.peers[0].as_mut().ok_or_else(|| lost(0, start))?;
-        scm::send(stream, Kind::Data, &mine).map_err(|_| lost(0, start))?;
-        let mut all = Vec::with_capacity(self.world);
-        for _ in 0..self.world {
-            match scm::recv(stream) {
-                Ok((Kind::Data, item)) => all.push(item),
-                Ok((Kind::Abort, notice)) => {
-                    let rank = notice.bytes.get(..8).and_then(|b| b.try_into().ok());
-                    let rank = rank.map_or(0, |b| u64::from_le_bytes(b) as usize);
-                    return Err(lost(rank, start));
-                }
-                Err(_) => return Err(lost(0, start)),
-            }
-        }
-        Ok(all)
+    /// The longest contribution this rank accepts from a peer.
+    pub fn max_frame_bytes(&self) -> usize {
+        self.max_frame
     }
 
     /// The timeout this rank waits for peers.
     pub fn timeout(&self) -> Duration {
         self.timeout
+    }
+
+    fn hub_gather(&mut self, mine: Shareable) -> Result<Vec<Shareable>> {
+        let start = Instant::now();
+        let mut got: Vec<Option<Shareable>> = (0..self.world).map(|_| None).collect();
+        let own_fd = match &mine.fd {
+            Some(fd) => Some(fd.try_clone().map_err(os("dup of own fd"))?),
+            None => None,
+        };
+        let own_bytes = mine.bytes.clone();
+        got[0] = Some(mine);
+        while let Some(first) = got.iter().position(Option::is_none) {
+            let Some(left) = self.timeout.checked_sub(start.elapsed()) else {
+                return Err(self.abort(Verdict::Lost(first), start));
+            };
+            let waiting: Vec<usize> = (first..self.world).filter(|&r| got[r].is_none()).collect();
+            for rank in self.readable(&waiting, left)? {
+                let Some(stream) = self.peers[rank].as_mut() else {
+                    return Err(self.abort(Verdict::Lost(rank), start));
+                };
+                match scm::recv(stream, self.max_frame) {
+                    Ok((Kind::Data, item)) => got[rank] = Some(item),
+                    Ok((Kind::Abort, notice)) => {
+                        // The spoke gives up because of the loss it names; one that
+                        // names the hub (it stopped waiting for it) is the one lost here.
+                        let verdict = Verdict::decode(&notice.bytes, self.world)
+                            .filter(|v| *v != Verdict::Lost(0))
+                            .unwrap_or(Verdict::Lost(rank));
+                        return Err(self.abort(verdict, start));
+                    }
+                    Err(RecvError::TooLarge { bytes, limit }) => {
+                        let verdict = Verdict::TooLarge { rank, bytes, limit };
+                        return Err(self.abort(verdict, start));
+                    }
+                    Err(RecvError::Io(_)) => return Err(self.abort(Verdict::Lost(rank), start)),
+                }
+            }
+        }
+        let mut all: Vec<Shareable> = got.into_iter().flatten().collect();
+        for rank in 1..self.world {
+            let sent = match self.peers[rank].as_mut() {
+                Some(stream) => all
+                    .iter()
+                    .try_for_each(|item| scm::send(stream, Kind::Data, item)),
+                None => Err(io::ErrorKind::NotConnected.into()),
+            };
+            if sent.is_err() {
+                return Err(self.abort(Verdict::Lost(rank), start));
+            }
+        }
+        all[0] = Shareable {
+            bytes: own_bytes,
+            fd: own_fd,
+        };
+        Ok(all)
+    }
+
+    /// Waits at most `left` until some of `ranks`' streams can be read (a frame, or
+    /// their end); returns those ranks (none when the wait ran out).
+    fn readable(&self, ranks: &[usize], left: Duration) -> Result<Vec<usize>> {
+        let mut fds: Vec<libc::pollfd> = ranks
+            .iter()
+            .map(|&r| libc::pollfd {
+                // poll skips a negative descriptor: a rank without a stream never wakes it.
+                fd: self.peers[r].as_ref().map_or(-1, AsRawFd::as_raw_fd),
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        let ms = left.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
+        // SAFETY: `fds` is a live array of `fds.len()` pollfds for the call's duration.
+        let ready = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+        if ready < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                return Ok(Vec::new());
+            }
+            return Err(os("poll of the hub's streams")(e));
+        }
+        Ok(ranks
+            .iter()
+            .zip(&fds)
+            .filter(|(_, p)| p.revents != 0)
+            .map(|(&r, _)| r)
+            .collect())
+    }
+
+    /// Ends the group with `verdict`: tells every other rank (over the hub's streams, or
+    /// to the hub from a spoke), closes them, and returns the error. A rank that is gone
+    /// too sees end of stream instead.
+    fn abort(&mut self, verdict: Verdict, start: Instant) -> Error {
+        let notice = Shareable {
+            bytes: verdict.encode(),
+            fd: None,
+        };
+        for stream in self.peers.iter_mut().flatten() {
+            // Writes are bounded by the timeout; a peer that is gone fails at once.
+            let _ = scm::send(stream, Kind::Abort, &notice);
+        }
+        self.peers.iter_mut().for_each(|s| *s = None);
+        let error = verdict.error(start.elapsed());
+        self.ended = Some(verdict);
+        error
+    }
+
+    fn spoke_gather(&mut self, mine: Shareable) -> Result<Vec<Shareable>> {
+        let start = Instant::now();
+        let deadline = start + 2 * self.timeout;
+        let Some(stream) = self.peers[0].as_mut() else {
+            return Err(self.abort(Verdict::Lost(0), start));
+        };
+        if scm::send(stream, Kind::Data, &mine).is_err() {
+            // The hub closes its end only after telling this rank why: read that first.
+            let verdict = pending_verdict(stream, self.world).unwrap_or(Verdict::Lost(0));
+            return Err(self.abort(verdict, start));
+        }
+        let mut all = Vec::with_capacity(self.world);
+        while all.len() < self.world {
+            let left = deadline
+                .checked_duration_since(Instant::now())
+                .filter(|left| !left.is_zero());
+            let received = match left {
+                Some(left) => stream
+                    .set_read_timeout(Some(left))
+                    .map_err(RecvError::Io)
+                    .and_then(|()| scm::recv(stream, self.max_frame)),
+                None => Err(RecvError::Io(io::ErrorKind::TimedOut.into())),
+            };
+            let verdict = match received {
+                Ok((Kind::Data, item)) => {
+                    all.push(item);
+                    continue;
+                }
+                Ok((Kind::Abort, notice)) => {
+                    Verdict::decode(&notice.bytes, self.world).unwrap_or(Verdict::Lost(0))
+                }
+                Err(RecvError::TooLarge { bytes, limit }) => Verdict::TooLarge {
+                    rank: all.len(),
+                    bytes,
+                    limit,
+                },
+                Err(RecvError::Io(_)) => Verdict::Lost(0),
+            };
+            return Err(self.abort(verdict, start));
+        }
+        Ok(all)
+    }
+}
+
+/// The hub's verdict waiting unread on `stream`, if there is one (it is sent before the
+/// hub closes, so it is there whenever the hub closed its end).
+fn pending_verdict(stream: &mut UnixStream, world: usize) -> Option<Verdict> {
+    stream.set_nonblocking(true).ok()?;
+    loop {
+        // A verdict is at most a tag and one word per rank, or four words.
+        match scm::recv(stream, 8 * (world + 4)) {
+            Ok((Kind::Abort, notice)) => return Verdict::decode(&notice.bytes, world),
+            Ok((Kind::Data, _)) => continue,
+            Err(_) => return None,
+        }
     }
 }
 
@@ -241,6 +475,9 @@ impl Bootstrap for UnixBootstrap {
         Ok(all.into_iter().map(|s| s.bytes).collect())
     }
     fn all_gather_shareable(&mut self, mine: Shareable) -> Result<Vec<Shareable>> {
+        if let Some(verdict) = &self.ended {
+            return Err(verdict.error(Duration::ZERO));
+        }
         if self.rank == 0 {
             self.hub_gather(mine)
         } else {
@@ -249,10 +486,57 @@ impl Bootstrap for UnixBootstrap {
     }
 }
 
+/// The rank processes [`spawn`] started, indexed by rank. It owns them, so that none is
+/// left behind as a zombie: [`Ranks::wait`] reaps every one, and dropping a `Ranks`
+/// kills the ranks still running and reaps them all.
+pub struct Ranks {
+    children: Vec<Child>,
+}
+
+impl Ranks {
+    /// The processes, by rank: to take their pipes, poll one (`try_wait`) or kill one. A
+    /// child reaped through here is not waited for again.
+    pub fn children_mut(&mut self) -> &mut [Child] {
+        &mut self.children
+    }
+
+    /// Number of rank processes.
+    pub fn len(&self) -> usize {
+        self.children.len()
+    }
+
+    /// True when there are none.
+    pub fn is_empty(&self) -> bool {
+        self.children.is_empty()
+    }
+
+    /// Waits for every rank to exit and returns how each ended, by rank. Every rank is
+    /// waited for, also when waiting for one fails (then the first failure is returned).
+    pub fn wait(mut self) -> Result<Vec<ExitStatus>> {
+        let waited: Vec<io::Result<ExitStatus>> =
+            self.children.iter_mut().map(Child::wait).collect();
+        waited
+            .into_iter()
+            .map(|w| w.map_err(os("waiting for a rank process")))
+            .collect()
+    }
+}
+
+impl Drop for Ranks {
+    fn drop(&mut self) {
+        for child in &mut self.children {
+            // Neither fails for a child of ours that has exited or been reaped already.
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 /// Starts `world` processes of `command`, each with the environment
 /// [`UnixBootstrap::from_env`] reads, in a group named after this process and a counter.
-/// `timeout` bounds every wait of the children.
-pub fn spawn(command: &mut Command, world: usize, timeout: Duration) -> io::Result<Vec<Child>> {
+/// `timeout` bounds every wait of the children. If a rank cannot be started, the ranks
+/// started before it are killed and reaped, and the error names the failure.
+pub fn spawn(command: &mut Command, world: usize, timeout: Duration) -> Result<Ranks> {
     use std::sync::atomic::{AtomicU64, Ordering};
     static GROUPS: AtomicU64 = AtomicU64::new(0);
     let group = format!(
@@ -260,14 +544,18 @@ pub fn spawn(command: &mut Command, world: usize, timeout: Duration) -> io::Resu
         std::process::id(),
         GROUPS.fetch_add(1, Ordering::Relaxed)
     );
-    (0..world)
-        .map(|rank| {
-            command
-                .env(ENV_RANK, rank.to_string())
-                .env(ENV_WORLD, world.to_string())
-                .env(ENV_GROUP, &group)
-                .env(ENV_TIMEOUT_MS, timeout.as_millis().to_string())
-                .spawn()
-        })
-        .collect()
+    let mut ranks = Ranks {
+        children: Vec::with_capacity(world),
+    };
+    for rank in 0..world {
+        let child = command
+            .env(ENV_RANK, rank.to_string())
+            .env(ENV_WORLD, world.to_string())
+            .env(ENV_GROUP, &group)
+            .env(ENV_TIMEOUT_MS, timeout.as_millis().to_string())
+            .spawn()
+            .map_err(os("starting a rank process"))?;
+        ranks.children.push(child);
+    }
+    Ok(ranks)
 }

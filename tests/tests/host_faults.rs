@@ -1,0 +1,336 @@
+//! Host faults (issue 18): each must end as a typed error, not a hang, a crash, a zombie
+//! or the wrong rank's name.
+//!
+//! * UNIX-socket bootstrap: every child process reaped; a frame longer than the limit;
+//!   the ranks that never joined; a survivor that arrives after the hub gave up names the
+//!   lost rank, not the hub. The local bootstrap's survivors name the first rank lost.
+//!
+//! Tests that start processes hold [`PROCESSES`], so that counting this process's
+//! children sees only their own.
+
+use std::io::{Read, Write};
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+use symmem::Error;
+use symmem::bootstrap::local::LocalBootstrap;
+use symmem::bootstrap::unix::{self, UnixBootstrap};
+use symmem::bootstrap::{Bootstrap, DEFAULT_MAX_FRAME_BYTES};
+use symmem_tests::processes::{CHILD, EXIT_PEER_LOST, child_mode, exit_child, report, spawn_ranks};
+
+/// Held by every test that starts processes.
+static PROCESSES: Mutex<()> = Mutex::new(());
+
+fn processes() -> MutexGuard<'static, ()> {
+    PROCESSES.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Runs the child named by [`CHILD`], if this process is one, and exits.
+fn run_child_if_any() {
+    let Some(mode) = child_mode() else { return };
+    let mut words = mode.split_whitespace();
+    match words.next() {
+        Some("late") => child_late(),
+        _ => panic!("bad {CHILD}={mode}"),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// UNIX-socket bootstrap: children.
+
+/// This process's children (pid, state letter), zombies included.
+fn children() -> Vec<(u32, char)> {
+    let me = std::process::id();
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        // A process that is gone by now has no stat to read.
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // "pid (comm) state ppid ...": comm may hold anything, so split at its last ')'.
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let mut fields = rest.split_whitespace();
+        let state = fields.next().and_then(|s| s.chars().next());
+        let ppid = fields.next().and_then(|p| p.parse::<u32>().ok());
+        if let (Some(state), Some(ppid)) = (state, ppid)
+            && ppid == me
+        {
+            found.push((pid, state));
+        }
+    }
+    found
+}
+
+/// This process's children once none is running any more (zombies only, or none),
+/// or after 3 s, whatever they are then.
+fn settled_children() -> Vec<(u32, char)> {
+    let start = Instant::now();
+    loop {
+        let found = children();
+        if found.iter().all(|&(_, state)| state == 'Z') || start.elapsed() > Duration::from_secs(3)
+        {
+            return found;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn spawned_ranks_are_reaped() {
+    run_child_if_any();
+    let _guard = processes();
+    let timeout = Duration::from_secs(1);
+    // Waited for: every rank's status, and no child left.
+    let ranks = unix::spawn(&mut Command::new("true"), 3, timeout).expect("spawn");
+    let statuses = ranks.wait().expect("wait");
+    assert_eq!(statuses.len(), 3);
+    assert!(statuses.iter().all(|s| s.success()), "{statuses:?}");
+    assert_eq!(settled_children(), [], "children left after Ranks::wait");
+    // Dropped while running: killed and reaped.
+    let ranks = unix::spawn(Command::new("sleep").arg("30"), 3, timeout).expect("spawn");
+    assert_eq!(ranks.len(), 3);
+    drop(ranks);
+    assert_eq!(settled_children(), [], "children left after dropping Ranks");
+    // The third rank cannot start: the two started before it are killed and reaped. Each
+    // child takes one byte from a pipe before exec, and the third finds it empty.
+    let (reader, mut writer) = std::io::pipe().expect("pipe");
+    writer.write_all(&[1, 1]).expect("write");
+    drop(writer);
+    let mut command = Command::new("sleep");
+    command.arg("30");
+    // SAFETY: the closure only reads from a pipe (read(2) is async-signal-safe) and
+    // builds an io::Error from a kind (no allocation).
+    unsafe {
+        command.pre_exec(move || {
+            let mut byte = [0u8];
+            match (&reader).read(&mut byte) {
+                Ok(1) => Ok(()),
+                _ => Err(std::io::ErrorKind::Other.into()),
+            }
+        })
+    };
+    let spawned = unix::spawn(&mut command, 4, timeout);
+    assert!(spawned.is_err(), "the third rank started");
+    assert_eq!(settled_children(), [], "children left after a failed spawn");
+}
+
+// ---------------------------------------------------------------------------------------
+// UNIX-socket bootstrap: frames, missing ranks, blame.
+
+/// A frame header as the bootstrap sends it: kind (0 data, 1 verdict), payload length.
+fn header(kind: u8, len: u64) -> [u8; 9] {
+    let mut h = [kind; 9];
+    h[1..].copy_from_slice(&len.to_le_bytes());
+    h
+}
+
+fn group_address(group: &str) -> SocketAddr {
+    SocketAddr::from_abstract_name(format!("symmem-{group}")).expect("socket name")
+}
+
+/// Connects to group `group`'s hub as a hand-made rank 1 and says hello.
+fn fake_spoke(group: &str) -> UnixStream {
+    let start = Instant::now();
+    let mut stream = loop {
+        match UnixStream::connect_addr(&group_address(group)) {
+            Ok(stream) => break stream,
+            Err(e) if start.elapsed() < Duration::from_secs(5) => {
+                let _ = e;
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            Err(e) => panic!("no hub: {e}"),
+        }
+    };
+    stream.write_all(&header(0, 8)).expect("hello");
+    stream.write_all(&1u64.to_le_bytes()).expect("hello");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    stream
+}
+
+/// Reads one frame; returns its kind and payload.
+fn read_frame(stream: &mut UnixStream) -> (u8, Vec<u8>) {
+    let mut h = [0u8; 9];
+    stream.read_exact(&mut h).expect("frame header");
+    let len = u64::from_le_bytes(h[1..].try_into().expect("8 bytes"));
+    let mut payload = vec![0u8; usize::try_from(len).expect("small frame")];
+    stream.read_exact(&mut payload).expect("frame payload");
+    (h[0], payload)
+}
+
+#[test]
+fn hub_refuses_a_frame_over_the_limit() {
+    // A length just over a lowered limit (with its payload), and the largest length
+    // there is (without one): both refused before anything is allocated.
+    for (case, (limit, len, payload)) in [
+        (1024, 1025, true),
+        (DEFAULT_MAX_FRAME_BYTES, u64::MAX, false),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let group = format!("faults-hub-frame-{}-{case}", std::process::id());
+        let hub_group = group.clone();
+        let hub = std::thread::spawn(move || {
+            let mut hub = UnixBootstrap::connect(0, 2, &hub_group, Duration::from_secs(5))?;
+            hub.set_max_frame_bytes(limit);
+            hub.all_gather(b"hub")
+        });
+        let mut spoke = fake_spoke(&group);
+        spoke.write_all(&header(0, len)).expect("frame");
+        if payload {
+            // The hub may have closed already.
+            let _ = spoke.write_all(&vec![7u8; len as usize]);
+        }
+        let got = hub.join().expect("the hub panicked");
+        assert!(
+            matches!(got, Err(Error::FrameTooLarge { rank: Some(1), bytes, limit: l })
+                if bytes == len && l == limit),
+            "limit {limit}, length {len}: {got:?}"
+        );
+        // The hub told the spoke before it closed.
+        assert_eq!(read_frame(&mut spoke).0, 1, "no verdict for the spoke");
+    }
+}
+
+#[test]
+fn spoke_refuses_a_frame_over_the_limit() {
+    let group = format!("faults-spoke-frame-{}", std::process::id());
+    let listener = UnixListener::bind_addr(&group_address(&group)).expect("bind");
+    let spoke_group = group.clone();
+    let spoke = std::thread::spawn(move || {
+        let mut spoke = UnixBootstrap::connect(1, 2, &spoke_group, Duration::from_secs(2))?;
+        spoke.all_gather(b"spoke")
+    });
+    let (mut hub, _) = listener.accept().expect("accept");
+    hub.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    assert_eq!(read_frame(&mut hub), (0, 1u64.to_le_bytes().to_vec()));
+    assert_eq!(read_frame(&mut hub), (0, b"spoke".to_vec()));
+    // Rank 0's contribution, one byte over the default limit, and no payload.
+    let len = DEFAULT_MAX_FRAME_BYTES as u64 + 1;
+    hub.write_all(&header(0, len)).expect("frame");
+    let got = spoke.join().expect("the spoke panicked");
+    assert!(
+        matches!(got, Err(Error::FrameTooLarge { rank: Some(0), bytes, limit })
+            if bytes == len && limit == DEFAULT_MAX_FRAME_BYTES),
+        "{got:?}"
+    );
+    // The spoke says why it leaves.
+    assert_eq!(read_frame(&mut hub).0, 1, "no verdict from the spoke");
+}
+
+#[test]
+fn hub_names_every_rank_that_never_joined() {
+    let group = format!("faults-never-joined-{}", std::process::id());
+    let timeout = Duration::from_millis(500);
+    let spoke_group = group.clone();
+    // Rank 2 of 4 joins; ranks 1 and 3 never do.
+    let spoke = std::thread::spawn(move || {
+        let mut spoke = UnixBootstrap::connect(2, 4, &spoke_group, timeout)?;
+        spoke.barrier()
+    });
+    let hub = UnixBootstrap::connect(0, 4, &group, timeout).map(drop);
+    let spoke = spoke.join().expect("the spoke panicked");
+    for (who, got) in [("hub", hub), ("rank 2", spoke)] {
+        assert!(
+            matches!(&got, Err(Error::NeverJoined { ranks, .. }) if ranks == &[1, 3]),
+            "{who}: {got:?}"
+        );
+    }
+}
+
+/// All four ranks meet once; then rank 2 aborts and rank 3 reaches the next barrier
+/// only after the hub has given up on rank 2 and closed.
+fn child_late() -> ! {
+    let result = UnixBootstrap::from_env().and_then(|mut bootstrap| {
+        bootstrap.barrier()?;
+        match bootstrap.rank() {
+            2 => std::process::abort(),
+            3 => std::thread::sleep(Duration::from_millis(500)),
+            _ => {}
+        }
+        bootstrap.barrier()
+    });
+    exit_child(&result)
+}
+
+#[test]
+fn late_survivor_names_the_lost_rank() {
+    run_child_if_any();
+    let _guard = processes();
+    let outcomes = spawn_ranks(
+        "late_survivor_names_the_lost_rank",
+        "late",
+        4,
+        Duration::from_secs(20),
+        Duration::from_secs(30),
+        None,
+    );
+    let all = report(&outcomes);
+    for rank in [0, 1, 3] {
+        let o = &outcomes[rank];
+        assert_eq!(o.code(), Some(EXIT_PEER_LOST), "rank {rank}:\n{all}");
+        assert!(
+            o.text().contains("CHILD-ERROR PeerLost { rank: Some(2)"),
+            "rank {rank} should name rank 2:\n{all}"
+        );
+    }
+}
+
+#[test]
+fn local_survivors_name_the_first_rank_lost() {
+    // Rank 0 gives up on a slow rank 2 and leaves; rank 2 then arrives, so the round
+    // completes for the others, and the next one finds rank 0 gone: it left because of
+    // rank 2, and every survivor says so.
+    let timeout = Duration::from_secs(2);
+    let mut ends = LocalBootstrap::group(4, timeout).into_iter();
+    let (mut zero, one, mut two, three) = (
+        ends.next().expect("rank 0"),
+        ends.next().expect("rank 1"),
+        ends.next().expect("rank 2"),
+        ends.next().expect("rank 3"),
+    );
+    // Ranks 1 and 3 arrive halfway through rank 0's wait, so theirs ends later.
+    let late = [one, three].map(|mut end| {
+        std::thread::spawn(move || {
+            std::thread::sleep(timeout / 2);
+            let first = end.barrier();
+            (first, end.barrier())
+        })
+    });
+    let got = zero.barrier();
+    assert!(
+        matches!(got, Err(Error::PeerLost { rank: Some(2), .. })),
+        "rank 0: {got:?}"
+    );
+    drop(zero);
+    two.barrier()
+        .expect("rank 2 completes the round rank 0 gave up on");
+    let got = two.barrier();
+    assert!(
+        matches!(got, Err(Error::PeerLost { rank: Some(2), .. })),
+        "rank 2: {got:?}"
+    );
+    for (rank, thread) in [1, 3].into_iter().zip(late) {
+        let (first, second) = thread.join().expect("rank thread");
+        first.unwrap_or_else(|e| panic!("rank {rank}'s first barrier: {e:?}"));
+        assert!(
+            matches!(second, Err(Error::PeerLost { rank: Some(2), .. })),
+            "rank {rank}: {second:?}"
+        );
+    }
+}
