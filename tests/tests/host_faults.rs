@@ -1,25 +1,38 @@
 //! Host faults (issue 18): each must end as a typed error, not a hang, a crash, a zombie
 //! or the wrong rank's name.
 //!
+//! * CPU launch: a kernel thread the OS refuses to start (in a child process under a
+//!   lowered `RLIMIT_AS`), and a kernel body that panics.
 //! * UNIX-socket bootstrap: every child process reaped; a frame longer than the limit;
 //!   the ranks that never joined; a survivor that arrives after the hub gave up names the
 //!   lost rank, not the hub. The local bootstrap's survivors name the first rank lost.
+//! * CPU backend: an import checks the memfd's real size and seals; 10,000 live
+//!   allocations on one rank, and the error past the hard `RLIMIT_NOFILE` (child
+//!   processes with lowered limits).
 //!
 //! Tests that start processes hold [`PROCESSES`], so that counting this process's
 //! children sees only their own.
 
 use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 use std::os::unix::process::CommandExt;
 use std::process::Command;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, mpsc};
 use std::time::{Duration, Instant};
 use symmem::Error;
+use symmem::backend::cpu::Cpu;
+use symmem::backend::{Backend, Shareable};
 use symmem::bootstrap::local::LocalBootstrap;
 use symmem::bootstrap::unix::{self, UnixBootstrap};
 use symmem::bootstrap::{Bootstrap, DEFAULT_MAX_FRAME_BYTES};
-use symmem_tests::processes::{CHILD, EXIT_PEER_LOST, child_mode, exit_child, report, spawn_ranks};
+use symmem::cpu_launch::{self, Grid};
+use symmem_arch::Arch;
+use symmem_tests::processes::{
+    CHILD, EXIT_ERROR, EXIT_PEER_LOST, Outcome, child_mode, exit_child, report, spawn_ranks,
+};
 
 /// Held by every test that starts processes.
 static PROCESSES: Mutex<()> = Mutex::new(());
@@ -33,9 +46,125 @@ fn run_child_if_any() {
     let Some(mode) = child_mode() else { return };
     let mut words = mode.split_whitespace();
     match words.next() {
+        Some("thread-refused") => child_thread_refused(),
         Some("late") => child_late(),
+        Some("allocs") => child_allocs(words.next() == Some("hard")),
         _ => panic!("bad {CHILD}={mode}"),
     }
+}
+
+/// Spawns one child process of test `test` in mode `mode` and returns how it ended.
+fn one_child(test: &str, mode: &str, deadline: Duration) -> Outcome {
+    let mut outcomes = spawn_ranks(test, mode, 1, deadline, deadline, None);
+    outcomes.pop().expect("one outcome")
+}
+
+// ---------------------------------------------------------------------------------------
+// CPU launch.
+
+fn rlimit(resource: libc::__rlimit_resource_t) -> libc::rlimit {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `limit` is a valid rlimit to fill in.
+    assert_eq!(unsafe { libc::getrlimit(resource, &mut limit) }, 0);
+    limit
+}
+
+fn set_rlimit(resource: libc::__rlimit_resource_t, limit: libc::rlimit) {
+    // SAFETY: `limit` is a valid rlimit.
+    let set = unsafe { libc::setrlimit(resource, &limit) };
+    assert_eq!(set, 0, "setrlimit: {}", std::io::Error::last_os_error());
+}
+
+/// This process's address space in bytes (`VmSize`).
+fn vm_size() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    let kib = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmSize:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .expect("VmSize");
+    kib << 10
+}
+
+/// A launch of 16 threads in one block whose address space has room for four and a
+/// half thread stacks (2 MiB each): the fifth thread cannot start. Every body would wait
+/// at the block barrier for all 16.
+fn child_thread_refused() -> ! {
+    let stack: u64 = 2 << 20;
+    let saved = rlimit(libc::RLIMIT_AS);
+    let bodies = AtomicUsize::new(0);
+    set_rlimit(
+        libc::RLIMIT_AS,
+        libc::rlimit {
+            rlim_cur: vm_size() + 4 * stack + stack / 2,
+            rlim_max: saved.rlim_max,
+        },
+    );
+    let result = cpu_launch::launch(
+        Grid {
+            blocks: 1,
+            threads: 16,
+        },
+        |arch| {
+            bodies.fetch_add(1, Ordering::Relaxed);
+            arch.sync_block();
+        },
+    );
+    set_rlimit(libc::RLIMIT_AS, saved);
+    println!("BODIES-RUN {}", bodies.load(Ordering::Relaxed));
+    exit_child(&result)
+}
+
+#[test]
+fn launch_with_a_thread_refused_is_an_error() {
+    run_child_if_any();
+    let _guard = processes();
+    let o = one_child(
+        "launch_with_a_thread_refused_is_an_error",
+        "thread-refused",
+        Duration::from_secs(20),
+    );
+    let all = report(std::slice::from_ref(&o));
+    assert!(o.status.is_some(), "the launch hung:\n{all}");
+    assert_eq!(o.code(), Some(EXIT_ERROR), "{all}");
+    assert!(
+        o.text()
+            .contains("CHILD-ERROR Os { what: \"starting a kernel thread\""),
+        "{all}"
+    );
+    // All or nothing: no thread ran the body.
+    assert!(o.text().contains("BODIES-RUN 0"), "{all}");
+    assert!(o.after < Duration::from_secs(10), "{all}");
+}
+
+#[test]
+fn launch_with_a_panicking_thread_reraises() {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let grid = Grid {
+            blocks: 2,
+            threads: 4,
+        };
+        let launched = std::panic::catch_unwind(|| {
+            cpu_launch::launch(grid, |arch| {
+                if arch.block_id() == 1 && arch.thread_id() == 2 {
+                    panic!("kernel body panic");
+                }
+                arch.sync_block();
+            })
+        });
+        let message = launched
+            .err()
+            .and_then(|p| p.downcast_ref::<&str>().map(|s| s.to_string()));
+        let _ = tx.send(message);
+    });
+    let message = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the launch hung: the panicking thread's siblings wait at its block barrier");
+    assert_eq!(message.as_deref(), Some("kernel body panic"));
 }
 
 // ---------------------------------------------------------------------------------------
@@ -333,4 +462,158 @@ fn local_survivors_name_the_first_rank_lost() {
             "rank {rank}: {second:?}"
         );
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// CPU backend: memfds.
+
+/// A memfd of `len` bytes with `seals` added.
+fn memfd(len: u64, seals: libc::c_int) -> OwnedFd {
+    let flags = libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING;
+    // SAFETY: a NUL-terminated name and valid flags.
+    let raw = unsafe { libc::memfd_create(c"faults".as_ptr(), flags) };
+    assert!(
+        raw >= 0,
+        "memfd_create: {}",
+        std::io::Error::last_os_error()
+    );
+    // SAFETY: a fresh descriptor nobody else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    // SAFETY: a valid memfd.
+    let sized = unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) };
+    assert_eq!(sized, 0);
+    if seals != 0 {
+        // SAFETY: a valid memfd created with MFD_ALLOW_SEALING.
+        let sealed = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals) };
+        assert_eq!(sealed, 0);
+    }
+    fd
+}
+
+/// A CPU-backend handle that claims `claimed` bytes.
+fn handle(fd: OwnedFd, claimed: u64) -> Shareable {
+    Shareable {
+        bytes: claimed.to_le_bytes().to_vec(),
+        fd: Some(fd),
+    }
+}
+
+const SIZE_SEALS: libc::c_int = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+
+#[test]
+fn import_checks_the_memfd_not_the_peers_word() {
+    let cpu = Cpu::new();
+    let len: usize = 1 << 20;
+    // A sealed memfd of 4 KiB that claims 1 MiB: a mapping would fault past 4 KiB.
+    for device_memory in [false, true] {
+        let h = handle(memfd(4096, SIZE_SEALS), len as u64);
+        let got = if device_memory {
+            cpu.import_device_memory(h, len)
+        } else {
+            cpu.import_heap(h, len)
+        };
+        assert!(
+            matches!(got, Err(Error::BadPeerMemory { needed, size: 4096, .. }) if needed == len),
+            "{got:?}"
+        );
+    }
+    // The right size, but the peer could shrink it under the mapping later.
+    let got = cpu.import_heap(handle(memfd(len as u64, 0), len as u64), len);
+    assert!(
+        matches!(got, Err(Error::BadPeerMemory { needed, size, .. })
+            if needed == len && size == len as u64),
+        "{got:?}"
+    );
+    // Sealed at the right size: imports.
+    cpu.import_heap(handle(memfd(len as u64, SIZE_SEALS), len as u64), len)
+        .expect("a sealed memfd of the right size imports");
+}
+
+#[test]
+fn exported_memfds_are_sealed() {
+    let cpu = Cpu::new();
+    let heap = cpu.create_heap(1 << 20).expect("heap");
+    let memory = cpu.alloc_device(4096).expect("allocation");
+    for shared in [cpu.export_heap(&heap), cpu.export_device_memory(&memory)] {
+        let fd = shared.expect("export").fd.expect("an fd");
+        // SAFETY: F_GET_SEALS on a valid descriptor.
+        let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
+        assert_eq!(seals & SIZE_SEALS, SIZE_SEALS, "seals {seals:#x}");
+        // SAFETY: a valid descriptor; the seals make this fail without any effect.
+        let shrunk = unsafe { libc::ftruncate(fd.as_raw_fd(), 0) };
+        assert_eq!(shrunk, -1, "a peer could shrink the memory");
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// CPU backend: descriptors.
+
+/// Live allocations the test keeps.
+const ALLOCATIONS: usize = 10_000;
+
+/// Lowers the soft `RLIMIT_NOFILE` to 1024 (and the hard one too, with `hard`), then
+/// keeps up to [`ALLOCATIONS`] allocations live.
+fn child_allocs(hard: bool) -> ! {
+    let mut limit = rlimit(libc::RLIMIT_NOFILE);
+    limit.rlim_cur = 1024;
+    if hard {
+        limit.rlim_max = 1024;
+    }
+    set_rlimit(libc::RLIMIT_NOFILE, limit);
+    let cpu = Cpu::new();
+    let mut live = Vec::with_capacity(ALLOCATIONS);
+    let result = (0..ALLOCATIONS).try_for_each(|_| {
+        live.push(cpu.alloc_device(64)?);
+        Ok(())
+    });
+    println!(
+        "ALLOCATIONS {} NOFILE {}",
+        live.len(),
+        rlimit(libc::RLIMIT_NOFILE).rlim_cur
+    );
+    exit_child(&result)
+}
+
+#[test]
+fn ten_thousand_allocations_on_one_rank() {
+    run_child_if_any();
+    let _guard = processes();
+    let hard = rlimit(libc::RLIMIT_NOFILE).rlim_max;
+    let o = one_child(
+        "ten_thousand_allocations_on_one_rank",
+        "allocs",
+        Duration::from_secs(60),
+    );
+    let all = report(std::slice::from_ref(&o));
+    if hard >= ALLOCATIONS as u64 + 100 {
+        // The soft limit is raised to the hard one.
+        assert_eq!(o.code(), Some(0), "{all}");
+        assert!(
+            o.text()
+                .contains(&format!("ALLOCATIONS {ALLOCATIONS} NOFILE {hard}")),
+            "{all}"
+        );
+    } else {
+        assert_eq!(o.code(), Some(EXIT_ERROR), "{all}");
+        let named = format!("FdLimit {{ what: \"memfd_create\", limit: {hard} }}");
+        assert!(o.text().contains(&named), "{all}");
+    }
+}
+
+#[test]
+fn allocations_past_the_hard_fd_limit_are_an_error() {
+    run_child_if_any();
+    let _guard = processes();
+    let o = one_child(
+        "allocations_past_the_hard_fd_limit_are_an_error",
+        "allocs hard",
+        Duration::from_secs(60),
+    );
+    let all = report(std::slice::from_ref(&o));
+    assert_eq!(o.code(), Some(EXIT_ERROR), "{all}");
+    assert!(
+        o.text()
+            .contains("CHILD-ERROR FdLimit { what: \"memfd_create\", limit: 1024 }"),
+        "{all}"
+    );
 }

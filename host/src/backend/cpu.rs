@@ -4,6 +4,19 @@
 //!
 //! memfds live in no file system, so nothing is left in `/dev/shm` after a run, a crash
 //! or a killed rank: the memory goes when the last descriptor and mapping go.
+//!
+//! Every memfd is sealed at its size (`F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL`)
+//! before it is shared, and an import checks the memory it is handed rather than the
+//! size the peer announced: it must be at least as large as the mapping (`fstat`) and
+//! sealed against shrinking, or the import is [`Error::BadPeerMemory`]. A mapping can
+//! then never reach past the end of its file, which would kill this process with
+//! `SIGBUS`.
+//!
+//! Each heap and each plain allocation holds one descriptor, as a CUDA VMM allocation
+//! holds a handle, so that it can be exported whenever a rendezvous asks. When the
+//! process runs out of descriptors (`EMFILE`), the backend raises its soft
+//! `RLIMIT_NOFILE` to the hard limit once (as Go's runtime and the JVM do at start) and
+//! tries again; past the hard limit an allocation is [`Error::FdLimit`], naming it.
 
 use super::{Backend, BackendKind, DeviceRegion, Grid, Shareable};
 use crate::cpu_launch;
@@ -61,16 +74,67 @@ impl Drop for CpuMemory {
     }
 }
 
-impl CpuMemory {
-    /// A fresh memfd of `len` bytes, mapped shared.
-    fn create(len: usize) -> Result<Self> {
-        // SAFETY: a NUL-terminated name and valid flags.
-        let raw = unsafe { libc::memfd_create(c"symmem-heap".as_ptr(), libc::MFD_CLOEXEC) };
-        if raw < 0 {
-            return Err(Error::last_os("memfd_create"));
+/// The process's `RLIMIT_NOFILE`.
+fn nofile_limit() -> libc::rlimit {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `limit` is a valid rlimit to fill in.
+    unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
+    limit
+}
+
+/// Raises the soft `RLIMIT_NOFILE` to the hard limit; false if it was there already.
+fn raise_nofile_limit() -> bool {
+    let mut limit = nofile_limit();
+    if limit.rlim_cur >= limit.rlim_max {
+        return false;
+    }
+    limit.rlim_cur = limit.rlim_max;
+    // SAFETY: `limit` is a valid rlimit; raising the soft limit up to the hard one needs
+    // no privilege.
+    unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0 }
+}
+
+/// Runs `open`, which makes a new descriptor. Out of descriptors, raises the soft
+/// `RLIMIT_NOFILE` to the hard limit once and tries again; still out, the error is
+/// [`Error::FdLimit`].
+fn with_descriptor<T>(
+    what: &'static str,
+    mut open: impl FnMut() -> std::io::Result<T>,
+) -> Result<T> {
+    let mut raised = false;
+    loop {
+        match open() {
+            Err(e) if e.raw_os_error() == Some(libc::EMFILE) => {
+                if !raised && raise_nofile_limit() {
+                    raised = true;
+                    continue;
+                }
+                return Err(Error::FdLimit {
+                    what,
+                    limit: nofile_limit().rlim_cur,
+                });
+            }
+            other => return other.map_err(|source| Error::Os { what, source }),
         }
-        // SAFETY: `raw` is a fresh descriptor nobody else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    }
+}
+
+impl CpuMemory {
+    /// A fresh memfd of `len` bytes, sealed at that size and mapped shared.
+    fn create(len: usize) -> Result<Self> {
+        let fd = with_descriptor("memfd_create", || {
+            let flags = libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING;
+            // SAFETY: a NUL-terminated name and valid flags.
+            let raw = unsafe { libc::memfd_create(c"symmem-heap".as_ptr(), flags) };
+            if raw < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // SAFETY: `raw` is a fresh descriptor nobody else owns.
+            Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+        })?;
         let size = libc::off_t::try_from(len).map_err(|_| Error::TooLarge {
             requested: len,
             capacity: libc::off_t::MAX as usize,
@@ -78,6 +142,12 @@ impl CpuMemory {
         // SAFETY: `fd` is a valid memfd.
         if unsafe { libc::ftruncate(fd.as_raw_fd(), size) } != 0 {
             return Err(Error::last_os("ftruncate of the heap memfd"));
+        }
+        // Nobody, this rank or a peer, can change the size from now on (nor the seals).
+        let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+        // SAFETY: `fd` is a valid memfd created with MFD_ALLOW_SEALING.
+        if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
+            return Err(Error::last_os("sealing the heap memfd"));
         }
         let mut memory = Self::map(&fd, len)?;
         memory.fd = Some(fd);
@@ -146,10 +216,7 @@ impl CpuMemory {
             .fd
             .as_ref()
             .ok_or(Error::Unsupported("exporting a peer's mapping"))?;
-        let fd = fd.try_clone().map_err(|source| Error::Os {
-            what: "dup of a heap fd",
-            source,
-        })?;
+        let fd = with_descriptor("dup of a heap fd", || fd.try_clone())?;
         Ok(Shareable {
             bytes: (self.len as u64).to_le_bytes().to_vec(),
             fd: Some(fd),
@@ -162,13 +229,34 @@ impl CpuMemory {
             .ok_or_else(|| Error::Bootstrap("CPU handle without an fd".into()))?;
         let exported = handle
             .bytes
-            .get(..8)
-            .and_then(|b| b.try_into().ok())
-            .map(u64::from_le_bytes);
-        if exported.is_none_or(|exported| exported < len as u64) {
-            return Err(Error::Bootstrap(format!(
-                "peer exported {exported:?} bytes, {len} expected"
-            )));
+            .first_chunk()
+            .map(|b| u64::from_le_bytes(*b))
+            .ok_or_else(|| Error::Bootstrap("CPU handle without a size".into()))?;
+        let bad = |size, why| Error::BadPeerMemory {
+            needed: len,
+            size,
+            why,
+        };
+        if exported < len as u64 {
+            return Err(bad(exported, "the peer exported less than this rank maps"));
+        }
+        // Check the memory itself, not the peer's word: its size now, and that it can
+        // never shrink below the mapping later.
+        // SAFETY: `stat` is plain data that fstat fills in.
+        let mut stat: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: `fd` is a valid descriptor and `stat` a valid buffer.
+        if unsafe { libc::fstat(fd.as_raw_fd(), &mut stat) } != 0 {
+            return Err(Error::last_os("fstat of a peer's memfd"));
+        }
+        let size = u64::try_from(stat.st_size).unwrap_or(0);
+        if size < len as u64 {
+            return Err(bad(size, "the memory is smaller than the peer announced"));
+        }
+        // SAFETY: F_GET_SEALS reads the seals of a valid descriptor (-1 for a file that
+        // cannot be sealed, which then counts as unsealed).
+        let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
+        if seals < 0 || seals & libc::F_SEAL_SHRINK == 0 {
+            return Err(bad(size, "the memory is not sealed against shrinking"));
         }
         Self::map(&fd, len)
     }
@@ -242,8 +330,7 @@ impl Backend for Cpu {
     fn launch(&self, call: &KernelCall, grid: Grid) -> Result<()> {
         // SAFETY: the world checked every address and rank it put into `call`: the
         // ranges lie in live mappings and tables of this process.
-        unsafe { run_on_threads(call, grid) };
-        Ok(())
+        unsafe { run_on_threads(call, grid) }
     }
     fn default_grid(&self, _call: &KernelCall) -> Grid {
         // The bodies are grid-stride loops over 16-byte vectors: on a CPU, threads of
@@ -264,11 +351,12 @@ impl Backend for Cpu {
     }
 }
 
-/// Runs `call`'s kernel body on host threads shaped like `grid`.
+/// Runs `call`'s kernel body on host threads shaped like `grid` (errors: see
+/// [`cpu_launch::launch`]).
 ///
 /// # Safety
 /// Every address in `call` must be valid for the accesses the kernel makes.
-unsafe fn run_on_threads(call: &KernelCall, grid: Grid) {
+unsafe fn run_on_threads(call: &KernelCall, grid: Grid) -> Result<()> {
     // Addresses travel into the threads as integers (raw pointers are not `Sync`) and
     // become pointers again, with the provenance the mappings exposed, inside.
     match *call {
@@ -296,7 +384,7 @@ unsafe fn run_on_threads(call: &KernelCall, grid: Grid) {
                         to as usize,
                     );
                 }
-            });
+            })
         }
         KernelCall::Get {
             dst,
@@ -322,13 +410,13 @@ unsafe fn run_on_threads(call: &KernelCall, grid: Grid) {
                         from as usize,
                     );
                 }
-            });
+            })
         }
         KernelCall::Copy { dst, src, bytes } => {
             cpu_launch::launch(grid, |arch| {
                 // SAFETY: forwarded from the caller.
                 unsafe { symmem_kernels::copy(arch, ptr_at(dst), ptr_at(src), bytes as usize) }
-            });
+            })
         }
         KernelCall::RmaPut {
             dst,
@@ -627,11 +715,11 @@ unsafe fn team_at(bases: u64, world: u32, rank: u32) -> Team<'static> {
 }
 
 /// Runs `body(arch, team)` on every thread of `grid`.
-fn on_team<F>(grid: Grid, team: &Team<'_>, body: F)
+fn on_team<F>(grid: Grid, team: &Team<'_>, body: F) -> Result<()>
 where
     F: Fn(&HostThread<'_>, &Team<'_>) + Sync,
 {
-    cpu_launch::launch(grid, |arch| body(arch, team));
+    cpu_launch::launch(grid, |arch| body(arch, team))
 }
 
 /// Which reduction body a [`Reduction`] runs.
@@ -658,7 +746,7 @@ impl Reduction {
     ///
     /// # Safety
     /// As [`run_on_threads`].
-    unsafe fn run(self, dtype: DType, grid: Grid, bases: u64, world: u32, rank: u32) {
+    unsafe fn run(self, dtype: DType, grid: Grid, bases: u64, world: u32, rank: u32) -> Result<()> {
         // SAFETY: forwarded from the caller.
         unsafe {
             match dtype {
@@ -671,7 +759,13 @@ impl Reduction {
 
     /// # Safety
     /// As [`run_on_threads`]; `T` is the kernel's element type.
-    unsafe fn run_typed<T: Reducible>(self, grid: Grid, bases: u64, world: u32, rank: u32) {
+    unsafe fn run_typed<T: Reducible>(
+        self,
+        grid: Grid,
+        bases: u64,
+        world: u32,
+        rank: u32,
+    ) -> Result<()> {
         // SAFETY: forwarded from the caller.
         let team = unsafe { team_at(bases, world, rank) };
         on_team(grid, &team, |arch, team| {
@@ -696,6 +790,6 @@ impl Reduction {
                     }
                 }
             }
-        });
+        })
     }
 }

@@ -111,7 +111,7 @@ impl World {
                 let body = &body;
                 s.spawn(move || {
                     let team = Team::new(PeerBases::new(bases), rank).expect("rank in range");
-                    launch(grid, |arch| body(arch, &team, rank));
+                    launch(grid, |arch| body(arch, &team, rank)).expect("kernel threads");
                 });
             }
         });
@@ -123,7 +123,7 @@ impl World {
         F: Fn(&HostThread<'_>, &Team<'_>) + Sync,
     {
         let team = Team::new(PeerBases::new(self.bases()), rank).expect("rank in range");
-        launch(grid, |arch| body(arch, &team));
+        launch(grid, |arch| body(arch, &team)).expect("kernel threads");
     }
 }
 
