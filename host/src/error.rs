@@ -322,7 +322,10 @@ impl fmt::Display for Error {
             Self::Bootstrap(msg) => write!(f, "bootstrap: {msg}"),
             Self::Unsupported(what) => write!(f, "unsupported: {what}"),
             Self::NeverJoined { ranks, waited } => {
-                write!(f, "ranks {ranks:?} never joined the group (waited {waited:?})")
+                write!(
+                    f,
+                    "ranks {ranks:?} never joined the group (waited {waited:?})"
+                )
             }
             Self::FrameTooLarge { rank, bytes, limit } => {
                 let from = rank.map_or("a peer".into(), |r| format!("rank {r}"));
