@@ -1,4 +1,5 @@
-//! What the multi-rank integration tests share: ranks as processes of the test binary.
+//! What the integration tests share: ranks as processes of the test binary, and
+//! llvm-tools run on embedded code objects ([`llvm`]).
 //!
 //! A test re-executes its own binary (`--exact <test> --nocapture`) through
 //! `symmem::bootstrap::unix::spawn`, with [`CHILD`] saying what the child does; the
@@ -182,5 +183,39 @@ pub mod processes {
         }
         std::io::stdout().flush().ok();
         std::process::exit(code)
+    }
+}
+
+/// llvm-tools (the `llvm-tools` rustup component of the pinned toolchain) run on code
+/// objects, for the codegen and ABI tests.
+pub mod llvm {
+    use std::path::PathBuf;
+    use std::process::Command;
+
+    /// The path of llvm-tools' `name` (`llvm-objdump`, `llvm-readobj`).
+    pub fn tool(name: &str) -> PathBuf {
+        let cargo = std::env::var_os("CARGO").map_or_else(|| PathBuf::from("cargo"), PathBuf::from);
+        symmem_device_build::llvm_tools_bin(&cargo)
+            .expect("llvm-tools are installed (rustup component llvm-tools)")
+            .join(name)
+    }
+
+    /// The standard output of `name args FILE`, where FILE holds `bytes` (a temporary
+    /// file of its own, so tests may call this in parallel). Panics if the tool fails.
+    pub fn run_on(name: &str, args: &[&str], bytes: &[u8]) -> String {
+        static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let file =
+            std::env::temp_dir().join(format!("symmem-tests-{}-{n}.object", std::process::id()));
+        std::fs::write(&file, bytes).expect("temp dir is writable");
+        let out = Command::new(tool(name)).args(args).arg(&file).output();
+        let _ = std::fs::remove_file(&file);
+        let out = out.unwrap_or_else(|e| panic!("{name} does not run: {e}"));
+        assert!(
+            out.status.success(),
+            "{name} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).expect("utf-8 output")
     }
 }

@@ -14,9 +14,8 @@
 //! too), disassembled with llvm-tools' `llvm-objdump`; every function (every `<name>:`
 //! symbol) is walked. A missing tool or object is a failure.
 
-use std::path::PathBuf;
-use std::process::Command;
 use std::sync::OnceLock;
+use symmem_tests::llvm;
 
 /// One disassembled function: its symbol and its instructions, comments cut.
 struct Function {
@@ -31,29 +30,10 @@ struct Object {
     functions: Vec<Function>,
 }
 
-fn llvm_objdump() -> PathBuf {
-    let cargo = std::env::var_os("CARGO").map_or_else(|| PathBuf::from("cargo"), PathBuf::from);
-    symmem_device_build::llvm_tools_bin(&cargo)
-        .expect("llvm-tools are installed")
-        .join("llvm-objdump")
-}
-
 /// Every function of an AMD code object, in address order.
-fn disassemble(module: &str, cpu: &str, bytes: &[u8]) -> Vec<Function> {
-    let file = std::env::temp_dir().join(format!(
-        "symmem-codegen-release-{}-{module}-{cpu}.hsaco",
-        std::process::id()
-    ));
-    std::fs::write(&file, bytes).expect("temp dir is writable");
-    let out = Command::new(llvm_objdump())
-        .arg("-d")
-        .arg(format!("--mcpu={cpu}"))
-        .arg(&file)
-        .output()
-        .expect("llvm-objdump runs");
-    let _ = std::fs::remove_file(&file);
-    assert!(out.status.success(), "llvm-objdump failed: {out:?}");
-    let text = String::from_utf8(out.stdout).expect("utf-8 disassembly");
+fn disassemble(cpu: &str, bytes: &[u8]) -> Vec<Function> {
+    let mcpu = format!("--mcpu={cpu}");
+    let text = llvm::run_on("llvm-objdump", &["-d", &mcpu], bytes);
     let mut functions: Vec<Function> = Vec::new();
     for line in text.lines() {
         // `0000000000034000 <symmem_barrier_all>:` opens a function.
@@ -90,7 +70,7 @@ fn amd_objects() -> &'static [Object] {
             .map(|o| Object {
                 module: o.module,
                 cpu: o.target,
-                functions: disassemble(o.module, o.target, o.bytes),
+                functions: disassemble(o.target, o.bytes),
             })
             .collect();
         // The project's own objects must be among them, or the test proves nothing.

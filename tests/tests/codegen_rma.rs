@@ -5,8 +5,7 @@
 //! they exist whenever this test compiles) and disassembles the AMD ones with
 //! llvm-tools' `llvm-objdump`. A missing object, tool or function is a failure.
 
-use std::path::PathBuf;
-use std::process::Command;
+use symmem_tests::llvm;
 
 const MODULE: &str = symmem_device_build::DEVICE_MODULE;
 
@@ -18,24 +17,8 @@ fn object(cpu: &str) -> &'static [u8] {
 
 /// The instructions of function `name` in the AMD code object for `cpu`, comments cut.
 fn amd_function(cpu: &str, name: &str) -> Vec<String> {
-    let cargo = std::env::var_os("CARGO").map_or_else(|| PathBuf::from("cargo"), PathBuf::from);
-    let bin = symmem_device_build::llvm_tools_bin(&cargo).expect("llvm-tools are installed");
-    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let k = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let file = std::env::temp_dir().join(format!(
-        "symmem-codegen-rma-{}-{k}-{cpu}.hsaco",
-        std::process::id()
-    ));
-    std::fs::write(&file, object(cpu)).expect("temp dir is writable");
-    let out = Command::new(bin.join("llvm-objdump"))
-        .arg("-d")
-        .arg(format!("--mcpu={cpu}"))
-        .arg(&file)
-        .output()
-        .expect("llvm-objdump runs");
-    let _ = std::fs::remove_file(&file);
-    assert!(out.status.success(), "llvm-objdump failed: {out:?}");
-    let text = String::from_utf8(out.stdout).expect("utf-8 disassembly");
+    let mcpu = format!("--mcpu={cpu}");
+    let text = llvm::run_on("llvm-objdump", &["-d", &mcpu], object(cpu));
     let header = format!("<{name}>:");
     let mut lines = text.lines().skip_while(|l| !l.ends_with(&header));
     assert!(

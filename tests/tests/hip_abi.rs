@@ -8,8 +8,6 @@
 #![cfg(feature = "hip")]
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::process::Command;
 use symmem::backend::hip::{KERNARG_BUFFER_ALIGN, kernarg_layout, kernel_call_samples, pack_args};
 use symmem::code_objects;
 use symmem::kernels::{KernelArg, KernelCall};
@@ -31,34 +29,9 @@ struct MetaKernel {
     segment_align: usize,
 }
 
-fn llvm_readobj() -> PathBuf {
-    symmem_device_build::llvm_tools_bin(std::path::Path::new(env!("CARGO")))
-        .expect("llvm-tools (rustup component llvm-tools)")
-        .join("llvm-readobj")
-}
-
-/// `llvm-readobj --notes` of `bytes` (written to a temporary file).
-fn notes(target: &str, bytes: &[u8]) -> String {
-    // One file per call: the tests run in parallel in this process.
-    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let path = std::env::temp_dir().join(format!(
-        "symmem-hip-abi-{}-{n}-{target}.hsaco",
-        std::process::id()
-    ));
-    std::fs::write(&path, bytes).unwrap();
-    let out = Command::new(llvm_readobj())
-        .arg("--notes")
-        .arg(&path)
-        .output()
-        .expect("llvm-readobj runs");
-    let _ = std::fs::remove_file(&path);
-    assert!(
-        out.status.success(),
-        "llvm-readobj: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("utf-8")
+/// `llvm-readobj --notes` of `bytes`.
+fn notes(bytes: &[u8]) -> String {
+    symmem_tests::llvm::run_on("llvm-readobj", &["--notes"], bytes)
 }
 
 fn number(value: &str, key: &str) -> usize {
@@ -128,7 +101,7 @@ fn parse_kernels(text: &str) -> BTreeMap<String, MetaKernel> {
 fn amd_objects() -> Vec<(&'static str, BTreeMap<String, MetaKernel>)> {
     let objects: Vec<_> = code_objects::all()
         .filter(|o| o.module == "symmem_device" && o.target.starts_with("gfx"))
-        .map(|o| (o.target, parse_kernels(&notes(o.target, o.bytes))))
+        .map(|o| (o.target, parse_kernels(&notes(o.bytes))))
         .collect();
     for want in ["gfx942", "gfx950"] {
         assert!(
