@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The new build beside the old one, in one device command: the same benches of two commits,
+# run one after the other on the same GPU, so that a change's cost is read against a
+# reference measured in the same run.
+# Usage (repo root, device machine): bash host/benches/peers/run_old_new.sh PART...   (writes to $OUT)
+#   lifetimes    World::barrier and allocate_symmetric (benches/lifetimes.rs, which builds
+#                against older commits too)
+#   put          the put/copy/memcpy table at 4K, 1M, 64M and 2G (benches/cuda.rs)
+#   collectives  the collectives on one GPU at world 2 and 4 (benches/cuda_collectives.rs)
+# Build first (here), then copy into .carry/: the new build's bench-lifetimes, bench-cuda,
+# bench-collectives (`cargo bench -p symmem --bench lifetimes --bench cuda --bench
+# cuda_collectives --no-run`), and the same three of the old commit as old-bench-lifetimes,
+# old-bench-cuda, old-bench-collectives (a worktree of it with benches/lifetimes.rs copied
+# in and its own CARGO_TARGET_DIR; it builds with its own pinned toolchain).
+set -u
+ROOT=$(cd "$(dirname "$0")/../../.." && pwd)
+CARRY=$ROOT/.carry
+OUT=${OUT:-$ROOT/target/old-new}
+mkdir -p "$OUT"
+export NCCL_NVLS_ENABLE=0 CUDA_DEVICE_MAX_CONNECTIONS=32 CUDA_MODULE_LOADING=EAGER
+for part in "$@"; do
+  for build in old new; do
+    bin() { if [ "$build" = old ]; then echo "$CARRY/old-$1"; else echo "$CARRY/$1"; fi; }
+    echo "== $part ($build build)"
+    case "$part" in
+    lifetimes) timeout 120 "$(bin bench-lifetimes)" ;;
+    put) mkdir -p "$OUT/put-$build" && timeout 150 "$(bin bench-cuda)" --sizes 4K,1M,64M,2G --no-xproc --out "$OUT/put-$build" ;;
+    collectives) timeout 200 "$(bin bench-collectives)" ;;
+    *) echo "unknown part $part" ;;
+    esac
+    echo "$part $build rc=$?"
+  done
+done 2>&1 | tee -a "$OUT/old_new.txt"
