@@ -39,3 +39,25 @@ macro_rules! probe_add_u32 {
 probe_add_u32!(symmem_probe_atomic_add_u32_block, Scope::Block);
 probe_add_u32!(symmem_probe_atomic_add_u32_device, Scope::Device);
 probe_add_u32!(symmem_probe_atomic_add_u32_system, Scope::System);
+
+/// `*out = team.atomic_fetch_add(p, v, to)`: the shorthand's default order and scope,
+/// which must reach a peer on another GPU (system scope).
+///
+/// # Safety
+/// As the scoped probes.
+#[unsafe(no_mangle)]
+pub unsafe extern "gpu-kernel" fn symmem_probe_atomic_add_u32_default(
+    p: *mut u32,
+    out: *mut u32,
+    bases: *const u64,
+    world: u32,
+    rank: u32,
+    v: u32,
+    to: u32,
+) {
+    // SAFETY: forwarded from the host launch.
+    unsafe {
+        let team = Team::from_raw_parts(bases, world, rank);
+        out.write(team.atomic_fetch_add(p, v, to as usize));
+    }
+}
