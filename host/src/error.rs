@@ -90,7 +90,9 @@ pub enum Error {
     },
     /// Ranks made different collective calls (allocation sizes, alignments or order,
     /// provider lengths, launch shapes). Every rank gets this error, naming the same
-    /// ranks; from then on the world refuses every symmetric operation with it.
+    /// ranks. Where the heaps differ (allocations), the world refuses every symmetric
+    /// operation with it from then on; a call whose parameters alone differed (a
+    /// provider's length) fails by itself.
     CollectiveMismatch {
         /// The ranks whose history differs from the majority's (where no history has a
         /// majority, from the largest group's; ties go to the group with the lowest rank).

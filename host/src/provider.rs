@@ -94,6 +94,7 @@ impl<'w, B: Backend> Rendezvous<'w, B> {
                 held.mappings.push(mapping);
             }
         }
+        congruent(local, &entries)?;
         Ok(Self {
             table: ExternalTable::upload(held, local, len, entries)?,
         })
@@ -154,12 +155,8 @@ impl<'w, B: Backend> ExternalTable<'w, B> {
         Self::upload(held, local, len, entries.to_vec())
     }
 
-    /// Uploads `entries` as the table of what `held` holds, after checking that they are
-    /// congruent modulo 16 to this rank's own entry, `local` (kernels choose their vector
-    /// path from local pointers, so it must survive translation; allocators align far
-    /// more).
+    /// Uploads `entries` (checked by the caller) as the table of what `held` holds.
     fn upload(mut held: Held<'w, B>, local: u64, len: usize, entries: Vec<u64>) -> Result<Self> {
-        congruent(local, &entries)?;
         let backend = held.world.backend();
         let memory = backend.alloc_device(entries.len() * 8)?;
         let device = memory.base();
@@ -202,7 +199,9 @@ fn check_table<B: Backend>(
     congruent(local, entries)
 }
 
-/// [`Error::PeerMisaligned`] for the first entry not congruent to `local` modulo 16.
+/// [`Error::PeerMisaligned`] for the first entry not congruent to `local` modulo 16:
+/// kernels choose their vector path from local pointers, so the alignment must survive
+/// translation (allocators align far more).
 fn congruent(local: u64, entries: &[u64]) -> Result<()> {
     match entries
         .iter()

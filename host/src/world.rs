@@ -162,7 +162,7 @@ pub struct World<B: Backend> {
     bootstrap: Mutex<Box<dyn Bootstrap>>,
     heap: B::Heap,
     /// Peers' heaps mapped here; `None` at this rank's own index.
-    _peer_heaps: Vec<Option<B::Mapping>>,
+    peer_heaps: Vec<Option<B::Mapping>>,
     heap_bases: PeerBases,
     /// The largest alignment every heap base has (so offsets aligned to it give
     /// addresses aligned to it on every rank).
@@ -260,7 +260,7 @@ impl<B: Backend> World<B> {
             backend,
             bootstrap: Mutex::new(bootstrap),
             heap,
-            _peer_heaps: peer_heaps,
+            peer_heaps,
             heap_bases,
             max_align,
             _heap_bases_memory: heap_bases_memory,
@@ -648,7 +648,7 @@ impl<B: Backend> World<B> {
         self.left = true;
         let synced = self.backend.synchronize();
         // This rank's work is complete, so it touches no peer's memory any more.
-        self._peer_heaps.clear();
+        self.peer_heaps.clear();
         let state = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
         state.retired.iter_mut().for_each(|r| r.mappings.clear());
         // Every rank leaves only after the same two steps: once all have left, no work
