@@ -724,10 +724,7 @@ impl<'w, B: Backend> Collectives<'w, B> {
     fn agreed<R>(&self, ids: &[u64], checked: Result<R>) -> Result<R> {
         let mut all = ids.to_vec();
         all.push(self.signals.id());
-        let agreed = self.world.check_collective(&all, checked.is_err());
-        // This rank's own error first; the others learn of it through the agreement.
-        let value = checked?;
-        agreed.map(|()| value)
+        self.world.check_collective(&all, checked)
     }
 
     /// As [`Collectives::symmetric`], for a one-sided call: the buffer must be agreed.

@@ -72,8 +72,7 @@ impl<'w, B: Backend> Rendezvous<'w, B> {
         } else {
             backend.export_device_memory(&memory)
         };
-        let agreed = world.agree(&[len as u64], exported.is_err(), false);
-        let (handle, ()) = (exported?, agreed?);
+        let handle = world.agree_on(&[len as u64], exported)?;
         let local = memory.base();
         let handles = world.all_gather_shareable(handle)?;
         // From here on peers may map `memory`: every path out releases it collectively.
@@ -142,9 +141,7 @@ impl<'w, B: Backend> ExternalTable<'w, B> {
     /// contract; [`Error::PeerLost`].
     pub fn new(world: &'w World<B>, local: u64, len: usize, entries: &[u64]) -> Result<Self> {
         let id = world.create_object(Record::ExternalTable);
-        let checked = check_table(world, local, len, entries);
-        let agreed = world.agree(&[len as u64], checked.is_err(), false);
-        checked.and(agreed)?;
+        world.agree_on(&[len as u64], check_table(world, local, len, entries))?;
         let held = Held {
             world,
             id,

@@ -532,20 +532,29 @@ impl<B: Backend> World<B> {
         }
     }
 
-    /// Before a collective call that uses the objects `ids`: agrees (every rank reaches
+    /// The agreement of a collective call on parameters `call`, given this rank's own
+    /// check of its part, `checked`: a rank whose check failed still takes part (the
+    /// others get [`Error::PeerFailed`]) and returns its own error.
+    pub(crate) fn agree_on<R>(&self, call: &[u64], checked: Result<R>) -> Result<R> {
+        let agreed = self.agree(call, checked.is_err(), false);
+        let value = checked?;
+        agreed.map(|()| value)
+    }
+
+    /// Before a collective call that uses the objects `ids`, with this rank's own check
+    /// of its arguments, `checked`: agrees as [`World::agree_on`] (every rank reaches
     /// this with the same objects, so every rank does) if any was created since the last
-    /// agreement, telling the others whether this rank's part `failed`; otherwise only
-    /// checks that the world is not poisoned.
-    pub(crate) fn check_collective(&self, ids: &[u64], failed: bool) -> Result<()> {
+    /// agreement; otherwise only checks that the world is not poisoned.
+    pub(crate) fn check_collective<R>(&self, ids: &[u64], checked: Result<R>) -> Result<R> {
         let fresh = {
             let state = self.lock_state();
             state.ledger.check()?;
             ids.iter().any(|&id| !state.ledger.is_agreed(id))
         };
         if fresh {
-            self.agree(&[], failed, false)
+            self.agree_on(&[], checked)
         } else {
-            Ok(())
+            checked
         }
     }
 

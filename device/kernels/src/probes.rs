@@ -10,54 +10,43 @@ use crate::Gpu;
 use symmem_rma::{AtomicOp, Order, Scope, Team};
 
 macro_rules! probe_add_u32 {
-    ($name:ident, $scope:expr) => {
-        /// `*out = fetch_add(p on rank to, v)`, `AcqRel`, at this probe's scope.
+    ($name:ident, $what:expr, |$team:ident, $p:ident, $v:ident, $to:ident| $add:expr) => {
+        #[doc = concat!("`*out = ", $what, "`: `fetch_add(p on rank to, v)`.")]
         ///
         /// # Safety
         /// `bases` holds `world` entries, `rank, to < world`, `p` symmetric, `out` local.
         #[unsafe(no_mangle)]
         pub unsafe extern "gpu-kernel" fn $name(
-            p: *mut u32,
+            $p: *mut u32,
             out: *mut u32,
             bases: *const u64,
             world: u32,
             rank: u32,
-            v: u32,
+            $v: u32,
             to: u32,
         ) {
             // SAFETY: forwarded from the host launch.
             unsafe {
-                let team = Team::from_raw_parts(bases, world, rank);
-                let old =
-                    team.atomic_fetch(AtomicOp::Add, p, v, to as usize, Order::AcqRel, $scope);
-                out.write(old);
+                let $team = Team::from_raw_parts(bases, world, rank);
+                let $to = to as usize;
+                out.write($add);
             }
         }
+    };
+    ($name:ident, $scope:expr) => {
+        probe_add_u32!(
+            $name,
+            concat!("AcqRel at ", stringify!($scope)),
+            |team, p, v, to| team.atomic_fetch(AtomicOp::Add, p, v, to, Order::AcqRel, $scope)
+        );
     };
 }
 
 probe_add_u32!(symmem_probe_atomic_add_u32_block, Scope::Block);
 probe_add_u32!(symmem_probe_atomic_add_u32_device, Scope::Device);
 probe_add_u32!(symmem_probe_atomic_add_u32_system, Scope::System);
-
-/// `*out = team.atomic_fetch_add(p, v, to)`: the shorthand's default order and scope,
-/// which must reach a peer on another GPU (system scope).
-///
-/// # Safety
-/// As the scoped probes.
-#[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn symmem_probe_atomic_add_u32_default(
-    p: *mut u32,
-    out: *mut u32,
-    bases: *const u64,
-    world: u32,
-    rank: u32,
-    v: u32,
-    to: u32,
-) {
-    // SAFETY: forwarded from the host launch.
-    unsafe {
-        let team = Team::from_raw_parts(bases, world, rank);
-        out.write(team.atomic_fetch_add(p, v, to as usize));
-    }
-}
+probe_add_u32!(
+    symmem_probe_atomic_add_u32_default,
+    "the shorthand's default order and scope, which must reach a peer on another GPU",
+    |team, p, v, to| team.atomic_fetch_add(p, v, to)
+);
