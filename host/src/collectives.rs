@@ -20,10 +20,10 @@
 //!
 //! ## Which buffers must be symmetric
 //! The kernels translate symmetric addresses through the world's heap-base table, so a
-//! "symmetric" argument is a [`SymmetricBuffer`] of this world's heap (checked: an
-//! address outside it is [`Error::NotSymmetric`]). A "local" argument is any device
-//! address of this rank (a symmetric buffer's [`SymmetricBuffer::ptr`] or a plain
-//! device allocation) that the caller vouches for: it cannot be checked here.
+//! "symmetric" argument is a [`SymmetricBuffer`] of this world's heap (checked: one
+//! outside it is [`Error::NotSymmetric`]). A "local" argument is any typed view of this
+//! rank's memory ([`AsDeviceSlice`]: a [`crate::DeviceBuffer`], a symmetric buffer, a
+//! slice of either); its length is checked too.
 //!
 //! | call              | symmetric              | local            |
 //! |-------------------|------------------------|------------------|
@@ -49,8 +49,8 @@
 //! (`CUDA_DEVICE_MAX_CONNECTIONS` at least the number of live streams), and do not run
 //! several worlds' collectives on one GPU concurrently. Otherwise a waiting block can
 //! hold back the peer it waits for, and the kernels never finish. (Lazy kernel loading
-//! is the same trap: a load may wait for running kernels. Creating a handle therefore
-//! launches every kernel once on each rank alone, before any rank's first collective.)
+//! is the same trap: a load may wait for running kernels, so every kernel of a module
+//! is loaded when the module is.)
 //! Driver calls that wait for the whole device are the same trap again: with ranks as
 //! threads on one GPU, allocate and free plain device memory only between host
 //! barriers, never while a peer may be waiting in a collective (see the CUDA backend's
@@ -67,12 +67,12 @@
 
 use crate::backend::{Backend, BackendKind, Grid};
 use crate::error::{Error, Result};
-use crate::kernels::KernelCall;
+use crate::memory::{AsDeviceSlice, DeviceSlice};
 use crate::world::{SymmetricBuffer, World};
+use symmem_device::{Kernel, PeerTable};
 
-pub use crate::kernels::{Cmp, DType, ReduceOp};
-pub use symmem_rma::Bf16;
-pub use symmem_rma::collectives::signal_words;
+pub use symmem_rma::collectives::{ReduceOp, signal_words};
+pub use symmem_rma::{Bf16, Cmp};
 
 /// The most blocks a [`Collectives`] grid may have (the signal array holds `world` words
 /// per block: 64 KiB at 8 ranks). Enough for several blocks per SM of any current GPU
@@ -100,23 +100,68 @@ mod sealed {
     impl Sealed for symmem_rma::Bf16 {}
 }
 
+/// The parameters of every reduction kernel: `dst`, `src`, the heap table, `world`,
+/// `rank`, `count`, the signal array.
+pub type ReductionParams<T> = (*mut T, *const T, PeerTable, u32, u32, u64, *mut u64);
+
 /// An element type of the reductions: `f32`, [`Bf16`], `i32`.
 ///
-/// Sealed: there is one kernel per type.
+/// Sealed: there is one kernel per (algorithm, operator, type).
 pub trait Element: bytemuck::Pod + sealed::Sealed {
-    /// The kernels' name for the type.
-    const DTYPE: DType;
+    /// The one-shot all-reduce kernel for `op`.
+    fn all_reduce_one_shot(op: ReduceOp) -> Kernel<ReductionParams<Self>>;
+    /// The two-shot all-reduce kernel for `op`.
+    fn all_reduce_two_shot(op: ReduceOp) -> Kernel<ReductionParams<Self>>;
+    /// The reduce-scatter kernel for `op`.
+    fn reduce_scatter(op: ReduceOp) -> Kernel<ReductionParams<Self>>;
 }
 
-impl Element for f32 {
-    const DTYPE: DType = DType::F32;
+macro_rules! element {
+    ($t:ty, $one_sum:ident $one_min:ident $one_max:ident, $two_sum:ident $two_min:ident $two_max:ident, $rs_sum:ident $rs_min:ident $rs_max:ident) => {
+        impl Element for $t {
+            fn all_reduce_one_shot(op: ReduceOp) -> Kernel<ReductionParams<Self>> {
+                match op {
+                    ReduceOp::Sum => symmem_kernels::$one_sum,
+                    ReduceOp::Min => symmem_kernels::$one_min,
+                    ReduceOp::Max => symmem_kernels::$one_max,
+                }
+            }
+            fn all_reduce_two_shot(op: ReduceOp) -> Kernel<ReductionParams<Self>> {
+                match op {
+                    ReduceOp::Sum => symmem_kernels::$two_sum,
+                    ReduceOp::Min => symmem_kernels::$two_min,
+                    ReduceOp::Max => symmem_kernels::$two_max,
+                }
+            }
+            fn reduce_scatter(op: ReduceOp) -> Kernel<ReductionParams<Self>> {
+                match op {
+                    ReduceOp::Sum => symmem_kernels::$rs_sum,
+                    ReduceOp::Min => symmem_kernels::$rs_min,
+                    ReduceOp::Max => symmem_kernels::$rs_max,
+                }
+            }
+        }
+    };
 }
-impl Element for Bf16 {
-    const DTYPE: DType = DType::Bf16;
-}
-impl Element for i32 {
-    const DTYPE: DType = DType::I32;
-}
+
+element!(
+    f32,
+    symmem_all_reduce_one_shot_sum_f32 symmem_all_reduce_one_shot_min_f32 symmem_all_reduce_one_shot_max_f32,
+    symmem_all_reduce_two_shot_sum_f32 symmem_all_reduce_two_shot_min_f32 symmem_all_reduce_two_shot_max_f32,
+    symmem_reduce_scatter_sum_f32 symmem_reduce_scatter_min_f32 symmem_reduce_scatter_max_f32
+);
+element!(
+    Bf16,
+    symmem_all_reduce_one_shot_sum_bf16 symmem_all_reduce_one_shot_min_bf16 symmem_all_reduce_one_shot_max_bf16,
+    symmem_all_reduce_two_shot_sum_bf16 symmem_all_reduce_two_shot_min_bf16 symmem_all_reduce_two_shot_max_bf16,
+    symmem_reduce_scatter_sum_bf16 symmem_reduce_scatter_min_bf16 symmem_reduce_scatter_max_bf16
+);
+element!(
+    i32,
+    symmem_all_reduce_one_shot_sum_i32 symmem_all_reduce_one_shot_min_i32 symmem_all_reduce_one_shot_max_i32,
+    symmem_all_reduce_two_shot_sum_i32 symmem_all_reduce_two_shot_min_i32 symmem_all_reduce_two_shot_max_i32,
+    symmem_reduce_scatter_sum_i32 symmem_reduce_scatter_min_i32 symmem_reduce_scatter_max_i32
+);
 
 /// A rank's handle for launching collectives and RMA kernels over its [`World`]: the
 /// world, a launch shape, and the symmetric signal array the collectives synchronise on.
@@ -162,10 +207,9 @@ impl<'w, B: Backend> Collectives<'w, B> {
     /// A handle whose kernels all run with `grid` (`1..=`[`MAX_BLOCKS`] blocks, at least
     /// one thread; the same block count on every rank). Collective: every rank calls it.
     ///
-    /// Allocates and zeroes the signal array; on a GPU, launches every kernel once on
-    /// this rank alone so that all are loaded before any waits for a peer; then takes a
-    /// [`World::barrier`] (which waits for this rank's device first, one counted
-    /// synchronisation), so no peer's first signal can be overwritten by a late zeroing.
+    /// Allocates and zeroes the signal array, then takes a [`World::barrier`] (which
+    /// waits for this rank's device first, one counted synchronisation), so no peer's
+    /// first signal can be overwritten by a late zeroing.
     ///
     /// Errors: [`Error::Unsupported`] for an empty grid or more than [`MAX_BLOCKS`]
     /// blocks, [`Error::CollectiveMismatch`] if ranks chose different block counts (or
@@ -179,156 +223,14 @@ impl<'w, B: Backend> Collectives<'w, B> {
                 "more than collectives::MAX_BLOCKS blocks per rank",
             ));
         }
-        // The team's words, then a scratch word for `preload`'s one-rank, one-block team.
         let words = signal_words(world.world_size(), grid.blocks as usize);
-        let signals = world.zeros::<u64>(words + 1)?;
-        let this = Self {
+        let signals = world.zeros::<u64>(words)?;
+        world.barrier()?;
+        Ok(Self {
             world,
             grid,
             signals,
-        };
-        this.preload(this.signals.ptr() + (words * 8) as u64)?;
-        world.barrier()?;
-        Ok(this)
-    }
-
-    /// Launches every kernel this handle uses once, each as a one-rank team (`world` 1)
-    /// of one thread with nothing to move and its barriers on this rank's `scratch`
-    /// word, so each returns without waiting for a peer. GPU runtimes may load a kernel lazily at its
-    /// first launch (CUDA's default module loading), and a load can wait for the
-    /// device's running kernels: if that happened while a peer's kernel spins waiting
-    /// for this rank, neither would finish. After this, and the barrier that follows in
-    /// [`Collectives::with_grid`], every kernel is loaded on every rank.
-    fn preload(&self, scratch: u64) -> Result<()> {
-        let (bases, world, rank, sig) = (self.bases(), 1, 0, scratch);
-        let (dst, src) = (scratch, scratch);
-        let mut calls = vec![
-            KernelCall::BarrierAll {
-                bases,
-                world,
-                rank,
-                sig,
-            },
-            KernelCall::RmaPut {
-                dst,
-                src,
-                bases,
-                world,
-                rank,
-                bytes: 0,
-                to: 0,
-            },
-            KernelCall::RmaGet {
-                dst,
-                src,
-                bases,
-                world,
-                rank,
-                bytes: 0,
-                from: 0,
-            },
-            KernelCall::PutSignalAdd {
-                dst,
-                src,
-                bases,
-                world,
-                rank,
-                bytes: 0,
-                sig,
-                to: 0,
-                value: 0,
-            },
-            KernelCall::SignalWaitUntil {
-                bases,
-                world,
-                rank,
-                sig,
-                cmp: Cmp::Ge,
-                value: 0,
-            },
-            KernelCall::AtomicAddAll {
-                counter: sig,
-                bases,
-                world,
-                rank,
-                iters: 0,
-            },
-            KernelCall::AllGather {
-                dst,
-                src,
-                bases,
-                world,
-                rank,
-                bytes: 0,
-                sig,
-            },
-            KernelCall::AllToAll {
-                dst,
-                src,
-                bases,
-                world,
-                rank,
-                bytes: 0,
-                sig,
-            },
-            KernelCall::Broadcast {
-                dst,
-                src,
-                bases,
-                world,
-                rank,
-                bytes: 0,
-                sig,
-                root: 0,
-            },
-        ];
-        for op in [ReduceOp::Sum, ReduceOp::Min, ReduceOp::Max] {
-            for dtype in [DType::F32, DType::Bf16, DType::I32] {
-                let count = 0;
-                calls.extend([
-                    KernelCall::AllReduceOneShot {
-                        op,
-                        dtype,
-                        dst,
-                        src,
-                        bases,
-                        world,
-                        rank,
-                        count,
-                        sig,
-                    },
-                    KernelCall::AllReduceTwoShot {
-                        op,
-                        dtype,
-                        dst,
-                        src,
-                        bases,
-                        world,
-                        rank,
-                        count,
-                        sig,
-                    },
-                    KernelCall::ReduceScatter {
-                        op,
-                        dtype,
-                        dst,
-                        src,
-                        bases,
-                        world,
-                        rank,
-                        count,
-                        sig,
-                    },
-                ]);
-            }
-        }
-        let one = Grid {
-            blocks: 1,
-            threads: 1,
-        };
-        calls
-            .iter()
-            .try_for_each(|call| self.world.backend().launch(call, one))
+        })
     }
 
     /// The world this handle launches on.
@@ -354,36 +256,31 @@ impl<'w, B: Backend> Collectives<'w, B> {
     /// complete and visible to every rank's later kernels. Collective.
     pub fn barrier(&self) -> Result<()> {
         self.agreed(&[], Ok(()))?;
-        self.launch(&KernelCall::BarrierAll {
-            bases: self.bases(),
-            world: self.world_u32(),
-            rank: self.rank_u32(),
-            sig: self.signals.ptr(),
-        })
+        self.launch(
+            symmem_kernels::symmem_barrier_all,
+            (self.bases(), self.world_u32(), self.rank_u32(), &self.signals),
+        )
     }
 
-    /// All-gather: this rank's local `src` (`count` elements) lands in every rank's
-    /// symmetric `dst`, at elements `rank*count..(rank+1)*count`. Collective.
+    /// All-gather: this rank's local `src[0..count]` lands in every rank's symmetric
+    /// `dst`, at elements `rank*count..(rank+1)*count`. Collective.
     ///
-    /// Errors: `dst` shorter than `world * count` ([`Error::OutOfBounds`]) or not in this
-    /// world's heap ([`Error::NotSymmetric`]).
-    pub fn all_gather<T: bytemuck::Pod>(
+    /// Errors: `dst` shorter than `world * count` or `src` shorter than `count`
+    /// ([`Error::OutOfBounds`]), `dst` not in this world's heap ([`Error::NotSymmetric`]).
+    pub fn all_gather<T: bytemuck::Pod + 'static>(
         &self,
         dst: &SymmetricBuffer<'_, T, B>,
-        src: u64,
+        src: &impl AsDeviceSlice<T, B>,
         count: usize,
     ) -> Result<()> {
-        let total = self.times_world(count);
-        let dst = self.agreed(&[dst.id()], self.symmetric(dst, 0, total))?;
-        self.launch(&KernelCall::AllGather {
-            dst,
-            src,
-            bases: self.bases(),
-            world: self.world_u32(),
-            rank: self.rank_u32(),
-            bytes: bytes_of::<T>(count),
-            sig: self.signals.ptr(),
-        })
+        let checked = self
+            .symmetric(dst, 0, self.times_world(count))
+            .and_then(|d| Ok((d, local(src, count)?)));
+        let (d, s) = self.agreed(&[dst.id()], checked)?;
+        self.launch(
+            symmem_kernels::symmem_all_gather,
+            self.moving(&d, &s, bytes_of::<T>(count)),
+        )
     }
 
     /// All-to-all: chunk `j` (elements `j*count..(j+1)*count`) of this rank's local
@@ -391,51 +288,45 @@ impl<'w, B: Backend> Collectives<'w, B> {
     /// `world * count` elements. Collective.
     ///
     /// Errors: as [`Collectives::all_gather`].
-    pub fn all_to_all<T: bytemuck::Pod>(
+    pub fn all_to_all<T: bytemuck::Pod + 'static>(
         &self,
         dst: &SymmetricBuffer<'_, T, B>,
-        src: u64,
+        src: &impl AsDeviceSlice<T, B>,
         count: usize,
     ) -> Result<()> {
         let total = self.times_world(count);
-        let dst = self.agreed(&[dst.id()], self.symmetric(dst, 0, total))?;
-        self.launch(&KernelCall::AllToAll {
-            dst,
-            src,
-            bases: self.bases(),
-            world: self.world_u32(),
-            rank: self.rank_u32(),
-            bytes: bytes_of::<T>(count),
-            sig: self.signals.ptr(),
-        })
+        let checked = self
+            .symmetric(dst, 0, total)
+            .and_then(|d| Ok((d, local(src, total)?)));
+        let (d, s) = self.agreed(&[dst.id()], checked)?;
+        self.launch(
+            symmem_kernels::symmem_all_to_all,
+            self.moving(&d, &s, bytes_of::<T>(count)),
+        )
     }
 
     /// Broadcast: rank `root`'s symmetric `src[0..count]` lands in every rank's local
     /// `dst` (the root's included; every rank pulls from the root). Collective.
     ///
-    /// Errors: `root` out of range ([`Error::RankOutOfRange`]), `src` shorter than
-    /// `count` or not in this world's heap.
-    pub fn broadcast<T: bytemuck::Pod>(
+    /// Errors: `root` out of range ([`Error::RankOutOfRange`]), `src` or `dst` shorter
+    /// than `count`, `src` not in this world's heap.
+    pub fn broadcast<T: bytemuck::Pod + 'static>(
         &self,
-        dst: u64,
+        dst: &impl AsDeviceSlice<T, B>,
         src: &SymmetricBuffer<'_, T, B>,
         count: usize,
         root: usize,
     ) -> Result<()> {
         let checked = self
             .check_rank(root)
-            .and_then(|()| self.symmetric(src, 0, count));
-        let src = self.agreed(&[src.id()], checked)?;
-        self.launch(&KernelCall::Broadcast {
-            dst,
-            src,
-            bases: self.bases(),
-            world: self.world_u32(),
-            rank: self.rank_u32(),
-            bytes: bytes_of::<T>(count),
-            sig: self.signals.ptr(),
-            root: root as u32,
-        })
+            .and_then(|()| self.symmetric(src, 0, count))
+            .and_then(|s| Ok((local(dst, count)?, s)));
+        let (d, s) = self.agreed(&[src.id()], checked)?;
+        let (d, s, bases, world, rank, n, sig) = self.moving(&d, &s, bytes_of::<T>(count));
+        self.launch(
+            symmem_kernels::symmem_broadcast,
+            (d, s, bases, world, rank, n, sig, root as u32),
+        )
     }
 
     /// All-reduce: every rank's `dst[0..count]` gets `op` folded over every rank's
@@ -456,12 +347,10 @@ impl<'w, B: Backend> Collectives<'w, B> {
         algorithm: Algorithm,
     ) -> Result<()> {
         let checked = (|| {
-            let (d, s) = (
-                self.symmetric(dst, 0, count)?,
-                self.symmetric(src, 0, count)?,
-            );
+            let (d, s) = (self.symmetric(dst, 0, count)?, self.symmetric(src, 0, count)?);
             let len = bytes_of::<T>(count);
-            if count > 0 && d < s + len && s < d + len {
+            let (dp, sp) = (d.ptr(), s.ptr());
+            if count > 0 && dp < sp + len && sp < dp + len {
                 return Err(Error::Unsupported(
                     "an all-reduce whose dst and src overlap",
                 ));
@@ -469,161 +358,118 @@ impl<'w, B: Backend> Collectives<'w, B> {
             Ok((d, s))
         })();
         let (d, s) = self.agreed(&[dst.id(), src.id()], checked)?;
-        let (bases, world, rank, sig) = (
-            self.bases(),
-            self.world_u32(),
-            self.rank_u32(),
-            self.signals.ptr(),
-        );
-        let (dtype, count) = (T::DTYPE, count as u64);
-        self.launch(&match algorithm {
-            Algorithm::OneShot => KernelCall::AllReduceOneShot {
-                op,
-                dtype,
-                dst: d,
-                src: s,
-                bases,
-                world,
-                rank,
-                count,
-                sig,
-            },
-            Algorithm::TwoShot => KernelCall::AllReduceTwoShot {
-                op,
-                dtype,
-                dst: d,
-                src: s,
-                bases,
-                world,
-                rank,
-                count,
-                sig,
-            },
-        })
+        let kernel = match algorithm {
+            Algorithm::OneShot => T::all_reduce_one_shot(op),
+            Algorithm::TwoShot => T::all_reduce_two_shot(op),
+        };
+        self.launch(kernel, self.reducing(&d, &s, count))
     }
 
     /// Reduce-scatter: this rank's local `dst[0..count]` gets `op` folded, in rank
     /// order, over chunk `rank` (elements `rank*count..(rank+1)*count`) of every rank's
     /// symmetric `src`. Collective.
     ///
-    /// Errors: `src` shorter than `world * count` or not in this world's heap, and
-    /// [`Error::Unsupported`] for a `dst` not aligned to `T`.
+    /// Errors: `src` shorter than `world * count` or not in this world's heap, `dst`
+    /// shorter than `count`.
     pub fn reduce_scatter<T: Element>(
         &self,
-        dst: u64,
+        dst: &impl AsDeviceSlice<T, B>,
         src: &SymmetricBuffer<'_, T, B>,
         count: usize,
         op: ReduceOp,
     ) -> Result<()> {
-        let checked = if dst.is_multiple_of(align_of::<T>() as u64) {
-            self.symmetric(src, 0, self.times_world(count))
-        } else {
-            Err(Error::Unsupported(
-                "a reduce-scatter destination not aligned to its element type",
-            ))
-        };
-        let src = self.agreed(&[src.id()], checked)?;
-        self.launch(&KernelCall::ReduceScatter {
-            op,
-            dtype: T::DTYPE,
-            dst,
-            src,
-            bases: self.bases(),
-            world: self.world_u32(),
-            rank: self.rank_u32(),
-            count: count as u64,
-            sig: self.signals.ptr(),
-        })
+        let checked = self
+            .symmetric(src, 0, self.times_world(count))
+            .and_then(|s| Ok((local(dst, count)?, s)));
+        let (d, s) = self.agreed(&[src.id()], checked)?;
+        self.launch(T::reduce_scatter(op), self.reducing(&d, &s, count))
     }
 
     // ---- one-sided calls -----------------------------------------------------------
 
-    /// Put: `len` elements from this rank's local `src` into rank `to`'s copy of `dst`,
-    /// from element `at`, every block of the grid moving its share. Nothing tells `to`
-    /// that the data arrived: follow with [`Collectives::barrier`] (every rank) or use
+    /// Put: this rank's local `src` into rank `to`'s copy of `dst`, from element `at`,
+    /// every block of the grid moving its share. Nothing tells `to` that the data
+    /// arrived: follow with [`Collectives::barrier`] (every rank) or use
     /// [`Collectives::put_with_signal`].
     ///
-    /// Errors: `to` out of range, `at..at+len` outside `dst`, `dst` not in the heap.
-    pub fn put<T: bytemuck::Pod>(
+    /// Errors: `to` out of range, `at..at+src.len()` outside `dst`, `dst` not in the
+    /// heap or not agreed yet ([`Error::NotAgreed`]).
+    pub fn put<T: bytemuck::Pod + 'static>(
         &self,
         dst: &SymmetricBuffer<'_, T, B>,
         at: usize,
-        src: u64,
-        len: usize,
+        src: &impl AsDeviceSlice<T, B>,
         to: usize,
     ) -> Result<()> {
+        let src = src.as_device_slice();
         self.check_rank(to)?;
-        let dst = self.one_sided(dst, at, len)?;
-        self.launch(&KernelCall::RmaPut {
-            dst,
-            src,
-            bases: self.bases(),
-            world: self.world_u32(),
-            rank: self.rank_u32(),
-            bytes: bytes_of::<T>(len),
-            to: to as u32,
-        })
+        let dst = self.one_sided(dst, at, src.len())?;
+        let (d, s, bases, world, rank) = self.point(&dst, &src);
+        self.launch(
+            symmem_kernels::symmem_rma_put,
+            (d, s, bases, world, rank, src.byte_len() as u64, to as u32),
+        )
     }
 
-    /// Get: `len` elements of rank `from`'s copy of `src`, from element `at`, into this
-    /// rank's local `dst`. The peer must have finished writing them (a barrier or a
+    /// Get: rank `from`'s copy of `src`, from element `at`, into this rank's local
+    /// `dst` (all of it). The peer must have finished writing them (a barrier or a
     /// signal before).
     ///
     /// Errors: as [`Collectives::put`].
-    pub fn get<T: bytemuck::Pod>(
+    pub fn get<T: bytemuck::Pod + 'static>(
         &self,
-        dst: u64,
+        dst: &impl AsDeviceSlice<T, B>,
         src: &SymmetricBuffer<'_, T, B>,
         at: usize,
-        len: usize,
         from: usize,
     ) -> Result<()> {
+        let dst = dst.as_device_slice();
         self.check_rank(from)?;
-        let src = self.one_sided(src, at, len)?;
-        self.launch(&KernelCall::RmaGet {
-            dst,
-            src,
-            bases: self.bases(),
-            world: self.world_u32(),
-            rank: self.rank_u32(),
-            bytes: bytes_of::<T>(len),
-            from: from as u32,
-        })
+        let src = self.one_sided(src, at, dst.len())?;
+        let (d, s, bases, world, rank) = self.point(&dst, &src);
+        self.launch(
+            symmem_kernels::symmem_rma_get,
+            (d, s, bases, world, rank, dst.byte_len() as u64, from as u32),
+        )
     }
 
     /// Put with signal: as [`Collectives::put`], then every block adds `value` to
     /// element `index` of `signal` on rank `to`, with release semantics after its share
     /// of the data. Returns what the signal grows by in all,
     /// [`Collectives::signal_total`]`(value)`: once rank `to` sees it grown by that
-    /// much (with [`Collectives::signal_wait_until`]), all `len` elements are there.
+    /// much (with [`Collectives::signal_wait_until`]), all the elements are there.
     ///
     /// Errors: as [`Collectives::put`], and for `index` outside `signal`.
     #[allow(clippy::too_many_arguments)]
-    pub fn put_with_signal<T: bytemuck::Pod>(
+    pub fn put_with_signal<T: bytemuck::Pod + 'static>(
         &self,
         dst: &SymmetricBuffer<'_, T, B>,
         at: usize,
-        src: u64,
-        len: usize,
+        src: &impl AsDeviceSlice<T, B>,
         signal: &SymmetricBuffer<'_, u64, B>,
         index: usize,
         value: u64,
         to: usize,
     ) -> Result<u64> {
+        let src = src.as_device_slice();
         self.check_rank(to)?;
-        let dst = self.one_sided(dst, at, len)?;
+        let dst = self.one_sided(dst, at, src.len())?;
         let sig = self.one_sided(signal, index, 1)?;
-        self.launch(&KernelCall::PutSignalAdd {
-            dst,
-            src,
-            bases: self.bases(),
-            world: self.world_u32(),
-            rank: self.rank_u32(),
-            bytes: bytes_of::<T>(len),
-            sig,
-            to: to as u32,
-            value,
-        })?;
+        let (d, s, bases, world, rank) = self.point(&dst, &src);
+        self.launch(
+            symmem_kernels::symmem_rma_put_signal_add,
+            (
+                d,
+                s,
+                bases,
+                world,
+                rank,
+                src.byte_len() as u64,
+                &sig,
+                to as u32,
+                value,
+            ),
+        )?;
         Ok(self.signal_total(value))
     }
 
@@ -649,20 +495,10 @@ impl<'w, B: Backend> Collectives<'w, B> {
         value: u64,
     ) -> Result<()> {
         let sig = self.one_sided(signal, index, 1)?;
-        let call = KernelCall::SignalWaitUntil {
-            bases: self.bases(),
-            world: self.world_u32(),
-            rank: self.rank_u32(),
-            sig,
-            cmp,
-            value,
-        };
-        self.world.backend().launch(
-            &call,
-            Grid {
-                blocks: 1,
-                threads: 1,
-            },
+        self.world.kernels().launch(
+            symmem_kernels::symmem_rma_signal_wait_until,
+            Grid::new(1, 1),
+            (self.bases(), self.world_u32(), self.rank_u32(), &sig, cmp, value),
         )
     }
 
@@ -680,24 +516,25 @@ impl<'w, B: Backend> Collectives<'w, B> {
         iters: u32,
     ) -> Result<u64> {
         let counter = self.one_sided(counter, index, 1)?;
-        self.launch(&KernelCall::AtomicAddAll {
-            counter,
-            bases: self.bases(),
-            world: self.world_u32(),
-            rank: self.rank_u32(),
-            iters,
-        })?;
+        self.launch(
+            symmem_kernels::symmem_rma_atomic_add_all,
+            (&counter, self.bases(), self.world_u32(), self.rank_u32(), iters),
+        )?;
         Ok(u64::from(self.grid.blocks) * u64::from(self.grid.threads) * u64::from(iters))
     }
 
     // ---- helpers -------------------------------------------------------------------
 
-    fn launch(&self, call: &KernelCall) -> Result<()> {
-        self.world.backend().launch(call, self.grid)
+    fn launch<P: symmem_device::Params, A: crate::KernelArgs<B, P>>(
+        &self,
+        kernel: Kernel<P>,
+        args: A,
+    ) -> Result<()> {
+        self.world.kernels().launch(kernel, self.grid, args)
     }
 
-    fn bases(&self) -> u64 {
-        self.world.heap_bases().device_ptr()
+    fn bases(&self) -> &'w crate::PeerBases {
+        self.world.heap_bases()
     }
 
     fn world_u32(&self) -> u32 {
@@ -706,6 +543,84 @@ impl<'w, B: Backend> Collectives<'w, B> {
 
     fn rank_u32(&self) -> u32 {
         self.world.rank() as u32
+    }
+
+    /// The arguments of a data-moving collective: `dst`, `src`, the heap table, `world`,
+    /// `rank`, `bytes`, the signal array.
+    #[allow(clippy::type_complexity)]
+    fn moving<'a, T>(
+        &'a self,
+        dst: &'a DeviceSlice<'a, T, B>,
+        src: &'a DeviceSlice<'a, T, B>,
+        bytes: u64,
+    ) -> (
+        DeviceSlice<'a, u8, B>,
+        DeviceSlice<'a, u8, B>,
+        &'w crate::PeerBases,
+        u32,
+        u32,
+        u64,
+        &'a SymmetricBuffer<'w, u64, B>,
+    ) {
+        (
+            dst.as_bytes(),
+            src.as_bytes(),
+            self.bases(),
+            self.world_u32(),
+            self.rank_u32(),
+            bytes,
+            &self.signals,
+        )
+    }
+
+    /// The arguments of a reduction ([`ReductionParams`]).
+    #[allow(clippy::type_complexity)]
+    fn reducing<'a, T>(
+        &'a self,
+        dst: &'a DeviceSlice<'a, T, B>,
+        src: &'a DeviceSlice<'a, T, B>,
+        count: usize,
+    ) -> (
+        &'a DeviceSlice<'a, T, B>,
+        &'a DeviceSlice<'a, T, B>,
+        &'w crate::PeerBases,
+        u32,
+        u32,
+        u64,
+        &'a SymmetricBuffer<'w, u64, B>,
+    ) {
+        (
+            dst,
+            src,
+            self.bases(),
+            self.world_u32(),
+            self.rank_u32(),
+            count as u64,
+            &self.signals,
+        )
+    }
+
+    /// The leading arguments of a point-to-point kernel: `dst`, `src` (as bytes), the
+    /// heap table, `world`, `rank`.
+    #[allow(clippy::type_complexity)]
+    fn point<'a, T>(
+        &self,
+        dst: &DeviceSlice<'a, T, B>,
+        src: &DeviceSlice<'a, T, B>,
+    ) -> (
+        DeviceSlice<'a, u8, B>,
+        DeviceSlice<'a, u8, B>,
+        &'w crate::PeerBases,
+        u32,
+        u32,
+    ) {
+        (
+            dst.as_bytes(),
+            src.as_bytes(),
+            self.bases(),
+            self.world_u32(),
+            self.rank_u32(),
+        )
     }
 
     fn check_rank(&self, rank: usize) -> Result<()> {
@@ -728,16 +643,16 @@ impl<'w, B: Backend> Collectives<'w, B> {
     }
 
     /// As [`Collectives::symmetric`], for a one-sided call: the buffer must be agreed.
-    fn one_sided<T>(
+    fn one_sided<'a, T>(
         &self,
-        buffer: &SymmetricBuffer<'_, T, B>,
+        buffer: &'a SymmetricBuffer<'_, T, B>,
         at: usize,
         len: usize,
-    ) -> Result<u64> {
-        let addr = self.symmetric(buffer, at, len)?;
+    ) -> Result<DeviceSlice<'a, T, B>> {
+        let view = self.symmetric(buffer, at, len)?;
         self.world
             .check_one_sided(&[(buffer.id(), buffer.offset())])?;
-        Ok(addr)
+        Ok(view)
     }
 
     /// `world * count`, saturating (an overflow then fails the bounds check).
@@ -745,24 +660,24 @@ impl<'w, B: Backend> Collectives<'w, B> {
         count.saturating_mul(self.world.world_size())
     }
 
-    /// The local address of element `at` of `buffer`, checking that `at..at+len` lies
-    /// in it and that it lies in this world's heap (so the heap-base table translates
-    /// it).
-    fn symmetric<T>(
+    /// Elements `at..at+len` of this rank's copy of `buffer`, checking that they lie in
+    /// it and that it lies in this world's heap (so the heap-base table translates it).
+    fn symmetric<'a, T>(
         &self,
-        buffer: &SymmetricBuffer<'_, T, B>,
+        buffer: &'a SymmetricBuffer<'_, T, B>,
         at: usize,
         len: usize,
-    ) -> Result<u64> {
-        match at.checked_add(len) {
-            Some(end) if end <= buffer.len() => {}
-            _ => {
-                return Err(Error::OutOfBounds {
-                    start: at,
-                    len,
-                    capacity: buffer.len(),
-                });
-            }
+    ) -> Result<DeviceSlice<'a, T, B>> {
+        let view = buffer
+            .slice(at..at.saturating_add(len))
+            .map_err(|_| Error::OutOfBounds {
+                start: at,
+                len,
+                capacity: buffer.len(),
+            })?
+            .local();
+        if !std::ptr::eq(buffer.world(), self.world) {
+            return Err(Error::ForeignHandle);
         }
         let ptr = buffer.ptr();
         let heap = self.world.heap_bases().entries()[self.world.rank()];
@@ -773,8 +688,13 @@ impl<'w, B: Backend> Collectives<'w, B> {
         if !in_heap {
             return Err(Error::NotSymmetric { addr: ptr });
         }
-        Ok(ptr + (at * size_of::<T>()) as u64)
+        Ok(view)
     }
+}
+
+/// The first `count` elements of the local view `view`. Errors: [`Error::OutOfBounds`].
+fn local<T, B: Backend>(view: &impl AsDeviceSlice<T, B>, count: usize) -> Result<DeviceSlice<'_, T, B>> {
+    view.as_device_slice().slice(..count)
 }
 
 fn bytes_of<T>(count: usize) -> u64 {

@@ -27,6 +27,13 @@ pub struct Grid {
     pub threads: u32,
 }
 
+impl Grid {
+    /// `blocks` blocks of `threads` threads.
+    pub const fn new(blocks: u32, threads: u32) -> Self {
+        Self { blocks, threads }
+    }
+}
+
 /// Locks `mutex`; every update under these locks is a single assignment, so a poisoned
 /// lock still holds consistent state.
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {

@@ -160,9 +160,40 @@ pub enum Error {
     },
     /// No code object of the project's kernels for this device's architecture.
     NoCodeObject {
+        /// The kernel crate.
+        module: &'static str,
         /// The device's architecture name.
         arch: String,
     },
+    /// A loaded code object has no kernel of this name (built from an older version of
+    /// its crate, or for a different crate).
+    KernelNotFound {
+        /// The kernel crate.
+        module: &'static str,
+        /// The kernel.
+        kernel: &'static str,
+    },
+    /// A kernel launched through the module of another kernel crate.
+    WrongModule {
+        /// The kernel.
+        kernel: &'static str,
+        /// The crate that declares it.
+        kernel_crate: &'static str,
+        /// The crate of the module it was launched through.
+        module: &'static str,
+    },
+    /// Two views that must have the same length do not.
+    LengthMismatch {
+        /// Elements of the destination.
+        dst: usize,
+        /// Elements of the source.
+        src: usize,
+    },
+    /// A buffer or table of another world (another rank's, in a process of several
+    /// ranks) was passed to this world.
+    ForeignHandle,
+    /// A peer table whose buffer or provider has been dropped was passed to a kernel.
+    TableDropped,
     /// An operating-system call failed.
     Os {
         /// What was being done.
@@ -319,7 +350,30 @@ impl fmt::Display for Error {
                 f,
                 "device {device} has no peer-to-peer access to device {peer_device}"
             ),
-            Self::NoCodeObject { arch } => write!(f, "no symmem code object for {arch}"),
+            Self::NoCodeObject { module, arch } => {
+                write!(f, "the kernels of {module} have no code object for {arch}")
+            }
+            Self::KernelNotFound { module, kernel } => write!(
+                f,
+                "the code object of {module} has no kernel {kernel} (rebuild it, or load the crate that declares it)"
+            ),
+            Self::WrongModule {
+                kernel,
+                kernel_crate,
+                module,
+            } => write!(
+                f,
+                "kernel {kernel} is declared by {kernel_crate} but launched through the module of {module}"
+            ),
+            Self::LengthMismatch { dst, src } => write!(
+                f,
+                "the destination has {dst} elements but the source {src}"
+            ),
+            Self::ForeignHandle => write!(f, "a buffer or table of another world was passed"),
+            Self::TableDropped => write!(
+                f,
+                "a peer table was passed to a kernel after its buffer or provider was dropped"
+            ),
             Self::Os { what, source } => write!(f, "{what}: {source}"),
             Self::Bootstrap(msg) => write!(f, "bootstrap: {msg}"),
             Self::Unsupported(what) => write!(f, "unsupported: {what}"),

@@ -25,14 +25,19 @@ pub mod code_objects;
 pub mod collectives;
 pub mod cpu_launch;
 mod error;
-pub mod kernels;
+mod launch;
 mod ledger;
+mod memory;
 pub mod offset_alloc;
 mod provider;
 mod world;
 
+pub use backend::Grid;
 pub use error::{Error, Result};
+pub use launch::{CodeObjects, KernelArg, KernelArgs, Lowering, Module};
+pub use memory::{AsDeviceSlice, AsSymSlice, DeviceBuffer, DeviceSlice, SymSlice};
 pub use provider::{ExternalTable, Rendezvous};
+pub use symmem_device::{Kernel, Params, PeerTable};
 pub use world::{Config, PeerBaseProvider, PeerBases, RawSymmetric, SymmetricBuffer, World};
 
 use backend::Backend;

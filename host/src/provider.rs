@@ -20,7 +20,9 @@
 use crate::backend::{Backend, DeviceRegion};
 use crate::error::{Error, Result};
 use crate::ledger::Record;
-use crate::world::{PeerBaseProvider, PeerBases, World};
+use crate::memory::{AsSymSlice, DeviceBuffer, SymSlice};
+use crate::world::{ObjectTag, PeerBaseProvider, PeerBases, World};
+use std::marker::PhantomData;
 
 /// What a provider holds for its world, let go of as one collective object on drop.
 struct Held<'w, B: Backend> {
@@ -42,36 +44,29 @@ impl<B: Backend> Drop for Held<'_, B> {
     }
 }
 
-/// A rendezvous of one user allocation per rank. It owns this rank's allocation, which
-/// peers map; dropping the rendezvous unmaps the peers' copies and frees the allocation
-/// at the first barrier at which every rank has dropped its rendezvous.
-pub struct Rendezvous<'w, B: Backend> {
-    table: ExternalTable<'w, B>,
+/// A rendezvous of one user allocation per rank: `len` elements of `T` each. It owns
+/// this rank's allocation, which peers map; dropping the rendezvous unmaps the peers'
+/// copies and frees the allocation at the first barrier at which every rank has dropped
+/// its rendezvous.
+pub struct Rendezvous<'w, T, B: Backend> {
+    table: ExternalTable<'w, T, B>,
 }
 
-impl<'w, B: Backend> Rendezvous<'w, B> {
-    /// Collective: shares `memory` (this rank's allocation, `len` bytes of it) with every
-    /// rank of `world`, and keeps it until every rank has let go (see the module
-    /// documentation). On an error the allocation is dropped as the rendezvous would be.
+impl<'w, T: bytemuck::Pod, B: Backend> Rendezvous<'w, T, B> {
+    /// Collective: shares `buffer` (this rank's allocation, of the same length on every
+    /// rank) with every rank of its world, and keeps it until every rank has let go (see
+    /// the module documentation). On an error the allocation is dropped as the
+    /// rendezvous would be.
     ///
-    /// Errors: [`Error::ZeroSize`], [`Error::OutOfBounds`] for `len` past the allocation,
-    /// [`Error::CollectiveMismatch`] if ranks pass different lengths (the differing ranks
-    /// named), [`Error::PeerFailed`] if another rank's part failed, [`Error::PeerLost`],
-    /// and the backend's export and mapping errors.
-    pub fn new(world: &'w World<B>, memory: B::DeviceMemory, len: usize) -> Result<Self> {
+    /// Errors: [`Error::CollectiveMismatch`] if ranks pass different lengths (the
+    /// differing ranks named), [`Error::PeerFailed`] if another rank's part failed,
+    /// [`Error::PeerLost`], and the backend's export and mapping errors.
+    pub fn new(buffer: DeviceBuffer<'w, T, B>) -> Result<Self> {
+        let (world, memory, elements) = buffer.into_parts();
+        let len = elements * size_of::<T>();
         let id = world.create_object(Record::Rendezvous);
         let backend = world.backend();
-        let exported = if len == 0 {
-            Err(Error::ZeroSize)
-        } else if len > memory.len() {
-            Err(Error::OutOfBounds {
-                start: 0,
-                len,
-                capacity: memory.len(),
-            })
-        } else {
-            backend.export_device_memory(&memory)
-        };
+        let exported = backend.export_device_memory(&memory);
         let handle = world.agree_on(&[len as u64], exported)?;
         let local = memory.base();
         let handles = world.all_gather_shareable(handle)?;
@@ -95,17 +90,33 @@ impl<'w, B: Backend> Rendezvous<'w, B> {
         }
         congruent(local, &entries)?;
         Ok(Self {
-            table: ExternalTable::upload(held, local, len, entries)?,
+            table: ExternalTable::upload(held, local, elements, entries)?,
         })
     }
 
-    /// This rank's allocation, which the rendezvous shares.
-    pub fn memory(&self) -> &B::DeviceMemory {
-        &self.table.held.memories[0]
+    /// Elements on every rank.
+    pub fn len(&self) -> usize {
+        self.table.len
+    }
+
+    /// True for no elements (never: allocations are not empty).
+    pub fn is_empty(&self) -> bool {
+        self.table.len == 0
+    }
+
+    /// Elements `range` of the shared allocation, on every rank.
+    pub fn slice(&self, range: impl std::ops::RangeBounds<usize>) -> Result<SymSlice<'_, T, B>> {
+        self.as_sym_slice().slice(range)
     }
 }
 
-impl<B: Backend> PeerBaseProvider for Rendezvous<'_, B> {
+impl<T, B: Backend> AsSymSlice<T, B> for Rendezvous<'_, T, B> {
+    fn as_sym_slice(&self) -> SymSlice<'_, T, B> {
+        self.table.as_sym_slice()
+    }
+}
+
+impl<T, B: Backend> PeerBaseProvider for Rendezvous<'_, T, B> {
     fn table(&self) -> &PeerBases {
         self.table.table()
     }
@@ -117,20 +128,21 @@ impl<B: Backend> PeerBaseProvider for Rendezvous<'_, B> {
     }
 }
 
-/// A peer-base table that another library built, checked and uploaded by symmem. The
-/// memory it names stays that library's: it must outlive this value and every kernel
-/// launched over it. Dropping it frees only the uploaded table (at the next barrier at
-/// which every rank has dropped its table).
-pub struct ExternalTable<'w, B: Backend> {
+/// A peer-base table that another library built, checked and uploaded by symmem: `len`
+/// elements of `T` on every rank. The memory it names stays that library's: it must
+/// outlive this value and every kernel launched over it. Dropping it frees only the
+/// uploaded table (at the next barrier at which every rank has dropped its table).
+pub struct ExternalTable<'w, T, B: Backend> {
     table: PeerBases,
     local: u64,
     len: usize,
     held: Held<'w, B>,
+    _t: PhantomData<T>,
 }
 
-impl<'w, B: Backend> ExternalTable<'w, B> {
+impl<'w, T, B: Backend> ExternalTable<'w, T, B> {
     /// Collective: uploads `entries` (entry `r` = the allocation's address on rank `r` as
-    /// mapped in this process, each valid for `len` bytes) as this rank's device-resident
+    /// mapped in this process, each holding `len` elements of `T`) as this rank's device-resident
     /// table, after checking the contract: one entry per rank, `entries[rank] == local`,
     /// no null entry, entries congruent modulo 16, and the same `len` on every rank.
     ///
@@ -139,9 +151,16 @@ impl<'w, B: Backend> ExternalTable<'w, B> {
     /// [`Error::CollectiveMismatch`] if ranks pass different `len`s (the differing ranks
     /// named); [`Error::PeerFailed`] on the other ranks when one rank's table breaks the
     /// contract; [`Error::PeerLost`].
-    pub fn new(world: &'w World<B>, local: u64, len: usize, entries: &[u64]) -> Result<Self> {
+    ///
+    /// # Safety
+    /// Every entry is the address, in this process, of device memory holding `len`
+    /// elements of `T` (the own entry of this rank's device), aligned for `T`, that stays
+    /// allocated while this value lives and until a barrier after it is dropped; kernels
+    /// write through these addresses.
+    pub unsafe fn new(world: &'w World<B>, local: u64, len: usize, entries: &[u64]) -> Result<Self> {
         let id = world.create_object(Record::ExternalTable);
-        world.agree_on(&[len as u64], check_table(world, local, len, entries))?;
+        let bytes = len.saturating_mul(size_of::<T>());
+        world.agree_on(&[bytes as u64], check_table(world, local, bytes, entries))?;
         let held = Held {
             world,
             id,
@@ -152,19 +171,46 @@ impl<'w, B: Backend> ExternalTable<'w, B> {
         Self::upload(held, local, len, entries.to_vec())
     }
 
-    /// Uploads `entries` (checked by the caller) as the table of what `held` holds.
+    /// Uploads `entries` (checked by the caller) as the table of what `held` holds
+    /// (`len` elements of `T` on every rank).
     fn upload(mut held: Held<'w, B>, local: u64, len: usize, entries: Vec<u64>) -> Result<Self> {
-        let backend = held.world.backend();
+        let world = held.world;
+        let backend = world.backend();
         let memory = backend.alloc_device(entries.len() * 8)?;
         let device = memory.base();
         held.memories.push(memory);
-        backend.upload(device, bytemuck::cast_slice(&entries))?;
+        // SAFETY: the allocation just made holds one u64 per entry.
+        unsafe { backend.upload(device, bytemuck::cast_slice(&entries))? };
+        let tag = ObjectTag::new(held.id, 0);
         Ok(Self {
-            table: PeerBases::new(device, entries.into()),
+            table: PeerBases::new(device, entries.into(), world.serial(), Some(tag)),
             local,
             len,
             held,
+            _t: PhantomData,
         })
+    }
+
+    /// Elements on every rank.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True for no elements (never: an empty table is refused).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl<T, B: Backend> Drop for ExternalTable<'_, T, B> {
+    fn drop(&mut self) {
+        self.table.mark_dropped();
+    }
+}
+
+impl<T, B: Backend> AsSymSlice<T, B> for ExternalTable<'_, T, B> {
+    fn as_sym_slice(&self) -> SymSlice<'_, T, B> {
+        SymSlice::new(self.held.world, self.local, self.len, &self.table)
     }
 }
 
@@ -210,7 +256,9 @@ fn congruent(local: u64, entries: &[u64]) -> Result<()> {
     }
 }
 
-impl<B: Backend> PeerBaseProvider for ExternalTable<'_, B> {
+crate::local_copy_is_a_device_slice!(Rendezvous<'_, T, B>, ExternalTable<'_, T, B>);
+
+impl<T, B: Backend> PeerBaseProvider for ExternalTable<'_, T, B> {
     fn table(&self) -> &PeerBases {
         &self.table
     }
@@ -218,6 +266,6 @@ impl<B: Backend> PeerBaseProvider for ExternalTable<'_, B> {
         self.local
     }
     fn byte_len(&self) -> usize {
-        self.len
+        self.len * size_of::<T>()
     }
 }

@@ -31,10 +31,13 @@
 use crate::backend::{Backend, DeviceRegion, Shareable};
 use crate::bootstrap::Bootstrap;
 use crate::error::{Error, Result};
-use crate::kernels::KernelCall;
+use crate::launch::{CodeObjects, Loaded, Lowering, Module};
 use crate::ledger::{self, Ledger, Proposal, Record};
+use crate::memory::{AsDeviceSlice, AsSymSlice, DeviceBuffer, SymSlice};
 use crate::offset_alloc::{AllocError, MIN_ALIGN, OffsetAllocator};
 use std::marker::PhantomData;
+use std::ops::RangeBounds;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -59,16 +62,79 @@ impl Default for Config {
 
 /// The device-resident peer-base table of one allocation: entry `r` is the allocation's
 /// address on rank `r` as mapped in this address space. Entry `rank` is the local
-/// pointer. The device copy lives as long as the buffer (or provider) it came from.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// pointer. The device copy lives as long as the buffer (or provider) it came from; a
+/// kernel launch refuses a table whose owner has been dropped ([`Error::TableDropped`]).
+#[derive(Clone, Debug)]
 pub struct PeerBases {
     device: u64,
     entries: Arc<[u64]>,
+    /// The world it belongs to ([`World`]'s serial number).
+    world: u64,
+    /// The collective object it is the table of; `None` for the heap's own table.
+    object: Option<Arc<ObjectTag>>,
 }
 
+/// Which collective object a table belongs to, and whether it has been let go of.
+#[derive(Debug)]
+pub(crate) struct ObjectTag {
+    id: u64,
+    offset: usize,
+    dropped: AtomicBool,
+}
+
+impl ObjectTag {
+    pub(crate) fn new(id: u64, offset: usize) -> Arc<Self> {
+        Arc::new(Self {
+            id,
+            offset,
+            dropped: AtomicBool::new(false),
+        })
+    }
+}
+
+impl PartialEq for PeerBases {
+    fn eq(&self, other: &Self) -> bool {
+        self.device == other.device && self.entries == other.entries
+    }
+}
+
+impl Eq for PeerBases {}
+
 impl PeerBases {
-    pub(crate) fn new(device: u64, entries: Arc<[u64]>) -> Self {
-        Self { device, entries }
+    pub(crate) fn new(
+        device: u64,
+        entries: Arc<[u64]>,
+        world: u64,
+        object: Option<Arc<ObjectTag>>,
+    ) -> Self {
+        Self {
+            device,
+            entries,
+            world,
+            object,
+        }
+    }
+
+    /// Marks the table's owner as let go of: kernels may no longer be launched with it.
+    pub(crate) fn mark_dropped(&self) {
+        if let Some(object) = &self.object {
+            object.dropped.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Checks that a launch of `lowering`'s world may pass this table, and notes its
+    /// object for the agreement check.
+    pub(crate) fn check_usable<B: Backend>(&self, lowering: &mut Lowering<'_, B>) -> Result<()> {
+        if self.world != lowering.world_serial() {
+            return Err(Error::ForeignHandle);
+        }
+        if let Some(object) = &self.object {
+            if object.dropped.load(Ordering::Relaxed) {
+                return Err(Error::TableDropped);
+            }
+            lowering.through_table(object.id, object.offset);
+        }
+        Ok(())
     }
     /// Device address of the table (`len()` u64 entries): what kernels take.
     pub fn device_ptr(&self) -> u64 {
@@ -132,9 +198,9 @@ struct Retired<B: Backend> {
     exported: bool,
 }
 
-/// Serial numbers of allocations, unique across every world of the process, so a stale
-/// or foreign [`RawSymmetric`] is recognised.
-static SERIALS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+/// Serial numbers of allocations and worlds, unique across every world of the process,
+/// so a stale or foreign [`RawSymmetric`], buffer or table is recognised.
+static SERIALS: AtomicU64 = AtomicU64::new(1);
 
 struct HeapState<B: Backend> {
     allocator: OffsetAllocator,
@@ -156,6 +222,12 @@ impl<B: Backend> HeapState<B> {
 
 /// One rank's world.
 pub struct World<B: Backend> {
+    /// Unique in this process: handles name their world by it.
+    serial: u64,
+    /// symmem's own kernels (`symmem-kernels`), loaded like any kernel crate.
+    kernels: Arc<Loaded<B>>,
+    /// Kernel crates loaded with [`World::load`], kept while the world lives.
+    modules: Mutex<Vec<Arc<Loaded<B>>>>,
     rank: usize,
     world_size: usize,
     backend: B,
@@ -248,13 +320,16 @@ impl<B: Backend> World<B> {
             .min()
             .unwrap_or(MIN_ALIGN);
         let heap_bases_memory = backend.alloc_device(world_size * 8)?;
-        backend.upload(heap_bases_memory.base(), bytemuck::cast_slice(&bases))?;
-        let heap_bases = PeerBases {
-            device: heap_bases_memory.base(),
-            entries: bases.into(),
-        };
+        // SAFETY: the allocation just made holds `world_size` u64s.
+        unsafe { backend.upload(heap_bases_memory.base(), bytemuck::cast_slice(&bases))? };
+        let serial = SERIALS.fetch_add(1, Ordering::Relaxed);
+        let heap_bases = PeerBases::new(heap_bases_memory.base(), bases.into(), serial, None);
+        let kernels = Loaded::new(&backend, &crate::code_objects::KERNELS)?;
         bootstrap.barrier()?;
         Ok(Self {
+            serial,
+            kernels,
+            modules: Mutex::new(Vec::new()),
             rank,
             world_size,
             backend,
@@ -374,14 +449,12 @@ impl<B: Backend> World<B> {
                 return Err(e);
             }
         };
-        let serial = SERIALS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let serial = SERIALS.fetch_add(1, Ordering::Relaxed);
         state.live.insert(offset, Live { serial, id, bytes });
         drop(state);
-        self.backend.upload(slot, bytemuck::cast_slice(&entries))?;
-        let table = PeerBases {
-            device: slot,
-            entries,
-        };
+        // SAFETY: a table slot holds `world_size` u64s, and no launch uses it before this.
+        unsafe { self.backend.upload(slot, bytemuck::cast_slice(&entries))? };
+        let table = PeerBases::new(slot, entries, self.serial, Some(ObjectTag::new(id, offset)));
         let buffer = SymmetricBuffer {
             world: self,
             serial,
@@ -566,7 +639,7 @@ impl<B: Backend> World<B> {
     /// A symmetric buffer of `len` zeroed elements (zeroed on the device, asynchronously).
     pub fn zeros<T: bytemuck::Pod>(&self, len: usize) -> Result<SymmetricBuffer<'_, T, B>> {
         let buffer = self.empty(len)?;
-        self.backend.memset(buffer.ptr(), 0, buffer.byte_len())?;
+        self.fill_zero(&buffer)?;
         Ok(buffer)
     }
 
@@ -582,8 +655,7 @@ impl<B: Backend> World<B> {
     /// A symmetric buffer holding a copy of `data` on this rank (each rank passes its own).
     pub fn from_slice<T: bytemuck::Pod>(&self, data: &[T]) -> Result<SymmetricBuffer<'_, T, B>> {
         let buffer = self.empty(data.len())?;
-        self.backend
-            .upload(buffer.ptr(), bytemuck::cast_slice(data))?;
+        self.write(&buffer, 0, data)?;
         Ok(buffer)
     }
 
@@ -624,6 +696,60 @@ impl<B: Backend> World<B> {
     /// The peer table of `buffer`.
     pub fn peer_bases<T: bytemuck::Pod>(&self, buffer: &SymmetricBuffer<'_, T, B>) -> PeerBases {
         buffer.table.clone()
+    }
+
+    /// Allocates plain device memory for `len` elements of `T` on this rank (not
+    /// collective, not symmetric; share it with [`crate::Rendezvous`]). Its contents are
+    /// undefined. Errors: [`Error::ZeroSize`], the backend's out-of-memory error.
+    pub fn alloc<T: bytemuck::Pod>(&self, len: usize) -> Result<DeviceBuffer<'_, T, B>> {
+        DeviceBuffer::new(self, len)
+    }
+
+    /// [`World::alloc`], zeroed (asynchronously).
+    pub fn device_zeros<T: bytemuck::Pod>(&self, len: usize) -> Result<DeviceBuffer<'_, T, B>> {
+        let buffer = self.alloc(len)?;
+        self.fill_zero(&buffer)?;
+        Ok(buffer)
+    }
+
+    /// [`World::alloc`] holding a copy of `data` (uploaded asynchronously).
+    pub fn device_from_slice<T: bytemuck::Pod>(&self, data: &[T]) -> Result<DeviceBuffer<'_, T, B>> {
+        let buffer = self.alloc(data.len())?;
+        self.write(&buffer, 0, data)?;
+        Ok(buffer)
+    }
+
+    /// Loads the code objects of a kernel crate (made with [`crate::include_kernels!`])
+    /// for this rank's device, once per world: the object built for its architecture.
+    /// Every kernel is loaded now, so no launch waits for a load.
+    ///
+    /// Errors: [`Error::NoCodeObject`] naming the crate and the device's architecture
+    /// when none of the objects runs here; the backend's load errors.
+    pub fn load(&self, objects: &'static CodeObjects) -> Result<Module<'_, B>> {
+        if std::ptr::eq(objects, self.kernels.objects) {
+            return Ok(self.kernels());
+        }
+        let mut modules = self.modules.lock().unwrap_or_else(|p| p.into_inner());
+        let loaded = match modules.iter().find(|m| std::ptr::eq(m.objects, objects)) {
+            Some(loaded) => Arc::clone(loaded),
+            None => {
+                let loaded = Loaded::new(&self.backend, objects)?;
+                modules.push(Arc::clone(&loaded));
+                loaded
+            }
+        };
+        Ok(Module::new(self, loaded))
+    }
+
+    /// symmem's own kernels (`symmem-kernels`), launched through the same checked path
+    /// as a user's.
+    pub fn kernels(&self) -> Module<'_, B> {
+        Module::new(self, Arc::clone(&self.kernels))
+    }
+
+    /// Unique in this process: what handles name their world by.
+    pub(crate) fn serial(&self) -> u64 {
+        self.serial
     }
 
     /// Collective: waits until this rank's enqueued work has completed (one counted
@@ -685,76 +811,170 @@ impl<B: Backend> World<B> {
             .all_gather_shareable(mine)
     }
 
-    /// Enqueues `call` on this rank's device with the backend's default launch shape.
-    pub fn launch(&self, call: &KernelCall) -> Result<()> {
-        self.backend.launch(call, self.backend.default_grid(call))
-    }
-
-    /// Translated put: `len` elements from `src` (a device address on this rank) into
-    /// rank `to`'s copy of `dst`, starting at element `at`. Checked: rank, range.
-    pub fn put<T: bytemuck::Pod>(
+    /// Translated put: `src` (this rank's elements) into rank `to`'s copy of `dst`, with
+    /// the backend's launch shape for the size (`symmem_put`). Nothing tells `to` that
+    /// the data arrived: follow with a [`World::barrier`].
+    ///
+    /// Errors: [`Error::RankOutOfRange`], [`Error::LengthMismatch`] unless `src` and
+    /// `dst` have the same length, [`Error::NotAgreed`] before a barrier has confirmed
+    /// `dst`'s allocation, and the launch's errors.
+    pub fn put<T: bytemuck::Pod + 'static>(
         &self,
-        dst: &SymmetricBuffer<'_, T, B>,
-        at: usize,
-        src: u64,
-        len: usize,
+        dst: &impl AsSymSlice<T, B>,
+        src: &impl AsDeviceSlice<T, B>,
         to: usize,
     ) -> Result<()> {
+        let (dst, src) = (dst.as_sym_slice(), src.as_device_slice());
         self.check_rank(to)?;
-        let start = dst.element_addr(at, len)?;
-        self.check_one_sided(&[(dst.id, dst.offset)])?;
-        self.launch(&KernelCall::Put {
-            dst: start,
-            src,
-            bytes: (len * size_of::<T>()) as u64,
-            bases: dst.table.device,
-            world: self.world_size as u32,
-            cur: self.rank as u32,
-            to: to as u32,
-        })
+        same_length(dst.len(), src.len())?;
+        let bytes = src.byte_len();
+        self.kernels().launch(
+            symmem_kernels::symmem_put,
+            self.backend.grid_for_bytes(bytes),
+            (
+                &dst.local().as_bytes(),
+                &src.as_bytes(),
+                bytes as u64,
+                dst.peer_bases(),
+                self.world_size as u32,
+                self.rank as u32,
+                to as u32,
+            ),
+        )
     }
 
-    /// Translated get: `len` elements of rank `from`'s copy of `src`, starting at
-    /// element `at`, into `dst` (a device address on this rank).
-    pub fn get<T: bytemuck::Pod>(
+    /// Translated get: rank `from`'s copy of `src` into `dst` (this rank's elements),
+    /// as [`World::put`] (`symmem_get`). Rank `from` must have finished writing them.
+    ///
+    /// Errors: as [`World::put`].
+    pub fn get<T: bytemuck::Pod + 'static>(
         &self,
-        dst: u64,
-        src: &SymmetricBuffer<'_, T, B>,
-        at: usize,
-        len: usize,
+        dst: &impl AsDeviceSlice<T, B>,
+        src: &impl AsSymSlice<T, B>,
         from: usize,
     ) -> Result<()> {
+        let (dst, src) = (dst.as_device_slice(), src.as_sym_slice());
         self.check_rank(from)?;
-        let start = src.element_addr(at, len)?;
-        self.check_one_sided(&[(src.id, src.offset)])?;
-        self.launch(&KernelCall::Get {
-            dst,
-            src: start,
-            bytes: (len * size_of::<T>()) as u64,
-            bases: src.table.device,
-            world: self.world_size as u32,
-            cur: self.rank as u32,
-            from: from as u32,
-        })
+        same_length(dst.len(), src.len())?;
+        let bytes = dst.byte_len();
+        self.kernels().launch(
+            symmem_kernels::symmem_get,
+            self.backend.grid_for_bytes(bytes),
+            (
+                &dst.as_bytes(),
+                &src.local().as_bytes(),
+                bytes as u64,
+                src.peer_bases(),
+                self.world_size as u32,
+                self.rank as u32,
+                from as u32,
+            ),
+        )
     }
 
-    /// Copies this rank's copy of `buffer` to the host (one counted synchronisation).
-    pub fn read<T: bytemuck::Pod>(&self, buffer: &SymmetricBuffer<'_, T, B>) -> Result<Vec<T>> {
-        let mut out = vec![T::zeroed(); buffer.len];
-        self.backend
-            .download(bytemuck::cast_slice_mut(&mut out), buffer.ptr())?;
+    /// A direct device copy of `src` into `dst` with no translation (`symmem_copy`, the
+    /// baseline translated puts are measured against).
+    ///
+    /// Errors: [`Error::LengthMismatch`], the launch's errors.
+    pub fn copy<T: bytemuck::Pod + 'static>(
+        &self,
+        dst: &impl AsDeviceSlice<T, B>,
+        src: &impl AsDeviceSlice<T, B>,
+    ) -> Result<()> {
+        let (dst, src) = (dst.as_device_slice(), src.as_device_slice());
+        same_length(dst.len(), src.len())?;
+        let bytes = dst.byte_len();
+        self.kernels().launch(
+            symmem_kernels::symmem_copy,
+            self.backend.grid_for_bytes(bytes),
+            (&dst.as_bytes(), &src.as_bytes(), bytes as u64),
+        )
+    }
+
+    /// Copies `view` (this rank's memory) to the host, after all work enqueued so far:
+    /// one counted synchronisation.
+    pub fn read<T: bytemuck::Pod>(&self, view: &impl AsDeviceSlice<T, B>) -> Result<Vec<T>> {
+        let view = view.as_device_slice();
+        self.check_own(view.world())?;
+        let mut out = vec![T::zeroed(); view.len()];
+        // SAFETY: a view of this world is live memory of this rank holding its elements.
+        unsafe {
+            self.backend
+                .download(bytemuck::cast_slice_mut(&mut out), view.ptr())?
+        };
         Ok(out)
     }
 
-    /// Enqueues writing `data` into this rank's copy of `buffer`, from element `at`.
+    /// Copies rank `rank`'s copy of `view` to the host, read through its mapping in this
+    /// address space (one counted synchronisation of this rank; the peer must have
+    /// finished writing it, a barrier before).
+    ///
+    /// Errors: [`Error::RankOutOfRange`].
+    pub fn read_peer<T: bytemuck::Pod>(
+        &self,
+        view: &impl AsSymSlice<T, B>,
+        rank: usize,
+    ) -> Result<Vec<T>> {
+        let view = view.as_sym_slice();
+        self.check_own(view.local().world())?;
+        let ptr = view.peer_ptr(rank)?;
+        let mut out = vec![T::zeroed(); view.len()];
+        // SAFETY: every table entry is the object's memory on that rank, mapped in this
+        // address space for the object's whole length (the provider contract), and the
+        // view lies inside the object.
+        unsafe {
+            self.backend
+                .download(bytemuck::cast_slice_mut(&mut out), ptr)?
+        };
+        Ok(out)
+    }
+
+    /// Copies the device copy of `table` to the host (one counted synchronisation): what
+    /// kernels read, to compare with [`PeerBases::entries`].
+    pub fn read_table(&self, table: &PeerBases) -> Result<Vec<u64>> {
+        if table.world != self.serial {
+            return Err(Error::ForeignHandle);
+        }
+        let mut out = vec![0u64; table.len()];
+        // SAFETY: a table of this world is `len` u64s of live device memory.
+        unsafe {
+            self.backend
+                .download(bytemuck::cast_slice_mut(&mut out), table.device)?
+        };
+        Ok(out)
+    }
+
+    /// Enqueues writing `data` into `view` (this rank's memory), from element `at`.
+    ///
+    /// Errors: [`Error::OutOfBounds`] when `at..at + data.len()` is not inside.
     pub fn write<T: bytemuck::Pod>(
         &self,
-        buffer: &SymmetricBuffer<'_, T, B>,
+        view: &impl AsDeviceSlice<T, B>,
         at: usize,
         data: &[T],
     ) -> Result<()> {
-        let start = buffer.element_addr(at, data.len())?;
-        self.backend.upload(start, bytemuck::cast_slice(data))
+        let view = view.as_device_slice();
+        self.check_own(view.world())?;
+        let range = view.slice(at..at.saturating_add(data.len()))?;
+        // SAFETY: the range is inside a live view of this rank's memory.
+        unsafe { self.backend.upload(range.ptr(), bytemuck::cast_slice(data)) }
+    }
+
+    /// Enqueues setting every byte of `view` (this rank's memory) to zero.
+    pub fn fill_zero<T>(&self, view: &impl AsDeviceSlice<T, B>) -> Result<()> {
+        let view = view.as_device_slice();
+        self.check_own(view.world())?;
+        // SAFETY: a live view of this rank's memory.
+        unsafe { self.backend.memset(view.ptr(), 0, view.byte_len()) }
+    }
+
+    /// [`Error::ForeignHandle`] unless `owner` is this world.
+    fn check_own(&self, owner: &World<B>) -> Result<()> {
+        if std::ptr::eq(owner, self) {
+            Ok(())
+        } else {
+            Err(Error::ForeignHandle)
+        }
     }
 
     /// Lets go of a buffer given up with [`SymmetricBuffer::into_raw`], as dropping it
@@ -797,7 +1017,11 @@ pub struct SymmetricBuffer<'w, T, B: Backend> {
     _t: PhantomData<T>,
 }
 
-impl<T, B: Backend> SymmetricBuffer<'_, T, B> {
+impl<'w, T, B: Backend> SymmetricBuffer<'w, T, B> {
+    /// The world it belongs to.
+    pub fn world(&self) -> &'w World<B> {
+        self.world
+    }
     /// Device address of this rank's copy.
     pub fn ptr(&self) -> u64 {
         self.world.heap.base() + self.offset as u64
@@ -826,6 +1050,16 @@ impl<T, B: Backend> SymmetricBuffer<'_, T, B> {
     pub(crate) fn id(&self) -> u64 {
         self.id
     }
+    /// The whole buffer as a view (this rank's copy and the table).
+    pub fn as_slice(&self) -> SymSlice<'_, T, B> {
+        SymSlice::new(self.world, self.ptr(), self.len, &self.table)
+    }
+
+    /// Elements `range` of the buffer, on every rank. Errors: [`Error::OutOfBounds`].
+    pub fn slice(&self, range: impl RangeBounds<usize>) -> Result<SymSlice<'_, T, B>> {
+        self.as_slice().slice(range)
+    }
+
     /// Gives up ownership without freeing; see [`World::free_raw`].
     pub fn into_raw(self) -> RawSymmetric {
         let raw = RawSymmetric {
@@ -836,16 +1070,11 @@ impl<T, B: Backend> SymmetricBuffer<'_, T, B> {
         std::mem::forget(self);
         raw
     }
-    /// Device address of element `at`, checking that `at..at+len` is inside.
-    fn element_addr(&self, at: usize, len: usize) -> Result<u64> {
-        match at.checked_add(len) {
-            Some(end) if end <= self.len => Ok(self.ptr() + (at * size_of::<T>()) as u64),
-            _ => Err(Error::OutOfBounds {
-                start: at,
-                len,
-                capacity: self.len,
-            }),
-        }
+}
+
+impl<T, B: Backend> AsSymSlice<T, B> for SymmetricBuffer<'_, T, B> {
+    fn as_sym_slice(&self) -> SymSlice<'_, T, B> {
+        self.as_slice()
     }
 }
 
@@ -863,9 +1092,19 @@ impl<T, B: Backend> PeerBaseProvider for SymmetricBuffer<'_, T, B> {
 
 impl<T, B: Backend> Drop for SymmetricBuffer<'_, T, B> {
     fn drop(&mut self) {
+        self.table.mark_dropped();
         // The offset came from this world's allocator and is let go of once: cannot fail.
         let _ = self
             .world
             .retire_allocation(self.offset, self.serial, self.table.device);
+    }
+}
+
+/// [`Error::LengthMismatch`] unless `a == b`.
+fn same_length(a: usize, b: usize) -> Result<()> {
+    if a == b {
+        Ok(())
+    } else {
+        Err(Error::LengthMismatch { dst: a, src: b })
     }
 }

@@ -1,10 +1,37 @@
-//! Grid-level kernel bodies, written once against [`Arch`].
+//! symmem's own kernels, declared with `#[kernel]` exactly as a user's kernel crate
+//! declares its own: `symmem-build` builds this crate into the code objects the `symmem`
+//! host crate embeds, and the host launches each kernel through the same checked path a
+//! user's launch takes.
 //!
-//! `device/` wraps each body in an exported `extern "gpu-kernel"` function for AMD and
-//! NVIDIA code objects; the CPU backend runs the same bodies on host threads. Every body
-//! is a grid-stride loop, so it is correct for any launch geometry; the fast geometry on
-//! a GPU is about one 16-byte vector per thread, where the loop runs once.
+//! * [`symmem_put`], [`symmem_get`], [`symmem_copy`]: translated put and get, and the
+//!   direct copy they are measured against, over the grid-level bodies [`put`], [`get`]
+//!   and [`copy`] below. Every body is a grid-stride loop, so it is correct for any
+//!   launch geometry; the fast geometry on a GPU is about one 16-byte vector per thread,
+//!   where the loop runs once.
+//! * `rma`: device RMA entry points (put, get, put with signal, the cross-rank barrier,
+//!   atomics under contention, a signal wait) over `symmem-rma`.
+//! * `collectives`: all-gather, all-to-all, broadcast and the reductions, one kernel per
+//!   (operator, element type).
+//! * `probes`: one library operation each, for the codegen tests.
+//!
+//! The `symmem-rma` entry points take their arguments in one order: buffers, the
+//! peer-base table, `world`, `rank`, counts, the signal array, then extra ranks or
+//! values.
 #![no_std]
+#![cfg_attr(
+    any(target_arch = "amdgpu", target_arch = "nvptx64"),
+    feature(abi_gpu_kernel)
+)]
+
+mod collectives;
+mod probes;
+mod rma;
+
+pub use collectives::*;
+pub use probes::*;
+pub use rma::*;
+
+use symmem_device::{PeerTable, kernel};
 
 use symmem_arch::Arch;
 use symmem_translate::{PeerBases, U32x4};
@@ -111,5 +138,86 @@ pub unsafe fn get<A: Arch>(
             bases.remote_unchecked(src.cast_mut(), cur, from),
             n,
         )
+    }
+}
+
+/// Translated put: `n` bytes from local `src` into rank `to`'s copy of the symmetric
+/// buffer at local address `dst`, whose peer-base table is `bases` (`world` entries).
+///
+/// # Safety
+/// See [`put`].
+#[kernel]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn symmem_put(
+    arch: &impl Arch,
+    dst: *mut u8,
+    src: *const u8,
+    n: u64,
+    bases: PeerTable,
+    world: u32,
+    cur: u32,
+    to: u32,
+) {
+    // SAFETY: forwarded from the host launch, which checked ranks and ranges.
+    unsafe {
+        let bases = bases.bases(world as usize);
+        put(arch, dst, src, n as usize, bases, cur as usize, to as usize)
+    }
+}
+
+/// Translated get: `n` bytes from rank `from`'s copy of the symmetric buffer at local
+/// address `src` into local `dst`.
+///
+/// # Safety
+/// See [`get`].
+#[kernel]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn symmem_get(
+    arch: &impl Arch,
+    dst: *mut u8,
+    src: *const u8,
+    n: u64,
+    bases: PeerTable,
+    world: u32,
+    cur: u32,
+    from: u32,
+) {
+    // SAFETY: forwarded from the host launch, which checked ranks and ranges.
+    unsafe {
+        let bases = bases.bases(world as usize);
+        get(arch, dst, src, n as usize, bases, cur as usize, from as usize)
+    }
+}
+
+/// Direct copy with no translation: the baseline the translated kernels are measured
+/// against.
+///
+/// # Safety
+/// See [`copy`].
+#[kernel]
+pub unsafe fn symmem_copy(arch: &impl Arch, dst: *mut u8, src: *const u8, n: u64) {
+    // SAFETY: forwarded from the host launch.
+    unsafe { copy(arch, dst, src, n as usize) }
+}
+
+#[cfg(test)]
+mod declarations {
+    extern crate std;
+    use std::vec::Vec;
+
+    #[test]
+    fn every_kernel_is_declared_once_with_its_slots() {
+        let ours: Vec<_> = symmem_device::declarations()
+            .filter(|d| d.crate_name == "symmem_kernels")
+            .collect();
+        let put = ours.iter().find(|d| d.name == "symmem_put").expect("symmem_put");
+        assert_eq!(put.slots.len(), 7);
+        let mut names: Vec<_> = ours.iter().map(|d| d.name).collect();
+        names.sort_unstable();
+        let count = names.len();
+        names.dedup();
+        assert_eq!(names.len(), count, "a kernel is recorded twice");
+        // 3 point-to-point + 6 rma + 3 data collectives + 27 reductions + 4 probes.
+        assert_eq!(count, 43, "{names:?}");
     }
 }

@@ -1,6 +1,6 @@
 //! The CPU backend: each rank's heap is an anonymous shared-memory file (memfd), peers
-//! map it from its file descriptor at an address of their own, and kernels are the
-//! `symmem-kernels` bodies run on host threads.
+//! map it from its file descriptor at an address of their own, and a kernel is its
+//! `#[kernel]` body run on host threads (every kernel, symmem's and a user's alike).
 //!
 //! memfds live in no file system, so nothing is left in `/dev/shm` after a run, a crash
 //! or a killed rank: the memory goes when the last descriptor and mapping go.
@@ -18,17 +18,12 @@
 //! `RLIMIT_NOFILE` to the hard limit once (as Go's runtime and the JVM do at start) and
 //! tries again; past the hard limit an allocation is [`Error::FdLimit`], naming it.
 
-use super::{Backend, BackendKind, DeviceRegion, Grid, Shareable};
+use super::{Backend, BackendKind, DeviceRegion, Grid, KernelLaunch, Shareable};
 use crate::cpu_launch;
 use crate::error::{Error, Result};
-use crate::kernels::{DType, KernelCall, ReduceOp};
+use crate::launch::CodeObjects;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
-use symmem_arch::Arch;
-use symmem_arch::host::HostThread;
-use symmem_rma::collectives::{self, Reducible};
-use symmem_rma::{AtomicOp, Bf16, Order, Scope, Team};
-use symmem_translate::PeerBases;
 
 /// The CPU backend of one rank.
 #[derive(Debug, Default)]
@@ -273,6 +268,7 @@ impl Backend for Cpu {
     type Heap = CpuMemory;
     type Mapping = CpuMemory;
     type DeviceMemory = CpuMemory;
+    type Module = ();
 
     fn kind(&self) -> BackendKind {
         BackendKind::Cpu
@@ -309,30 +305,31 @@ impl Backend for Cpu {
         CpuMemory::import(handle, bytes)
     }
 
-    fn upload(&self, dst: u64, src: &[u8]) -> Result<()> {
-        // SAFETY: the caller passes a destination it owns of at least `src.len()` bytes
-        // (every caller in this crate uploads into memory it allocated for that size).
+    unsafe fn upload(&self, dst: u64, src: &[u8]) -> Result<()> {
+        // SAFETY: the caller passes writable memory of this process of `src.len()` bytes.
         unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), ptr_at(dst), src.len()) };
         Ok(())
     }
-    fn download(&self, dst: &mut [u8], src: u64) -> Result<()> {
+    unsafe fn download(&self, dst: &mut [u8], src: u64) -> Result<()> {
         self.syncs.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: as in `upload`, with the roles swapped.
+        // SAFETY: the caller passes readable memory of this process of `dst.len()` bytes.
         unsafe { std::ptr::copy_nonoverlapping(ptr_at(src), dst.as_mut_ptr(), dst.len()) };
         Ok(())
     }
-    fn memset(&self, dst: u64, value: u8, bytes: usize) -> Result<()> {
-        // SAFETY: as in `upload`.
+    unsafe fn memset(&self, dst: u64, value: u8, bytes: usize) -> Result<()> {
+        // SAFETY: the caller passes writable memory of this process of `bytes` bytes.
         unsafe { ptr_at(dst).write_bytes(value, bytes) };
         Ok(())
     }
 
-    fn launch(&self, call: &KernelCall, grid: Grid) -> Result<()> {
-        // SAFETY: the world checked every address and rank it put into `call`: the
-        // ranges lie in live mappings and tables of this process.
-        unsafe { run_on_threads(call, grid) }
+    fn load_module(&self, _objects: &'static CodeObjects) -> Result<()> {
+        // The bodies are compiled into the program: there is nothing to load.
+        Ok(())
     }
-    fn default_grid(&self, _call: &KernelCall) -> Grid {
+    unsafe fn launch(&self, _module: &(), launch: &KernelLaunch<'_>, grid: Grid) -> Result<()> {
+        cpu_launch::launch(grid, |arch| launch.host.run(arch))
+    }
+    fn grid_for_bytes(&self, _bytes: usize) -> Grid {
         // The bodies are grid-stride loops over 16-byte vectors: on a CPU, threads of
         // one rank would share every cache line, so one thread per launch is fastest
         // (measured: 4 threads ran 4-5x slower). Ranks still run concurrently.
@@ -348,448 +345,5 @@ impl Backend for Cpu {
     }
     fn device_to_host_syncs(&self) -> u64 {
         self.syncs.load(Ordering::Relaxed)
-    }
-}
-
-/// Runs `call`'s kernel body on host threads shaped like `grid` (errors: see
-/// [`cpu_launch::launch`]).
-///
-/// # Safety
-/// Every address in `call` must be valid for the accesses the kernel makes.
-unsafe fn run_on_threads(call: &KernelCall, grid: Grid) -> Result<()> {
-    // Addresses travel into the threads as integers (raw pointers are not `Sync`) and
-    // become pointers again, with the provenance the mappings exposed, inside.
-    match *call {
-        KernelCall::Put {
-            dst,
-            src,
-            bytes,
-            bases,
-            world,
-            cur,
-            to,
-        } => {
-            cpu_launch::launch(grid, |arch| {
-                // SAFETY: forwarded from the caller.
-                unsafe {
-                    let bases = PeerBases::from_raw_parts(ptr_at(bases).cast(), world as usize);
-                    let (dst, src) = (ptr_at(dst), ptr_at(src));
-                    symmem_kernels::put(
-                        arch,
-                        dst,
-                        src,
-                        bytes as usize,
-                        bases,
-                        cur as usize,
-                        to as usize,
-                    );
-                }
-            })
-        }
-        KernelCall::Get {
-            dst,
-            src,
-            bytes,
-            bases,
-            world,
-            cur,
-            from,
-        } => {
-            cpu_launch::launch(grid, |arch| {
-                // SAFETY: forwarded from the caller.
-                unsafe {
-                    let bases = PeerBases::from_raw_parts(ptr_at(bases).cast(), world as usize);
-                    let (dst, src) = (ptr_at(dst), ptr_at(src));
-                    symmem_kernels::get(
-                        arch,
-                        dst,
-                        src,
-                        bytes as usize,
-                        bases,
-                        cur as usize,
-                        from as usize,
-                    );
-                }
-            })
-        }
-        KernelCall::Copy { dst, src, bytes } => {
-            cpu_launch::launch(grid, |arch| {
-                // SAFETY: forwarded from the caller.
-                unsafe { symmem_kernels::copy(arch, ptr_at(dst), ptr_at(src), bytes as usize) }
-            })
-        }
-        KernelCall::RmaPut {
-            dst,
-            src,
-            bases,
-            world,
-            rank,
-            bytes,
-            to,
-        } => {
-            // SAFETY: the world that built the call passes a live table and a rank in range.
-            let team = unsafe { team_at(bases, world, rank) };
-            on_team(grid, &team, |arch, team| {
-                // SAFETY: forwarded from the caller.
-                unsafe {
-                    collectives::put(
-                        arch,
-                        team,
-                        ptr_at(dst),
-                        ptr_at(src),
-                        bytes as usize,
-                        to as usize,
-                    )
-                }
-            })
-        }
-        KernelCall::RmaGet {
-            dst,
-            src,
-            bases,
-            world,
-            rank,
-            bytes,
-            from,
-        } => {
-            // SAFETY: the world that built the call passes a live table and a rank in range.
-            let team = unsafe { team_at(bases, world, rank) };
-            on_team(grid, &team, |arch, team| {
-                // SAFETY: forwarded from the caller.
-                unsafe {
-                    collectives::get(
-                        arch,
-                        team,
-                        ptr_at(dst),
-                        ptr_at(src),
-                        bytes as usize,
-                        from as usize,
-                    )
-                }
-            })
-        }
-        KernelCall::PutSignalAdd {
-            dst,
-            src,
-            bases,
-            world,
-            rank,
-            bytes,
-            sig,
-            to,
-            value,
-        } => {
-            // SAFETY: the world that built the call passes a live table and a rank in range.
-            let team = unsafe { team_at(bases, world, rank) };
-            on_team(grid, &team, |arch, team| {
-                // SAFETY: forwarded from the caller.
-                unsafe {
-                    collectives::put_signal_add(
-                        arch,
-                        team,
-                        ptr_at(dst),
-                        ptr_at(src),
-                        bytes as usize,
-                        ptr_at(sig).cast(),
-                        value,
-                        to as usize,
-                    )
-                }
-            })
-        }
-        KernelCall::BarrierAll {
-            bases,
-            world,
-            rank,
-            sig,
-        } => {
-            // SAFETY: the world that built the call passes a live table and a rank in range.
-            let team = unsafe { team_at(bases, world, rank) };
-            on_team(grid, &team, |arch, team| {
-                // SAFETY: forwarded from the caller.
-                unsafe { collectives::barrier(arch, team, ptr_at(sig).cast()) }
-            })
-        }
-        KernelCall::AllGather {
-            dst,
-            src,
-            bases,
-            world,
-            rank,
-            bytes,
-            sig,
-        } => {
-            // SAFETY: the world that built the call passes a live table and a rank in range.
-            let team = unsafe { team_at(bases, world, rank) };
-            on_team(grid, &team, |arch, team| {
-                // SAFETY: forwarded from the caller.
-                unsafe {
-                    collectives::all_gather(
-                        arch,
-                        team,
-                        ptr_at(dst),
-                        ptr_at(src),
-                        bytes as usize,
-                        ptr_at(sig).cast(),
-                    )
-                }
-            })
-        }
-        KernelCall::AllToAll {
-            dst,
-            src,
-            bases,
-            world,
-            rank,
-            bytes,
-            sig,
-        } => {
-            // SAFETY: the world that built the call passes a live table and a rank in range.
-            let team = unsafe { team_at(bases, world, rank) };
-            on_team(grid, &team, |arch, team| {
-                // SAFETY: forwarded from the caller.
-                unsafe {
-                    collectives::all_to_all(
-                        arch,
-                        team,
-                        ptr_at(dst),
-                        ptr_at(src),
-                        bytes as usize,
-                        ptr_at(sig).cast(),
-                    )
-                }
-            })
-        }
-        KernelCall::Broadcast {
-            dst,
-            src,
-            bases,
-            world,
-            rank,
-            bytes,
-            sig,
-            root,
-        } => {
-            // SAFETY: the world that built the call passes a live table and a rank in range.
-            let team = unsafe { team_at(bases, world, rank) };
-            on_team(grid, &team, |arch, team| {
-                // SAFETY: forwarded from the caller.
-                unsafe {
-                    collectives::broadcast(
-                        arch,
-                        team,
-                        ptr_at(dst),
-                        ptr_at(src),
-                        bytes as usize,
-                        root as usize,
-                        ptr_at(sig).cast(),
-                    )
-                }
-            })
-        }
-        KernelCall::AllReduceOneShot {
-            op,
-            dtype,
-            dst,
-            src,
-            bases,
-            world,
-            rank,
-            count,
-            sig,
-        } => {
-            let r = Reduction {
-                kind: ReductionKind::OneShot,
-                op,
-                dst,
-                src,
-                count,
-                sig,
-            };
-            // SAFETY: forwarded from the caller.
-            unsafe { r.run(dtype, grid, bases, world, rank) }
-        }
-        KernelCall::AllReduceTwoShot {
-            op,
-            dtype,
-            dst,
-            src,
-            bases,
-            world,
-            rank,
-            count,
-            sig,
-        } => {
-            let r = Reduction {
-                kind: ReductionKind::TwoShot,
-                op,
-                dst,
-                src,
-                count,
-                sig,
-            };
-            // SAFETY: forwarded from the caller.
-            unsafe { r.run(dtype, grid, bases, world, rank) }
-        }
-        KernelCall::ReduceScatter {
-            op,
-            dtype,
-            dst,
-            src,
-            bases,
-            world,
-            rank,
-            count,
-            sig,
-        } => {
-            let r = Reduction {
-                kind: ReductionKind::ReduceScatter,
-                op,
-                dst,
-                src,
-                count,
-                sig,
-            };
-            // SAFETY: forwarded from the caller.
-            unsafe { r.run(dtype, grid, bases, world, rank) }
-        }
-        KernelCall::AtomicAddAll {
-            counter,
-            bases,
-            world,
-            rank,
-            iters,
-        } => {
-            // SAFETY: the world that built the call passes a live table and a rank in range.
-            let team = unsafe { team_at(bases, world, rank) };
-            on_team(grid, &team, |_, team| {
-                // The body of `symmem_rma_atomic_add_all` (device/kernels/src/rma.rs).
-                let counter = ptr_at(counter).cast::<u64>();
-                let (world, rank) = (world as usize, rank as usize);
-                for _ in 0..iters {
-                    for k in 0..world {
-                        // SAFETY: forwarded from the caller; `to < world`.
-                        unsafe {
-                            team.atomic(
-                                AtomicOp::Add,
-                                counter,
-                                1,
-                                (rank + k) % world,
-                                Order::AcqRel,
-                                Scope::System,
-                            )
-                        };
-                    }
-                }
-            })
-        }
-        KernelCall::SignalWaitUntil {
-            bases,
-            world,
-            rank,
-            sig,
-            cmp,
-            value,
-        } => {
-            // SAFETY: the world that built the call passes a live table and a rank in range.
-            let team = unsafe { team_at(bases, world, rank) };
-            on_team(grid, &team, |arch, team| {
-                // The body of `symmem_rma_signal_wait_until`: one thread waits.
-                if arch.block_id() == 0 && arch.thread_id() == 0 {
-                    // SAFETY: forwarded from the caller.
-                    unsafe { team.signal_wait_until(ptr_at(sig).cast(), cmp, value) };
-                }
-            })
-        }
-    }
-}
-
-/// The team of rank `rank` over the `world`-entry peer-base table at `bases`.
-///
-/// # Safety
-/// `bases` is the address of `world` readable `u64`s that live as long as the team is
-/// used, and `rank < world`.
-unsafe fn team_at(bases: u64, world: u32, rank: u32) -> Team<'static> {
-    // SAFETY: forwarded from the caller.
-    unsafe { Team::from_raw_parts(ptr_at(bases).cast(), world, rank) }
-}
-
-/// Runs `body(arch, team)` on every thread of `grid`.
-fn on_team<F>(grid: Grid, team: &Team<'_>, body: F) -> Result<()>
-where
-    F: Fn(&HostThread<'_>, &Team<'_>) + Sync,
-{
-    cpu_launch::launch(grid, |arch| body(arch, team))
-}
-
-/// Which reduction body a [`Reduction`] runs.
-#[derive(Clone, Copy)]
-enum ReductionKind {
-    OneShot,
-    TwoShot,
-    ReduceScatter,
-}
-
-/// A reduction launch's own arguments (the team's come separately).
-#[derive(Clone, Copy)]
-struct Reduction {
-    kind: ReductionKind,
-    op: ReduceOp,
-    dst: u64,
-    src: u64,
-    count: u64,
-    sig: u64,
-}
-
-impl Reduction {
-    /// Runs the body for `dtype`'s element type.
-    ///
-    /// # Safety
-    /// As [`run_on_threads`].
-    unsafe fn run(self, dtype: DType, grid: Grid, bases: u64, world: u32, rank: u32) -> Result<()> {
-        // SAFETY: forwarded from the caller.
-        unsafe {
-            match dtype {
-                DType::F32 => self.run_typed::<f32>(grid, bases, world, rank),
-                DType::Bf16 => self.run_typed::<Bf16>(grid, bases, world, rank),
-                DType::I32 => self.run_typed::<i32>(grid, bases, world, rank),
-            }
-        }
-    }
-
-    /// # Safety
-    /// As [`run_on_threads`]; `T` is the kernel's element type.
-    unsafe fn run_typed<T: Reducible>(
-        self,
-        grid: Grid,
-        bases: u64,
-        world: u32,
-        rank: u32,
-    ) -> Result<()> {
-        // SAFETY: forwarded from the caller.
-        let team = unsafe { team_at(bases, world, rank) };
-        on_team(grid, &team, |arch, team| {
-            let (dst, src, count, sig) = (
-                ptr_at(self.dst).cast::<T>(),
-                ptr_at(self.src).cast::<T>().cast_const(),
-                self.count as usize,
-                ptr_at(self.sig).cast::<u64>(),
-            );
-            let op = self.op;
-            // SAFETY: forwarded from the caller.
-            unsafe {
-                match self.kind {
-                    ReductionKind::OneShot => {
-                        collectives::all_reduce_one_shot(arch, team, op, dst, src, count, sig)
-                    }
-                    ReductionKind::TwoShot => {
-                        collectives::all_reduce_two_shot(arch, team, op, dst, src, count, sig)
-                    }
-                    ReductionKind::ReduceScatter => {
-                        collectives::reduce_scatter(arch, team, op, dst, src, count, sig)
-                    }
-                }
-            }
-        })
     }
 }

@@ -17,8 +17,10 @@ pub mod hip;
 mod ipc;
 
 use crate::error::Result;
-use crate::kernels::KernelCall;
+use crate::launch::CodeObjects;
 use std::os::fd::OwnedFd;
+use symmem_arch::host::HostThread;
+use symmem_device::Slot;
 
 pub use crate::cpu_launch::Grid;
 
@@ -65,6 +67,25 @@ pub trait DeviceRegion: Send + Sync {
     }
 }
 
+/// A kernel's body, run by the CPU backend once per thread of a launch.
+pub trait HostKernel: Sync {
+    /// Runs the body as thread `arch` of the launch.
+    fn run(&self, arch: &HostThread<'_>);
+}
+
+/// One launch of a kernel, as the backends see it: built by
+/// [`crate::Module::launch`] from a `#[kernel]` declaration and checked arguments.
+pub struct KernelLaunch<'a> {
+    /// The kernel's exported name in the code object.
+    pub name: &'static str,
+    /// One pointer per parameter, in order, to its value in the parameter's ABI type.
+    pub args: &'a [*const ()],
+    /// Each parameter's size, alignment and kind, in order.
+    pub slots: &'static [Slot],
+    /// The same kernel with the same arguments, for CPU threads.
+    pub host: &'a dyn HostKernel,
+}
+
 /// One rank's view of a device runtime.
 ///
 /// Every method is called only by the rank that owns the instance; implementations need
@@ -72,6 +93,9 @@ pub trait DeviceRegion: Send + Sync {
 /// Methods that enqueue work (`upload`, `memset`, `launch`) are ordered on the rank's
 /// stream; only [`Backend::download`] and [`Backend::synchronize`] wait for the device,
 /// and the backend counts every such wait in [`Backend::device_to_host_syncs`].
+///
+/// The methods that take raw device addresses are `unsafe`: [`crate::World`] and the
+/// typed handles ([`crate::DeviceBuffer`], [`crate::SymmetricBuffer`]) are the safe way.
 pub trait Backend: Send + Sync + 'static {
     /// This rank's symmetric heap: physical memory and its local mapping.
     type Heap: DeviceRegion;
@@ -79,6 +103,8 @@ pub trait Backend: Send + Sync + 'static {
     type Mapping: DeviceRegion;
     /// A plain device allocation, shareable through the rendezvous provider.
     type DeviceMemory: DeviceRegion;
+    /// A kernel crate's code objects loaded on this device.
+    type Module: Send + Sync;
 
     /// Which runtime this is.
     fn kind(&self) -> BackendKind;
@@ -104,16 +130,39 @@ pub trait Backend: Send + Sync + 'static {
 
     /// Enqueues a host-to-device copy of `src` to device address `dst`. Returns once
     /// `src` may be reused; never waits for the device.
-    fn upload(&self, dst: u64, src: &[u8]) -> Result<()>;
+    ///
+    /// # Safety
+    /// `dst..dst + src.len()` is device memory of this rank, writable, and not in use by
+    /// anything the copy could race with.
+    unsafe fn upload(&self, dst: u64, src: &[u8]) -> Result<()>;
     /// Copies `dst.len()` bytes from device address `src` to the host, after all work
     /// enqueued so far: one counted device-to-host synchronisation.
-    fn download(&self, dst: &mut [u8], src: u64) -> Result<()>;
+    ///
+    /// # Safety
+    /// `src..src + dst.len()` is readable device memory in this rank's address space.
+    unsafe fn download(&self, dst: &mut [u8], src: u64) -> Result<()>;
     /// Enqueues setting `bytes` bytes at `dst` to `value`.
-    fn memset(&self, dst: u64, value: u8, bytes: usize) -> Result<()>;
-    /// Enqueues `call` with launch shape `grid`.
-    fn launch(&self, call: &KernelCall, grid: Grid) -> Result<()>;
-    /// The launch shape this backend uses for `call` by default.
-    fn default_grid(&self, call: &KernelCall) -> Grid;
+    ///
+    /// # Safety
+    /// As [`Backend::upload`], for `dst..dst + bytes`.
+    unsafe fn memset(&self, dst: u64, value: u8, bytes: usize) -> Result<()>;
+    /// Loads `objects` for this device: the object built for its architecture (the
+    /// newest one it can run).
+    ///
+    /// Errors: [`crate::Error::NoCodeObject`] if none of them runs here.
+    fn load_module(&self, objects: &'static CodeObjects) -> Result<Self::Module>;
+    /// Enqueues `launch` from `module` with launch shape `grid` (a CPU backend runs
+    /// `launch.host` on threads and returns when they are done).
+    ///
+    /// Errors: [`crate::Error::KernelNotFound`] if `module` lacks the kernel.
+    ///
+    /// # Safety
+    /// `launch.args` point at values of the kernel's parameter types (`launch.slots`),
+    /// and every address among them satisfies the kernel's contract.
+    unsafe fn launch(&self, module: &Self::Module, launch: &KernelLaunch<'_>, grid: Grid)
+    -> Result<()>;
+    /// The launch shape this backend uses to move `bytes` with a grid-stride kernel.
+    fn grid_for_bytes(&self, bytes: usize) -> Grid;
     /// Waits until all enqueued work is done: one counted synchronisation.
     fn synchronize(&self) -> Result<()>;
     /// How many times this rank has waited for its device (downloads and synchronises).

@@ -35,7 +35,7 @@ fn parse_args() -> std::result::Result<Options, String> {
     let mut o = Options {
         ranks: 4,
         bytes: 8 << 20,
-        backend: "cpu".into(),
+        backend: "auto".into(),
         launcher: "threads".into(),
     };
     let mut args = std::env::args().skip(1);
@@ -115,14 +115,13 @@ fn pattern(rank: usize, i: usize) -> u8 {
 fn run_rank<B: Backend>(world: World<B>, bytes: usize) -> Result<Option<Vec<Report>>> {
     let (rank, n) = (world.rank(), world.world_size());
     let (buffer, bases) = world.allocate_symmetric::<u8>(n * bytes)?;
-    let source = world.backend().alloc_device(bytes)?;
     let mine: Vec<u8> = (0..bytes).map(|i| pattern(rank, i)).collect();
-    world.backend().upload(source.base(), &mine)?;
+    let source = world.device_from_slice(&mine)?;
     world.barrier()?;
     let start = Instant::now();
     for step in 0..n {
         let peer = (rank + step) % n;
-        world.put(&buffer, rank * bytes, source.base(), bytes, peer)?;
+        world.put(&buffer.slice(rank * bytes..(rank + 1) * bytes)?, &source, peer)?;
         if start.elapsed() > Duration::from_secs(1) {
             world.backend().synchronize()?;
             eprintln!(

@@ -281,15 +281,36 @@ pub(super) unsafe fn module_unload(module: Module) -> Result<()> {
     check("cuModuleUnload", unsafe { sys::cuModuleUnload(module.0) })
 }
 
-/// `cuModuleGetFunction`.
-pub(super) fn module_get_function(module: Module, name: &CStr) -> Result<Function> {
-    let mut f = MaybeUninit::<sys::CUfunction>::uninit();
-    // SAFETY: `module` is loaded, `name` NUL-terminated, `f` a valid out-pointer.
-    check("cuModuleGetFunction", unsafe {
-        sys::cuModuleGetFunction(f.as_mut_ptr(), module.0, name.as_ptr())
+/// Every kernel of `module`, by name, each loaded now (`cuModuleGetFunctionCount`,
+/// `cuModuleEnumerateFunctions`, `cuFuncGetName`, `cuFuncLoad`; CUDA 12.4+). Loading
+/// at once matters: under lazy loading (CUDA's default) a kernel loads at its first
+/// launch, and a load can wait for the device's running kernels, which may be waiting
+/// for a peer that is itself loading.
+pub(super) fn module_functions(module: Module) -> Result<Vec<(String, Function)>> {
+    let mut count: std::ffi::c_uint = 0;
+    // SAFETY: `module` is loaded; `count` is a valid out-pointer.
+    check("cuModuleGetFunctionCount", unsafe {
+        sys::cuModuleGetFunctionCount(&mut count, module.0)
     })?;
-    // SAFETY: written by the driver on success.
-    Ok(Function(unsafe { f.assume_init() }))
+    let mut functions = vec![std::ptr::null_mut(); count as usize];
+    // SAFETY: `functions` has room for `count` handles.
+    check("cuModuleEnumerateFunctions", unsafe {
+        sys::cuModuleEnumerateFunctions(functions.as_mut_ptr(), count, module.0)
+    })?;
+    functions
+        .into_iter()
+        .map(|f| {
+            let mut name = std::ptr::null();
+            // SAFETY: `f` is a function of the loaded module; `name` a valid out-pointer.
+            check("cuFuncGetName", unsafe { sys::cuFuncGetName(&mut name, f) })?;
+            // SAFETY: on success the driver returns a NUL-terminated name that lives as
+            // long as the module.
+            let name = unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned();
+            // SAFETY: `f` is a function of the loaded module.
+            check("cuFuncLoad", unsafe { sys::cuFuncLoad(f) })?;
+            Ok((name, Function(f)))
+        })
+        .collect()
 }
 
 /// `cuLaunchKernel` with a 1-D grid and no dynamic shared memory.

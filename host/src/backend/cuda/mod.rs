@@ -67,10 +67,9 @@ mod staging;
 pub mod timing;
 
 use super::ipc::IpcExport;
-use super::{Backend, BackendKind, DeviceRegion, Grid, Shareable};
-use crate::code_objects::{self, CodeObject};
+use super::{Backend, BackendKind, DeviceRegion, Grid, KernelLaunch, Shareable};
 use crate::error::{Error, Result};
-use crate::kernels::{KernelArg, KernelCall};
+use crate::launch::CodeObjects;
 use cudarc::driver::sys::CUdevice_attribute;
 use std::collections::HashMap;
 use std::ffi::{CString, c_int, c_void};
@@ -79,8 +78,6 @@ use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-/// The kernel module whose code object this backend loads.
-const MODULE: &str = "symmem_device";
 /// Threads per block of the default launch shape.
 const THREADS: u32 = 256;
 /// Bytes one thread moves in the default launch shape (one 16-byte vector).
@@ -433,12 +430,18 @@ fn pick_target<'a>(
     best.map(|(_, t)| t)
 }
 
-/// The embedded code object of the kernels for compute capability `major.minor`.
-fn code_object_for(major: i32, minor: i32) -> Result<CodeObject> {
-    let objects: Vec<CodeObject> = code_objects::all().filter(|o| o.module == MODULE).collect();
-    pick_target(objects.iter().map(|o| o.target), major, minor)
-        .and_then(|t| objects.iter().copied().find(|o| o.target == t))
+/// The object among `objects` for compute capability `major.minor` (see
+/// [`pick_target`]), with its processor name.
+fn code_object_for(
+    objects: &'static CodeObjects,
+    major: i32,
+    minor: i32,
+) -> Result<(&'static str, &'static [u8])> {
+    let all = objects.objects();
+    pick_target(all.iter().map(|(target, _)| *target), major, minor)
+        .and_then(|t| all.iter().copied().find(|(target, _)| *target == t))
         .ok_or_else(|| Error::NoCodeObject {
+            module: objects.crate_name(),
             arch: format!("sm_{major}{minor}"),
         })
 }
@@ -454,26 +457,44 @@ fn grid_for_bytes(bytes: u64) -> Grid {
     }
 }
 
-/// One kernel argument, stored where `cuLaunchKernel` can point at it.
-enum ArgSlot {
-    U64(u64),
-    U32(u32),
+/// A kernel crate's PTX loaded on one device, every kernel loaded and found by name.
+pub struct CudaModule {
+    // Field order is drop order: the handles, then the module.
+    functions: HashMap<String, driver::Function>,
+    target: &'static str,
+    crate_name: &'static str,
+    _module: LoadedModule,
 }
 
-/// The CUDA backend of one rank: a device, its primary context, a non-blocking stream and
-/// the project's kernels loaded for the device's architecture.
+impl CudaModule {
+    /// The processor of the PTX that was loaded (`sm_90`, possibly older than the device).
+    pub fn target(&self) -> &'static str {
+        self.target
+    }
+}
+
+impl fmt::Debug for CudaModule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CudaModule")
+            .field("crate", &self.crate_name)
+            .field("target", &self.target)
+            .field("kernels", &self.functions.len())
+            .finish()
+    }
+}
+
+/// The CUDA backend of one rank: a device, its primary context and a non-blocking
+/// stream. Kernel crates are loaded with [`Backend::load_module`].
 pub struct Cuda {
-    // Field order is drop order: functions, module, staging, stream, then the context
-    // retain.
-    functions: Mutex<HashMap<&'static str, driver::Function>>,
-    module: LoadedModule,
+    // Field order is drop order: staging, stream, then the context retain.
     staging: Mutex<staging::Staging>,
     stream: OwnedStream,
     ctx: Arc<Context>,
     ordinal: usize,
     name: String,
     arch: String,
-    code_object_target: &'static str,
+    major: i32,
+    minor: i32,
     driver_version: i32,
     granularity: usize,
     vmm_fd_supported: bool,
@@ -486,7 +507,6 @@ impl fmt::Debug for Cuda {
             .field("ordinal", &self.ordinal)
             .field("name", &self.name)
             .field("arch", &self.arch)
-            .field("code_object", &self.code_object_target)
             .field("driver_version", &self.driver_version)
             .field("granularity", &self.granularity)
             .finish_non_exhaustive()
@@ -511,8 +531,8 @@ impl Cuda {
     /// # Errors
     /// [`Error::LibraryMissing`] when `libcuda` cannot be loaded (checked before any driver
     /// call, so it is never a panic) or is the toolkit's stub; [`Error::NoDevice`] when the
-    /// driver sees no device or fewer than `ordinal + 1`; [`Error::NoCodeObject`] when no
-    /// embedded PTX suits the device; [`Error::Driver`] for any other driver failure.
+    /// driver sees no device or fewer than `ordinal + 1`; [`Error::Driver`] for any other
+    /// driver failure.
     pub fn new(ordinal: usize) -> Result<Self> {
         let ctx = Arc::new(Context::retain_primary(ordinal)?);
         let driver_version = driver::driver_version()?;
@@ -544,18 +564,6 @@ impl Cuda {
             2 << 20
         };
 
-        let object = code_object_for(major, minor)?;
-        let mut image = object.bytes.to_vec();
-        if image.last() == Some(&0) {
-            image.pop();
-        }
-        let image = CString::new(image).map_err(|_| Error::NoCodeObject {
-            arch: format!("{} (embedded PTX holds a NUL byte)", object.target),
-        })?;
-        let module = LoadedModule {
-            ctx: Arc::clone(&ctx),
-            module: driver::module_load_data(&image)?,
-        };
         let stream = OwnedStream {
             ctx: Arc::clone(&ctx),
             stream: driver::stream_create_non_blocking()?,
@@ -563,15 +571,14 @@ impl Cuda {
         let staging = Mutex::new(staging::Staging::new(Arc::clone(&ctx))?);
 
         Ok(Self {
-            functions: Mutex::new(HashMap::new()),
-            module,
             staging,
             stream,
             ctx,
             ordinal,
             name,
             arch: format!("sm_{major}{minor}"),
-            code_object_target: object.target,
+            major,
+            minor,
             driver_version,
             granularity,
             vmm_fd_supported,
@@ -613,11 +620,6 @@ impl Cuda {
         &self.arch
     }
 
-    /// The embedded code object that was loaded (`sm_90`, possibly older than [`Self::arch`]).
-    pub fn code_object_target(&self) -> &'static str {
-        self.code_object_target
-    }
-
     /// The driver's CUDA version (`cuDriverGetVersion`, e.g. 13000).
     pub fn driver_version(&self) -> i32 {
         self.driver_version
@@ -631,22 +633,6 @@ impl Cuda {
     /// The last such failure, as text.
     pub fn last_drop_error() -> Option<String> {
         LAST_DROP_ERROR.lock().ok().and_then(|last| last.clone())
-    }
-
-    /// The kernel `name` of the loaded module, looked up once and cached.
-    fn function(&self, name: &'static str) -> Result<driver::Function> {
-        let mut cache = self
-            .functions
-            .lock()
-            .map_err(|_| Error::Unsupported("CUDA function cache poisoned"))?;
-        if let Some(&f) = cache.get(name) {
-            return Ok(f);
-        }
-        let cname =
-            CString::new(name).map_err(|_| Error::Unsupported("kernel name with a NUL byte"))?;
-        let f = driver::module_get_function(self.module.module, &cname)?;
-        cache.insert(name, f);
-        Ok(f)
     }
 
     /// This rank's page-locked staging ring.
@@ -663,8 +649,8 @@ impl Cuda {
 
 impl Drop for Cuda {
     fn drop(&mut self) {
-        // Teardown only, not counted: the module must not be unloaded under a running
-        // kernel, so wait for the stream before the fields drop.
+        // Teardown only, not counted: nothing may be freed under a running kernel, so
+        // wait for the stream before the fields drop.
         record_drop(
             self.ctx
                 .make_current()
@@ -677,6 +663,7 @@ impl Backend for Cuda {
     type Heap = CudaHeap;
     type Mapping = CudaMapping;
     type DeviceMemory = CudaDeviceMemory;
+    type Module = CudaModule;
 
     fn kind(&self) -> BackendKind {
         BackendKind::Cuda
@@ -826,75 +813,96 @@ impl Backend for Cuda {
         })
     }
 
-    fn upload(&self, dst: u64, src: &[u8]) -> Result<()> {
+    unsafe fn upload(&self, dst: u64, src: &[u8]) -> Result<()> {
         if src.is_empty() {
             return Ok(());
         }
         self.ctx.make_current()?;
         let mut staging = self.staging()?;
-        // SAFETY: `dst` is device memory of this rank's address space (the trait's
-        // contract; the driver validates the range), and the staging ring is only ever
-        // used with this backend's stream.
+        // SAFETY: `dst` is device memory of this rank's address space (the caller's
+        // contract), and the staging ring is only ever used with this backend's stream.
         unsafe { staging.upload(dst, src, self.stream.stream, &|| self.count_sync()) }
     }
 
-    fn download(&self, dst: &mut [u8], src: u64) -> Result<()> {
+    unsafe fn download(&self, dst: &mut [u8], src: u64) -> Result<()> {
         if dst.is_empty() {
             return Ok(());
         }
         self.ctx.make_current()?;
         let mut staging = self.staging()?;
-        // SAFETY: `src` is readable device memory (the trait's contract; the driver
-        // validates it), and the staging ring is only ever used with this backend's stream.
+        // SAFETY: `src` is readable device memory (the caller's contract), and the
+        // staging ring is only ever used with this backend's stream.
         unsafe { staging.download(dst, src, self.stream.stream, &|| self.count_sync()) }
     }
 
-    fn memset(&self, dst: u64, value: u8, bytes: usize) -> Result<()> {
+    unsafe fn memset(&self, dst: u64, value: u8, bytes: usize) -> Result<()> {
         if bytes == 0 {
             return Ok(());
         }
         self.ctx.make_current()?;
-        // SAFETY: `dst..dst+bytes` is device memory of this rank (the trait's contract);
-        // the driver validates the range.
+        // SAFETY: `dst..dst+bytes` is device memory of this rank (the caller's contract).
         unsafe { driver::memset_d8_async(dst, value, bytes, self.stream.stream) }
     }
 
-    fn launch(&self, call: &KernelCall, grid: Grid) -> Result<()> {
+    fn load_module(&self, objects: &'static CodeObjects) -> Result<CudaModule> {
+        let (target, ptx) = code_object_for(objects, self.major, self.minor)?;
+        let image = CString::new(ptx.strip_suffix(&[0]).unwrap_or(ptx)).map_err(|_| {
+            Error::NoCodeObject {
+                module: objects.crate_name(),
+                arch: format!("{target} (the embedded PTX holds a NUL byte)"),
+            }
+        })?;
         self.ctx.make_current()?;
-        let function = self.function(call.name())?;
-        let slots: Vec<ArgSlot> = call
-            .args()
-            .into_iter()
-            .map(|a| match a {
-                KernelArg::U64(v) => ArgSlot::U64(v),
-                KernelArg::U32(v) => ArgSlot::U32(v),
-            })
-            .collect();
-        // `slots` is not touched again until the launch returns, so these stay valid.
-        let mut params: Vec<*mut c_void> = slots
-            .iter()
-            .map(|s| match s {
-                ArgSlot::U64(v) => std::ptr::from_ref(v).cast_mut().cast::<c_void>(),
-                ArgSlot::U32(v) => std::ptr::from_ref(v).cast_mut().cast::<c_void>(),
-            })
-            .collect();
-        // SAFETY: one pointer per kernel parameter, in ABI order (`KernelCall::args`), each
-        // to a value of that parameter's width (u64 addresses/lengths, u32 ranks); the
-        // driver copies them before returning. The addresses are the caller's (trait
-        // contract) and the kernels bound every access by the byte count.
+        let module = LoadedModule {
+            ctx: Arc::clone(&self.ctx),
+            module: driver::module_load_data(&image)?,
+        };
+        let functions = driver::module_functions(module.module)?.into_iter().collect();
+        Ok(CudaModule {
+            functions,
+            target,
+            crate_name: objects.crate_name(),
+            _module: module,
+        })
+    }
+
+    unsafe fn launch(
+        &self,
+        module: &CudaModule,
+        launch: &KernelLaunch<'_>,
+        grid: Grid,
+    ) -> Result<()> {
+        let function = *module
+            .functions
+            .get(launch.name)
+            .ok_or(Error::KernelNotFound {
+                module: module.crate_name,
+                kernel: launch.name,
+            })?;
+        self.ctx.make_current()?;
+        let mut params = [std::ptr::null_mut::<c_void>(); 16];
+        let params = params
+            .get_mut(..launch.args.len())
+            .ok_or(Error::Unsupported("a kernel of more than 16 parameters"))?;
+        for (param, &arg) in params.iter_mut().zip(launch.args) {
+            *param = arg.cast_mut().cast();
+        }
+        // SAFETY: one pointer per kernel parameter, in order, each to a value of that
+        // parameter's ABI type (the caller's contract); the driver copies them before
+        // returning.
         unsafe {
             driver::launch_kernel(
                 function,
                 grid.blocks,
                 grid.threads,
                 self.stream.stream,
-                &mut params,
+                params,
             )
         }
     }
 
-    fn default_grid(&self, call: &KernelCall) -> Grid {
-        grid_for_bytes(call.bytes())
+    fn grid_for_bytes(&self, bytes: usize) -> Grid {
+        grid_for_bytes(bytes as u64)
     }
 
     fn synchronize(&self) -> Result<()> {

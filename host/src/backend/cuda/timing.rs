@@ -3,15 +3,14 @@
 //! capture and replay ([`Timer::capture`]) so small operations can be timed without the
 //! host's per-launch cost, as other tools' benchmarks (Triton's `do_bench_cudagraph`) do.
 //!
-//! A [`Timer`] borrows a [`Cuda`] backend ([`Cuda::timer`]): what it times is exactly what
-//! the backend launches ([`Timer::launch`] is [`Backend::launch`]), on the same stream, so
-//! nothing needs ordering between streams. The timer's own waits are not counted in
-//! [`Backend::device_to_host_syncs`]: they are the benchmark's waits, not the library's.
+//! A [`Timer`] borrows a [`Cuda`] backend ([`Cuda::timer`]): it records its events on the
+//! backend's own stream, so what it times is exactly what the world launches there
+//! (through [`crate::Module::launch`], as any program does), and nothing needs ordering
+//! between streams. The timer's own waits are not counted in
+//! [`crate::backend::Backend::device_to_host_syncs`]: they are the benchmark's waits, not the library's.
 
 use super::{Cuda, DeviceContext, driver, record_drop};
-use crate::backend::{Backend, Grid};
 use crate::error::Result;
-use crate::kernels::KernelCall;
 
 /// Times work on one backend's stream; see the module documentation.
 #[derive(Debug)]
@@ -42,14 +41,6 @@ impl Cuda {
 }
 
 impl Timer<'_> {
-    /// Enqueues `call` with launch shape `grid` on the backend's stream.
-    ///
-    /// # Errors
-    /// As [`Backend::launch`].
-    pub fn launch(&self, call: &KernelCall, grid: Grid) -> Result<()> {
-        self.cuda.launch(call, grid)
-    }
-
     /// Enqueues `cuMemcpyDtoDAsync` of `bytes` from `src` to `dst` on the backend's stream.
     ///
     /// # Errors

@@ -4,19 +4,20 @@
 //! Reductions have one kernel per (operator, type):
 //! `symmem_{all_reduce_one_shot,all_reduce_two_shot,reduce_scatter}_{sum,min,max}_{f32,bf16,i32}`.
 
-use crate::Gpu;
+use symmem_device::{Arch, PeerTable, kernel};
 use symmem_rma::collectives::{self, ReduceOp};
-use symmem_rma::{Bf16, Team};
+use symmem_rma::Bf16;
 
 /// All-gather of `n` bytes per rank (local `src`, symmetric `dst` of `world * n`).
 ///
 /// # Safety
 /// See `symmem_rma::collectives::all_gather`.
-#[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn symmem_all_gather(
+#[kernel]
+pub unsafe fn symmem_all_gather(
+    arch: &impl Arch,
     dst: *mut u8,
     src: *const u8,
-    bases: *const u64,
+    bases: PeerTable,
     world: u32,
     rank: u32,
     n: u64,
@@ -24,8 +25,8 @@ pub unsafe extern "gpu-kernel" fn symmem_all_gather(
 ) {
     // SAFETY: forwarded from the host launch.
     unsafe {
-        let team = Team::from_raw_parts(bases, world, rank);
-        collectives::all_gather(&Gpu, &team, dst, src, n as usize, sig)
+        let team = bases.team(world, rank);
+        collectives::all_gather(arch, &team, dst, src, n as usize, sig)
     }
 }
 
@@ -34,11 +35,12 @@ pub unsafe extern "gpu-kernel" fn symmem_all_gather(
 ///
 /// # Safety
 /// See `symmem_rma::collectives::all_to_all`.
-#[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn symmem_all_to_all(
+#[kernel]
+pub unsafe fn symmem_all_to_all(
+    arch: &impl Arch,
     dst: *mut u8,
     src: *const u8,
-    bases: *const u64,
+    bases: PeerTable,
     world: u32,
     rank: u32,
     n: u64,
@@ -46,8 +48,8 @@ pub unsafe extern "gpu-kernel" fn symmem_all_to_all(
 ) {
     // SAFETY: forwarded from the host launch.
     unsafe {
-        let team = Team::from_raw_parts(bases, world, rank);
-        collectives::all_to_all(&Gpu, &team, dst, src, n as usize, sig)
+        let team = bases.team(world, rank);
+        collectives::all_to_all(arch, &team, dst, src, n as usize, sig)
     }
 }
 
@@ -55,11 +57,12 @@ pub unsafe extern "gpu-kernel" fn symmem_all_to_all(
 ///
 /// # Safety
 /// See `symmem_rma::collectives::broadcast`.
-#[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn symmem_broadcast(
+#[kernel]
+pub unsafe fn symmem_broadcast(
+    arch: &impl Arch,
     dst: *mut u8,
     src: *const u8,
-    bases: *const u64,
+    bases: PeerTable,
     world: u32,
     rank: u32,
     n: u64,
@@ -68,8 +71,8 @@ pub unsafe extern "gpu-kernel" fn symmem_broadcast(
 ) {
     // SAFETY: forwarded from the host launch.
     unsafe {
-        let team = Team::from_raw_parts(bases, world, rank);
-        collectives::broadcast(&Gpu, &team, dst, src, n as usize, root as usize, sig)
+        let team = bases.team(world, rank);
+        collectives::broadcast(arch, &team, dst, src, n as usize, root as usize, sig)
     }
 }
 
@@ -80,11 +83,12 @@ macro_rules! reduction {
         ///
         /// # Safety
         /// See that function.
-        #[unsafe(no_mangle)]
-        pub unsafe extern "gpu-kernel" fn $name(
+        #[kernel]
+        pub unsafe fn $name(
+            arch: &impl Arch,
             dst: *mut $t,
             src: *const $t,
-            bases: *const u64,
+            bases: PeerTable,
             world: u32,
             rank: u32,
             count: u64,
@@ -92,8 +96,8 @@ macro_rules! reduction {
         ) {
             // SAFETY: forwarded from the host launch.
             unsafe {
-                let team = Team::from_raw_parts(bases, world, rank);
-                collectives::$body(&Gpu, &team, $op, dst, src, count as usize, sig)
+                let team = bases.team(world, rank);
+                collectives::$body(arch, &team, $op, dst, src, count as usize, sig)
             }
         }
     };

@@ -6,8 +6,8 @@
 //! element at a scope that does not reach a peer on another GPU (see
 //! `symmem_arch::Scope`). No host code launches them.
 
-use crate::Gpu;
-use symmem_rma::{AtomicOp, Order, Scope, Team};
+use symmem_device::{Arch, PeerTable, kernel};
+use symmem_rma::{AtomicOp, Order, Scope};
 
 macro_rules! probe_add_u32 {
     ($name:ident, $what:expr, |$team:ident, $p:ident, $v:ident, $to:ident| $add:expr) => {
@@ -15,11 +15,12 @@ macro_rules! probe_add_u32 {
         ///
         /// # Safety
         /// `bases` holds `world` entries, `rank, to < world`, `p` symmetric, `out` local.
-        #[unsafe(no_mangle)]
-        pub unsafe extern "gpu-kernel" fn $name(
+        #[kernel]
+        pub unsafe fn $name(
+            _arch: &impl Arch,
             $p: *mut u32,
             out: *mut u32,
-            bases: *const u64,
+            bases: PeerTable,
             world: u32,
             rank: u32,
             $v: u32,
@@ -27,7 +28,7 @@ macro_rules! probe_add_u32 {
         ) {
             // SAFETY: forwarded from the host launch.
             unsafe {
-                let $team = Team::from_raw_parts(bases, world, rank);
+                let $team = bases.team(world, rank);
                 let $to = to as usize;
                 out.write($add);
             }

@@ -2,19 +2,19 @@
 //! the cross-rank barrier, atomics under contention and a signal wait. Every block of a
 //! put moves its share (`symmem_rma::copy::share`).
 
-use crate::Gpu;
-use symmem_arch::Arch;
-use symmem_rma::{AtomicOp, Cmp, Order, Scope, Team, collectives};
+use symmem_device::{Arch, PeerTable, kernel};
+use symmem_rma::{AtomicOp, Cmp, Order, Scope, collectives};
 
 /// Put: `n` bytes from local `src` to symmetric `dst` on rank `to`.
 ///
 /// # Safety
 /// `bases` holds `world` entries, `rank, to < world`; see `symmem_rma::collectives::put`.
-#[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn symmem_rma_put(
+#[kernel]
+pub unsafe fn symmem_rma_put(
+    arch: &impl Arch,
     dst: *mut u8,
     src: *const u8,
-    bases: *const u64,
+    bases: PeerTable,
     world: u32,
     rank: u32,
     n: u64,
@@ -23,8 +23,8 @@ pub unsafe extern "gpu-kernel" fn symmem_rma_put(
     // SAFETY: the host passes a device-resident table of `world` entries and checked
     // ranks and ranges.
     unsafe {
-        let team = Team::from_raw_parts(bases, world, rank);
-        collectives::put(&Gpu, &team, dst, src, n as usize, to as usize)
+        let team = bases.team(world, rank);
+        collectives::put(arch, &team, dst, src, n as usize, to as usize)
     }
 }
 
@@ -32,11 +32,12 @@ pub unsafe extern "gpu-kernel" fn symmem_rma_put(
 ///
 /// # Safety
 /// As `symmem_rma_put`; see `symmem_rma::collectives::get`.
-#[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn symmem_rma_get(
+#[kernel]
+pub unsafe fn symmem_rma_get(
+    arch: &impl Arch,
     dst: *mut u8,
     src: *const u8,
-    bases: *const u64,
+    bases: PeerTable,
     world: u32,
     rank: u32,
     n: u64,
@@ -44,8 +45,8 @@ pub unsafe extern "gpu-kernel" fn symmem_rma_get(
 ) {
     // SAFETY: as in `symmem_rma_put`.
     unsafe {
-        let team = Team::from_raw_parts(bases, world, rank);
-        collectives::get(&Gpu, &team, dst, src, n as usize, from as usize)
+        let team = bases.team(world, rank);
+        collectives::get(arch, &team, dst, src, n as usize, from as usize)
     }
 }
 
@@ -55,11 +56,12 @@ pub unsafe extern "gpu-kernel" fn symmem_rma_get(
 ///
 /// # Safety
 /// As `symmem_rma_put`; `sig` symmetric and 8-aligned.
-#[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn symmem_rma_put_signal_add(
+#[kernel]
+pub unsafe fn symmem_rma_put_signal_add(
+    arch: &impl Arch,
     dst: *mut u8,
     src: *const u8,
-    bases: *const u64,
+    bases: PeerTable,
     world: u32,
     rank: u32,
     n: u64,
@@ -69,8 +71,8 @@ pub unsafe extern "gpu-kernel" fn symmem_rma_put_signal_add(
 ) {
     // SAFETY: as in `symmem_rma_put`.
     unsafe {
-        let team = Team::from_raw_parts(bases, world, rank);
-        collectives::put_signal_add(&Gpu, &team, dst, src, n as usize, sig, value, to as usize)
+        let team = bases.team(world, rank);
+        collectives::put_signal_add(arch, &team, dst, src, n as usize, sig, value, to as usize)
     }
 }
 
@@ -79,17 +81,18 @@ pub unsafe extern "gpu-kernel" fn symmem_rma_put_signal_add(
 ///
 /// # Safety
 /// As `symmem_rma_put`; every rank launches it with the same grid.
-#[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn symmem_barrier_all(
-    bases: *const u64,
+#[kernel]
+pub unsafe fn symmem_barrier_all(
+    arch: &impl Arch,
+    bases: PeerTable,
     world: u32,
     rank: u32,
     sig: *mut u64,
 ) {
     // SAFETY: as in `symmem_rma_put`.
     unsafe {
-        let team = Team::from_raw_parts(bases, world, rank);
-        collectives::barrier(&Gpu, &team, sig)
+        let team = bases.team(world, rank);
+        collectives::barrier(arch, &team, sig)
     }
 }
 
@@ -102,17 +105,18 @@ pub unsafe extern "gpu-kernel" fn symmem_barrier_all(
 /// # Safety
 /// As `symmem_rma_put`; `counter` symmetric, 8-aligned and accessed only atomically
 /// while this runs.
-#[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn symmem_rma_atomic_add_all(
+#[kernel]
+pub unsafe fn symmem_rma_atomic_add_all(
+    _arch: &impl Arch,
     counter: *mut u64,
-    bases: *const u64,
+    bases: PeerTable,
     world: u32,
     rank: u32,
     iters: u32,
 ) {
     // SAFETY: as in `symmem_rma_put`; `to < world` below.
     unsafe {
-        let team = Team::from_raw_parts(bases, world, rank);
+        let team = bases.team(world, rank);
         let (world, rank) = (world as usize, rank as usize);
         for _ in 0..iters {
             for k in 0..world {
@@ -125,34 +129,26 @@ pub unsafe extern "gpu-kernel" fn symmem_rma_atomic_add_all(
 
 /// Signal wait: thread 0 of block 0 waits until this rank's local signal word `sig`
 /// satisfies `cmp` against `value` (acquire, system scope); every other thread returns
-/// at once. `cmp` is `symmem_rma::Cmp` as a number: 0 `Eq`, 1 `Ne`, 2 `Gt`, 3 `Ge`,
-/// 4 `Lt`, 5 `Le` (anything else is `Ge`). Enqueued on a stream, it holds back the
+/// at once. Enqueued on a stream, it holds back the
 /// stream's later work until the signal arrives.
 ///
 /// # Safety
 /// As `symmem_rma_put`; `sig` local (symmetric or not), 8-aligned, accessed only
 /// atomically; some rank must eventually satisfy the condition, or this never returns.
-#[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn symmem_rma_signal_wait_until(
-    bases: *const u64,
+#[kernel]
+pub unsafe fn symmem_rma_signal_wait_until(
+    arch: &impl Arch,
+    bases: PeerTable,
     world: u32,
     rank: u32,
     sig: *const u64,
-    cmp: u32,
+    cmp: Cmp,
     value: u64,
 ) {
-    let cmp = match cmp {
-        0 => Cmp::Eq,
-        1 => Cmp::Ne,
-        2 => Cmp::Gt,
-        4 => Cmp::Lt,
-        5 => Cmp::Le,
-        _ => Cmp::Ge,
-    };
-    if Gpu.block_id() == 0 && Gpu.thread_id() == 0 {
+    if arch.block_id() == 0 && arch.thread_id() == 0 {
         // SAFETY: as in `symmem_rma_put`.
         unsafe {
-            let team = Team::from_raw_parts(bases, world, rank);
+            let team = bases.team(world, rank);
             team.signal_wait_until(sig, cmp, value);
         }
     }

@@ -1,0 +1,54 @@
+//! Write multi-GPU kernels in Rust: everything a kernel crate needs, in one `no_std`
+//! dependency.
+//!
+//! A kernel is a function written once against the arch layer ([`Arch`]) and marked
+//! [`kernel`]. On AMD and NVIDIA targets it becomes the exported entry point of the code
+//! object the `symmem-build` crate builds from the application's `build.rs`; on the host
+//! it becomes a typed [`Kernel`] value that `symmem`'s launch checks its arguments
+//! against at compile time, and that the CPU backend runs on host threads.
+//!
+//! ```
+//! use symmem_device::{Arch, PeerTable, kernel};
+//!
+//! /// Adds `value` to element `i` of rank `to`'s copy of `data`, for every `i < n`.
+//! #[kernel]
+//! pub fn add_to_peer(arch: &impl Arch, data: *mut u32, bases: PeerTable, cur: u32, to: u32, n: u32, value: u32) {
+//!     let i = arch.global_id();
+//!     if i < n as usize {
+//!         // SAFETY: the host passes a symmetric buffer of `n` elements and its table.
+//!         unsafe {
+//!             let remote = data as u64 - bases.base(cur as usize) + bases.base(to as usize);
+//!             let p = (remote as *mut u32).add(i);
+//!             p.write_volatile(p.read_volatile() + value);
+//!         }
+//!     }
+//! }
+//! # fn main() { let _: symmem_device::Kernel<(*mut u32, PeerTable, u32, u32, u32, u32)> = add_to_peer; }
+//! ```
+//!
+//! The crate re-exports [`arch`] (thread ids, block barriers, scoped fences),
+//! [`translate`] (peer-base translation, 16-byte vector types) and [`rma`] (`Team`:
+//! load, store, get, put, scoped atomics, signals, barrier, collectives).
+#![no_std]
+
+mod param;
+#[cfg(all(target_os = "linux", not(any(target_arch = "amdgpu", target_arch = "nvptx64"))))]
+mod registry;
+
+pub use param::{Abi, AbiKind, Kernel, Param, Params, PeerTable, Slot, cmp_to_abi};
+#[cfg(all(target_os = "linux", not(any(target_arch = "amdgpu", target_arch = "nvptx64"))))]
+pub use registry::{Declaration, declarations};
+pub use symmem_arch as arch;
+pub use symmem_arch::{Arch, Scope};
+pub use symmem_macros::kernel;
+pub use symmem_rma as rma;
+pub use symmem_rma::{Bf16, Cmp, Order, Team};
+pub use symmem_translate as translate;
+pub use symmem_translate::{PeerBases, U32x2, U32x4};
+
+/// The arch handle an entry point runs with on this target (what `#[kernel]` passes).
+#[cfg(target_arch = "amdgpu")]
+pub use symmem_arch::amdgpu::Gpu;
+/// The arch handle an entry point runs with on this target (what `#[kernel]` passes).
+#[cfg(target_arch = "nvptx64")]
+pub use symmem_arch::nvptx::Gpu;

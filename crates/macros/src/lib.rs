@@ -1,0 +1,147 @@
+//! `#[kernel]`: the attribute that turns one Rust function into a multi-GPU kernel.
+//!
+//! Used through `symmem_device::kernel`; see its documentation for the rules a kernel
+//! function follows. The expansion refers to `::symmem_device`, so a kernel crate
+//! depends on `symmem-device` under that name.
+
+use proc_macro::TokenStream;
+use proc_macro2::{Span, TokenStream as TokenStream2};
+use quote::{format_ident, quote};
+use syn::spanned::Spanned;
+use syn::{Error, FnArg, GenericParam, ItemFn, Pat, Type, parse_macro_input};
+
+/// Declares a kernel. The function's first parameter is the arch handle (`&A` for a
+/// generic `A: Arch`, or `&impl Arch`); every other parameter's type implements
+/// `symmem_device::Param` (integers, floats, `*mut T`, `*const T`, `PeerTable`).
+///
+/// On `amdgpu` and `nvptx64` it expands to the exported
+/// `#[unsafe(no_mangle)] pub unsafe extern "gpu-kernel" fn NAME(..)` (each parameter as
+/// its one primitive), calling the body with the target's arch handle. On every other
+/// target it expands to `pub const NAME: symmem_device::Kernel<(T1, T2, ..)>`: the
+/// kernel's name and crate for the GPU backends, and the same body for CPU threads,
+/// which a host launch checks its arguments against.
+#[proc_macro_attribute]
+pub fn kernel(attr: TokenStream, item: TokenStream) -> TokenStream {
+    if !attr.is_empty() {
+        return Error::new(Span::call_site(), "#[kernel] takes no arguments")
+            .to_compile_error()
+            .into();
+    }
+    let function = parse_macro_input!(item as ItemFn);
+    expand(function)
+        .unwrap_or_else(Error::into_compile_error)
+        .into()
+}
+
+fn expand(function: ItemFn) -> syn::Result<TokenStream2> {
+    let sig = &function.sig;
+    if let Some(asyncness) = sig.asyncness {
+        return Err(Error::new(asyncness.span(), "a kernel cannot be async"));
+    }
+    if let Some(abi) = &sig.abi {
+        return Err(Error::new(abi.span(), "#[kernel] writes the ABI itself"));
+    }
+    if let syn::ReturnType::Type(_, ty) = &sig.output {
+        return Err(Error::new(ty.span(), "a kernel returns nothing"));
+    }
+    if let Some(variadic) = &sig.variadic {
+        return Err(Error::new(variadic.span(), "a kernel cannot be variadic"));
+    }
+    let type_params = sig
+        .generics
+        .params
+        .iter()
+        .filter(|p| !matches!(p, GenericParam::Lifetime(_)))
+        .count();
+    if type_params > 1 || sig.generics.params.iter().any(|p| matches!(p, GenericParam::Const(_))) {
+        return Err(Error::new(
+            sig.generics.span(),
+            "a kernel has one generic type parameter at most: its arch handle's type",
+        ));
+    }
+    let mut inputs = sig.inputs.iter();
+    match inputs.next() {
+        Some(FnArg::Typed(arch)) if matches!(*arch.ty, Type::Reference(_)) => {}
+        other => {
+            let span = other.map_or(sig.span(), Spanned::span);
+            return Err(Error::new(
+                span,
+                "a kernel's first parameter is its arch handle: `arch: &A` (A: Arch) or `arch: &impl Arch`",
+            ));
+        }
+    }
+    let mut names = Vec::new();
+    let mut types = Vec::new();
+    for (i, input) in inputs.enumerate() {
+        let FnArg::Typed(typed) = input else {
+            return Err(Error::new(input.span(), "a kernel takes no `self`"));
+        };
+        if !matches!(&*typed.pat, Pat::Ident(_) | Pat::Wild(_)) {
+            return Err(Error::new(typed.pat.span(), "kernel parameters are plain names"));
+        }
+        names.push(format_ident!("__symmem_arg{}", i));
+        types.push((*typed.ty).clone());
+    }
+    let name = &sig.ident;
+    let name_text = name.to_string();
+    let vis = &function.vis;
+    let attrs = &function.attrs;
+    let body_name = format_ident!("__symmem_kernel_body_{}", name);
+    let mut body = function.clone();
+    body.sig.ident = body_name.clone();
+    body.vis = syn::Visibility::Inherited;
+    body.attrs.retain(|a| !a.path().is_ident("doc"));
+    let gpu = quote!(any(target_arch = "amdgpu", target_arch = "nvptx64"));
+    Ok(quote! {
+        #[doc(hidden)]
+        #[inline(always)]
+        #[allow(non_snake_case, clippy::too_many_arguments)]
+        #body
+
+        #[cfg(#gpu)]
+        #(#attrs)*
+        #[unsafe(no_mangle)]
+        #[allow(clippy::too_many_arguments)]
+        pub unsafe extern "gpu-kernel" fn #name(
+            #(#names: <#types as ::symmem_device::Param>::Abi),*
+        ) {
+            #[allow(unused_unsafe)]
+            // SAFETY: the host launch checked every argument against this signature.
+            unsafe {
+                #body_name(
+                    &::symmem_device::Gpu,
+                    #(<#types as ::symmem_device::Param>::from_abi(#names)),*
+                )
+            }
+        }
+
+        #[cfg(not(#gpu))]
+        #(#attrs)*
+        #[allow(non_upper_case_globals)]
+        #vis const #name: ::symmem_device::Kernel<(#(#types,)*)> = {
+            fn host(
+                arch: &::symmem_device::arch::host::HostThread<'_>,
+                (#(#names,)*): <(#(#types,)*) as ::symmem_device::Params>::Abi,
+            ) {
+                #[allow(unused_unsafe)]
+                // SAFETY: the host launch checked every argument against this signature.
+                unsafe {
+                    #body_name(arch, #(<#types as ::symmem_device::Param>::from_abi(#names)),*)
+                }
+            }
+            // SAFETY: `host` runs the body of the entry point exported as `#name`.
+            unsafe { ::symmem_device::Kernel::new(env!("CARGO_CRATE_NAME"), #name_text, host) }
+        };
+
+        #[cfg(all(target_os = "linux", not(#gpu)))]
+        const _: () = {
+            #[used]
+            #[unsafe(link_section = "symmem_kernels")]
+            static DECLARATION: ::symmem_device::Declaration = ::symmem_device::Declaration {
+                crate_name: env!("CARGO_CRATE_NAME"),
+                name: #name_text,
+                slots: <(#(#types,)*) as ::symmem_device::Params>::SLOTS,
+            };
+        };
+    })
+}

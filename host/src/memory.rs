@@ -1,0 +1,368 @@
+//! Typed device memory: plain allocations ([`DeviceBuffer`]), views of any device memory
+//! of a world ([`DeviceSlice`]), and views of symmetric memory with their peer table
+//! ([`SymSlice`]). Every safe function of the crate takes these handles (element type,
+//! length, owning world), never a raw address, and counts in elements.
+
+use crate::backend::{Backend, DeviceRegion};
+use crate::error::{Error, Result};
+use crate::launch::{KernelArg, Lowering};
+use crate::world::{PeerBases, World};
+use std::marker::PhantomData;
+use std::ops::{Bound, RangeBounds};
+
+/// `range` of a sequence of `len` elements, as (start, count).
+fn bounds(range: impl RangeBounds<usize>, len: usize) -> Result<(usize, usize)> {
+    let start = match range.start_bound() {
+        Bound::Included(&s) => Some(s),
+        Bound::Excluded(&s) => s.checked_add(1),
+        Bound::Unbounded => Some(0),
+    };
+    let end = match range.end_bound() {
+        Bound::Included(&e) => e.checked_add(1),
+        Bound::Excluded(&e) => Some(e),
+        Bound::Unbounded => Some(len),
+    };
+    match (start, end) {
+        (Some(start), Some(end)) if start <= end && end <= len => Ok((start, end - start)),
+        (start, end) => {
+            let start = start.unwrap_or(usize::MAX);
+            Err(Error::OutOfBounds {
+                start,
+                len: end.unwrap_or(usize::MAX).saturating_sub(start),
+                capacity: len,
+            })
+        }
+    }
+}
+
+/// Plain device memory of this rank: `len` elements of `T`, not symmetric (the
+/// allocation a program makes with `cuMemAlloc` / `hipMalloc`; memory of the host process
+/// on the CPU backend). Its contents start undefined unless made by
+/// [`World::device_zeros`] or [`World::device_from_slice`]. Share it with the other
+/// ranks through a [`crate::Rendezvous`].
+pub struct DeviceBuffer<'w, T, B: Backend> {
+    world: &'w World<B>,
+    memory: B::DeviceMemory,
+    len: usize,
+    _t: PhantomData<T>,
+}
+
+impl<'w, T: bytemuck::Pod, B: Backend> DeviceBuffer<'w, T, B> {
+    pub(crate) fn new(world: &'w World<B>, len: usize) -> Result<Self> {
+        let bytes = len.checked_mul(size_of::<T>()).ok_or(Error::TooLarge {
+            requested: usize::MAX,
+            capacity: isize::MAX as usize,
+        })?;
+        if bytes == 0 {
+            return Err(Error::ZeroSize);
+        }
+        Ok(Self {
+            world,
+            memory: world.backend().alloc_device(bytes)?,
+            len,
+            _t: PhantomData,
+        })
+    }
+
+    /// The whole buffer as a view.
+    pub fn as_slice(&self) -> DeviceSlice<'_, T, B> {
+        DeviceSlice {
+            world: self.world,
+            ptr: self.memory.base(),
+            len: self.len,
+            _t: PhantomData,
+        }
+    }
+
+    /// Elements `range` of the buffer. Errors: [`Error::OutOfBounds`].
+    pub fn slice(&self, range: impl RangeBounds<usize>) -> Result<DeviceSlice<'_, T, B>> {
+        self.as_slice().slice(range)
+    }
+
+    /// Elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True for no elements (never: empty allocations are refused).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Device address of the first element (for printing and for `unsafe` interop).
+    pub fn ptr(&self) -> u64 {
+        self.memory.base()
+    }
+
+    /// The world it belongs to.
+    pub fn world(&self) -> &'w World<B> {
+        self.world
+    }
+
+    pub(crate) fn into_parts(self) -> (&'w World<B>, B::DeviceMemory, usize) {
+        (self.world, self.memory, self.len)
+    }
+}
+
+/// A view of `len` elements of `T` of device memory of one world's rank: a
+/// [`DeviceBuffer`], a symmetric buffer's local copy, a provider's local allocation, or
+/// part of one. Cheap to copy; it borrows what it views.
+pub struct DeviceSlice<'a, T, B: Backend> {
+    world: &'a World<B>,
+    ptr: u64,
+    len: usize,
+    _t: PhantomData<&'a [T]>,
+}
+
+impl<T, B: Backend> Clone for DeviceSlice<'_, T, B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T, B: Backend> Copy for DeviceSlice<'_, T, B> {}
+
+impl<'a, T, B: Backend> DeviceSlice<'a, T, B> {
+    /// A view of `len` elements at `ptr`, of `world`.
+    ///
+    /// # Safety
+    /// `ptr..ptr + len * size_of::<T>()` is device memory of this rank of `world`,
+    /// aligned for `T`, that stays allocated for `'a` and for as long as work enqueued
+    /// with the view can run.
+    pub unsafe fn from_raw_parts(world: &'a World<B>, ptr: u64, len: usize) -> Self {
+        Self {
+            world,
+            ptr,
+            len,
+            _t: PhantomData,
+        }
+    }
+
+    /// Elements `range` of this view. Errors: [`Error::OutOfBounds`].
+    pub fn slice(&self, range: impl RangeBounds<usize>) -> Result<Self> {
+        let (start, len) = bounds(range, self.len)?;
+        Ok(self.sub(start, len))
+    }
+
+    /// Elements `start..start + len`, already checked to be inside.
+    fn sub(&self, start: usize, len: usize) -> Self {
+        Self {
+            ptr: self.ptr + (start * size_of::<T>()) as u64,
+            len,
+            ..*self
+        }
+    }
+
+    /// Elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True for no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Bytes.
+    pub fn byte_len(&self) -> usize {
+        self.len * size_of::<T>()
+    }
+
+    /// Device address of the first element.
+    pub fn ptr(&self) -> u64 {
+        self.ptr
+    }
+
+    /// The world whose rank owns the memory.
+    pub fn world(&self) -> &'a World<B> {
+        self.world
+    }
+
+    /// The same memory as bytes.
+    pub fn as_bytes(&self) -> DeviceSlice<'a, u8, B> {
+        DeviceSlice {
+            world: self.world,
+            ptr: self.ptr,
+            len: self.byte_len(),
+            _t: PhantomData,
+        }
+    }
+}
+
+/// A view of `len` elements of `T` of a symmetric object (a symmetric buffer, a
+/// [`crate::Rendezvous`], an [`crate::ExternalTable`]): this rank's copy, and the peer
+/// table that reaches every rank's copy. Cheap to copy; it borrows its object.
+pub struct SymSlice<'a, T, B: Backend> {
+    local: DeviceSlice<'a, T, B>,
+    /// Element offset of the view in its object (translation keeps it on every rank).
+    start: usize,
+    table: &'a PeerBases,
+}
+
+impl<T, B: Backend> Clone for SymSlice<'_, T, B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T, B: Backend> Copy for SymSlice<'_, T, B> {}
+
+impl<'a, T, B: Backend> SymSlice<'a, T, B> {
+    /// The whole object: `len` elements at `ptr` whose table is `table`.
+    pub(crate) fn new(world: &'a World<B>, ptr: u64, len: usize, table: &'a PeerBases) -> Self {
+        Self {
+            local: DeviceSlice {
+                world,
+                ptr,
+                len,
+                _t: PhantomData,
+            },
+            start: 0,
+            table,
+        }
+    }
+
+    /// Elements `range` of this view. Errors: [`Error::OutOfBounds`].
+    pub fn slice(&self, range: impl RangeBounds<usize>) -> Result<Self> {
+        let (start, len) = bounds(range, self.local.len)?;
+        Ok(Self {
+            local: self.local.sub(start, len),
+            start: self.start + start,
+            table: self.table,
+        })
+    }
+
+    /// This rank's copy.
+    pub fn local(&self) -> DeviceSlice<'a, T, B> {
+        self.local
+    }
+
+    /// The peer table of the object the view is part of.
+    pub fn peer_bases(&self) -> &'a PeerBases {
+        self.table
+    }
+
+    /// Device address of the view's first element on rank `rank`, as mapped in this
+    /// address space. Errors: [`Error::RankOutOfRange`].
+    pub fn peer_ptr(&self, rank: usize) -> Result<u64> {
+        let entries = self.table.entries();
+        let base = *entries.get(rank).ok_or(Error::RankOutOfRange {
+            rank,
+            world: entries.len(),
+        })?;
+        let local_base = entries[self.local.world.rank()];
+        Ok(base + (self.local.ptr - local_base))
+    }
+
+    /// Elements.
+    pub fn len(&self) -> usize {
+        self.local.len
+    }
+
+    /// True for no elements.
+    pub fn is_empty(&self) -> bool {
+        self.local.len == 0
+    }
+
+    /// Element offset of the view in its object.
+    pub fn start(&self) -> usize {
+        self.start
+    }
+
+    /// Device address of this rank's first element.
+    pub fn ptr(&self) -> u64 {
+        self.local.ptr
+    }
+}
+
+impl<'a, T, B: Backend> From<SymSlice<'a, T, B>> for DeviceSlice<'a, T, B> {
+    fn from(view: SymSlice<'a, T, B>) -> Self {
+        view.local
+    }
+}
+
+/// Anything that views typed device memory of one world's rank: a [`DeviceBuffer`], a
+/// [`DeviceSlice`], a symmetric buffer or [`SymSlice`] (its local copy), a provider.
+pub trait AsDeviceSlice<T, B: Backend> {
+    /// The view.
+    fn as_device_slice(&self) -> DeviceSlice<'_, T, B>;
+}
+
+/// Anything that views typed symmetric memory: a symmetric buffer, a [`SymSlice`], a
+/// [`crate::Rendezvous`], an [`crate::ExternalTable`].
+pub trait AsSymSlice<T, B: Backend> {
+    /// The view.
+    fn as_sym_slice(&self) -> SymSlice<'_, T, B>;
+}
+
+impl<T: bytemuck::Pod, B: Backend> AsDeviceSlice<T, B> for DeviceBuffer<'_, T, B> {
+    fn as_device_slice(&self) -> DeviceSlice<'_, T, B> {
+        self.as_slice()
+    }
+}
+
+impl<T, B: Backend> AsDeviceSlice<T, B> for DeviceSlice<'_, T, B> {
+    fn as_device_slice(&self) -> DeviceSlice<'_, T, B> {
+        *self
+    }
+}
+
+impl<T, B: Backend> AsSymSlice<T, B> for SymSlice<'_, T, B> {
+    fn as_sym_slice(&self) -> SymSlice<'_, T, B> {
+        *self
+    }
+}
+
+/// Symmetric views are device views of this rank's copy.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! local_copy_is_a_device_slice {
+    ($($t:ty),*) => {$(
+        impl<T, B: $crate::backend::Backend> $crate::AsDeviceSlice<T, B> for $t {
+            fn as_device_slice(&self) -> $crate::DeviceSlice<'_, T, B> {
+                $crate::AsSymSlice::as_sym_slice(self).local()
+            }
+        }
+    )*};
+}
+
+local_copy_is_a_device_slice!(SymSlice<'_, T, B>, crate::SymmetricBuffer<'_, T, B>);
+
+// SAFETY: a view's memory is live device memory of this rank holding `T`s, kept for as
+// long as enqueued work can run: a `DeviceBuffer` frees only after the device is done
+// with it (the runtimes' free waits), symmetric memory only at a barrier, which waits
+// for this rank's device first.
+unsafe impl<T: 'static, B: Backend, V: AsDeviceSlice<T, B>> KernelArg<B, *mut T> for &V {
+    #[inline]
+    fn lower(&self, lowering: &mut Lowering<'_, B>) -> Result<*mut T> {
+        let view = self.as_device_slice();
+        lowering.check_owner(view.world)?;
+        Ok(std::ptr::without_provenance_mut(view.ptr as usize))
+    }
+}
+
+// SAFETY: as for `*mut T`.
+unsafe impl<T: 'static, B: Backend, V: AsDeviceSlice<T, B>> KernelArg<B, *const T> for &V {
+    #[inline]
+    fn lower(&self, lowering: &mut Lowering<'_, B>) -> Result<*const T> {
+        let view = self.as_device_slice();
+        lowering.check_owner(view.world)?;
+        Ok(std::ptr::without_provenance(view.ptr as usize))
+    }
+}
+
+// SAFETY: as for `&V` above: a view of live memory of this rank holding `T`s.
+unsafe impl<T: 'static, B: Backend> KernelArg<B, *mut T> for DeviceSlice<'_, T, B> {
+    #[inline]
+    fn lower(&self, lowering: &mut Lowering<'_, B>) -> Result<*mut T> {
+        lowering.check_owner(self.world)?;
+        Ok(std::ptr::without_provenance_mut(self.ptr as usize))
+    }
+}
+
+// SAFETY: as for `&V` above.
+unsafe impl<T: 'static, B: Backend> KernelArg<B, *const T> for DeviceSlice<'_, T, B> {
+    #[inline]
+    fn lower(&self, lowering: &mut Lowering<'_, B>) -> Result<*const T> {
+        lowering.check_owner(self.world)?;
+        Ok(std::ptr::without_provenance(self.ptr as usize))
+    }
+}
