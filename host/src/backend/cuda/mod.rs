@@ -923,7 +923,10 @@ mod tests {
     //! `skipped: <reason>` (and pass) when [`Cuda::new`] fails.
 
     use super::*;
+    use crate::backend::HostKernel;
     use std::process::Command;
+    use symmem_arch::host::HostThread;
+    use symmem_device::{Kernel, Params};
 
     /// The env var that turns a `cuda_gpu_child_*` test into the child half of a
     /// cross-process test (its value: the parent's export, hex-encoded).
@@ -961,6 +964,60 @@ mod tests {
             .step_by(2)
             .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
             .collect()
+    }
+
+    /// A kernel with its lowered arguments, for [`launch_lowered`]'s `KernelLaunch`
+    /// (the CPU half of a launch: these tests launch on a GPU, which never runs it).
+    struct LoweredBody<P: Params> {
+        kernel: Kernel<P>,
+        abi: P::Abi,
+    }
+
+    // SAFETY: the raw pointers in `abi` are device addresses every thread of the launch
+    // may use, as on the GPU (see `launch_lowered`'s contract).
+    unsafe impl<P: Params> Sync for LoweredBody<P> {}
+
+    impl<P: Params> HostKernel for LoweredBody<P> {
+        fn run(&self, arch: &HostThread<'_>) {
+            // SAFETY: `launch_lowered`'s caller vouched for `abi`.
+            unsafe { self.kernel.run_on_host(arch, self.abi) }
+        }
+    }
+
+    /// Enqueues `kernel` of `module` over `grid` on `cuda`'s stream with arguments
+    /// already lowered to the kernel's ABI (`abi`), the way `Module::launch` builds its
+    /// [`KernelLaunch`] (one pointer per parameter, from `Params::visit`) after checking
+    /// typed handles. For the tests below the world, whose heaps and tables are made by
+    /// hand from two `Cuda` instances.
+    ///
+    /// # Safety
+    /// Every address in `abi` satisfies `kernel`'s contract: device memory reachable
+    /// from `cuda`'s context, of the lengths the other arguments give, alive until the
+    /// launch completes.
+    pub(crate) unsafe fn launch_lowered<P: Params>(
+        cuda: &Cuda,
+        module: &CudaModule,
+        kernel: Kernel<P>,
+        grid: Grid,
+        abi: P::Abi,
+    ) -> Result<()> {
+        let body = LoweredBody { kernel, abi };
+        let mut args = Vec::with_capacity(P::SLOTS.len());
+        P::visit(&body.abi, &mut |p| args.push(p));
+        let launch = KernelLaunch {
+            name: kernel.name(),
+            args: &args,
+            slots: P::SLOTS,
+            host: &body,
+        };
+        // SAFETY: `args` holds one pointer per parameter into `body.abi`, which outlives
+        // the call; the addresses in it are the caller's contract.
+        unsafe { cuda.launch(module, &launch, grid) }
+    }
+
+    /// A device address as the pointer type a kernel parameter lowers to.
+    fn device<T>(addr: u64) -> *mut T {
+        std::ptr::without_provenance_mut(addr as usize)
     }
 
     /// Runs one test of this module in a child process of this test binary.
@@ -1067,15 +1124,46 @@ mod tests {
         assert_eq!(pick_target(t, 10, 0), Some("sm_90"));
         assert_eq!(pick_target(t, 8, 6), Some("sm_80"));
         assert_eq!(pick_target(t, 7, 5), None);
-        // The embedded objects: sm_90 must be there for the H200.
-        assert_eq!(code_object_for(9, 0).unwrap().target, "sm_90");
-        match code_object_for(7, 0) {
-            Err(Error::NoCodeObject { arch }) => assert_eq!(arch, "sm_70"),
+        // A crate's objects: the pick and the error name the crate and the architecture.
+        static OBJECTS: CodeObjects = CodeObjects::new(
+            "some_kernels",
+            &[
+                ("gfx942", b"amd"),
+                ("sm_80", b"ampere"),
+                ("sm_90", b"hopper"),
+            ],
+        );
+        assert_eq!(
+            code_object_for(&OBJECTS, 9, 0).unwrap(),
+            ("sm_90", &b"hopper"[..])
+        );
+        assert_eq!(
+            code_object_for(&OBJECTS, 8, 9).unwrap(),
+            ("sm_80", &b"ampere"[..])
+        );
+        match code_object_for(&OBJECTS, 7, 0) {
+            Err(Error::NoCodeObject { module, arch }) => {
+                assert_eq!((module, arch.as_str()), ("some_kernels", "sm_70"))
+            }
             other => panic!("expected NoCodeObject, got {other:?}"),
         }
-        let ptx = code_object_for(9, 0).unwrap().bytes;
+        // symmem's own objects: sm_90 must be there for the H200, with every kernel.
+        let kernels = &crate::code_objects::KERNELS;
+        assert_eq!(kernels.crate_name(), "symmem_kernels");
+        if kernels.objects().is_empty() {
+            // host/build.rs builds the kernels for every target; only a stubbed build
+            // script (a CPU-only checkout) embeds none.
+            println!("skipped: this build embeds no code objects of symmem_kernels");
+            return;
+        }
+        let (target, ptx) = code_object_for(kernels, 9, 0).unwrap();
+        assert_eq!(target, "sm_90");
         let text = std::str::from_utf8(ptx).unwrap();
-        for k in ["symmem_put", "symmem_get", "symmem_copy"] {
+        for k in [
+            symmem_kernels::symmem_put.name(),
+            symmem_kernels::symmem_get.name(),
+            symmem_kernels::symmem_copy.name(),
+        ] {
             assert!(
                 text.contains(&format!(".entry {k}(")),
                 "{k} missing from the PTX"
@@ -1166,10 +1254,12 @@ mod tests {
     /// rank 0's, each through a two-entry table; the allocation path never syncs.
     fn put_through_imported_heap(r0: Cuda, r1: Cuda) {
         let g = r0.heap_granularity();
+        let k0 = r0.load_module(&crate::code_objects::KERNELS).unwrap();
+        let k1 = r1.load_module(&crate::code_objects::KERNELS).unwrap();
         println!(
             "granularity {g}, driver {}, code object {}",
             r0.driver_version(),
-            r0.code_object_target()
+            k0.target()
         );
         assert!(g > 0 && g.is_power_of_two());
         let heap_bytes = 2 * g;
@@ -1201,13 +1291,16 @@ mod tests {
         let offset = 4096usize;
         let src = pattern(bytes, 0x5a);
         let src_dev = r0.alloc_device(bytes).unwrap();
-        r0.upload(src_dev.base(), &src).unwrap();
         let table: Vec<u8> = [h0.base(), m01.base()]
             .iter()
             .flat_map(|b| b.to_le_bytes())
             .collect();
         let bases = r0.alloc_device(table.len()).unwrap();
-        r0.upload(bases.base(), &table).unwrap();
+        // SAFETY: both allocations were just made with these lengths.
+        unsafe {
+            r0.upload(src_dev.base(), &src).unwrap();
+            r0.upload(bases.base(), &table).unwrap();
+        }
         assert_eq!(
             r0.device_to_host_syncs(),
             0,
@@ -1217,30 +1310,42 @@ mod tests {
         // Rank 1 clears its heap and waits (one counted sync) before rank 0 writes.
         std::thread::scope(|s| {
             s.spawn(|| {
-                r1.memset(h1.base(), 0, heap_bytes).unwrap();
+                // SAFETY: rank 1's own heap, all of it, which nothing else uses yet.
+                unsafe { r1.memset(h1.base(), 0, heap_bytes).unwrap() };
                 r1.synchronize().unwrap();
             });
         });
         assert_eq!(r1.device_to_host_syncs(), 1);
 
-        let call = KernelCall::Put {
-            dst: h0.base() + offset as u64,
-            src: src_dev.base(),
-            bytes: bytes as u64,
-            bases: bases.base(),
-            world: 2,
-            cur: 0,
-            to: 1,
-        };
-        let grid = r0.default_grid(&call);
+        let grid = r0.grid_for_bytes(bytes);
         println!("put of {bytes} bytes with {grid:?}");
-        r0.launch(&call, grid).unwrap();
+        // SAFETY: `dst` lies in rank 0's heap with `bytes` to spare, and translates
+        // through the two-entry table to rank 1's heap mapped here; `src` holds `bytes`.
+        unsafe {
+            launch_lowered(
+                &r0,
+                &k0,
+                symmem_kernels::symmem_put,
+                grid,
+                (
+                    device(h0.base() + offset as u64),
+                    device(src_dev.base()),
+                    bytes as u64,
+                    device(bases.base()),
+                    2,
+                    0,
+                    1,
+                ),
+            )
+            .unwrap()
+        };
         r0.synchronize().unwrap();
         assert_eq!(r0.device_to_host_syncs(), 1);
 
         let mut got = vec![0xffu8; heap_bytes];
         std::thread::scope(|s| {
-            s.spawn(|| r1.download(&mut got, h1.base()).unwrap());
+            // SAFETY: rank 1's own heap, which rank 0's put (complete) wrote.
+            s.spawn(|| unsafe { r1.download(&mut got, h1.base()).unwrap() });
         });
         assert_eq!(r1.device_to_host_syncs(), 2);
         assert!(
@@ -1254,11 +1359,14 @@ mod tests {
         );
         // Rank 0 sees rank 1's heap through its own mapping too, and its own heap is untouched.
         let mut via0 = vec![0u8; bytes];
-        r0.download(&mut via0, m01.base() + offset as u64).unwrap();
-        assert!(via0 == src);
         let mut own0 = vec![0xffu8; 64];
-        r0.memset(h0.base(), 0x11, 64).unwrap();
-        r0.download(&mut own0, h0.base()).unwrap();
+        // SAFETY: rank 1's heap as mapped here and rank 0's own heap, inside both.
+        unsafe {
+            r0.download(&mut via0, m01.base() + offset as u64).unwrap();
+            r0.memset(h0.base(), 0x11, 64).unwrap();
+            r0.download(&mut own0, h0.base()).unwrap();
+        }
+        assert!(via0 == src);
         assert!(own0.iter().all(|&b| b == 0x11));
         assert_eq!(r0.device_to_host_syncs(), 3);
 
@@ -1268,26 +1376,39 @@ mod tests {
             .flat_map(|b| b.to_le_bytes())
             .collect();
         let bases1 = r1.alloc_device(16).unwrap();
-        r1.upload(bases1.base(), &table1).unwrap();
+        // SAFETY: the table's allocation holds its 16 bytes.
+        unsafe { r1.upload(bases1.base(), &table1).unwrap() };
         let dst1 = r1.alloc_device(64).unwrap();
-        let get = KernelCall::Get {
-            dst: dst1.base(),
-            src: h1.base(),
-            bytes: 64,
-            bases: bases1.base(),
-            world: 2,
-            cur: 1,
-            from: 0,
+        // SAFETY: `src` is rank 1's heap, which the table translates to rank 0's heap
+        // mapped here; `dst` holds 64 bytes.
+        unsafe {
+            launch_lowered(
+                &r1,
+                &k1,
+                symmem_kernels::symmem_get,
+                r1.grid_for_bytes(64),
+                (
+                    device(dst1.base()),
+                    device(h1.base()),
+                    64,
+                    device(bases1.base()),
+                    2,
+                    1,
+                    0,
+                ),
+            )
+            .unwrap()
         };
-        r1.launch(&get, r1.default_grid(&get)).unwrap();
         let mut back = vec![0u8; 64];
-        r1.download(&mut back, dst1.base()).unwrap();
+        // SAFETY: the 64 bytes of `dst1`.
+        unsafe { r1.download(&mut back, dst1.base()).unwrap() };
         assert!(
             back.iter().all(|&b| b == 0x11),
             "get through the imported heap: {back:?}"
         );
 
         drop((m01, m10, h0, h1, src_dev, bases, bases1, dst1));
+        drop((k0, k1));
         drop((r0, r1));
         assert_eq!(
             Cuda::drop_errors(),
@@ -1298,16 +1419,25 @@ mod tests {
     }
 
     /// What `cuda`'s copy kernel reads at `src` (`len` bytes), through a fresh buffer.
-    fn copy_kernel_read(cuda: &Cuda, src: u64, len: usize) -> Vec<u8> {
+    ///
+    /// # Safety
+    /// `src..src + len` is device memory `cuda`'s kernels may read.
+    unsafe fn copy_kernel_read(cuda: &Cuda, src: u64, len: usize) -> Vec<u8> {
+        let module = cuda.load_module(&crate::code_objects::KERNELS).unwrap();
         let dst = cuda.alloc_device(len).unwrap();
-        let copy = KernelCall::Copy {
-            dst: dst.base(),
-            src,
-            bytes: len as u64,
-        };
-        cuda.launch(&copy, cuda.default_grid(&copy)).unwrap();
         let mut got = vec![0u8; len];
-        cuda.download(&mut got, dst.base()).unwrap();
+        // SAFETY: `dst` holds `len` bytes; `src` is the caller's.
+        unsafe {
+            launch_lowered(
+                cuda,
+                &module,
+                symmem_kernels::symmem_copy,
+                cuda.grid_for_bytes(len),
+                (device(dst.base()), device(src), len as u64),
+            )
+            .unwrap();
+            cuda.download(&mut got, dst.base()).unwrap();
+        }
         got
     }
 
@@ -1321,7 +1451,8 @@ mod tests {
         let len = (1 << 20) + 5;
         let mem = r0.alloc_device(len).unwrap();
         let data = pattern(len, 9);
-        r0.upload(mem.base(), &data).unwrap();
+        // SAFETY: the allocation just made, `len` bytes.
+        unsafe { r0.upload(mem.base(), &data).unwrap() };
         r0.synchronize().unwrap();
         let alias = match r1.import_device_memory(r0.export_device_memory(&mem).unwrap(), len) {
             Ok(alias) => alias,
@@ -1333,7 +1464,8 @@ mod tests {
         };
         assert!(alias.is_alias());
         assert_eq!(alias.base(), mem.base());
-        let got = copy_kernel_read(&r1, alias.base(), len);
+        // SAFETY: the alias of `mem` (live), with peer access enabled for rank 1.
+        let got = unsafe { copy_kernel_read(&r1, alias.base(), len) };
         assert!(got == data, "device 1 read device 0's memory wrong");
         drop((alias, mem));
         assert_eq!(Cuda::drop_errors(), 0, "{:?}", Cuda::last_drop_error());
@@ -1348,7 +1480,8 @@ mod tests {
         let len = 1 << 20;
         let mem = r0.alloc_device(len).unwrap();
         let data = pattern(len, 3);
-        r0.upload(mem.base(), &data).unwrap();
+        // SAFETY: the allocation just made, `len` bytes.
+        unsafe { r0.upload(mem.base(), &data).unwrap() };
         let shared = r0.export_device_memory(&mem).unwrap();
         let bytes = shared.bytes.clone();
         let alias = r1.import_device_memory(shared, len).unwrap();
@@ -1357,12 +1490,14 @@ mod tests {
         assert_eq!(r0.device_to_host_syncs() + r1.device_to_host_syncs(), 0);
         r0.synchronize().unwrap();
         // Rank 1 copies from the alias with the direct copy kernel.
-        assert!(copy_kernel_read(&r1, alias.base(), len) == data);
+        // SAFETY: the alias of `mem`, which lives.
+        assert!(unsafe { copy_kernel_read(&r1, alias.base(), len) } == data);
 
         let status = run_child("cuda_gpu_child_ipc_open", &hex(&bytes));
         assert!(status.success(), "child failed: {status}");
         let mut after = vec![0u8; 4096];
-        r0.download(&mut after, mem.base()).unwrap();
+        // SAFETY: the first 4 KiB of `mem`.
+        unsafe { r0.download(&mut after, mem.base()).unwrap() };
         assert!(
             after.iter().all(|&b| b == 0xa5),
             "child's write not visible"
@@ -1404,9 +1539,11 @@ mod tests {
             m.base()
         );
         let mut got = vec![0u8; len];
-        cuda.download(&mut got, m.base()).unwrap();
+        // SAFETY: the parent's allocation as opened here, `len` bytes.
+        unsafe { cuda.download(&mut got, m.base()).unwrap() };
         assert!(got == pattern(len, 3), "child read wrong data");
-        cuda.memset(m.base(), 0xa5, 4096).unwrap();
+        // SAFETY: as above, its first 4 KiB.
+        unsafe { cuda.memset(m.base(), 0xa5, 4096).unwrap() };
         cuda.synchronize().unwrap();
     }
 
@@ -1417,7 +1554,8 @@ mod tests {
         let Some(r0) = device_or_skip() else { return };
         let g = r0.heap_granularity();
         let heap = r0.create_heap(g).unwrap();
-        r0.upload(heap.base(), &pattern(g, 9)).unwrap();
+        // SAFETY: the heap just made, `g` bytes.
+        unsafe { r0.upload(heap.base(), &pattern(g, 9)).unwrap() };
         r0.synchronize().unwrap();
         let shared = r0.export_heap(&heap).unwrap();
         let fd = shared.fd.as_ref().unwrap();
@@ -1431,7 +1569,8 @@ mod tests {
         let status = run_child("cuda_gpu_child_heap_import", &env);
         assert!(status.success(), "child failed: {status}");
         let mut after = vec![0u8; g];
-        r0.download(&mut after, heap.base()).unwrap();
+        // SAFETY: the heap, `g` bytes.
+        unsafe { r0.download(&mut after, heap.base()).unwrap() };
         let mut want = pattern(g, 9);
         want[..8192].fill(0x3c);
         assert!(
@@ -1486,9 +1625,11 @@ mod tests {
             m.base()
         );
         let mut got = vec![0u8; g];
-        cuda.download(&mut got, m.base()).unwrap();
+        // SAFETY: the parent's heap as mapped here, `g` bytes.
+        unsafe { cuda.download(&mut got, m.base()).unwrap() };
         assert!(got == pattern(g, 9), "child read wrong heap data");
-        cuda.memset(m.base(), 0x3c, 8192).unwrap();
+        // SAFETY: as above, its first 8 KiB.
+        unsafe { cuda.memset(m.base(), 0x3c, 8192).unwrap() };
         cuda.synchronize().unwrap();
     }
 
