@@ -1,14 +1,18 @@
 //! Bad input gets the exact error variant, leaves nothing corrupted, and never hangs:
 //! heap exhaustion, impossible sizes, zero sizes, bad alignments, foreign pointers,
 //! ranks out of range, double frees, ranks that disagree on collective calls or heap
-//! sizes, and ranks that leave early or stop answering.
+//! sizes, ranks that leave early or stop answering, and the launch path's checks on the
+//! handles it is given (another world's, a dropped object's table, a table not yet
+//! agreed on, views of different lengths, a kernel of another crate).
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use symmem::backend::cpu::Cpu;
-use symmem::backend::{Backend, DeviceRegion};
 use symmem::bootstrap::local::LocalBootstrap;
-use symmem::{Config, Error, ExternalTable, PeerBaseProvider, Rendezvous, World};
+use symmem::{
+    AsSymSlice, Config, DeviceBuffer, Error, ExternalTable, Grid, PeerBaseProvider, PeerBases,
+    Rendezvous, SymSlice, World,
+};
 
 const HEAP: usize = 1 << 20;
 
@@ -176,8 +180,14 @@ fn zero_size_everywhere() {
             zero(world.allocate_symmetric::<()>(16).map(drop)),
             "16 zero-sized elements"
         );
-        let user = world.backend().alloc_device(64)?;
-        assert!(zero(Rendezvous::new(&world, user, 0).map(drop)));
+        // Plain allocations (and so rendezvous, which share one) cannot be empty either.
+        assert!(zero(world.alloc::<u8>(0).map(drop)));
+        assert!(zero(world.device_zeros::<u64>(0).map(drop)));
+        assert!(zero(world.device_from_slice::<u8>(&[]).map(drop)));
+        assert!(
+            zero(world.alloc::<()>(16).map(drop)),
+            "16 zero-sized elements"
+        );
         assert_eq!(world.heap_free(), world.heap_len());
         world.barrier()
     });
@@ -297,8 +307,8 @@ fn not_symmetric_for_foreign_pointers() {
         for r in (0..n).filter(|&r| r != rank) {
             not_symmetric(bases.entries()[r]);
         }
-        let user = world.backend().alloc_device(4096)?;
-        not_symmetric(user.base());
+        let user = world.alloc::<u8>(4096)?;
+        not_symmetric(user.ptr());
         let freed = buffer.ptr();
         drop(buffer);
         not_symmetric(freed);
@@ -311,8 +321,7 @@ fn rank_out_of_range() {
     for_sizes(&[1, 2, 3, 4], |world| {
         let n = world.world_size();
         let buffer = world.zeros::<u32>(16)?;
-        let source = world.backend().alloc_device(64)?;
-        world.backend().upload(source.base(), &[0xFF; 64])?;
+        let source = world.device_from_slice(&[u32::MAX; 16])?;
         let out = |r: symmem::Result<()>, rank: usize| {
             assert!(
                 matches!(r, Err(Error::RankOutOfRange { rank: a, world: b }) if a == rank && b == n),
@@ -320,8 +329,10 @@ fn rank_out_of_range() {
             );
         };
         for bad in [n, n + 1, usize::MAX] {
-            out(world.put(&buffer, 0, source.base(), 16, bad), bad);
-            out(world.get(source.base(), &buffer, 0, 16, bad), bad);
+            out(world.put(&buffer, &source, bad), bad);
+            out(world.get(&source, &buffer, bad), bad);
+            out(world.read_peer(&buffer, bad).map(drop), bad);
+            out(buffer.as_slice().peer_ptr(bad).map(drop), bad);
             out(world.translate(buffer.ptr(), bad).map(drop), bad);
         }
         world.barrier()?;
@@ -330,8 +341,11 @@ fn rank_out_of_range() {
             vec![0; 16],
             "a refused put wrote nothing"
         );
-        // Element ranges outside the buffer are refused too.
-        let r = world.put(&buffer, 10, source.base(), 7, 0);
+        // Element ranges outside the buffer are refused too (the view a put or get
+        // would take).
+        let r = buffer
+            .slice(10..17)
+            .and_then(|dst| world.put(&dst, &source.slice(..7)?, 0));
         assert!(
             matches!(
                 r,
@@ -343,8 +357,31 @@ fn rank_out_of_range() {
             ),
             "{r:?}"
         );
-        let r = world.get(source.base(), &buffer, usize::MAX, 2, 0);
-        assert!(matches!(r, Err(Error::OutOfBounds { .. })), "{r:?}");
+        let r = buffer
+            .slice(usize::MAX..=usize::MAX)
+            .and_then(|src| world.get(&source.slice(..1)?, &src, 0));
+        assert!(
+            matches!(
+                r,
+                Err(Error::OutOfBounds {
+                    start: usize::MAX,
+                    ..
+                })
+            ),
+            "{r:?}"
+        );
+        let r = source.slice(..17).map(drop);
+        assert!(
+            matches!(
+                r,
+                Err(Error::OutOfBounds {
+                    start: 0,
+                    len: 17,
+                    capacity: 16
+                })
+            ),
+            "{r:?}"
+        );
         let r = world.write(&buffer, 15, &[1, 2]);
         assert!(matches!(r, Err(Error::OutOfBounds { .. })), "{r:?}");
         world.barrier()?;
@@ -577,9 +614,8 @@ fn drop_order_is_each_rank_own_business() {
 #[test]
 fn collective_mismatch_on_rendezvous_lengths() {
     let results = run_raw(3, &config(), |world| {
-        let user = world.backend().alloc_device(8192)?;
         let len = if world.rank() == 2 { 8192 } else { 4096 };
-        Rendezvous::new(&world, user, len).map(drop)
+        Rendezvous::new(world.alloc::<u8>(len)?).map(drop)
     });
     assert_mismatch_everywhere(results, 2);
 }
@@ -589,7 +625,9 @@ fn collective_mismatch_on_external_table_lengths() {
     let results = run_raw(3, &config(), |world| {
         let (buffer, bases) = world.allocate_symmetric::<u8>(8192)?;
         let len = if world.rank() == 1 { 8192 } else { 4096 };
-        ExternalTable::new(&world, buffer.ptr(), len, bases.entries()).map(drop)
+        // SAFETY: `buffer`'s own table, 8192 bytes on every rank (at least `len`), alive
+        // until after the table is dropped.
+        unsafe { ExternalTable::<u8, _>::new(&world, buffer.ptr(), len, bases.entries()) }.map(drop)
     });
     assert_mismatch_everywhere(results, 1);
 }
@@ -603,7 +641,9 @@ fn external_table_contract() {
         let (buffer, bases) = world.allocate_symmetric::<u8>(4096)?;
         let (local, good) = (buffer.ptr(), bases.entries().to_vec());
         let refused = |entries: &[u64], len: usize| {
-            ExternalTable::new(&world, local, len, entries)
+            // SAFETY: each table here breaks the contract, which `new` checks before it
+            // uploads or reads through anything: what this test checks.
+            unsafe { ExternalTable::<u8, _>::new(&world, local, len, entries) }
                 .map(drop)
                 .unwrap_err()
         };
@@ -644,7 +684,9 @@ fn external_table_contract() {
                 "{err:?}"
             );
         }
-        let table = ExternalTable::new(&world, local, 4096, &good)?;
+        // SAFETY: `buffer`'s own table, 4096 bytes on every rank, alive until after the
+        // barrier below.
+        let table = unsafe { ExternalTable::<u8, _>::new(&world, local, 4096, &good)? };
         assert_eq!(table.table().entries(), &good[..]);
         assert_eq!((table.local_ptr(), table.byte_len()), (local, 4096));
         drop(table);
@@ -663,7 +705,10 @@ fn a_collective_that_fails_on_one_rank_fails_on_every_rank() {
             if world.rank() == bad {
                 entries[0] = 0;
             }
-            let r = ExternalTable::new(&world, buffer.ptr(), 4096, &entries).map(drop);
+            // SAFETY: `buffer`'s table, 4096 bytes on every rank, with entry 0 nulled on
+            // rank `bad`, which the contract check refuses before any use.
+            let r = unsafe { ExternalTable::<u8, _>::new(&world, buffer.ptr(), 4096, &entries) }
+                .map(drop);
             if world.rank() == bad {
                 assert!(matches!(r, Err(Error::BadPeerTable { .. })), "{r:?}");
             } else {
@@ -674,7 +719,10 @@ fn a_collective_that_fails_on_one_rank_fails_on_every_rank() {
                 );
             }
             // The next collective call is the same call on every rank.
-            let table = ExternalTable::new(&world, buffer.ptr(), 4096, bases.entries())?;
+            // SAFETY: `buffer`'s own table, alive until after the barrier below.
+            let table = unsafe {
+                ExternalTable::<u8, _>::new(&world, buffer.ptr(), 4096, bases.entries())?
+            };
             drop(table);
             world.barrier()
         });
@@ -890,19 +938,373 @@ fn errors_leave_the_world_usable() {
         let _ = world.translate(0, 0);
         let (buffer, _) = world.allocate_symmetric::<u64>(n)?;
         let _ = world.translate(buffer.ptr(), n);
-        let source = world.backend().alloc_device(8)?;
-        world
-            .backend()
-            .upload(source.base(), &(rank as u64 + 100).to_le_bytes())?;
+        let source = world.device_from_slice(&[rank as u64 + 100])?;
+        let _ = world.put(&buffer.slice(..2)?, &source, 0);
+        let _ = world.put(&buffer.slice(rank..rank + 1)?, &source, n);
         world.barrier()?;
         for to in 0..n {
-            world.put(&buffer, rank, source.base(), 1, to)?;
+            world.put(&buffer.slice(rank..rank + 1)?, &source, to)?;
         }
         world.barrier()?;
         assert_eq!(
             world.read(&buffer)?,
             (0..n as u64).map(|r| r + 100).collect::<Vec<_>>()
         );
+        world.barrier()
+    });
+}
+
+// ---- the launch path's checks on its handles ---------------------------------------------
+
+/// A buffer (or table, or view) of another world passed to a launch, a put, a read:
+/// `ForeignHandle`, and nothing is written.
+#[test]
+fn a_handle_of_another_world_is_foreign() {
+    let (ta, tb) = (
+        LocalBootstrap::group(2, Duration::from_secs(10)),
+        LocalBootstrap::group(2, Duration::from_secs(10)),
+    );
+    let results: Vec<symmem::Result<()>> = std::thread::scope(|s| {
+        let handles: Vec<_> = ta
+            .into_iter()
+            .zip(tb)
+            .map(|(a, b)| {
+                s.spawn(move || -> symmem::Result<()> {
+                    let mine = World::new(Box::new(a), Cpu::new(), &config())?;
+                    let theirs = World::new(Box::new(b), Cpu::new(), &config())?;
+                    foreign_handles(&mine, &theirs)?;
+                    theirs.finalize()?;
+                    mine.finalize()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("no panic"))
+            .collect()
+    });
+    for (rank, r) in results.into_iter().enumerate() {
+        r.unwrap_or_else(|e| panic!("rank {rank}: {e} ({e:?})"));
+    }
+}
+
+/// Rank `mine.rank()`'s part of [`a_handle_of_another_world_is_foreign`]: `theirs` is
+/// another world of the same ranks (the same rank on the same thread).
+fn foreign_handles(mine: &W, theirs: &W) -> symmem::Result<()> {
+    let (rank, n) = (mine.rank(), mine.world_size());
+    assert_eq!((theirs.rank(), theirs.world_size()), (rank, n));
+    let own = mine.device_from_slice(&[7u8; 64])?;
+    let dst = mine.zeros::<u8>(64)?;
+    let foreign = theirs.device_from_slice(&[9u8; 64])?;
+    let foreign_sym = theirs.zeros::<u8>(64)?;
+    mine.barrier()?;
+    theirs.barrier()?;
+    let foreign_err = |what: &str, r: symmem::Result<()>| {
+        assert!(
+            matches!(r, Err(Error::ForeignHandle)),
+            "rank {rank}, {what}: {r:?}"
+        );
+    };
+    let kernels = mine.kernels();
+    // A buffer of rank 1's world in rank 0's launch (and the other way round).
+    foreign_err(
+        "a foreign source",
+        kernels.launch(
+            symmem_kernels::symmem_copy,
+            Grid::new(1, 64),
+            (&dst, &foreign, 64u64),
+        ),
+    );
+    foreign_err(
+        "a foreign destination",
+        kernels.launch(
+            symmem_kernels::symmem_copy,
+            Grid::new(1, 64),
+            (&foreign_sym, &own, 64u64),
+        ),
+    );
+    foreign_err(
+        "a foreign view by value",
+        kernels.launch(
+            symmem_kernels::symmem_copy,
+            Grid::new(1, 64),
+            (dst.as_slice().local(), foreign.as_slice(), 64u64),
+        ),
+    );
+    // A foreign peer table with this world's buffers.
+    foreign_err(
+        "a foreign table",
+        kernels.launch(
+            symmem_kernels::symmem_put,
+            Grid::new(1, 64),
+            (
+                &dst,
+                &own,
+                64u64,
+                foreign_sym.peer_bases(),
+                n as u32,
+                rank as u32,
+                ((rank + 1) % n) as u32,
+            ),
+        ),
+    );
+    foreign_err(
+        "the other world's heap table",
+        kernels.launch(
+            symmem_kernels::symmem_put,
+            Grid::new(1, 64),
+            (
+                &dst,
+                &own,
+                64u64,
+                theirs.heap_bases(),
+                n as u32,
+                rank as u32,
+                rank as u32,
+            ),
+        ),
+    );
+    // The world's own operations refuse them too.
+    foreign_err("put of a foreign source", mine.put(&dst, &foreign, 0));
+    foreign_err("put into a foreign buffer", mine.put(&foreign_sym, &own, 0));
+    foreign_err("get into a foreign buffer", mine.get(&foreign, &dst, 0));
+    foreign_err("copy", mine.copy(&dst, &foreign));
+    foreign_err("write", mine.write(&foreign, 0, &[1u8]));
+    foreign_err("fill_zero", mine.fill_zero(&foreign));
+    foreign_err("read", mine.read(&foreign).map(drop));
+    foreign_err("read_peer", mine.read_peer(&foreign_sym, 0).map(drop));
+    foreign_err("read_table", mine.read_table(theirs.heap_bases()).map(drop));
+    // Nothing was written anywhere.
+    mine.barrier()?;
+    theirs.barrier()?;
+    assert_eq!(mine.read(&dst)?, vec![0; 64]);
+    assert_eq!(theirs.read(&foreign_sym)?, vec![0; 64]);
+    assert_eq!(theirs.read(&foreign)?, vec![9; 64]);
+    // The same launches with this world's own handles go through.
+    kernels.launch(
+        symmem_kernels::symmem_put,
+        Grid::new(1, 64),
+        (
+            &dst,
+            &own,
+            64u64,
+            dst.peer_bases(),
+            n as u32,
+            rank as u32,
+            ((rank + 1) % n) as u32,
+        ),
+    )?;
+    mine.barrier()?;
+    assert_eq!(mine.read(&dst)?, vec![7; 64]);
+    mine.barrier()?;
+    theirs.barrier()
+}
+
+/// Launches `symmem_put` of `source` into rank `to`'s copy of `dst` through `table`.
+fn put_through(
+    world: &W,
+    dst: &SymSlice<'_, u8, Cpu>,
+    source: &DeviceBuffer<'_, u8, Cpu>,
+    table: &PeerBases,
+    to: usize,
+) -> symmem::Result<()> {
+    world.kernels().launch(
+        symmem_kernels::symmem_put,
+        Grid::new(1, 64),
+        (
+            dst,
+            source,
+            source.len() as u64,
+            table,
+            world.world_size() as u32,
+            world.rank() as u32,
+            to as u32,
+        ),
+    )
+}
+
+/// A kernel launched with the peer table of a buffer (or an external table) this rank
+/// has dropped: `TableDropped`, though the memory is still held (no barrier has released
+/// it), for the table returned with the buffer and for a clone made before the drop.
+#[test]
+fn a_dropped_buffer_table_is_refused() {
+    run(2, |world| {
+        let (rank, n) = (world.rank(), world.world_size());
+        let to = (rank + 1) % n;
+        let from = (rank + n - 1) % n;
+        let source = world.device_from_slice(&[rank as u8 + 1; 256])?;
+        let (buffer, returned) = world.allocate_symmetric::<u8>(256)?;
+        // Another heap buffer: the heap tables translate its addresses too, so a put
+        // through the dropped buffer's table could only ever land here.
+        let spare = world.zeros::<u8>(256)?;
+        let rendezvous = Rendezvous::new(world.device_zeros::<u8>(256)?)?;
+        let entries = rendezvous.table().entries().to_vec();
+        // SAFETY: the rendezvous' own table (256 bytes on every rank), which outlives the
+        // external table.
+        let external =
+            unsafe { ExternalTable::<u8, _>::new(&world, entries[rank], 256, &entries)? };
+        world.barrier()?;
+        // Live: every table is usable.
+        put_through(&world, &buffer.as_slice(), &source, buffer.peer_bases(), to)?;
+        put_through(
+            &world,
+            &external.as_sym_slice(),
+            &source,
+            external.table(),
+            to,
+        )?;
+        world.barrier()?;
+        assert_eq!(world.read(&buffer)?, vec![from as u8 + 1; 256]);
+        assert_eq!(world.read(&rendezvous)?, vec![from as u8 + 1; 256]);
+        world.barrier()?;
+        let cloned = buffer.peer_bases().clone();
+        drop(buffer);
+        for (what, table) in [("a clone", &cloned), ("the table returned", &returned)] {
+            let r = put_through(&world, &spare.as_slice(), &source, table, to);
+            assert!(
+                matches!(r, Err(Error::TableDropped)),
+                "rank {rank}, {what}: {r:?}"
+            );
+        }
+        let external_table = external.table().clone();
+        drop(external);
+        let r = put_through(
+            &world,
+            &rendezvous.as_sym_slice(),
+            &source,
+            &external_table,
+            to,
+        );
+        assert!(
+            matches!(r, Err(Error::TableDropped)),
+            "rank {rank}, a dropped external table: {r:?}"
+        );
+        // The rendezvous' own table is still live, and the heap's is never dropped.
+        put_through(
+            &world,
+            &rendezvous.as_sym_slice(),
+            &source,
+            rendezvous.table(),
+            to,
+        )?;
+        put_through(&world, &spare.as_slice(), &source, world.heap_bases(), to)?;
+        world.barrier()?;
+        assert_eq!(world.read(&spare)?, vec![from as u8 + 1; 256]);
+        drop(rendezvous);
+        world.barrier()
+    });
+}
+
+/// A kernel launched with the table of a buffer allocated since the last barrier:
+/// `NotAgreed` naming its offset, before anything is launched; after a barrier the same
+/// launch goes through.
+#[test]
+fn a_fresh_table_is_not_agreed_before_a_barrier() {
+    run(2, |world| {
+        let (rank, n) = (world.rank(), world.world_size());
+        let source = world.device_from_slice(&[rank as u8 + 1; 128])?;
+        let fresh = world.zeros::<u8>(128)?;
+        let to = ((rank + 1) % n) as u32;
+        let put = || {
+            world.kernels().launch(
+                symmem_kernels::symmem_put,
+                Grid::new(1, 64),
+                (
+                    &fresh,
+                    &source,
+                    128u64,
+                    fresh.peer_bases(),
+                    n as u32,
+                    rank as u32,
+                    to,
+                ),
+            )
+        };
+        let r = put();
+        assert!(
+            matches!(r, Err(Error::NotAgreed { offset }) if offset == fresh.offset()),
+            "rank {rank}: {r:?}"
+        );
+        // A buffer without a table in the launch needs no agreement.
+        let other = world.device_zeros::<u8>(128)?;
+        world.kernels().launch(
+            symmem_kernels::symmem_copy,
+            Grid::new(1, 64),
+            (&other, &fresh, 128u64),
+        )?;
+        world.barrier()?;
+        assert_eq!(
+            world.read(&fresh)?,
+            vec![0; 128],
+            "the refused put wrote nothing"
+        );
+        put()?;
+        world.barrier()?;
+        assert_eq!(
+            world.read(&fresh)?,
+            vec![((rank + n - 1) % n) as u8 + 1; 128]
+        );
+        world.barrier()
+    });
+}
+
+/// `put`, `get` and `copy` of views of different lengths: `LengthMismatch` naming both,
+/// and nothing moves.
+#[test]
+fn views_of_different_lengths_are_refused() {
+    run(2, |world| {
+        let rank = world.rank();
+        let buffer = world.zeros::<u32>(16)?;
+        let source = world.device_from_slice(&[rank as u32 + 1; 16])?;
+        world.barrier()?;
+        let mismatch = |r: symmem::Result<()>, dst: usize, src: usize| {
+            assert!(
+                matches!(r, Err(Error::LengthMismatch { dst: d, src: s }) if d == dst && s == src),
+                "rank {rank}: {r:?}"
+            );
+        };
+        for to in 0..2 {
+            mismatch(world.put(&buffer, &source.slice(..15)?, to), 16, 15);
+            mismatch(world.put(&buffer.slice(1..)?, &source, to), 15, 16);
+            mismatch(world.get(&source.slice(..8)?, &buffer, to), 8, 16);
+        }
+        mismatch(world.copy(&buffer, &source.slice(2..)?), 16, 14);
+        world.barrier()?;
+        assert_eq!(world.read(&buffer)?, vec![0; 16], "nothing moved");
+        assert_eq!(world.read(&source)?, vec![rank as u32 + 1; 16]);
+        world.put(&buffer, &source, 1 - rank)?;
+        world.barrier()?;
+        assert_eq!(world.read(&buffer)?, vec![2 - rank as u32; 16]);
+        world.barrier()
+    });
+}
+
+/// symmem's own code objects load on the CPU backend (to the same module as
+/// `World::kernels`), and its kernels launch from the loaded module. (A kernel of
+/// another crate launched from it, `WrongModule`, needs a second kernel crate among this
+/// crate's dependencies: not yet.)
+#[test]
+fn world_load_of_symmem_kernels_on_the_cpu() {
+    run(2, |world| {
+        let module = world.load(&symmem::code_objects::KERNELS)?;
+        assert_eq!(module.crate_name(), "symmem_kernels");
+        assert_eq!(world.kernels().crate_name(), "symmem_kernels");
+        let dst = world.zeros::<u8>(32)?;
+        let src: DeviceBuffer<'_, u8, Cpu> = world.device_from_slice(&[5u8; 32])?;
+        module.launch(
+            symmem_kernels::symmem_copy,
+            Grid::new(1, 8),
+            (&dst, &src, 32u64),
+        )?;
+        assert_eq!(world.read(&dst)?, vec![5; 32]);
+        // Loading twice is the same module.
+        let again = world.load(&symmem::code_objects::KERNELS)?;
+        again.launch(
+            symmem_kernels::symmem_copy,
+            Grid::new(1, 8),
+            (&dst, &world.device_zeros::<u8>(32)?, 32u64),
+        )?;
+        assert_eq!(world.read(&dst)?, vec![0; 32]);
         world.barrier()
     });
 }

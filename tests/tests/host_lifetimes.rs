@@ -11,9 +11,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use symmem::backend::cpu::{Cpu, CpuMemory};
-use symmem::backend::{Backend, BackendKind, DeviceRegion, Grid, Shareable};
-use symmem::kernels::KernelCall;
-use symmem::{Config, Rendezvous};
+use symmem::backend::{Backend, BackendKind, DeviceRegion, Grid, KernelLaunch, Shareable};
+use symmem::{CodeObjects, Config, Rendezvous};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Event {
@@ -122,6 +121,7 @@ impl Backend for Recording {
     type Heap = Cell;
     type Mapping = Logged;
     type DeviceMemory = Cell;
+    type Module = <Cpu as Backend>::Module;
 
     fn kind(&self) -> BackendKind {
         self.cpu.kind()
@@ -154,20 +154,32 @@ impl Backend for Recording {
     fn import_device_memory(&self, handle: Shareable, bytes: usize) -> symmem::Result<Logged> {
         self.import(handle, |h| self.cpu.import_device_memory(h, bytes))
     }
-    fn upload(&self, dst: u64, src: &[u8]) -> symmem::Result<()> {
-        self.cpu.upload(dst, src)
+    unsafe fn upload(&self, dst: u64, src: &[u8]) -> symmem::Result<()> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.cpu.upload(dst, src) }
     }
-    fn download(&self, dst: &mut [u8], src: u64) -> symmem::Result<()> {
-        self.cpu.download(dst, src)
+    unsafe fn download(&self, dst: &mut [u8], src: u64) -> symmem::Result<()> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.cpu.download(dst, src) }
     }
-    fn memset(&self, dst: u64, value: u8, bytes: usize) -> symmem::Result<()> {
-        self.cpu.memset(dst, value, bytes)
+    unsafe fn memset(&self, dst: u64, value: u8, bytes: usize) -> symmem::Result<()> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.cpu.memset(dst, value, bytes) }
     }
-    fn launch(&self, call: &KernelCall, grid: Grid) -> symmem::Result<()> {
-        self.cpu.launch(call, grid)
+    fn load_module(&self, objects: &'static CodeObjects) -> symmem::Result<Self::Module> {
+        self.cpu.load_module(objects)
     }
-    fn default_grid(&self, call: &KernelCall) -> Grid {
-        self.cpu.default_grid(call)
+    unsafe fn launch(
+        &self,
+        module: &Self::Module,
+        launch: &KernelLaunch<'_>,
+        grid: Grid,
+    ) -> symmem::Result<()> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.cpu.launch(module, launch, grid) }
+    }
+    fn grid_for_bytes(&self, bytes: usize) -> Grid {
+        self.cpu.grid_for_bytes(bytes)
     }
     fn synchronize(&self) -> symmem::Result<()> {
         self.cpu.synchronize()
@@ -224,8 +236,8 @@ fn exported_memory_outlives_every_peer_mapping() {
         },
         |w| {
             let me = w.rank();
-            let user = w.backend().alloc_device(1 << 16)?;
-            let rendezvous = Rendezvous::new(&w, user, 1 << 16)?;
+            let user = w.alloc::<u8>(1 << 16)?;
+            let rendezvous = Rendezvous::new(user)?;
             w.barrier()?;
             // Rank 0 lets go first and leaves at once; the last rank is late for
             // everything. Nothing of rank 0's may be freed while the others map it.

@@ -10,8 +10,8 @@
 use std::io::Write;
 use std::os::unix::process::ExitStatusExt;
 use std::time::{Duration, Instant};
+use symmem::backend::Backend;
 use symmem::backend::cpu::Cpu;
-use symmem::backend::{Backend, DeviceRegion};
 use symmem::bootstrap::unix::UnixBootstrap;
 use symmem::{Config, Error, PeerBaseProvider, Rendezvous, SymmetricBuffer, World};
 use symmem_tests::processes::{
@@ -34,7 +34,6 @@ fn pattern(from: usize, to: usize, tag: usize, i: usize) -> u8 {
 fn exchange(world: &W, buffer: &SymmetricBuffer<'_, u8, Cpu>, tag: usize) -> symmem::Result<u64> {
     let (me, n) = (world.rank(), world.world_size());
     let region = buffer.len() / n;
-    let backend = world.backend();
     let bases = buffer.peer_bases();
     assert_eq!(bases.entries()[me], buffer.ptr(), "peer_bases[me] == ptr");
     for (r, &e) in bases.entries().iter().enumerate() {
@@ -45,19 +44,16 @@ fn exchange(world: &W, buffer: &SymmetricBuffer<'_, u8, Cpu>, tag: usize) -> sym
         offsets.iter().all(|o| *o == offsets[0]),
         "offsets differ across processes"
     );
-    let source = backend.alloc_device(n * region)?;
     let staged: Vec<u8> = (0..n * region)
         .map(|i| pattern(me, i / region, tag, i % region))
         .collect();
-    backend.upload(source.base(), &staged)?;
+    let source = world.device_from_slice(&staged)?;
     world.barrier()?;
     for step in 0..n {
         let to = (me + step) % n;
         world.put(
-            buffer,
-            me * region,
-            source.base() + (to * region) as u64,
-            region,
+            &buffer.slice(me * region..(me + 1) * region)?,
+            &source.slice(to * region..(to + 1) * region)?,
             to,
         )?;
     }
@@ -70,11 +66,10 @@ fn exchange(world: &W, buffer: &SymmetricBuffer<'_, u8, Cpu>, tag: usize) -> sym
             "rank {me}: byte {i}, tag {tag}"
         );
     }
-    let scratch = backend.alloc_device(buffer.byte_len())?;
+    let scratch = world.alloc::<u8>(buffer.len())?;
     for from in 0..n {
-        world.get(scratch.base(), buffer, 0, buffer.len(), from)?;
-        let mut theirs = vec![0u8; buffer.byte_len()];
-        backend.download(&mut theirs, scratch.base())?;
+        world.get(&scratch, buffer, from)?;
+        let theirs = world.read(&scratch)?;
         for (i, &b) in theirs.iter().enumerate() {
             assert_eq!(
                 b,
@@ -106,29 +101,30 @@ fn child_puts(world: &W) -> symmem::Result<()> {
     );
     verified += exchange(world, &c, 3)?;
     // A rendezvous of plain allocations across processes (fds over the socket).
-    let user = world.backend().alloc_device(n * 512)?;
-    let user_base = user.base();
-    let rendezvous = Rendezvous::new(world, user, n * 512)?;
+    let user = world.alloc::<u8>(n * 512)?;
+    let user_base = user.ptr();
+    let rendezvous = Rendezvous::new(user)?;
     assert_eq!(rendezvous.table().entries()[me], user_base);
-    let source = world.backend().alloc_device(512)?;
-    world
-        .backend()
-        .upload(source.base(), &[me as u8 + 7; 512])?;
+    let source = world.device_from_slice(&[me as u8 + 7; 512])?;
     world.barrier()?;
+    let dst = rendezvous.slice(me * 512..(me + 1) * 512)?;
     for to in 0..n {
-        world.launch(&symmem::kernels::KernelCall::Put {
-            dst: user_base + (me * 512) as u64,
-            src: source.base(),
-            bytes: 512,
-            bases: rendezvous.table().device_ptr(),
-            world: n as u32,
-            cur: me as u32,
-            to: to as u32,
-        })?;
+        world.kernels().launch(
+            symmem_kernels::symmem_put,
+            world.backend().grid_for_bytes(512),
+            (
+                &dst,
+                &source,
+                512u64,
+                rendezvous.table(),
+                n as u32,
+                me as u32,
+                to as u32,
+            ),
+        )?;
     }
     world.barrier()?;
-    let mut got = vec![0u8; n * 512];
-    world.backend().download(&mut got, user_base)?;
+    let got = world.read(&rendezvous)?;
     for (i, &byte) in got.iter().enumerate() {
         assert_eq!(byte, (i / 512) as u8 + 7, "rendezvous byte {i}");
     }

@@ -6,10 +6,10 @@
 
 use super::TestBackend;
 use bytemuck::Pod;
-use symmem::backend::{Backend, DeviceRegion};
-use symmem::kernels::KernelCall;
+use symmem::backend::Backend;
 use symmem::{
-    Config, ExternalTable, PeerBaseProvider, PeerBases, Rendezvous, SymmetricBuffer, World,
+    AsSymSlice, Config, DeviceBuffer, ExternalTable, PeerBaseProvider, PeerBases, Rendezvous,
+    SymmetricBuffer, World,
 };
 
 /// The world sizes every test runs at.
@@ -19,7 +19,6 @@ const HEAP: usize = 4 << 20;
 
 type W = World<TestBackend>;
 type Buf<'w, T> = SymmetricBuffer<'w, T, TestBackend>;
-type DeviceMemory = <TestBackend as Backend>::DeviceMemory;
 
 fn config() -> Config {
     Config {
@@ -54,15 +53,9 @@ fn pattern(from: usize, to: usize, tag: usize, i: usize) -> u8 {
     (x.wrapping_add(tag.wrapping_mul(53)) % 251) as u8 + 1
 }
 
-/// Downloads `len` u64 words at device address `addr` (counts a sync: never call it
-/// inside a measured section).
-fn download_u64(world: &W, addr: u64, len: usize) -> Vec<u64> {
-    let mut out = vec![0u64; len];
-    world
-        .backend()
-        .download(bytemuck::cast_slice_mut(&mut out), addr)
-        .expect("download");
-    out
+/// The device copy of `table` (counts a sync: never call it inside a measured section).
+fn device_table(world: &W, table: &PeerBases) -> Vec<u64> {
+    world.read_table(table).expect("read_table")
 }
 
 fn le_u64(bytes: &[u8]) -> u64 {
@@ -106,11 +99,7 @@ fn check_table<T: Pod>(world: &W, buffer: &Buf<'_, T>, bases: &PeerBases) -> sym
     assert_eq!(buffer.byte_len(), buffer.len() * size_of::<T>());
     // The device-resident copy holds the same entries.
     assert_ne!(bases.device_ptr(), 0);
-    assert_eq!(
-        download_u64(world, bases.device_ptr(), n),
-        bases.entries(),
-        "device table"
-    );
+    assert_eq!(device_table(world, bases), bases.entries(), "device table");
     // Same offset on every rank.
     let offsets = world.all_gather_bytes(&offset.to_le_bytes())?;
     for (r, o) in offsets.iter().enumerate() {
@@ -132,9 +121,7 @@ fn exchange<T: Pod>(world: &W, buffer: &Buf<'_, T>, tag: usize) -> symmem::Resul
     let elems = buffer.len() / n;
     assert!(elems > 0, "buffer too small for {n} regions");
     let region = elems * size_of::<T>();
-    let backend = world.backend();
     // One staging region per destination rank.
-    let source = backend.alloc_device(n * region)?;
     let mut staged = vec![0u8; n * region];
     for (to, chunk) in staged.chunks_exact_mut(region).enumerate() {
         chunk
@@ -142,12 +129,12 @@ fn exchange<T: Pod>(world: &W, buffer: &Buf<'_, T>, tag: usize) -> symmem::Resul
             .enumerate()
             .for_each(|(i, b)| *b = pattern(me, to, tag, i));
     }
-    backend.upload(source.base(), &staged)?;
+    let source = world.device_from_slice::<T>(&from_bytes(&staged))?;
     world.barrier()?;
     for step in 0..n {
         let to = (me + step) % n;
-        let src = source.base() + (to * region) as u64;
-        world.put(buffer, me * elems, src, elems, to)?;
+        let src = source.slice(to * elems..(to + 1) * elems)?;
+        world.put(&buffer.slice(me * elems..(me + 1) * elems)?, &src, to)?;
     }
     world.barrier()?;
     let received = world.read(buffer)?;
@@ -163,12 +150,12 @@ fn exchange<T: Pod>(world: &W, buffer: &Buf<'_, T>, tag: usize) -> symmem::Resul
         }
     }
     // Gets: every peer's whole copy, as written by everyone.
-    let scratch = backend.alloc_device(buffer.byte_len())?;
+    let scratch = world.alloc::<T>(buffer.len())?;
     for step in 0..n {
         let from = (me + step) % n;
-        world.get(scratch.base(), buffer, 0, buffer.len(), from)?;
-        let mut got = vec![0u8; buffer.byte_len()];
-        backend.download(&mut got, scratch.base())?;
+        world.get(&scratch, buffer, from)?;
+        let got = world.read(&scratch)?;
+        let got = as_bytes(&got);
         for writer in 0..n {
             let chunk = &got[writer * region..(writer + 1) * region];
             if let Some(i) = (0..region).find(|&i| chunk[i] != pattern(writer, from, tag, i)) {
@@ -183,6 +170,13 @@ fn exchange<T: Pod>(world: &W, buffer: &Buf<'_, T>, tag: usize) -> symmem::Resul
     }
     // Nobody frees or reuses the memory while a peer still reads it.
     world.barrier()
+}
+
+/// `bytes` as elements of `T` (`bytes.len()` a multiple of their size).
+fn from_bytes<T: Pod>(bytes: &[u8]) -> Vec<T> {
+    let mut out = vec![T::zeroed(); bytes.len() / size_of::<T>()];
+    bytemuck::cast_slice_mut(&mut out).copy_from_slice(bytes);
+    out
 }
 
 fn as_bytes<T: Pod>(data: &[T]) -> &[u8] {
@@ -223,7 +217,7 @@ fn heap_bases_are_distinct_and_device_resident() {
         let bases = world.heap_bases();
         assert_eq!(bases.len(), n);
         assert_pairwise_distinct("heap_bases", bases.entries());
-        assert_eq!(download_u64(&world, bases.device_ptr(), n), bases.entries());
+        assert_eq!(device_table(&world, bases), bases.entries());
         // Mappings do not overlap: each heap is at least heap_len long.
         let mut sorted = bases.entries().to_vec();
         sorted.sort_unstable();
@@ -357,7 +351,7 @@ fn allocation_makes_no_device_to_host_sync() {
         );
         // The tables were really written: check the last ones (this syncs, on purpose).
         assert_eq!(
-            download_u64(&world, keep.peer_bases().device_ptr(), world.world_size()),
+            device_table(&world, keep.peer_bases()),
             keep.peer_bases().entries()
         );
         assert!(
@@ -422,15 +416,14 @@ fn zeros_full_from_slice_empty_contents() {
         expected[10..13].copy_from_slice(&[9, 8, 7]);
         assert_eq!(world.read(&slice)?, expected);
         // Contents are per rank: a peer's copy holds the peer's data (a get checks it).
-        let scratch = world.backend().alloc_device(slice.byte_len())?;
+        let scratch = world.alloc::<u16>(slice.len())?;
         world.barrier()?;
         let peer = (rank + 1) % n;
-        world.get(scratch.base(), &slice, 0, slice.len(), peer)?;
-        let mut got = vec![0u8; slice.byte_len()];
-        world.backend().download(&mut got, scratch.base())?;
+        world.get(&scratch, &slice, peer)?;
+        let got = world.read(&scratch)?;
         let mut theirs: Vec<u16> = (0..len).map(|i| (i * 3 + peer * 1000) as u16).collect();
         theirs[10..13].copy_from_slice(&[9, 8, 7]);
-        assert_eq!(got, as_bytes(&theirs));
+        assert_eq!(got, theirs);
         world.barrier()
     });
 }
@@ -464,9 +457,9 @@ fn put_get_every_byte_of_every_allocation() {
         check_table(&world, &e, &te)?;
         exchange(&world, &e, 5)?;
         // A rendezvous in between: heap allocations keep working after it.
-        let user = world.backend().alloc_device(64 * 1024)?;
-        let user_base = user.base();
-        let rendezvous = Rendezvous::new(&world, user, 64 * 1024)?;
+        let user = world.alloc::<u8>(64 * 1024)?;
+        let user_base = user.ptr();
+        let rendezvous = Rendezvous::new(user)?;
         assert_eq!(rendezvous.table().entries()[rank], user_base);
         let (f, tf) = world.allocate_symmetric::<u8>(n * 333)?;
         check_table(&world, &f, &tf)?;
@@ -506,13 +499,13 @@ fn put_and_get_at_element_offsets() {
     every_size(|world| {
         let (rank, n) = (world.rank(), world.world_size());
         let buffer = world.zeros::<u32>(64 * n)?;
-        let source = world.backend().alloc_device(4 * 3)?;
         let words = [rank as u32 + 1, 0xABCD, 0x1234_5678 ^ rank as u32];
-        world.backend().upload(source.base(), as_bytes(&words))?;
+        let source = world.device_from_slice(&words)?;
         world.barrier()?;
         // Three words at element 64*me + 5 of every peer.
+        let at = 64 * rank + 5;
         for to in 0..n {
-            world.put(&buffer, 64 * rank + 5, source.base(), 3, to)?;
+            world.put(&buffer.slice(at..at + 3)?, &source, to)?;
         }
         world.barrier()?;
         let got = world.read(&buffer)?;
@@ -526,12 +519,11 @@ fn put_and_get_at_element_offsets() {
             );
         }
         // A one-element get from the last element of each peer's copy.
-        let scratch = world.backend().alloc_device(4)?;
+        let scratch = world.alloc::<u32>(1)?;
         for from in 0..n {
-            world.get(scratch.base(), &buffer, 64 * from + 7, 1, from)?;
-            let mut w = [0u8; 4];
-            world.backend().download(&mut w, scratch.base())?;
-            assert_eq!(u32::from_le_bytes(w), 0x1234_5678 ^ from as u32);
+            let at = 64 * from + 7;
+            world.get(&scratch, &buffer.slice(at..at + 1)?, from)?;
+            assert_eq!(world.read(&scratch)?, [0x1234_5678 ^ from as u32]);
         }
         world.barrier()
     });
@@ -703,14 +695,16 @@ fn into_raw_and_free_raw() {
 
 /// What this rank puts with [`put_through`]: region `to` (of `region` bytes) holds the
 /// pattern for rank `to`, for every rank.
-fn put_source(world: &W, tag: usize, region: usize) -> symmem::Result<DeviceMemory> {
+fn put_source(
+    world: &W,
+    tag: usize,
+    region: usize,
+) -> symmem::Result<DeviceBuffer<'_, u8, TestBackend>> {
     let (me, bytes) = (world.rank(), world.world_size() * region);
-    let source = world.backend().alloc_device(bytes)?;
     let staged: Vec<u8> = (0..bytes)
         .map(|i| pattern(me, i / region, tag, i % region))
         .collect();
-    world.backend().upload(source.base(), &staged)?;
-    Ok(source)
+    world.device_from_slice(&staged)
 }
 
 /// Asserts that `got` (this rank's copy after every rank's [`put_through`]) holds, in
@@ -722,26 +716,35 @@ fn assert_received(world: &W, got: &[u8], tag: usize, region: usize) {
     }
 }
 
-/// The put kernel over any provider's table: this rank's region of every peer's copy.
+/// The put kernel (`symmem_put`, launched as a user launches a kernel) over any
+/// provider's table: this rank's region of every peer's copy.
 fn put_through(
     world: &W,
-    provider: &dyn PeerBaseProvider,
-    source: &DeviceMemory,
+    provider: &(impl AsSymSlice<u8, TestBackend> + PeerBaseProvider),
+    source: &DeviceBuffer<'_, u8, TestBackend>,
     region: usize,
 ) -> symmem::Result<()> {
     let (me, n) = (world.rank(), world.world_size());
     assert_eq!(provider.table().entries()[me], provider.local_ptr());
+    let shared = provider.as_sym_slice();
+    assert_eq!(shared.ptr(), provider.local_ptr());
+    assert_eq!(shared.peer_bases(), provider.table());
+    let grid = world.backend().grid_for_bytes(region);
     for step in 0..n {
         let to = (me + step) % n;
-        world.launch(&KernelCall::Put {
-            dst: provider.local_ptr() + (me * region) as u64,
-            src: source.base() + (to * region) as u64,
-            bytes: region as u64,
-            bases: provider.table().device_ptr(),
-            world: n as u32,
-            cur: me as u32,
-            to: to as u32,
-        })?;
+        world.kernels().launch(
+            symmem_kernels::symmem_put,
+            grid,
+            (
+                &shared.slice(me * region..(me + 1) * region)?,
+                &source.slice(to * region..(to + 1) * region)?,
+                region as u64,
+                shared.peer_bases(),
+                n as u32,
+                me as u32,
+                to as u32,
+            ),
+        )?;
     }
     Ok(())
 }
@@ -758,10 +761,9 @@ fn same_kernel_over_heap_and_rendezvous() {
             let source = put_source(&world, tag, region)?;
 
             let heap = world.zeros::<u8>(bytes)?;
-            let user = world.backend().alloc_device(bytes)?;
-            let user_base = user.base();
-            world.backend().memset(user_base, 0, bytes)?;
-            let rendezvous = Rendezvous::new(&world, user, bytes)?;
+            let user = world.device_zeros::<u8>(bytes)?;
+            let user_base = user.ptr();
+            let rendezvous = Rendezvous::new(user)?;
             let table = rendezvous.table();
             assert_eq!(table.len(), n);
             assert_eq!(
@@ -772,7 +774,7 @@ fn same_kernel_over_heap_and_rendezvous() {
             assert_eq!(rendezvous.local_ptr(), user_base);
             assert_eq!(rendezvous.byte_len(), bytes);
             assert_pairwise_distinct("rendezvous table", table.entries());
-            assert_eq!(download_u64(&world, table.device_ptr(), n), table.entries());
+            assert_eq!(device_table(&world, table), table.entries());
             for &entry in table.entries() {
                 assert!(
                     !world.is_symmetric(entry),
@@ -784,8 +786,7 @@ fn same_kernel_over_heap_and_rendezvous() {
             put_through(&world, &rendezvous, &source, region)?;
             world.barrier()?;
             let over_heap = world.read(&heap)?;
-            let mut over_rendezvous = vec![0u8; bytes];
-            world.backend().download(&mut over_rendezvous, user_base)?;
+            let over_rendezvous = world.read(&rendezvous)?;
             assert!(
                 over_heap == over_rendezvous,
                 "the two providers gave different results"
@@ -799,37 +800,54 @@ fn same_kernel_over_heap_and_rendezvous() {
     });
 }
 
+/// A view of part of a rendezvous translates at its offset: 16 bytes at `16 * me` of
+/// the next rank's allocation, launched with the rendezvous' table.
 #[test]
-fn rendezvous_of_a_prefix_of_the_user_allocation() {
+fn rendezvous_slice_at_an_offset() {
     if super::skip() {
         return;
     }
     every_size(|world| {
         let (me, n) = (world.rank(), world.world_size());
-        let user = world.backend().alloc_device(1 << 16)?;
-        let user_base = user.base();
-        let rendezvous = Rendezvous::new(&world, user, 4096)?;
+        let user = world.device_zeros::<u8>(4096)?;
+        let user_base = user.ptr();
+        let rendezvous = Rendezvous::new(user)?;
         assert_eq!(rendezvous.byte_len(), 4096);
-        let source = world.backend().alloc_device(16)?;
-        world.backend().upload(source.base(), &[me as u8 + 1; 16])?;
+        assert_eq!(rendezvous.len(), 4096);
+        let source = world.device_from_slice(&[me as u8 + 1; 16])?;
         world.barrier()?;
         let to = (me + 1) % n;
-        world.launch(&KernelCall::Put {
-            dst: user_base + 16 * me as u64,
-            src: source.base(),
-            bytes: 16,
-            bases: rendezvous.table().device_ptr(),
-            world: n as u32,
-            cur: me as u32,
-            to: to as u32,
-        })?;
+        let dst = rendezvous.slice(16 * me..16 * (me + 1))?;
+        assert_eq!(dst.ptr(), user_base + 16 * me as u64);
+        assert_eq!(
+            dst.peer_ptr(to)?,
+            rendezvous.table().entries()[to] + 16 * me as u64
+        );
+        world.kernels().launch(
+            symmem_kernels::symmem_put,
+            world.backend().grid_for_bytes(16),
+            (
+                &dst,
+                &source,
+                16u64,
+                dst.peer_bases(),
+                n as u32,
+                me as u32,
+                to as u32,
+            ),
+        )?;
         world.barrier()?;
         let from = (me + n - 1) % n;
-        let mut got = [0u8; 16];
-        world
-            .backend()
-            .download(&mut got, user_base + 16 * from as u64)?;
+        let got = world.read(&rendezvous.slice(16 * from..16 * (from + 1))?)?;
         assert_eq!(got, [from as u8 + 1; 16]);
+        // Nothing else of this rank's allocation was written.
+        let all = world.read(&rendezvous)?;
+        assert!(
+            all.iter()
+                .enumerate()
+                .all(|(i, &b)| (16 * from..16 * (from + 1)).contains(&i) || b == 0),
+            "a put wrote outside its slice"
+        );
         world.barrier()
     });
 }
@@ -848,12 +866,15 @@ fn external_table_drives_the_same_kernel() {
         let (tag, region) = (30, 3001usize);
         let bytes = n * region;
         let source = put_source(&world, tag, region)?;
-        let user = world.backend().alloc_device(bytes)?;
-        let user_base = user.base();
-        world.backend().memset(user_base, 0, bytes)?;
-        let rendezvous = Rendezvous::new(&world, user, bytes)?;
+        let user = world.device_zeros::<u8>(bytes)?;
+        let user_base = user.ptr();
+        let rendezvous = Rendezvous::new(user)?;
         let addresses: Vec<u64> = rendezvous.table().entries().to_vec();
-        let external = ExternalTable::new(&world, user_base, bytes, &addresses)?;
+        // SAFETY: the addresses are the rendezvous' allocation on every rank, `bytes` bytes
+        // each, mapped in this process while the rendezvous lives; it is dropped after the
+        // table, with a barrier between.
+        let external =
+            unsafe { ExternalTable::<u8, _>::new(&world, user_base, bytes, &addresses)? };
         assert_eq!(external.table().entries(), &addresses[..]);
         assert_eq!(external.local_ptr(), user_base);
         assert_ne!(
@@ -861,15 +882,13 @@ fn external_table_drives_the_same_kernel() {
             rendezvous.table().device_ptr(),
             "an upload of its own"
         );
-        assert_eq!(
-            download_u64(&world, external.table().device_ptr(), n),
-            addresses
-        );
+        assert_eq!(device_table(&world, external.table()), addresses);
+        assert_eq!(n, addresses.len());
         world.barrier()?;
         put_through(&world, &external, &source, region)?;
         world.barrier()?;
-        let mut got = vec![0u8; bytes];
-        world.backend().download(&mut got, user_base)?;
+        let got = world.read(&external)?;
+        assert_eq!(got, world.read(&rendezvous)?, "the same memory");
         assert_received(&world, &got, tag, region);
         world.barrier()?;
         drop(external);

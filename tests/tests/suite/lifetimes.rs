@@ -13,9 +13,9 @@
 
 use super::TestBackend;
 use std::sync::atomic::{AtomicBool, Ordering};
-use symmem::backend::{Backend, DeviceRegion};
+use symmem::backend::Backend;
 use symmem::collectives::{Algorithm, Collectives, ReduceOp};
-use symmem::{Config, Error, World};
+use symmem::{Config, DeviceBuffer, Error, World};
 
 type W = World<TestBackend>;
 
@@ -39,10 +39,8 @@ const WRITER: u8 = 0xAA;
 const OWNER: u8 = 0x55;
 
 /// A device allocation of `BYTES` bytes of `value` on this rank.
-fn filled_source(world: &W, value: u8) -> symmem::Result<<TestBackend as Backend>::DeviceMemory> {
-    let source = world.backend().alloc_device(BYTES)?;
-    world.backend().memset(source.base(), value, BYTES)?;
-    Ok(source)
+fn filled_source(world: &W, value: u8) -> symmem::Result<DeviceBuffer<'_, u8, TestBackend>> {
+    world.device_from_slice(&vec![value; BYTES])
 }
 
 #[test]
@@ -64,11 +62,11 @@ fn dropped_memory_is_not_reused_while_a_peer_writes_it() {
                 let new = world.empty::<u8>(BYTES)?;
                 let mut puts = 0;
                 while !filled.load(Ordering::Acquire) && puts < 100_000 {
-                    world.put(&old, 0, source.base(), BYTES, target)?;
+                    world.put(&old, &source, target)?;
                     puts += 1;
                 }
                 for _ in 0..8 {
-                    world.put(&old, 0, source.base(), BYTES, target)?;
+                    world.put(&old, &source, target)?;
                 }
                 world.barrier()?;
                 drop((old, new));
@@ -110,7 +108,7 @@ fn barrier_completes_enqueued_work_before_memory_is_reused() {
         if me == 0 {
             // Enqueue a lot of work into rank 1's copy, then leave it to the barrier.
             for _ in 0..64 {
-                world.put(&old, 0, source.base(), BYTES, 1)?;
+                world.put(&old, &source, 1)?;
             }
         }
         let syncs = world.backend().device_to_host_syncs();
@@ -192,7 +190,7 @@ fn ranks_that_disagree_never_run_a_collective() {
             assert!(world.read(&dst)?.iter().all(|&x| x == -1.0), "rank {me}");
             mismatch(c.barrier());
             mismatch(world.barrier());
-            mismatch(c.put(&dst, 0, src.ptr(), 1, (me + 1) % n));
+            mismatch(c.put(&dst, 0, &src.slice(..1)?, (me + 1) % n));
             Ok(())
         });
     }
@@ -208,10 +206,10 @@ fn one_sided_operations_need_an_agreed_allocation() {
             let me = world.rank();
             let c = Collectives::new(&world)?;
             let buffer = world.zeros::<u32>(64)?;
-            let source = world.backend().alloc_device(256)?;
+            let source = world.device_zeros::<u32>(64)?;
             let to = (me + 1) % n;
-            let put = world.put(&buffer, 0, source.base(), 64, to);
-            let rma = c.put(&buffer, 0, source.base(), 64, to);
+            let put = world.put(&buffer, &source, to);
+            let rma = c.put(&buffer, 0, &source, to);
             if n == 1 {
                 // Nobody to disagree with: agreed at once.
                 put?;
@@ -225,8 +223,8 @@ fn one_sided_operations_need_an_agreed_allocation() {
                 }
             }
             world.barrier()?;
-            world.put(&buffer, 0, source.base(), 64, to)?;
-            c.put(&buffer, 0, source.base(), 64, to)?;
+            world.put(&buffer, &source, to)?;
+            c.put(&buffer, 0, &source, to)?;
             world.barrier()
         });
     }

@@ -27,9 +27,9 @@
 mod rma_ranks;
 
 use super::TestBackend;
-use rma_ranks::{FILL, assert_bytes, assert_guard, filled, handles, local, patterned};
+use rma_ranks::{FILL, GUARD, assert_bytes, assert_guard, filled, handles, local, patterned};
 use std::sync::{Mutex, MutexGuard};
-use symmem::backend::{Backend, BackendKind, Grid};
+use symmem::backend::{BackendKind, Grid};
 use symmem::collectives::{Algorithm, Bf16, Cmp, Collectives, Element, MAX_BLOCKS, ReduceOp};
 use symmem::{Config, Error, World};
 
@@ -75,13 +75,6 @@ fn run<R: Send>(n: usize, body: impl Fn(W) -> symmem::Result<R> + Sync) -> Vec<R
         .collect()
 }
 
-/// Downloads `n` bytes at `addr` of this rank.
-fn download(w: &W, addr: u64, n: usize) -> symmem::Result<Vec<u8>> {
-    let mut out = vec![0u8; n];
-    w.backend().download(&mut out, addr)?;
-    Ok(out)
-}
-
 // ---- byte collectives ---------------------------------------------------------------
 
 fn all_gather(n: usize) {
@@ -92,10 +85,10 @@ fn all_gather(n: usize) {
         for (k, &size) in SIZES.iter().enumerate() {
             let c = &cs[k % 2];
             let dst = filled(&w, n * size)?;
-            let (mem, src) = local(&w, &patterned(me, size), 3)?;
-            keep.push(mem);
+            let src = local(&w, &patterned(me, size), 3)?;
             w.barrier()?; // see `local`
-            c.all_gather(&dst, src, size)?;
+            c.all_gather(&dst, &src.view(), size)?;
+            keep.push(src);
             let got = w.read(&dst)?;
             for r in 0..n {
                 let what = format!("all_gather world {n} size {size} rank {me} chunk {r}");
@@ -120,10 +113,10 @@ fn all_to_all(n: usize) {
             let dst = filled(&w, n * size)?;
             // Chunk j of rank i's source is tagged i * n + j.
             let data: Vec<u8> = (0..n).flat_map(|j| patterned(me * n + j, size)).collect();
-            let (mem, src) = local(&w, &data, 1)?;
-            keep.push(mem);
+            let src = local(&w, &data, 1)?;
             w.barrier()?; // see `local`
-            c.all_to_all(&dst, src, size)?;
+            c.all_to_all(&dst, &src.view(), size)?;
+            keep.push(src);
             let got = w.read(&dst)?;
             for i in 0..n {
                 let what = format!("all_to_all world {n} size {size} rank {me} from {i}");
@@ -160,14 +153,15 @@ fn broadcast(n: usize) {
                 let mut data = patterned(me + 10 * root, size);
                 data.resize(size + 16, FILL);
                 let src = w.from_slice(&data)?;
-                let (dst_mem, dst) = local(&w, &vec![FILL; size], 5)?;
+                let dst = local(&w, &vec![FILL; size], 5)?;
                 w.barrier()?; // see `local`
-                c.broadcast(dst, &src, size, root)?;
-                let got = download(&w, dst, size + 16)?;
+                c.broadcast(&dst.view(), &src, size, root)?;
+                let got = w.read(&dst.guarded())?;
+                assert_eq!(got.len(), size + GUARD);
                 let what = format!("broadcast world {n} size {size} root {root} rank {me}");
                 assert_bytes(&got[..size], &patterned(root + 10 * root, size), &what);
                 assert_guard(&got[size..], &what);
-                keep.push(dst_mem);
+                keep.push(dst);
             }
         }
         Ok(())
@@ -289,13 +283,19 @@ fn reduce_once<T: Judge>(w: &W, c: &C<'_>, op: ReduceOp, count: usize) -> symmem
     let one = w.full(count + GUARD, T::sentinel())?;
     let two = w.full(count + GUARD, T::sentinel())?;
     let sz = size_of::<T>();
-    let (scatter_mem, scatter) = local(w, &vec![FILL; count * sz], 4)?;
+    // The local destination 4 bytes into its allocation (as far from 16-byte alignment
+    // as an element allows), filled with FILL bytes.
+    let fill: Vec<T> = rma_ranks::from_bytes(&vec![FILL; count * sz]);
+    let scatter_mem = local(w, &fill, 4 / sz)?;
+    let scatter = scatter_mem.view();
     w.barrier()?; // see `local`
     c.all_reduce(&one, &src, count, op, Algorithm::OneShot)?;
     c.all_reduce(&two, &src, count, op, Algorithm::TwoShot)?;
-    c.reduce_scatter(scatter, &src, count, op)?;
+    c.reduce_scatter(&scatter, &src, count, op)?;
     let (one, two) = (w.read(&one)?, w.read(&two)?);
-    let scat_bytes = download(w, scatter, count * sz + 16)?;
+    let scat_elems = w.read(&scatter_mem.guarded())?;
+    let scat_bytes: &[u8] = bytemuck::cast_slice(&scat_elems);
+    assert!(scat_bytes.len() >= count * sz + GUARD);
     assert_guard(&scat_bytes[count * sz..], &what("reduce_scatter"));
     let scat: Vec<T> = scat_bytes[..count * sz]
         .chunks_exact(sz)
@@ -444,42 +444,37 @@ fn errors(n: usize) {
         let buf = w.full::<f32>(16, 1.0)?;
         let other = w.full::<f32>(16, 2.0)?;
         let signal = w.zeros::<u64>(2)?;
-        let (_mem, addr) = local(&w, &[0; 64], 0)?;
+        let mem = local(&w, &[0f32; 16], 0)?;
+        let (all, one, two) = (mem.view(), mem.view().slice(..1)?, mem.view().slice(..2)?);
         let rank_err = |r: symmem::Result<()>| {
             assert!(
                 matches!(r, Err(Error::RankOutOfRange { rank, world }) if rank == n && world == n),
                 "{r:?}"
             );
         };
-        rank_err(c.broadcast(addr, &buf, 1, n));
-        rank_err(c.put(&buf, 0, addr, 1, n));
-        rank_err(c.get(addr, &buf, 0, 1, n));
-        rank_err(
-            c.put_with_signal(&buf, 0, addr, 1, &signal, 0, 1, n)
-                .map(drop),
-        );
+        rank_err(c.broadcast(&all, &buf, 1, n));
+        rank_err(c.put(&buf, 0, &one, n));
+        rank_err(c.get(&one, &buf, 0, n));
+        rank_err(c.put_with_signal(&buf, 0, &one, &signal, 0, 1, n).map(drop));
         let bounds = |r: symmem::Result<()>| {
             assert!(matches!(r, Err(Error::OutOfBounds { .. })), "{r:?}");
         };
-        bounds(c.all_gather(&buf, addr, 16 / n + 1));
-        bounds(c.all_to_all(&buf, addr, 16 / n + 1));
-        bounds(c.broadcast(addr, &buf, 17, 0));
+        bounds(c.all_gather(&buf, &all, 16 / n + 1));
+        bounds(c.all_to_all(&buf, &all, 16 / n + 1));
+        bounds(c.broadcast(&all, &buf, 17, 0));
         bounds(c.all_reduce(&buf, &other, 17, ReduceOp::Sum, Algorithm::TwoShot));
-        bounds(c.reduce_scatter(addr, &buf, 16 / n + 1, ReduceOp::Min));
-        bounds(c.put(&buf, 10, addr, 7, 0));
-        bounds(c.get(addr, &buf, usize::MAX, 2, 0));
-        bounds(
-            c.put_with_signal(&buf, 0, addr, 1, &signal, 2, 1, 0)
-                .map(drop),
-        );
+        bounds(c.reduce_scatter(&all, &buf, 16 / n + 1, ReduceOp::Min));
+        bounds(c.put(&buf, 10, &all.slice(..7)?, 0));
+        bounds(c.get(&two, &buf, usize::MAX, 0));
+        bounds(c.put_with_signal(&buf, 0, &one, &signal, 2, 1, 0).map(drop));
         bounds(c.signal_wait_until(&signal, 2, Cmp::Ge, 0));
         bounds(c.atomic_add_all(&signal, 2, 1).map(drop));
+        // Local views shorter than the count.
+        bounds(c.all_gather(&buf, &one, 2));
+        bounds(c.broadcast(&one, &buf, 2, 0));
+        bounds(c.reduce_scatter(&one, &buf, 2, ReduceOp::Sum));
         assert!(matches!(
             c.all_reduce(&buf, &buf, 4, ReduceOp::Sum, Algorithm::OneShot),
-            Err(Error::Unsupported(_))
-        ));
-        assert!(matches!(
-            c.reduce_scatter::<f32>(addr + 2, &buf, 1, ReduceOp::Sum),
             Err(Error::Unsupported(_))
         ));
         // Nothing was launched: the signal counters are still in step.

@@ -6,12 +6,15 @@
 //! multi-block one) and alternates between them, so two signal arrays live side by side.
 #![allow(clippy::needless_range_loop)] // rank-indexed loops read best in tests
 
-use symmem::backend::{Backend, BackendKind, DeviceRegion, Grid};
+use bytemuck::Pod;
+use symmem::backend::{Backend, BackendKind, Grid};
 use symmem::collectives::{Cmp, Collectives, default_grid};
-use symmem::{SymmetricBuffer, World};
+use symmem::{DeviceBuffer, DeviceSlice, SymmetricBuffer, World};
 
 /// Guard byte after every checked range, and the fill of every destination.
 pub const FILL: u8 = 0xEE;
+/// Guard bytes after a [`local`] view's data.
+pub const GUARD: usize = 16;
 
 /// Whether `w` runs on a GPU (where every rank shares one device in these tests).
 pub fn on_gpu<B: Backend>(w: &World<B>) -> bool {
@@ -74,8 +77,35 @@ pub fn assert_guard(got: &[u8], what: &str) {
     }
 }
 
-/// Plain device memory of this rank holding `data` at offset `mis`, [`FILL`] around
-/// it (16 guard bytes after); returns it and the address of `data`.
+/// `bytes` as elements of `T` (`bytes.len()` a multiple of their size).
+pub fn from_bytes<T: Pod>(bytes: &[u8]) -> Vec<T> {
+    let mut out = vec![T::zeroed(); bytes.len() / size_of::<T>()];
+    bytemuck::cast_slice_mut(&mut out).copy_from_slice(bytes);
+    out
+}
+
+/// Plain device memory of this rank: `data` at element `mis`, [`FILL`] bytes around it
+/// (at least [`GUARD`] bytes after).
+pub struct Local<'w, T, B: Backend> {
+    mem: DeviceBuffer<'w, T, B>,
+    at: usize,
+    len: usize,
+}
+
+impl<T: Pod, B: Backend> Local<'_, T, B> {
+    /// The data.
+    pub fn view(&self) -> DeviceSlice<'_, T, B> {
+        self.mem.slice(self.at..self.at + self.len).expect("inside")
+    }
+
+    /// The data and the guard after it.
+    pub fn guarded(&self) -> DeviceSlice<'_, T, B> {
+        self.mem.slice(self.at..).expect("inside")
+    }
+}
+
+/// Plain device memory of this rank holding `data` at element `mis`, [`FILL`] around
+/// it ([`GUARD`] bytes after, rounded up to whole elements).
 ///
 /// On one GPU, allocating or freeing device memory (`cuMemAlloc`, `cuMemFree`) may wait
 /// for every kernel of the process, a peer rank's collective that waits for this rank
@@ -83,17 +113,20 @@ pub fn assert_guard(got: &[u8], what: &str) {
 /// and make them between host barriers: after this rank's previous collective has
 /// completed (so no peer's kernel still waits for it) and before any rank launches the
 /// next one.
-pub fn local<B: Backend>(
-    w: &World<B>,
-    data: &[u8],
+pub fn local<'w, T: Pod, B: Backend>(
+    w: &'w World<B>,
+    data: &[T],
     mis: usize,
-) -> symmem::Result<(B::DeviceMemory, u64)> {
-    let b = w.backend();
-    let mem = b.alloc_device(mis + data.len() + 16)?;
-    b.memset(mem.base(), FILL, mis + data.len() + 16)?;
-    let addr = mem.base() + mis as u64;
-    b.upload(addr, data)?;
-    Ok((mem, addr))
+) -> symmem::Result<Local<'w, T, B>> {
+    let guard = GUARD.div_ceil(size_of::<T>());
+    let filled = vec![FILL; (mis + data.len() + guard) * size_of::<T>()];
+    let mem = w.device_from_slice::<T>(&from_bytes(&filled))?;
+    w.write(&mem, mis, data)?;
+    Ok(Local {
+        mem,
+        at: mis,
+        len: data.len(),
+    })
 }
 
 /// A symmetric byte buffer of `n` bytes plus 16 guard bytes, all [`FILL`].
@@ -116,16 +149,15 @@ pub fn barrier_rounds<B: Backend>(w: &World<B>, repeats: usize) -> symmem::Resul
     // Two buffers: a fast rank's next round goes to the other one, and the round after
     // that waits for this rank's next barrier.
     let slots = [w.zeros::<u64>(n)?, w.zeros::<u64>(n)?];
-    let (_word_mem, word) = local(w, &[0; 8], 0)?;
+    let word = local(w, &[0u64], 0)?;
     // Every rank has allocated them (one-sided puts need that agreed) and zeroed them.
     w.barrier()?;
     for round in 0..20u64 {
         let c = &cs[round as usize % 2];
         let buf = &slots[round as usize % 2];
-        w.backend()
-            .upload(word, &(round << 8 | me as u64).to_le_bytes())?;
+        w.write(&word.view(), 0, &[round << 8 | me as u64])?;
         for k in 0..n {
-            c.put(buf, me, word, 1, (me + k) % n)?;
+            c.put(buf, me, &word.view(), (me + k) % n)?;
         }
         c.barrier()?;
         let got = w.read(buf)?;
@@ -143,14 +175,13 @@ pub fn put_with_signal_rounds<B: Backend>(w: &World<B>, sizes: &[usize]) -> symm
     let (me, n) = (w.rank(), w.world_size());
     let signal = w.zeros::<u64>(3)?;
     let ring_buf = filled(w, 1)?;
-    let (_ring_mem, ring_src) = local(w, &[0], 0)?;
+    let ring_src = local(w, &[0u8], 0)?;
     let (mut expected, mut ring_expected) = (0u64, 0u64);
     let mut keep = Vec::new();
     for (k, &size) in sizes.iter().enumerate() {
         let c = &cs[k % 2];
         let dst = filled(w, n * size)?;
-        let (mem, src) = local(w, &patterned(me + 7, size), 1)?;
-        keep.push(mem);
+        let src = local(w, &patterned(me + 7, size), 1)?;
         w.barrier()?; // see `local`
         // No peer may write before this rank's fill (and zeroing) are done.
         c.barrier()?;
@@ -159,7 +190,7 @@ pub fn put_with_signal_rounds<B: Backend>(w: &World<B>, sizes: &[usize]) -> symm
         let mut total = 0;
         for j in 0..n {
             let to = (me + j) % n;
-            total = c.put_with_signal(&dst, me * size, src, size, &signal, 1, value, to)?;
+            total = c.put_with_signal(&dst, me * size, &src.view(), &signal, 1, value, to)?;
         }
         assert_eq!(total, value * u64::from(c.grid().blocks));
         expected += n as u64 * total;
@@ -176,10 +207,19 @@ pub fn put_with_signal_rounds<B: Backend>(w: &World<B>, sizes: &[usize]) -> symm
             );
         }
         assert_guard(&got[n * size..], &format!("put_with_signal size {size}"));
+        // The source, and the guard after it, are as they were.
+        let sent = w.read(&src.guarded())?;
+        assert_bytes(
+            &sent[..size],
+            &patterned(me + 7, size),
+            "put_with_signal source",
+        );
+        assert_guard(&sent[size..], "put_with_signal source guard");
         // A ring with `Ge`: one round-stamped byte to the right neighbour, word 2.
         let stamp = |r: usize| (k * 16 + r) as u8;
-        w.backend().upload(ring_src, &[stamp(me)])?;
-        let ring = c.put_with_signal(&ring_buf, 0, ring_src, 1, &signal, 2, 1, (me + 1) % n)?;
+        w.write(&ring_src.view(), 0, &[stamp(me)])?;
+        let ring =
+            c.put_with_signal(&ring_buf, 0, &ring_src.view(), &signal, 2, 1, (me + 1) % n)?;
         ring_expected += ring;
         c.signal_wait_until(&signal, 2, Cmp::Ge, ring_expected)?;
         let got = w.read(&ring_buf)?;
@@ -192,6 +232,7 @@ pub fn put_with_signal_rounds<B: Backend>(w: &World<B>, sizes: &[usize]) -> symm
         );
         // Nobody reuses a destination before every rank has checked it.
         c.barrier()?;
+        keep.push(src);
     }
     // Nothing of this rank may still run when its world goes.
     w.backend().synchronize()
