@@ -4,15 +4,15 @@
 //!   pairs per rank, with the device-to-host synchronisations the backend counted during
 //!   the allocations (must be 0). Goal: under 20 µs.
 //! * Translated put (`World::put`, the `symmem_put` kernel) against a direct copy
-//!   (`KernelCall::Copy` to the already translated address) over the same shared
-//!   mapping, rank 0 into rank 1's copy while the other ranks wait, for 1, 16 and 64 MiB:
-//!   medians of >= 10 repetitions each, interleaved, and their ratio from the same run.
+//!   (`World::copy`, the `symmem_copy` kernel, to the already translated address: a view
+//!   of rank 1's copy as mapped here) over the same shared mapping, rank 0 into rank 1's
+//!   copy while the other ranks wait, for 1, 16 and 64 MiB: medians of >= 10
+//!   repetitions each, interleaved, and their ratio from the same run.
 
 use std::time::{Duration, Instant};
+use symmem::backend::Backend;
 use symmem::backend::cpu::Cpu;
-use symmem::backend::{Backend, DeviceRegion, Grid};
-use symmem::kernels::KernelCall;
-use symmem::{Config, Error, World};
+use symmem::{Config, DeviceSlice, Error, Grid, World};
 
 const RANKS: usize = 4;
 /// Alloc/free pairs timed per rank (after `WARMUP` untimed ones).
@@ -95,49 +95,58 @@ fn rank_body(world: World<Cpu>) -> symmem::Result<Numbers> {
 
     // Bandwidth: rank 0 into rank 1's copy (rank 0 into itself in a world of one).
     let largest = *SIZES.iter().max().expect("sizes");
-    let (buffer, _) = world.allocate_symmetric::<u8>(largest)?;
-    let source = backend.alloc_device(largest)?;
+    let buffer = world.empty::<u8>(largest)?;
     let data: Vec<u8> = (0..largest).map(|i| (i % 251) as u8).collect();
-    backend.upload(source.base(), &data)?;
+    let source = world.device_from_slice(&data)?;
     let to = 1 % n;
     let (mut bandwidth, mut one_thread) = (Vec::new(), Vec::new());
     world.barrier()?;
     if rank == 0 {
-        let remote = world.translate(buffer.ptr(), to)?;
+        // SAFETY: rank `to`'s copy of `buffer`, `largest` bytes mapped in this address
+        // space for as long as `buffer` lives (it outlives the view); kernels of this
+        // rank write it as they write local memory.
+        let remote = unsafe {
+            DeviceSlice::<u8, Cpu>::from_raw_parts(&world, buffer.as_slice().peer_ptr(to)?, largest)
+        };
+        let kernels = world.kernels();
         for &bytes in &SIZES {
-            let copy = KernelCall::Copy {
-                dst: remote,
-                src: source.base(),
-                bytes: bytes as u64,
-            };
+            let (dst, src, copy_dst) = (
+                buffer.slice(..bytes)?,
+                source.slice(..bytes)?,
+                remote.slice(..bytes)?,
+            );
             // Warm up both paths (first touch of the pages).
-            world.put(&buffer, 0, source.base(), bytes, to)?;
-            world.launch(&copy)?;
+            world.put(&dst, &src, to)?;
+            world.copy(&copy_dst, &src)?;
             // The same two kernels on one host thread (no interleaving of the threads'
             // 16-byte vectors within cache lines): for comparison only.
-            let put1 = KernelCall::Put {
-                dst: buffer.ptr(),
-                src: source.base(),
-                bytes: bytes as u64,
-                bases: buffer.peer_bases().device_ptr(),
-                world: n as u32,
-                cur: rank as u32,
-                to: to as u32,
-            };
-            let one = Grid {
-                blocks: 1,
-                threads: 1,
-            };
+            let one = Grid::new(1, 1);
             let (mut puts1, mut copies1) = (Vec::new(), Vec::new());
             for rep in 0..REPS {
                 // Alternate which goes first, so neither always finds a warm cache.
                 for which in [rep % 2, 1 - rep % 2] {
                     let t = Instant::now();
                     if which == 0 {
-                        backend.launch(&put1, one)?;
+                        kernels.launch(
+                            symmem_kernels::symmem_put,
+                            one,
+                            (
+                                &dst,
+                                &src,
+                                bytes as u64,
+                                dst.peer_bases(),
+                                n as u32,
+                                rank as u32,
+                                to as u32,
+                            ),
+                        )?;
                         puts1.push(t.elapsed());
                     } else {
-                        backend.launch(&copy, one)?;
+                        kernels.launch(
+                            symmem_kernels::symmem_copy,
+                            one,
+                            (&copy_dst, &src, bytes as u64),
+                        )?;
                         copies1.push(t.elapsed());
                     }
                 }
@@ -148,11 +157,11 @@ fn rank_body(world: World<Cpu>) -> symmem::Result<Numbers> {
                 for which in [rep % 2, 1 - rep % 2] {
                     let t = Instant::now();
                     if which == 0 {
-                        world.put(&buffer, 0, source.base(), bytes, to)?;
+                        world.put(&dst, &src, to)?;
                         backend.synchronize()?;
                         puts.push(t.elapsed());
                     } else {
-                        world.launch(&copy)?;
+                        world.copy(&copy_dst, &src)?;
                         backend.synchronize()?;
                         copies.push(t.elapsed());
                     }

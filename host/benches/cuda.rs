@@ -4,14 +4,22 @@
 //! after `WARMUP` untimed ones, timed with CUDA events ([`Timer`]), bytes read plus bytes
 //! written counted for GB/s:
 //!
-//! - `put`: `KernelCall::Put` through a [`World`]'s symmetric buffer, 2 ranks as threads
-//!   on GPU 0, rank 0 putting into rank 1's copy through the imported VMM mapping;
-//! - `copy`: `KernelCall::Copy` of the same bytes into rank 0's own copy (no translation);
+//! - `put`: [`World::put`] (the `symmem_put` kernel) through a [`World`]'s symmetric
+//!   buffer, 2 ranks as threads on GPU 0, rank 0 putting into rank 1's copy through the
+//!   imported VMM mapping;
+//! - `copy`: [`World::copy`] (`symmem_copy`) of the same bytes into rank 0's own copy (no
+//!   translation);
 //! - `memcpy_dtod`: `cuMemcpyDtoDAsync` of the same bytes to the same destination;
 //! - `xproc_put` / `xproc_local_put`: ranks as 2 processes (UNIX-socket bootstrap, VMM
 //!   file descriptors), rank 0 putting into rank 1's heap / into its own copy;
 //! - `alloc_symmetric_us`, `alloc_free_pair_us`: median of 1000 `allocate_symmetric` of
-//!   1 MiB (and the pair with its free), with the D2H-sync counter delta (`alloc_d2h_syncs`).
+//!   1 MiB (and the pair with its free), with the D2H-sync counter delta (`alloc_d2h_syncs`);
+//! - `launch_enqueue_us`: the host's cost of one launch through the checked path,
+//!   `world.kernels().launch(symmem_copy, Grid::new(1, 256), (&dst, &src, 16u64))`:
+//!   wall-clock around each call, median (p10, p90) of `LAUNCHES` after `LAUNCH_WARMUP`,
+//!   the stream synchronised (untimed) every `LAUNCH_SYNC_EVERY` launches to keep its
+//!   queue short. Printed on its own as `launch_enqueue_us,<median>,<p10>,<p90>` (µs)
+//!   and kept in `rust.csv` (bytes 16, median and spread).
 //!
 //! A sample is one launch for sizes of 64 MiB and more, each taking the next slot of a
 //! rotation over the 2 GiB buffers. Below that a sample is a batch of
@@ -21,7 +29,9 @@
 //! time theirs: what is timed is the device's work, not the host's launch rate. The
 //! replayed slots repeat from sample to sample, alike for every tool.
 //! Kernels run with the backend's default grid (one 16-byte vector per thread, 256
-//! threads per block), from the same embedded PTX, on the backend's stream.
+//! threads per block), from the same embedded PTX, on the backend's stream, launched
+//! through the world's checked path as any program launches them; the timer's events
+//! bracket them on that stream.
 //!
 //! Options: `--out DIR` (default `$SYMMEM_BENCH_OUT`, else `target/bench-cuda`): where
 //! `rust.csv` goes; `--sizes 4K,1M,...` to run fewer sizes; `--no-xproc` to skip the
@@ -30,18 +40,17 @@
 mod common;
 
 use common::{
-    GIB, KIB, MIB, Op, Sampling, fill_source, parse_size, pattern, stats, sweep_size, sweep_sizes,
-    verify,
+    GIB, KIB, MIB, Op, Sampling, Target, fill_source, parse_size, pattern, stats, sweep_size,
+    sweep_sizes, verify,
 };
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
+use symmem::backend::Backend;
 use symmem::backend::cuda::Cuda;
 use symmem::backend::cuda::timing::Timer;
-use symmem::backend::{Backend, DeviceRegion};
 use symmem::bootstrap::unix;
-use symmem::kernels::KernelCall;
-use symmem::{Config, Error, Result, World};
+use symmem::{Config, Error, Grid, Result, SymmetricBuffer, World};
 
 /// The largest size, and the length of every rotation buffer.
 const MAX: usize = 2 * GIB;
@@ -56,6 +65,13 @@ const ALLOC_WARMUP: usize = 100;
 const ALLOC_RELEASE_EVERY: usize = 32;
 const TIMEOUT: Duration = Duration::from_secs(600);
 const XPROC_ENV: &str = "SYMMEM_BENCH_XPROC_CSV";
+/// Timed launches of the enqueue-cost line, after untimed ones.
+const LAUNCHES: usize = 10_000;
+const LAUNCH_WARMUP: usize = 1000;
+/// The enqueue-cost loop synchronises the stream (untimed) after this many launches.
+const LAUNCH_SYNC_EVERY: usize = 1000;
+/// Bytes each launch of the enqueue-cost line copies.
+const LAUNCH_BYTES: usize = 16;
 
 /// One result line, as written to the CSV.
 #[derive(Clone, Debug)]
@@ -121,62 +137,43 @@ fn sweep_rows(timer: &Timer, size: usize, ops: &[(&'static str, Op<'_>)]) -> Res
         .collect())
 }
 
-fn put_call(dst: u64, src: u64, bytes: usize, bases: u64, cur: u32, to: u32) -> KernelCall {
-    KernelCall::Put {
-        dst,
-        src,
-        bytes: bytes as u64,
-        bases,
-        world: 2,
-        cur,
-        to,
-    }
-}
-
 /// Rank 0's half of the in-process run: the put/copy/memcpy sweep and the checks.
 fn in_process_rank0(
     world: &World<Cuda>,
-    local: u64,
-    bases: u64,
+    buffer: &SymmetricBuffer<'_, u8, Cuda>,
     sizes: &[usize],
     pat: &[u8],
 ) -> Result<Vec<Row>> {
     let cuda = world.backend();
     let timer = cuda.timer()?;
-    let src = cuda.alloc_device(MAX)?;
-    let s0 = src.base();
-    fill_source(cuda, &timer, s0, MAX, pat)?;
-    let remote = world.translate(local, 1)?;
+    let src = world.alloc::<u8>(MAX)?;
+    fill_source(world, &timer, &src, pat)?;
+    let (local, s0) = (buffer.ptr(), src.ptr());
     println!(
-        "rank 0: local copy {local:#x}, rank 1's copy mapped here at {remote:#x}, source {s0:#x}"
+        "rank 0: local copy {local:#x}, rank 1's copy mapped here at {:#x}, source {s0:#x}",
+        buffer.as_slice().peer_ptr(1)?
     );
     let ops: Vec<(&'static str, Op<'_>)> = vec![
         (
             "put",
-            Box::new(move |t: &Timer, off, n| {
-                let call = put_call(local + off, s0 + off, n, bases, 0, 1);
-                // `local + off .. + n` lies in the MAX-byte symmetric buffer, whose rank-1
-                // copy is mapped here; the source range lies in `src`.
-                t.launch(&call, cuda.default_grid(&call))
+            Box::new(|_: &Timer, off, n| {
+                world.put(&buffer.slice(off..off + n)?, &src.slice(off..off + n)?, 1)
             }),
         ),
         (
             "copy",
-            Box::new(move |t: &Timer, off, n| {
-                let call = KernelCall::Copy {
-                    dst: local + off,
-                    src: s0 + off,
-                    bytes: n as u64,
-                };
-                // Both ranges lie in MAX-byte allocations of this context.
-                t.launch(&call, cuda.default_grid(&call))
+            Box::new(|_: &Timer, off, n| {
+                world.copy(&buffer.slice(off..off + n)?, &src.slice(off..off + n)?)
             }),
         ),
         (
             "memcpy_dtod",
             Box::new(move |t: &Timer, off, n| {
-                // SAFETY: as above.
-                unsafe { t.memcpy_dtod(local + off, s0 + off, n) }
+                assert!(off + n <= MAX, "a slot past the buffers");
+                // SAFETY: `off + n <= MAX`: both ranges lie in MAX-byte allocations of
+                // this context (rank 0's copy of `buffer`, and `src`), which outlive the
+                // timed work.
+                unsafe { t.memcpy_dtod(local + off as u64, s0 + off as u64, n) }
             }),
         ),
     ];
@@ -189,13 +186,65 @@ fn in_process_rank0(
         );
         rows.extend(r);
     }
+    rows.push(launch_enqueue(world, &timer, pat)?);
     // Checks last; the put of 64 MiB last of all, which rank 1 then reads in its own copy.
+    let (own, remote) = (
+        Target::Local(buffer.as_slice().local()),
+        Target::Peer(buffer.as_slice(), 1),
+    );
     for size in [4 * KIB, MIB + 4096, 64 * MIB] {
-        verify(cuda, &timer, "copy", local, size, pat, &ops[1].1)?;
-        verify(cuda, &timer, "memcpy_dtod", local, size, pat, &ops[2].1)?;
-        verify(cuda, &timer, "put", remote, size, pat, &ops[0].1)?;
+        verify(world, &timer, "copy", own, size, pat, &ops[1].1)?;
+        verify(world, &timer, "memcpy_dtod", own, size, pat, &ops[2].1)?;
+        verify(world, &timer, "put", remote, size, pat, &ops[0].1)?;
     }
     Ok(rows)
+}
+
+/// The host's cost of enqueueing one small kernel through the checked launch path
+/// (`Module::launch`: argument lowering, ownership checks, `cuLaunchKernel`): wall-clock
+/// around each of `LAUNCHES` launches of `symmem_copy` of 16 bytes, the stream
+/// synchronised (untimed) every `LAUNCH_SYNC_EVERY`. Prints the line
+/// `launch_enqueue_us,<median>,<p10>,<p90>` and returns it as a row.
+fn launch_enqueue(world: &World<Cuda>, timer: &Timer, pat: &[u8]) -> Result<Row> {
+    let src = world.device_from_slice(&pat[..LAUNCH_BYTES])?;
+    let dst = world.device_zeros::<u8>(LAUNCH_BYTES)?;
+    let kernels = world.kernels();
+    let grid = Grid::new(1, 256);
+    let n = LAUNCH_BYTES as u64;
+    timer.synchronize()?;
+    for i in 0..LAUNCH_WARMUP {
+        kernels.launch(symmem_kernels::symmem_copy, grid, (&dst, &src, n))?;
+        if i % LAUNCH_SYNC_EVERY == LAUNCH_SYNC_EVERY - 1 {
+            timer.synchronize()?;
+        }
+    }
+    timer.synchronize()?;
+    let mut us = Vec::with_capacity(LAUNCHES);
+    for i in 0..LAUNCHES {
+        let t = Instant::now();
+        kernels.launch(symmem_kernels::symmem_copy, grid, (&dst, &src, n))?;
+        us.push(t.elapsed().as_secs_f64() * 1e6);
+        if i % LAUNCH_SYNC_EVERY == LAUNCH_SYNC_EVERY - 1 {
+            timer.synchronize()?;
+        }
+    }
+    timer.synchronize()?;
+    if world.read(&dst)? != pat[..LAUNCH_BYTES] {
+        return Err(Error::Bootstrap(
+            "launch_enqueue: the copies did not arrive".into(),
+        ));
+    }
+    let (med, p10, p90) = stats(&us);
+    println!("launch_enqueue_us,{med:.3},{p10:.3},{p90:.3}");
+    Ok(Row {
+        line: "launch_enqueue_us",
+        bytes: LAUNCH_BYTES,
+        batch: 1,
+        samples: LAUNCHES,
+        median_us: med,
+        gbps: f64::NAN,
+        spread_pct: (p90 - p10) / med * 100.0,
+    })
 }
 
 /// `allocate_symmetric` latency on every rank; rows from rank 0 only. Dropped buffers
@@ -254,9 +303,12 @@ fn alloc_latency(world: &World<Cuda>) -> Result<Vec<Row>> {
 }
 
 /// Rank 1 reads its own copy and checks what rank 0 put there last (64 MiB).
-fn check_own_copy(world: &World<Cuda>, local: u64, pat: &[u8]) -> Result<()> {
-    let mut got = vec![0u8; 64 * MIB];
-    world.backend().download(&mut got, local)?;
+fn check_own_copy(
+    world: &World<Cuda>,
+    buffer: &SymmetricBuffer<'_, u8, Cuda>,
+    pat: &[u8],
+) -> Result<()> {
+    let got = world.read(&buffer.slice(..64 * MIB)?)?;
     if let Some(i) = (0..got.len()).find(|&i| got[i] != pat[i % PATTERN]) {
         return Err(Error::Bootstrap(format!(
             "rank {}: byte {i} of its own copy differs from rank 0's put",
@@ -284,17 +336,17 @@ fn in_process(sizes: &[usize]) -> Result<Vec<Row>> {
         &config(),
         |_| Cuda::new(0),
         |world| {
-            let (buffer, bases) = world.allocate_symmetric::<u8>(MAX)?;
+            let buffer = world.empty::<u8>(MAX)?;
             world.barrier()?;
             let mut rows = if world.rank() == 0 {
                 println!("device: {:?}", world.backend());
-                in_process_rank0(&world, buffer.ptr(), bases.device_ptr(), sizes, &pat)?
+                in_process_rank0(&world, &buffer, sizes, &pat)?
             } else {
                 Vec::new()
             };
             world.barrier()?;
             if world.rank() == 1 {
-                check_own_copy(&world, buffer.ptr(), &pat)?;
+                check_own_copy(&world, &buffer, &pat)?;
             }
             world.barrier()?;
             drop(buffer);
@@ -318,26 +370,22 @@ fn xproc_child(sizes: &[usize]) -> Result<()> {
     let bootstrap = unix::UnixBootstrap::from_env()?;
     let world = World::new(Box::new(bootstrap), Cuda::new(0)?, &config())?;
     let pat = pattern(PATTERN);
-    let (buffer, bases) = world.allocate_symmetric::<u8>(MAX)?;
-    let (local, table) = (buffer.ptr(), bases.device_ptr());
+    let buffer = world.empty::<u8>(MAX)?;
     world.barrier()?;
     if world.rank() == 0 {
         let cuda = world.backend();
         let timer = cuda.timer()?;
-        let src = cuda.alloc_device(MAX)?;
-        let s0 = src.base();
-        fill_source(cuda, &timer, s0, MAX, &pat)?;
-        let remote = world.translate(local, 1)?;
+        let src = world.alloc::<u8>(MAX)?;
+        fill_source(&world, &timer, &src, &pat)?;
         println!(
-            "process rank 0 (pid {}): rank 1's heap (another process) mapped at {remote:#x}",
-            std::process::id()
+            "process rank 0 (pid {}): rank 1's heap (another process) mapped at {:#x}",
+            std::process::id(),
+            buffer.as_slice().peer_ptr(1)?
         );
-        let put_to = |to: u32| -> Op<'_> {
-            Box::new(move |t: &Timer, off, n| {
-                let call = put_call(local + off, s0 + off, n, table, 0, to);
-                // As in `in_process_rank0`: the ranges lie in MAX-byte buffers and rank
-                // `to`'s copy is mapped in this process.
-                t.launch(&call, cuda.default_grid(&call))
+        let (world, buffer, src) = (&world, &buffer, &src);
+        let put_to = |to: usize| -> Op<'_> {
+            Box::new(move |_: &Timer, off, n| {
+                world.put(&buffer.slice(off..off + n)?, &src.slice(off..off + n)?, to)
             })
         };
         let ops: Vec<(&'static str, Op<'_>)> =
@@ -352,15 +400,23 @@ fn xproc_child(sizes: &[usize]) -> Result<()> {
             rows.extend(r);
         }
         verify(
-            cuda,
+            world,
             &timer,
             "xproc_local_put",
-            local,
+            Target::Local(buffer.as_slice().local()),
             64 * MIB,
             &pat,
             &ops[1].1,
         )?;
-        verify(cuda, &timer, "xproc_put", remote, 64 * MIB, &pat, &ops[0].1)?;
+        verify(
+            world,
+            &timer,
+            "xproc_put",
+            Target::Peer(buffer.as_slice(), 1),
+            64 * MIB,
+            &pat,
+            &ops[0].1,
+        )?;
         let text: String = rows.iter().map(|r| r.csv() + "\n").collect();
         let path = std::env::var(XPROC_ENV)
             .map_err(|_| Error::Bootstrap(format!("{XPROC_ENV} is not set")))?;
@@ -371,7 +427,7 @@ fn xproc_child(sizes: &[usize]) -> Result<()> {
     }
     world.barrier()?;
     if world.rank() == 1 {
-        check_own_copy(&world, local, &pat)?;
+        check_own_copy(&world, &buffer, &pat)?;
     }
     world.barrier()
 }
@@ -473,6 +529,9 @@ fn print_table(rows: &[Row], sizes: &[usize]) {
         if let Some(v) = find(rows, line, ALLOC_BYTES) {
             println!("{line:>20}: {v:.3}");
         }
+    }
+    if let Some(v) = find(rows, "launch_enqueue_us", LAUNCH_BYTES) {
+        println!("{:>20}: {v:.3}", "launch_enqueue_us");
     }
 }
 

@@ -22,7 +22,7 @@
 use std::process::ExitCode;
 use symmem::backend::cuda::Cuda;
 use symmem::backend::cuda::timing::Timer;
-use symmem::backend::{Backend, DeviceRegion, Grid};
+use symmem::backend::{Backend, Grid};
 use symmem::collectives::{Algorithm, Collectives, ReduceOp};
 use symmem::{Config, Result, World};
 
@@ -80,35 +80,34 @@ fn rank_rows(world: &World<Cuda>, grid: Grid) -> Result<Vec<(&'static str, usize
     let (rank, n_ranks) = (world.rank(), world.world_size());
     let coll = Collectives::with_grid(world, grid)?;
     let gathered = world.zeros::<u8>(MAX * n_ranks)?;
-    let src_local = world.backend().alloc_device(MAX)?;
-    world
-        .backend()
-        .memset(src_local.base(), rank as u8 + 1, MAX)?;
+    let src_local = world.device_from_slice(&vec![rank as u8 + 1; MAX])?;
     let reduce_src = world.full::<f32>(MAX / 4, rank as f32 + 0.5)?;
     let reduce_dst = world.zeros::<f32>(MAX / 4)?;
-    let pulled = world.backend().alloc_device(MAX * n_ranks)?;
+    let pulled = world.alloc::<u8>(MAX * n_ranks)?;
     world.backend().synchronize()?;
     world.barrier()?;
     let timer = world.backend().timer()?;
     let mut rows = Vec::new();
     for &n in &SIZES {
+        // The driver's copies take raw addresses: this rank's slot of every rank's
+        // `gathered`, and every peer's `reduce_src`, as mapped here.
+        let slot = gathered.slice(rank * n..(rank + 1) * n)?;
         let slots: Vec<u64> = (0..n_ranks)
-            .map(|p| world.translate(gathered.ptr() + (rank * n) as u64, p))
+            .map(|p| slot.peer_ptr(p))
             .collect::<Result<_>>()?;
         let peers_src: Vec<u64> = (0..n_ranks)
             .filter(|&p| p != rank)
-            .map(|p| world.translate(reduce_src.ptr(), p))
+            .map(|p| reduce_src.as_slice().peer_ptr(p))
             .collect::<Result<_>>()?;
+        let (src_ptr, pulled_ptr) = (src_local.ptr(), pulled.ptr());
         let count = n / 4;
         let lines: [(&'static str, &dyn Fn() -> Result<()>); 5] = [
-            ("all_gather", &|| {
-                coll.all_gather(&gathered, src_local.base(), n)
-            }),
+            ("all_gather", &|| coll.all_gather(&gathered, &src_local, n)),
             ("memcpy_all_gather", &|| {
                 for &slot in &slots {
                     // SAFETY: `slot..slot+n` is this rank's slot of a peer's `gathered`
                     // (mapped here), `src_local` holds MAX >= n bytes.
-                    unsafe { timer.memcpy_dtod(slot, src_local.base(), n)? };
+                    unsafe { timer.memcpy_dtod(slot, src_ptr, n)? };
                 }
                 Ok(())
             }),
@@ -134,7 +133,7 @@ fn rank_rows(world: &World<Cuda>, grid: Grid) -> Result<Vec<(&'static str, usize
                 for (i, &peer) in peers_src.iter().enumerate() {
                     // SAFETY: `peer..peer+n` is a peer's `reduce_src` mapped here; `pulled`
                     // holds world * MAX bytes.
-                    unsafe { timer.memcpy_dtod(pulled.base() + (i * n) as u64, peer, n)? };
+                    unsafe { timer.memcpy_dtod(pulled_ptr + (i * n) as u64, peer, n)? };
                 }
                 Ok(())
             }),

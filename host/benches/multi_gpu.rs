@@ -40,19 +40,18 @@
 mod common;
 
 use common::{
-    GIB, KIB, MIB, Op, Sampling, Sweep, fill_source, parse_size, pattern, stats, sweep_size,
-    sweep_sizes, verify,
+    GIB, KIB, MIB, Op, Sampling, Sweep, Target, fill_source, parse_size, pattern, stats,
+    sweep_size, sweep_sizes, verify,
 };
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 use symmem::backend::cuda::Cuda;
 use symmem::backend::cuda::timing::Timer;
-use symmem::backend::{Backend, DeviceRegion, Grid};
+use symmem::backend::{Backend, Grid};
 use symmem::bootstrap::{Bootstrap, unix};
 use symmem::collectives::{Algorithm, Collectives, ReduceOp};
-use symmem::kernels::KernelCall;
-use symmem::{Config, Error, Result, World};
+use symmem::{Config, DeviceBuffer, Error, Result, SymmetricBuffer, World};
 
 const WARMUP: usize = 3;
 const SAMPLES: usize = 20;
@@ -116,8 +115,7 @@ fn rank1_view(world: &World<Cuda>, ptr: u64) -> Result<PeerView> {
 /// Part 1 on rank 0: put/get through the symmetric buffer against `cuMemcpyPeerAsync`.
 fn point_to_point_rank0(
     world: &World<Cuda>,
-    buffer: u64,
-    bases: u64,
+    buffer: &SymmetricBuffer<'_, u8, Cuda>,
     peer: &PeerView,
     sizes: &[usize],
     max: usize,
@@ -126,11 +124,11 @@ fn point_to_point_rank0(
     let timer = cuda.timer()?;
     let (ctx0, ctx1) = (cuda.context(), Cuda::device_context(peer.ordinal)?);
     let pat = pattern(PATTERN.min(max));
-    let src = cuda.alloc_device(max)?;
-    let dst = cuda.alloc_device(max + 4096)?;
-    let (s0, d0) = (src.base(), dst.base());
-    fill_source(cuda, &timer, s0, max, &pat)?;
-    let remote = world.translate(buffer, 1)?;
+    let src = world.alloc::<u8>(max)?;
+    let dst = world.alloc::<u8>(max + 4096)?;
+    let (s0, d0) = (src.ptr(), dst.ptr());
+    fill_source(world, &timer, &src, &pat)?;
+    let remote = buffer.as_slice().peer_ptr(1)?;
     println!(
         "p2p: rank 0 on GPU {}, rank 1 on GPU {}; rank 1's buffer {:#x} (its address), mapped on rank 0 at {remote:#x}",
         cuda.ordinal(),
@@ -141,47 +139,32 @@ fn point_to_point_rank0(
     let ops: Vec<(&'static str, Op<'_>)> = vec![
         (
             "put",
-            Box::new(move |t: &Timer, off, n| {
-                let call = KernelCall::Put {
-                    dst: buffer + off,
-                    src: s0 + off,
-                    bytes: n as u64,
-                    bases,
-                    world: world.world_size() as u32,
-                    cur: 0,
-                    to: 1,
-                };
-                t.launch(&call, cuda.default_grid(&call))
+            Box::new(|_: &Timer, off: usize, n: usize| {
+                world.put(&buffer.slice(off..off + n)?, &src.slice(off..off + n)?, 1)
             }),
         ),
         (
             "get",
-            Box::new(move |t: &Timer, off, n| {
-                let call = KernelCall::Get {
-                    dst: d0 + off,
-                    src: buffer + off,
-                    bytes: n as u64,
-                    bases,
-                    world: world.world_size() as u32,
-                    cur: 0,
-                    from: 1,
-                };
-                t.launch(&call, cuda.default_grid(&call))
+            Box::new(|_: &Timer, off: usize, n: usize| {
+                world.get(&dst.slice(off..off + n)?, &buffer.slice(off..off + n)?, 1)
             }),
         ),
         (
             "memcpy_peer_put",
-            Box::new(|t: &Timer, off, n| {
+            Box::new(|t: &Timer, off: usize, n: usize| {
+                assert!(off + n <= max, "a slot past the buffers");
                 // SAFETY: `off + n <= max`: the source lies in `src`, the destination in
-                // rank 1's copy of the `max`-byte symmetric buffer on its device.
-                unsafe { t.memcpy_peer(native1 + off, &ctx1, s0 + off, &ctx0, n) }
+                // rank 1's copy of the symmetric buffer (`max` + 4 KiB bytes) on its
+                // device; both outlive the timed work.
+                unsafe { t.memcpy_peer(native1 + off as u64, &ctx1, s0 + off as u64, &ctx0, n) }
             }),
         ),
         (
             "memcpy_peer_get",
-            Box::new(|t: &Timer, off, n| {
+            Box::new(|t: &Timer, off: usize, n: usize| {
+                assert!(off + n <= max, "a slot past the buffers");
                 // SAFETY: as above, the other way round, into `dst` (max + 4 KiB bytes).
-                unsafe { t.memcpy_peer(d0 + off, &ctx0, native1 + off, &ctx1, n) }
+                unsafe { t.memcpy_peer(d0 + off as u64, &ctx0, native1 + off as u64, &ctx1, n) }
             }),
         ),
     ];
@@ -240,11 +223,15 @@ fn point_to_point_rank0(
         rows.extend(r);
     }
     // Checks: put into rank 1's copy, then get it back; the driver's copies likewise.
+    let (remote, local) = (
+        Target::Peer(buffer.as_slice(), 1),
+        Target::Local(dst.as_slice()),
+    );
     for size in [4 * KIB + 16, MIB + 4096, 64 * MIB].map(|s| s.min(max)) {
-        verify(cuda, &timer, "put", remote, size, &pat, &ops[0].1)?;
-        verify(cuda, &timer, "get", d0, size, &pat, &ops[1].1)?;
+        verify(world, &timer, "put", remote, size, &pat, &ops[0].1)?;
+        verify(world, &timer, "get", local, size, &pat, &ops[1].1)?;
         verify(
-            cuda,
+            world,
             &timer,
             "memcpy_peer_put",
             remote,
@@ -252,7 +239,15 @@ fn point_to_point_rank0(
             &pat,
             &ops[2].1,
         )?;
-        verify(cuda, &timer, "memcpy_peer_get", d0, size, &pat, &ops[3].1)?;
+        verify(
+            world,
+            &timer,
+            "memcpy_peer_get",
+            local,
+            size,
+            &pat,
+            &ops[3].1,
+        )?;
     }
     Ok(rows)
 }
@@ -260,11 +255,11 @@ fn point_to_point_rank0(
 /// Part 1 on every rank: ranks 0 and 1 take part, the others wait.
 fn point_to_point(world: &World<Cuda>, sizes: &[usize], max: usize) -> Result<Vec<Row>> {
     // 4 KiB past `max`: the checks' guard.
-    let (buffer, bases) = world.allocate_symmetric::<u8>(max + 4096)?;
+    let buffer = world.empty::<u8>(max + 4096)?;
     let peer = rank1_view(world, buffer.ptr())?;
     world.barrier()?;
     let rows = if world.rank() == 0 {
-        point_to_point_rank0(world, buffer.ptr(), bases.device_ptr(), &peer, sizes, max)?
+        point_to_point_rank0(world, &buffer, &peer, sizes, max)?
     } else {
         Vec::new()
     };
@@ -302,31 +297,27 @@ struct CollectiveBuffers<'w> {
     gathered: symmem::SymmetricBuffer<'w, u8, Cuda>,
     reduce_src: symmem::SymmetricBuffer<'w, f32, Cuda>,
     reduce_dst: symmem::SymmetricBuffer<'w, f32, Cuda>,
-    gather_src: <Cuda as Backend>::DeviceMemory,
-    scatter_dst: <Cuda as Backend>::DeviceMemory,
+    gather_src: DeviceBuffer<'w, u8, Cuda>,
+    scatter_dst: DeviceBuffer<'w, f32, Cuda>,
 }
 
 /// Checks this rank's results of `op` at `size` (inputs are constant per rank).
 fn check(world: &World<Cuda>, b: &CollectiveBuffers<'_>, op: &str, size: usize) -> Result<()> {
     let n = world.world_size();
     let sum: f32 = (0..n).map(|r| r as f32 + 0.5).sum();
-    let backend = world.backend();
     let bad = match op {
         "all_gather" => {
-            let mut got = vec![0u8; size];
-            backend.download(&mut got, b.gathered.ptr())?;
+            let got = world.read(&b.gathered.slice(..size)?)?;
             got.chunks_exact(size / n)
                 .enumerate()
                 .any(|(p, c)| c.iter().any(|&x| x != p as u8 + 1))
         }
         "reduce_scatter" => {
-            let mut got = vec![0f32; size / 4 / n];
-            backend.download(bytemuck::cast_slice_mut(&mut got), b.scatter_dst.base())?;
+            let got = world.read(&b.scatter_dst.slice(..size / 4 / n)?)?;
             got.iter().any(|&x| x != sum)
         }
         _ => {
-            let mut got = vec![0f32; size / 4];
-            backend.download(bytemuck::cast_slice_mut(&mut got), b.reduce_dst.ptr())?;
+            let got = world.read(&b.reduce_dst.slice(..size / 4)?)?;
             got.iter().any(|&x| x != sum)
         }
     };
@@ -349,10 +340,9 @@ fn collectives(world: &World<Cuda>, sizes: &[usize], grids: &[Grid]) -> Result<V
         gathered: world.zeros::<u8>(max)?,
         reduce_src: world.full::<f32>(max / 4, rank as f32 + 0.5)?,
         reduce_dst: world.zeros::<f32>(max / 4)?,
-        gather_src: backend.alloc_device(max / n)?,
-        scatter_dst: backend.alloc_device(max / n)?,
+        gather_src: world.device_from_slice(&vec![rank as u8 + 1; max / n])?,
+        scatter_dst: world.alloc::<f32>(max / n / 4)?,
     };
-    backend.memset(b.gather_src.base(), rank as u8 + 1, max / n)?;
     backend.synchronize()?;
     let timer = backend.timer()?;
     let mut rows = Vec::new();
@@ -363,7 +353,7 @@ fn collectives(world: &World<Cuda>, sizes: &[usize], grids: &[Grid]) -> Result<V
             let count = size / 4;
             let ops: [(&'static str, &dyn Fn() -> Result<()>); 4] = [
                 ("all_gather", &|| {
-                    coll.all_gather(&b.gathered, b.gather_src.base(), size / n)
+                    coll.all_gather(&b.gathered, &b.gather_src, size / n)
                 }),
                 ("all_reduce_1shot", &|| {
                     coll.all_reduce(
@@ -384,12 +374,7 @@ fn collectives(world: &World<Cuda>, sizes: &[usize], grids: &[Grid]) -> Result<V
                     )
                 }),
                 ("reduce_scatter", &|| {
-                    coll.reduce_scatter(
-                        b.scatter_dst.base(),
-                        &b.reduce_src,
-                        count / n,
-                        ReduceOp::Sum,
-                    )
+                    coll.reduce_scatter(&b.scatter_dst, &b.reduce_src, count / n, ReduceOp::Sum)
                 }),
             ];
             for (op, f) in ops {

@@ -1,11 +1,14 @@
 //! What the CUDA benchmarks share: sizes, statistics, the source pattern and the sweep
 //! that times several operations at one size with CUDA events (graph-replayed batches
 //! below [`BATCH_BYTES`], single launches on a rotation of slots above).
+//!
+//! Operations go through the world (`World::put`, `World::copy`, `Module::launch`,
+//! collectives) on the rank's stream, which the [`Timer`]'s events bracket; only the
+//! driver's reference copies take raw addresses (in `unsafe` blocks).
 
-use symmem::backend::Backend;
 use symmem::backend::cuda::Cuda;
 use symmem::backend::cuda::timing::Timer;
-use symmem::{Error, Result};
+use symmem::{DeviceBuffer, DeviceSlice, Error, Result, SymSlice, World};
 
 pub const KIB: usize = 1 << 10;
 pub const MIB: usize = 1 << 20;
@@ -76,7 +79,7 @@ pub fn parse_size(s: &str) -> Option<usize> {
 
 /// One timed operation of a line: what it enqueues for a slot at byte `offset`, of
 /// `size` bytes.
-pub type Op<'a> = Box<dyn Fn(&Timer, u64, usize) -> Result<()> + 'a>;
+pub type Op<'a> = Box<dyn Fn(&Timer, usize, usize) -> Result<()> + 'a>;
 
 /// The timed samples of one line at one size.
 pub struct Sweep {
@@ -137,7 +140,7 @@ pub fn sweep_size(
     let slots = (capacity / size).max(1);
     let enqueue_batch = |t: &Timer, op: &Op<'_>, first: usize| -> Result<()> {
         for b in 0..batch {
-            op(t, (((first + b) % slots) * size) as u64, size)?;
+            op(t, ((first + b) % slots) * size, size)?;
         }
         Ok(())
     };
@@ -167,36 +170,62 @@ pub fn sweep_size(
     Ok(ms.into_iter().map(|ms| Sweep { batch, ms }).collect())
 }
 
-/// Fills `len` bytes at `src` with `pat` repeated (`len >= pat.len()`): one upload, then
-/// device copies.
-pub fn fill_source(cuda: &Cuda, timer: &Timer, src: u64, len: usize, pat: &[u8]) -> Result<()> {
-    cuda.upload(src, pat)?;
-    cuda.synchronize()?;
+/// Fills `src` with `pat` repeated (`src.len() >= pat.len()`): one upload, then device
+/// copies on the timer's (the rank's) stream.
+pub fn fill_source(
+    world: &World<Cuda>,
+    timer: &Timer,
+    src: &DeviceBuffer<'_, u8, Cuda>,
+    pat: &[u8],
+) -> Result<()> {
+    world.write(src, 0, pat)?;
+    let (base, len) = (src.ptr(), src.len());
     for at in (pat.len()..len).step_by(pat.len()) {
-        // SAFETY: both ranges lie inside the `len`-byte allocation at `src`.
-        unsafe { timer.memcpy_dtod(src + at as u64, src, pat.len().min(len - at))? };
+        // SAFETY: both ranges lie inside `src`, a live allocation of `len` bytes; the
+        // upload before them is ordered on the same stream.
+        unsafe { timer.memcpy_dtod(base + at as u64, base, pat.len().min(len - at))? };
     }
     timer.synchronize()
 }
 
-/// Poisons `dst..dst+size+4096`, runs `op` at offset 0, and checks that `dst` holds
-/// `pat` repeated and the 4 KiB after it are untouched.
+/// Where an operation checked by [`verify`] writes.
+#[derive(Clone, Copy)]
+pub enum Target<'a> {
+    /// This rank's memory.
+    Local(DeviceSlice<'a, u8, Cuda>),
+    /// Rank `.1`'s copy of a symmetric object (read through its mapping here).
+    Peer(SymSlice<'a, u8, Cuda>, usize),
+}
+
+/// Poisons the first `size + 4096` bytes of `dst`, runs `op` at offset 0, and checks
+/// that `dst` holds `pat` repeated and the 4 KiB after it are untouched.
 pub fn verify(
-    cuda: &Cuda,
+    world: &World<Cuda>,
     timer: &Timer,
     what: &str,
-    dst: u64,
+    dst: Target<'_>,
     size: usize,
     pat: &[u8],
     op: &Op<'_>,
 ) -> Result<()> {
     let guard = 4096;
-    cuda.memset(dst, 0xee, size + guard)?;
-    cuda.synchronize()?;
+    let poison = vec![0xeeu8; size + guard];
+    match dst {
+        Target::Local(view) => world.write(&view, 0, &poison)?,
+        Target::Peer(view, rank) => {
+            let src = world.device_from_slice(&poison)?;
+            world.put(&view.slice(..size + guard)?, &src, rank)?;
+            // `src` is freed below: the put must be done with it.
+            timer.synchronize()?;
+        }
+    }
+    timer.synchronize()?;
     op(timer, 0, size)?;
     timer.synchronize()?;
-    let mut got = vec![0u8; size + guard];
-    cuda.download(&mut got, dst)?;
+    let got = match dst {
+        Target::Local(view) => world.read(&view.slice(..size + guard)?)?,
+        Target::Peer(view, rank) => world.read_peer(&view.slice(..size + guard)?, rank)?,
+    };
     let bad = (0..size).find(|&i| got[i] != pat[i % pat.len()]);
     let overrun = got[size..].iter().any(|&b| b != 0xee);
     if bad.is_some() || overrun {
