@@ -1,16 +1,41 @@
-//! The HIP backend's kernel-argument packing against the kernels' own ABI: for every
-//! AMD code object embedded in `symmem` (gfx942, gfx950), the AMDGPU metadata note
-//! (`amdhsa.kernels`, read with llvm-tools' `llvm-readobj --notes`) gives each kernel's
-//! `.args` (`.offset`, `.size`, `.value_kind`) and `.kernarg_segment_size`; the host's
-//! [`pack_args`] must put every argument of every [`KernelCall`] variant exactly there,
-//! and [`kernarg_layout`] (the rule `pack_args` uses) must reproduce the metadata of
-//! every kernel in the object. Needs no GPU.
+//! The HIP backend's kernel launches against the kernels' own ABI, for every kernel
+//! `#[kernel]` declares, with no hand-kept list.
+//!
+//! For each kernel crate in [`CRATES`] and each of its AMD code objects (gfx942, gfx950),
+//! the AMDGPU metadata note (`amdhsa.kernels`, read with llvm-tools' `llvm-readobj
+//! --notes`) gives every kernel's `.args` (`.offset`, `.size`, `.value_kind`) and
+//! `.kernarg_segment_size`. [`check_crate`] compares them with what this program knows
+//! of the crate: its declarations (`symmem_device::declarations()`, one per `#[kernel]`
+//! linked into this test binary, with each parameter's [`Slot`]) and the backend's
+//! launch path ([`kernarg_layout`], [`pack_kernargs`], [`code_object_kernels`]):
+//!
+//! - the kernels in the metadata are exactly the declared ones, and exactly those
+//!   whose names the backend reads from the object's symbols (what `load_module` gets a
+//!   function for);
+//! - each kernel's explicit arguments are its declared parameters: as many, each
+//!   `.size == slot.size`, `.offset` where [`kernarg_layout`] puts it, `.value_kind`
+//!   `global_buffer` for a pointer and `by_value` for a number; no hidden arguments, and
+//!   `.kernarg_segment_size` the layout's end;
+//! - the buffer [`pack_kernargs`] builds (what `Hip`'s launch passes) holds a distinct
+//!   sample value of each parameter at its metadata offset, and zero elsewhere.
+//!
+//! Needs no GPU.
 #![cfg(feature = "hip")]
 
-use std::collections::BTreeMap;
-use symmem::backend::hip::{KERNARG_BUFFER_ALIGN, kernarg_layout, kernel_call_samples, pack_args};
-use symmem::code_objects;
-use symmem::kernels::{KernelArg, KernelCall};
+use std::collections::{BTreeMap, BTreeSet};
+use symmem::CodeObjects;
+use symmem::backend::hip::{
+    KERNARG_BUFFER_ALIGN, code_object_kernels, kernarg_layout, pack_kernargs,
+};
+use symmem_device::{AbiKind, Declaration, Slot};
+
+/// Every kernel crate whose code objects are checked. Its declarations must be linked
+/// into this test (a dependency whose kernels the test binary links; `symmem` links
+/// `symmem-kernels`). Adding a crate is one line.
+static CRATES: &[&CodeObjects] = &[&symmem::code_objects::KERNELS];
+
+/// The AMD targets every kernel crate is built for.
+const AMD_TARGETS: [&str; 2] = ["gfx942", "gfx950"];
 
 /// One kernel argument as the metadata describes it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -43,6 +68,7 @@ fn number(value: &str, key: &str) -> usize {
 
 /// Parses the YAML rendering of `amdhsa.kernels`: a kernel is a `  - ` item (keys at
 /// indent 4), an argument of its `.args` list a `      - ` item (keys at indent 8).
+/// Panics on a kernel listed twice.
 fn parse_kernels(text: &str) -> BTreeMap<String, MetaKernel> {
     let start = text
         .find("amdhsa.kernels:")
@@ -93,142 +119,216 @@ fn parse_kernels(text: &str) -> BTreeMap<String, MetaKernel> {
             _ => {}
         }
     }
-    kernels.into_iter().map(|k| (k.name.clone(), k)).collect()
-}
-
-/// The AMD code objects the host embeds, with their kernels' metadata; gfx942 and
-/// gfx950 must both be there.
-fn amd_objects() -> Vec<(&'static str, BTreeMap<String, MetaKernel>)> {
-    let objects: Vec<_> = code_objects::all()
-        .filter(|o| o.module == "symmem_device" && o.target.starts_with("gfx"))
-        .map(|o| (o.target, parse_kernels(&notes(o.bytes))))
-        .collect();
-    for want in ["gfx942", "gfx950"] {
+    let mut by_name = BTreeMap::new();
+    for kernel in kernels {
         assert!(
-            objects.iter().any(|(t, _)| *t == want),
-            "no embedded {want} code object"
+            !kernel.name.is_empty(),
+            "a kernel without .name in the metadata"
+        );
+        let name = kernel.name.clone();
+        assert!(
+            by_name.insert(name.clone(), kernel).is_none(),
+            "{name} is listed twice in amdhsa.kernels"
         );
     }
-    objects
+    by_name
 }
 
-fn arg_bytes(arg: KernelArg) -> Vec<u8> {
-    match arg {
-        KernelArg::U64(v) => v.to_le_bytes().to_vec(),
-        KernelArg::U32(v) => v.to_le_bytes().to_vec(),
+/// The `.value_kind` of an explicit argument of `kind`.
+fn value_kind(kind: AbiKind) -> &'static str {
+    match kind {
+        AbiKind::Pointer => "global_buffer",
+        AbiKind::Int | AbiKind::Float => "by_value",
     }
 }
 
-#[test]
-fn hip_abi_every_kernel_call_matches_kernel_metadata() {
-    let samples: Vec<KernelCall> = kernel_call_samples();
-    for (target, kernels) in amd_objects() {
-        println!("{target}: {} kernels in the code object", kernels.len());
-        for call in &samples {
-            let name = call.name();
-            let meta = kernels.get(name).unwrap_or_else(|| {
-                panic!("{target}: KernelCall kernel {name} is not in the code object")
-            });
-            let packed = pack_args(call);
-            let args = call.args();
-            assert_eq!(
-                packed.fields.len(),
-                meta.args.len(),
-                "{target} {name}: {} arguments packed, metadata has {}",
-                packed.fields.len(),
-                meta.args.len()
-            );
-            for (i, ((&(offset, size), m), arg)) in
-                packed.fields.iter().zip(&meta.args).zip(&args).enumerate()
-            {
-                assert!(
-                    m.value_kind == "by_value" || m.value_kind == "global_buffer",
-                    "{target} {name} arg {i}: value kind {} (hidden arguments are not packed)",
-                    m.value_kind
-                );
-                assert_eq!(
-                    (offset, size),
-                    (m.offset, m.size),
-                    "{target} {name} arg {i}: packed at (offset, size) ({offset}, {size}), \
-                     the kernel's ABI says ({}, {})",
-                    m.offset,
-                    m.size
-                );
-                assert_eq!(
-                    &packed.bytes[offset..offset + size],
-                    &arg_bytes(*arg)[..],
-                    "{target} {name} arg {i}: wrong bytes at offset {offset}"
-                );
-            }
-            assert_eq!(
-                packed.bytes.len(),
-                meta.segment_size,
-                "{target} {name}: kernarg buffer of {} bytes, .kernarg_segment_size {}",
-                packed.bytes.len(),
-                meta.segment_size
-            );
-            assert!(
-                meta.segment_align <= KERNARG_BUFFER_ALIGN,
-                "{target} {name}: .kernarg_segment_align {} > the buffer's {KERNARG_BUFFER_ALIGN}",
-                meta.segment_align
-            );
+/// A sample value of parameter `param` of kernel number `kernel`, `size` bytes: its
+/// first byte the parameter's number + 1 (never a zero of padding), its second the
+/// kernel's, the rest `0xc0 | i`; so a swapped, shifted or truncated argument shows.
+fn sample(kernel: usize, param: usize, size: usize) -> Vec<u8> {
+    (0..size)
+        .map(|i| match i {
+            0 => param as u8 + 1,
+            1 => kernel as u8,
+            _ => 0xc0 | i as u8,
+        })
+        .collect()
+}
+
+/// Checks one kernel's metadata against its declaration on `target`; returns its
+/// packed segment size.
+fn check_kernel(target: &str, index: usize, declared: &Declaration, meta: &MetaKernel) -> usize {
+    let name = declared.name;
+    let slots: &[Slot] = declared.slots;
+    let hidden: Vec<&str> = meta
+        .args
+        .iter()
+        .filter(|a| a.value_kind.starts_with("hidden_"))
+        .map(|a| a.value_kind.as_str())
+        .collect();
+    assert!(
+        hidden.is_empty(),
+        "{target} {name}: hidden arguments {hidden:?}; the launch passes none"
+    );
+    assert_eq!(
+        meta.args.len(),
+        slots.len(),
+        "{target} {name}: {} arguments in the metadata, {} declared parameters",
+        meta.args.len(),
+        slots.len()
+    );
+    let (fields, size) = kernarg_layout(slots);
+    for (i, ((slot, m), &(offset, _))) in slots.iter().zip(&meta.args).zip(&fields).enumerate() {
+        assert_eq!(
+            m.size, slot.size,
+            "{target} {name} arg {i}: {} bytes in the metadata, the slot has {}",
+            m.size, slot.size
+        );
+        assert_eq!(
+            m.offset, offset,
+            "{target} {name} arg {i}: at offset {} in the metadata, kernarg_layout puts it at {offset}",
+            m.offset
+        );
+        assert_eq!(
+            m.value_kind,
+            value_kind(slot.kind),
+            "{target} {name} arg {i}: value kind {} for a {:?} parameter",
+            m.value_kind,
+            slot.kind
+        );
+        assert!(
+            slot.align <= KERNARG_BUFFER_ALIGN,
+            "{target} {name} arg {i}: alignment {} > the buffer's {KERNARG_BUFFER_ALIGN}",
+            slot.align
+        );
+    }
+    assert_eq!(
+        size, meta.segment_size,
+        "{target} {name}: kernarg_layout ends at {size}, .kernarg_segment_size {}",
+        meta.segment_size
+    );
+    assert!(
+        meta.segment_align <= KERNARG_BUFFER_ALIGN,
+        "{target} {name}: .kernarg_segment_align {} > the buffer's {KERNARG_BUFFER_ALIGN}",
+        meta.segment_align
+    );
+
+    // The buffer as the launch packs it, from a pointer per parameter.
+    let values: Vec<Vec<u8>> = slots
+        .iter()
+        .enumerate()
+        .map(|(j, slot)| sample(index, j, slot.size))
+        .collect();
+    let args: Vec<*const ()> = values.iter().map(|v| v.as_ptr().cast()).collect();
+    // SAFETY: `args[j]` points at `values[j]`, `slots[j].size` bytes.
+    let packed = unsafe { pack_kernargs(slots, &args) };
+    assert_eq!(
+        packed.len(),
+        meta.segment_size,
+        "{target} {name}: kernarg buffer of {} bytes, .kernarg_segment_size {}",
+        packed.len(),
+        meta.segment_size
+    );
+    let mut covered = vec![false; packed.len()];
+    for (j, (m, value)) in meta.args.iter().zip(&values).enumerate() {
+        assert_eq!(
+            &packed[m.offset..m.offset + m.size],
+            &value[..],
+            "{target} {name} arg {j}: wrong bytes at its metadata offset {}",
+            m.offset
+        );
+        covered[m.offset..m.offset + m.size].fill(true);
+    }
+    for (at, (&byte, &arg)) in packed.iter().zip(&covered).enumerate() {
+        assert!(
+            arg || byte == 0,
+            "{target} {name}: padding byte {at} is {byte:#x}"
+        );
+    }
+    packed.len()
+}
+
+/// Checks every AMD code object of `objects` against the declarations of its crate
+/// (see the module documentation). Returns `(target, kernels checked)` per object.
+fn check_crate(objects: &CodeObjects) -> Vec<(&'static str, usize)> {
+    let crate_name = objects.crate_name();
+    let declared: BTreeMap<&str, &Declaration> = symmem_device::declarations()
+        .filter(|d| d.crate_name == crate_name)
+        .map(|d| (d.name, d))
+        .collect();
+    assert!(
+        !declared.is_empty(),
+        "{crate_name}: no #[kernel] of it is linked into this test"
+    );
+    assert_eq!(
+        declared.len(),
+        symmem_device::declarations()
+            .filter(|d| d.crate_name == crate_name)
+            .count(),
+        "{crate_name}: a kernel is declared twice"
+    );
+    let declared_names: BTreeSet<&str> = declared.keys().copied().collect();
+    let mut checked = Vec::new();
+    for target in AMD_TARGETS {
+        let image = objects
+            .find(target)
+            .unwrap_or_else(|| panic!("{crate_name}: no embedded {target} code object"));
+        let meta = parse_kernels(&notes(image));
+        let meta_names: BTreeSet<&str> = meta.keys().map(String::as_str).collect();
+        assert!(
+            meta_names == declared_names,
+            "{crate_name} {target}: declared but not in the code object: {:?}; \
+             in the code object but not declared: {:?}",
+            declared_names.difference(&meta_names).collect::<Vec<_>>(),
+            meta_names.difference(&declared_names).collect::<Vec<_>>()
+        );
+        let symbols = code_object_kernels(image)
+            .unwrap_or_else(|e| panic!("{crate_name} {target}: unreadable ELF: {e}"));
+        let symbols: BTreeSet<&str> = symbols.iter().map(String::as_str).collect();
+        assert!(
+            symbols == meta_names,
+            "{crate_name} {target}: the kernel descriptors (what load_module finds) are not \
+             the metadata's kernels: only in the symbols {:?}, only in the metadata {:?}",
+            symbols.difference(&meta_names).collect::<Vec<_>>(),
+            meta_names.difference(&symbols).collect::<Vec<_>>()
+        );
+        for (index, (name, declaration)) in declared.iter().enumerate() {
+            let bytes = check_kernel(target, index, declaration, &meta[*name]);
             println!(
-                "{target} {name}: {} args, {} bytes: {:?} ok",
-                packed.fields.len(),
-                packed.bytes.len(),
-                packed.fields
+                "{crate_name} {target} {name}: {} args, {bytes} bytes ok",
+                declaration.slots.len()
             );
         }
-        let known: Vec<&str> = samples.iter().map(KernelCall::name).collect();
-        let others: Vec<&String> = kernels
-            .keys()
-            .filter(|k| !known.contains(&k.as_str()))
-            .collect();
-        println!(
-            "{target}: {} kernels have no KernelCall yet (layout rule checked below): {others:?}",
-            others.len()
-        );
+        println!("{crate_name} {target}: {} kernels checked", declared.len());
+        checked.push((target, declared.len()));
     }
+    checked
 }
 
-/// The layout rule itself, against every kernel of every AMD object: the offsets and
-/// segment size it computes from the metadata's argument sizes are the metadata's. So a
-/// future `KernelCall` of any of these kernels packs correctly by construction.
 #[test]
-fn hip_abi_layout_rule_reproduces_every_kernel() {
-    let mut checked = 0;
-    for (target, kernels) in amd_objects() {
-        assert!(!kernels.is_empty(), "{target}: no kernels parsed");
-        for (name, meta) in &kernels {
-            assert!(
-                !meta.args.is_empty() || meta.segment_size == 0,
-                "{target} {name}"
-            );
-            let explicit: Vec<&_> = meta
-                .args
-                .iter()
-                .filter(|a| !a.value_kind.starts_with("hidden_"))
-                .collect();
-            assert_eq!(
-                explicit.len(),
-                meta.args.len(),
-                "{target} {name}: has hidden arguments; the launch passes none"
-            );
-            let (fields, size) = kernarg_layout(meta.args.iter().map(|a| a.size));
-            let want: Vec<(usize, usize)> = meta.args.iter().map(|a| (a.offset, a.size)).collect();
-            assert_eq!(fields, want, "{target} {name}: layout rule disagrees");
-            assert_eq!(size, meta.segment_size, "{target} {name}: segment size");
-            checked += 1;
+fn hip_abi_every_declared_kernel_matches_its_metadata() {
+    let mut total = 0;
+    for objects in CRATES {
+        for (_, count) in check_crate(objects) {
+            total += count;
         }
     }
-    println!("layout rule matches {checked} kernels");
+    println!(
+        "{total} kernel launches checked across {} crates",
+        CRATES.len()
+    );
 }
 
 #[test]
 fn hip_abi_parser_reads_a_known_kernel() {
     // Guards the parser itself: symmem_copy is (dst, src, n) = 3 x 8 bytes.
-    for (target, kernels) in amd_objects() {
-        let copy = &kernels["symmem_copy"];
+    let name = symmem_kernels::symmem_copy.name();
+    for target in AMD_TARGETS {
+        let image = symmem::code_objects::KERNELS
+            .find(target)
+            .unwrap_or_else(|| panic!("no embedded {target} code object"));
+        let kernels = parse_kernels(&notes(image));
+        let copy = &kernels[name];
         assert_eq!(
             copy.args
                 .iter()

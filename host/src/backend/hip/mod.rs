@@ -16,10 +16,10 @@
 //!   against `hipDeviceProp_tR0000` / `hipDeviceProp_tR0600` and the 6.0 value of
 //!   `hipIpcMemLazyEnablePeerAccess`. Both layouts and both flag values are handled at
 //!   run time.
-//! - **Devices**: the embedded code objects are gfx942 and gfx950, so a usable runtime is
-//!   one that supports those GPUs: ROCm 6.0 or later for MI300X (gfx942) and the ROCm
-//!   release that introduced MI350 (gfx950; 7.0) or later. The code objects are code
-//!   object v5 (`amdhsa.version` 1.2), which those runtimes load.
+//! - **Devices**: `symmem-build` builds every kernel crate for gfx942 and gfx950, so a
+//!   usable runtime is one that supports those GPUs: ROCm 6.0 or later for MI300X
+//!   (gfx942) and the ROCm release that introduced MI350 (gfx950; 7.0) or later. The
+//!   code objects are code object v5 (`amdhsa.version` 1.2), which those runtimes load.
 //!
 //! # Devices and threads
 //!
@@ -41,31 +41,46 @@
 //! Dropping memory does not wait for the device: the caller synchronises first. Errors
 //! during drop never panic; they are counted process-wide in [`Hip::drop_errors`].
 //!
+//! # Modules
+//!
+//! [`Backend::load_module`] loads a kernel crate's [`CodeObjects`] as a [`HipModule`]:
+//! the object built for exactly the device's processor (the `gcnArchName` without its
+//! feature flags; AMD ISAs are not forward-compatible), else [`Error::NoCodeObject`].
+//! It is loaded with `hipModuleLoadData`, and every kernel in it gets its
+//! `hipFunction_t` at once, by name. The names come from the code object itself
+//! ([`code_object_kernels`]): a kernel is the `<name>.kd` kernel-descriptor symbol the
+//! AMDGPU ABI exports for each kernel, read from the ELF's dynamic symbol table (what the
+//! loader resolves names through). A launch of a name the module lacks is
+//! [`Error::KernelNotFound`].
+//!
 //! # Kernel arguments
 //!
-//! Launches pass the explicit kernarg segment as one buffer
-//! (`HIP_LAUNCH_PARAM_BUFFER_POINTER`), built by [`pack_args`] with the AMDGPU rule
-//! (each argument at the next multiple of its size, segment size = end of the last
-//! one); `tests/tests/hip_abi.rs` checks it against every kernel's `.args` metadata in
-//! the gfx942 and gfx950 code objects.
+//! A launch passes the explicit kernarg segment as one buffer
+//! (`HIP_LAUNCH_PARAM_BUFFER_POINTER`), built by [`pack_kernargs`] from the
+//! [`KernelLaunch`]: each argument's `slot.size` bytes, read from its pointer, at the
+//! next multiple of its `slot.align` ([`kernarg_layout`], the AMDGPU rule for the
+//! kernels' by-value and pointer parameters); the segment ends at the last argument's
+//! end. `tests/tests/hip_abi.rs` checks, for every kernel `#[kernel]` declares
+//! (`symmem_device::declarations()`) and the gfx942 and gfx950 objects of its crate,
+//! that the object's `amdhsa.kernels` metadata lists exactly the declared kernels and
+//! that each one's `.args` (offset, size, value kind) and `.kernarg_segment_size` are
+//! what these slots and this layout give.
 
 mod runtime;
 
 pub use runtime::{BINDINGS_HIP_VERSION, FFI_FACTS, FfiFact, Relation};
 
 use super::ipc::IpcExport;
-use super::{Backend, BackendKind, DeviceRegion, Grid, Shareable};
-use crate::code_objects::{self, CodeObject};
+use super::{Backend, BackendKind, DeviceRegion, Grid, KernelLaunch, Shareable};
 use crate::error::{Error, Result};
-use crate::kernels::{KernelArg, KernelCall};
+use crate::launch::CodeObjects;
 use std::collections::HashMap;
 use std::ffi::{CString, c_int};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use symmem_device::Slot;
 
-/// The kernel module whose code object this backend loads.
-const MODULE: &str = "symmem_device";
 /// Threads per block of the default launch shape.
 const THREADS: u32 = 256;
 /// Bytes one thread moves in the default launch shape (one 16-byte vector).
@@ -105,7 +120,7 @@ impl Device {
     }
 }
 
-/// The rank's loaded code object; unloaded on drop.
+/// A loaded code object; unloaded on drop.
 #[derive(Debug)]
 struct LoadedModule {
     device: Arc<Device>,
@@ -115,8 +130,9 @@ struct LoadedModule {
 impl Drop for LoadedModule {
     fn drop(&mut self) {
         record_drop(self.device.make_current().and_then(|()| {
-            // SAFETY: `Hip::drop` synchronised the stream before its fields drop, so no
-            // kernel of the module runs; the module is not used after this.
+            // SAFETY: a module's owner drops it only once no kernel of it runs (a world
+            // keeps its modules until it has left, which synchronises its stream; the
+            // tests synchronise first); the module is not used after this.
             unsafe { runtime::module_unload(self.module) }
         }));
     }
@@ -255,261 +271,255 @@ pub fn base_arch(gcn_arch_name: &str) -> &str {
         .trim()
 }
 
-/// The embedded code object for a device whose `gcnArchName` is `gcn_arch_name`: the
-/// one built for exactly its processor (AMD ISAs are not forward-compatible), else
-/// [`Error::NoCodeObject`] naming the processor.
-pub fn code_object_for(gcn_arch_name: &str) -> Result<CodeObject> {
+/// The object among `objects` for a device whose `gcnArchName` is `gcn_arch_name`, with
+/// its processor name: the AMD object (`gfx*`) built for exactly its processor (AMD ISAs
+/// are not forward-compatible), else [`Error::NoCodeObject`] naming the crate and the
+/// processor.
+pub fn code_object_for(
+    objects: &'static CodeObjects,
+    gcn_arch_name: &str,
+) -> Result<(&'static str, &'static [u8])> {
     let arch = base_arch(gcn_arch_name);
-    code_objects::find(MODULE, arch).ok_or_else(|| Error::NoCodeObject {
-        arch: arch.to_owned(),
-    })
+    objects
+        .objects()
+        .iter()
+        .copied()
+        .find(|(processor, _)| processor.starts_with("gfx") && *processor == arch)
+        .ok_or_else(|| Error::NoCodeObject {
+            module: objects.crate_name(),
+            arch: arch.to_owned(),
+        })
 }
 
-/// A kernel's explicit arguments laid out as its kernarg segment.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PackedArgs {
-    /// The segment's bytes: what `HIP_LAUNCH_PARAM_BUFFER_POINTER` points at. Its length
-    /// is the segment size (`.kernarg_segment_size` of a kernel without hidden arguments).
-    pub bytes: Vec<u8>,
-    /// `(offset, size)` of each argument, in ABI order.
-    pub fields: Vec<(usize, usize)>,
-}
-
-/// The kernarg buffer's alignment in [`Hip::launch`] (it is built in `u64` words).
+/// The kernarg buffer's alignment in [`Hip`]'s launch (it is built in `u64` words).
 pub const KERNARG_BUFFER_ALIGN: usize = 8;
 
-/// The AMDGPU kernel ABI's layout of explicit arguments of the given sizes (pointers
-/// and by-value integers, which is all the kernels take): in order, each at the next
-/// offset that is a multiple of its size (its natural alignment: 8 for addresses and
-/// `u64`, 4 for `u32`); the segment ends at the last argument's end. Returns each
-/// argument's `(offset, size)` and the segment size.
-pub fn kernarg_layout(sizes: impl IntoIterator<Item = usize>) -> (Vec<(usize, usize)>, usize) {
+/// The AMDGPU kernel ABI's layout of explicit arguments with the given slots (pointers
+/// and by-value numbers, which is all a `#[kernel]` takes): in order, each at the next
+/// offset that is a multiple of its alignment (`slot.align`: 8 for addresses, `u64`,
+/// `i64` and `f64`, 4 for `u32`, `i32` and `f32`); the segment ends at the last
+/// argument's end. Returns each argument's `(offset, size)` and the segment size.
+pub fn kernarg_layout(slots: &[Slot]) -> (Vec<(usize, usize)>, usize) {
     let mut end = 0usize;
-    let fields = sizes
-        .into_iter()
-        .map(|size| {
-            let offset = end.next_multiple_of(size.max(1));
-            end = offset + size;
-            (offset, size)
+    let fields = slots
+        .iter()
+        .map(|slot| {
+            let offset = end.next_multiple_of(slot.align.max(1));
+            end = offset + slot.size;
+            (offset, slot.size)
         })
         .collect();
     (fields, end)
 }
 
-/// Packs `call`'s arguments, little-endian, at the offsets [`kernarg_layout`] gives.
+/// A launch's explicit kernarg segment: for each parameter, the `slots[i].size` bytes
+/// `args[i]` points at (its value in the parameter's ABI type, in the host's byte order,
+/// little-endian like the device's), at the offset [`kernarg_layout`] gives; padding is
+/// zero. Its length is the segment size. This is what [`Hip`]'s launch passes as
+/// `HIP_LAUNCH_PARAM_BUFFER_POINTER`, from a [`KernelLaunch`]'s `slots` and `args`.
 /// Needs no device.
-pub fn pack_args(call: &KernelCall) -> PackedArgs {
-    let values: Vec<Vec<u8>> = call
-        .args()
-        .into_iter()
-        .map(|arg| match arg {
-            KernelArg::U64(v) => v.to_le_bytes().to_vec(),
-            KernelArg::U32(v) => v.to_le_bytes().to_vec(),
-        })
-        .collect();
-    let (fields, size) = kernarg_layout(values.iter().map(Vec::len));
+///
+/// # Panics
+/// If `slots` and `args` differ in length.
+///
+/// # Safety
+/// Each `args[i]` is valid for reads of `slots[i].size` bytes (as a [`KernelLaunch`]'s
+/// are: each points at a value of its parameter's ABI type).
+pub unsafe fn pack_kernargs(slots: &[Slot], args: &[*const ()]) -> Vec<u8> {
+    assert_eq!(slots.len(), args.len(), "one kernel argument per parameter");
+    let (fields, size) = kernarg_layout(slots);
     let mut bytes = vec![0u8; size];
-    for (&(offset, len), value) in fields.iter().zip(&values) {
+    for (&(offset, len), &arg) in fields.iter().zip(args) {
+        // SAFETY: `arg` is readable for `len` bytes (the caller's contract), and the
+        // field lies inside `bytes` (the layout ends at its last field's end).
+        let value = unsafe { std::slice::from_raw_parts(arg.cast::<u8>(), len) };
         bytes[offset..offset + len].copy_from_slice(value);
     }
-    PackedArgs { bytes, fields }
+    bytes
 }
 
-/// One call of every [`KernelCall`] variant, each argument a distinct value, for the ABI
-/// test. The exhaustive match below stops the build with `--features hip` when a
-/// variant is added, until it is added here too.
-pub fn kernel_call_samples() -> Vec<KernelCall> {
-    use crate::kernels::{Cmp, DType, ReduceOp};
-    // Argument `j` of sample `k`: a 64-bit value with `k` in its low byte and `j` in
-    // every other byte, or a 32-bit one likewise, so a swapped, shifted or truncated
-    // argument shows.
-    let u64_ = |k: usize, j: u64| 0x0101_0101_0101_0100 * (j + 1) + k as u64;
-    let u32_ = |k: usize, j: u32| 0x0101_0100 * (j + 1) + k as u32;
-    let mut samples = vec![
-        KernelCall::Put {
-            dst: 0x1111_1111_1111_1101,
-            src: 0x2222_2222_2222_2202,
-            bytes: 0x3333_3333_3333_3303,
-            bases: 0x4444_4444_4444_4404,
-            world: 0x5555_5505,
-            cur: 0x6666_6606,
-            to: 0x7777_7707,
-        },
-        KernelCall::Get {
-            dst: 0x1111_1111_1111_1111,
-            src: 0x2222_2222_2222_2212,
-            bytes: 0x3333_3333_3333_3313,
-            bases: 0x4444_4444_4444_4414,
-            world: 0x5555_5515,
-            cur: 0x6666_6616,
-            from: 0x7777_7717,
-        },
-        KernelCall::Copy {
-            dst: 0x1111_1111_1111_1121,
-            src: 0x2222_2222_2222_2222,
-            bytes: 0x3333_3333_3333_3323,
-        },
-    ];
-    let k = samples.len();
-    samples.extend([
-        KernelCall::RmaPut {
-            dst: u64_(k, 0),
-            src: u64_(k, 1),
-            bases: u64_(k, 2),
-            world: u32_(k, 3),
-            rank: u32_(k, 4),
-            bytes: u64_(k, 5),
-            to: u32_(k, 6),
-        },
-        KernelCall::RmaGet {
-            dst: u64_(k + 1, 0),
-            src: u64_(k + 1, 1),
-            bases: u64_(k + 1, 2),
-            world: u32_(k + 1, 3),
-            rank: u32_(k + 1, 4),
-            bytes: u64_(k + 1, 5),
-            from: u32_(k + 1, 6),
-        },
-        KernelCall::PutSignalAdd {
-            dst: u64_(k + 2, 0),
-            src: u64_(k + 2, 1),
-            bases: u64_(k + 2, 2),
-            world: u32_(k + 2, 3),
-            rank: u32_(k + 2, 4),
-            bytes: u64_(k + 2, 5),
-            sig: u64_(k + 2, 6),
-            to: u32_(k + 2, 7),
-            value: u64_(k + 2, 8),
-        },
-        KernelCall::BarrierAll {
-            bases: u64_(k + 3, 0),
-            world: u32_(k + 3, 1),
-            rank: u32_(k + 3, 2),
-            sig: u64_(k + 3, 3),
-        },
-        KernelCall::AllGather {
-            dst: u64_(k + 4, 0),
-            src: u64_(k + 4, 1),
-            bases: u64_(k + 4, 2),
-            world: u32_(k + 4, 3),
-            rank: u32_(k + 4, 4),
-            bytes: u64_(k + 4, 5),
-            sig: u64_(k + 4, 6),
-        },
-        KernelCall::AllToAll {
-            dst: u64_(k + 5, 0),
-            src: u64_(k + 5, 1),
-            bases: u64_(k + 5, 2),
-            world: u32_(k + 5, 3),
-            rank: u32_(k + 5, 4),
-            bytes: u64_(k + 5, 5),
-            sig: u64_(k + 5, 6),
-        },
-        KernelCall::Broadcast {
-            dst: u64_(k + 6, 0),
-            src: u64_(k + 6, 1),
-            bases: u64_(k + 6, 2),
-            world: u32_(k + 6, 3),
-            rank: u32_(k + 6, 4),
-            bytes: u64_(k + 6, 5),
-            sig: u64_(k + 6, 6),
-            root: u32_(k + 6, 7),
-        },
-        KernelCall::AtomicAddAll {
-            counter: u64_(k + 7, 0),
-            bases: u64_(k + 7, 1),
-            world: u32_(k + 7, 2),
-            rank: u32_(k + 7, 3),
-            iters: u32_(k + 7, 4),
-        },
-        KernelCall::SignalWaitUntil {
-            bases: u64_(k + 8, 0),
-            world: u32_(k + 8, 1),
-            rank: u32_(k + 8, 2),
-            sig: u64_(k + 8, 3),
-            cmp: Cmp::Le,
-            value: u64_(k + 8, 5),
-        },
-    ]);
-    // Every reduction kernel: 3 algorithms x 3 operators x 3 element types.
-    for make in [
-        |op, dtype, dst, src, bases, world, rank, count, sig| KernelCall::AllReduceOneShot {
-            op,
-            dtype,
-            dst,
-            src,
-            bases,
-            world,
-            rank,
-            count,
-            sig,
-        },
-        |op, dtype, dst, src, bases, world, rank, count, sig| KernelCall::AllReduceTwoShot {
-            op,
-            dtype,
-            dst,
-            src,
-            bases,
-            world,
-            rank,
-            count,
-            sig,
-        },
-        |op, dtype, dst, src, bases, world, rank, count, sig| KernelCall::ReduceScatter {
-            op,
-            dtype,
-            dst,
-            src,
-            bases,
-            world,
-            rank,
-            count,
-            sig,
-        },
-    ] {
-        for op in [ReduceOp::Sum, ReduceOp::Min, ReduceOp::Max] {
-            for dtype in [DType::F32, DType::Bf16, DType::I32] {
-                let k = samples.len();
-                samples.push(make(
-                    op,
-                    dtype,
-                    u64_(k, 0),
-                    u64_(k, 1),
-                    u64_(k, 2),
-                    u32_(k, 3),
-                    u32_(k, 4),
-                    u64_(k, 5),
-                    u64_(k, 6),
-                ));
+/// The names of the kernels an AMDGPU code object (an ELF `.hsaco`) exports: every
+/// defined, non-hidden global `STT_OBJECT` symbol `<name>.kd` (the kernel descriptor
+/// the AMDGPU ABI emits for each kernel, which `hipModuleGetFunction` resolves `name`
+/// to), from the dynamic symbol table, or the static one in an object without one.
+/// Sorted, each once. Needs no device; reads no further than `image`'s bounds.
+///
+/// # Errors
+/// A description of what is wrong when `image` is not a 64-bit little-endian AMDGPU ELF
+/// with a well-formed symbol table.
+pub fn code_object_kernels(image: &[u8]) -> std::result::Result<Vec<String>, &'static str> {
+    elf::kernel_names(image)
+}
+
+/// Reading the kernel-descriptor symbols of an AMDGPU ELF, with every read bounds-checked.
+mod elf {
+    /// `EM_AMDGPU`.
+    const EM_AMDGPU: u16 = 224;
+    /// `SHT_SYMTAB`.
+    const SHT_SYMTAB: u32 = 2;
+    /// `SHT_DYNSYM`.
+    const SHT_DYNSYM: u32 = 11;
+    /// `STT_OBJECT`.
+    const STT_OBJECT: u8 = 1;
+    /// `STB_GLOBAL`.
+    const STB_GLOBAL: u8 = 1;
+    /// `STB_WEAK`.
+    const STB_WEAK: u8 = 2;
+    /// `STV_INTERNAL` and `STV_HIDDEN`: invisible to the loader.
+    const STV_INTERNAL: u8 = 1;
+    const STV_HIDDEN: u8 = 2;
+    /// Bytes of an `Elf64_Shdr`.
+    const SHDR_BYTES: usize = 64;
+    /// Bytes of an `Elf64_Sym`.
+    const SYM_BYTES: usize = 24;
+
+    type Parse<T> = std::result::Result<T, &'static str>;
+
+    /// `N` bytes of `b` at `at`.
+    fn bytes<const N: usize>(b: &[u8], at: usize, what: &'static str) -> Parse<[u8; N]> {
+        at.checked_add(N)
+            .and_then(|end| b.get(at..end))
+            .and_then(|s| s.try_into().ok())
+            .ok_or(what)
+    }
+
+    fn u16_at(b: &[u8], at: usize, what: &'static str) -> Parse<u16> {
+        bytes(b, at, what).map(u16::from_le_bytes)
+    }
+
+    fn u32_at(b: &[u8], at: usize, what: &'static str) -> Parse<u32> {
+        bytes(b, at, what).map(u32::from_le_bytes)
+    }
+
+    fn usize_at(b: &[u8], at: usize, what: &'static str) -> Parse<usize> {
+        bytes(b, at, what)
+            .map(u64::from_le_bytes)
+            .and_then(|v| usize::try_from(v).map_err(|_| what))
+    }
+
+    /// One section header: its type, the range of its contents in the image, its
+    /// `sh_link` and its entry size.
+    struct Section<'a> {
+        kind: u32,
+        data: &'a [u8],
+        link: usize,
+        entry_size: usize,
+    }
+
+    /// Section `index` of `image`, whose section headers are `entry` bytes each from
+    /// offset `table`.
+    fn section<'a>(
+        image: &'a [u8],
+        table: usize,
+        entry: usize,
+        index: usize,
+    ) -> Parse<Section<'a>> {
+        let at = index
+            .checked_mul(entry)
+            .and_then(|o| o.checked_add(table))
+            .ok_or("section header table out of range")?;
+        let what = "section header out of the image";
+        let kind = u32_at(image, at + 4, what)?;
+        let offset = usize_at(image, at + 24, what)?;
+        let size = usize_at(image, at + 32, what)?;
+        let link = u32_at(image, at + 40, what)? as usize;
+        let entry_size = usize_at(image, at + 56, what)?;
+        // SHT_NOBITS (8) has no contents in the image.
+        let data = if kind == 8 {
+            &[][..]
+        } else {
+            offset
+                .checked_add(size)
+                .and_then(|end| image.get(offset..end))
+                .ok_or("section contents out of the image")?
+        };
+        Ok(Section {
+            kind,
+            data,
+            link,
+            entry_size,
+        })
+    }
+
+    /// See [`super::code_object_kernels`].
+    pub(super) fn kernel_names(image: &[u8]) -> Parse<Vec<String>> {
+        if image.get(..4) != Some(b"\x7fELF") {
+            return Err("not an ELF image");
+        }
+        let header = "ELF header truncated";
+        if bytes::<2>(image, 4, header)? != [2, 1] {
+            return Err("not a 64-bit little-endian ELF");
+        }
+        if u16_at(image, 18, header)? != EM_AMDGPU {
+            return Err("not an AMDGPU ELF");
+        }
+        let table = usize_at(image, 40, header)?;
+        let entry = usize::from(u16_at(image, 58, header)?);
+        let mut count = usize::from(u16_at(image, 60, header)?);
+        if table == 0 {
+            return Err("no section header table");
+        }
+        if entry < SHDR_BYTES {
+            return Err("section headers too small");
+        }
+        if count == 0 {
+            // Extended numbering: the count is section 0's `sh_size`.
+            count = usize_at(image, table + 32, "section header out of the image")?;
+        }
+        let mut symtab = None;
+        for index in 0..count {
+            let s = section(image, table, entry, index)?;
+            match s.kind {
+                SHT_DYNSYM => {
+                    symtab = Some(s);
+                    break;
+                }
+                SHT_SYMTAB if symtab.is_none() => symtab = Some(s),
+                _ => {}
             }
         }
-    }
-    let mut seen = [false; 15];
-    for s in &samples {
-        let i = match s {
-            KernelCall::Put { .. } => 0,
-            KernelCall::Get { .. } => 1,
-            KernelCall::Copy { .. } => 2,
-            KernelCall::RmaPut { .. } => 3,
-            KernelCall::RmaGet { .. } => 4,
-            KernelCall::PutSignalAdd { .. } => 5,
-            KernelCall::BarrierAll { .. } => 6,
-            KernelCall::AllGather { .. } => 7,
-            KernelCall::AllToAll { .. } => 8,
-            KernelCall::Broadcast { .. } => 9,
-            KernelCall::AllReduceOneShot { .. } => 10,
-            KernelCall::AllReduceTwoShot { .. } => 11,
-            KernelCall::ReduceScatter { .. } => 12,
-            KernelCall::AtomicAddAll { .. } => 13,
-            KernelCall::SignalWaitUntil { .. } => 14,
+        let symtab = symtab.ok_or("no symbol table")?;
+        if symtab.link >= count {
+            return Err("symbol table names no string table");
+        }
+        let strings = section(image, table, entry, symtab.link)?.data;
+        let sym_bytes = if symtab.entry_size == 0 {
+            SYM_BYTES
+        } else {
+            symtab.entry_size
         };
-        seen[i] = true;
+        if sym_bytes < SYM_BYTES {
+            return Err("symbols too small");
+        }
+        let mut names = Vec::new();
+        for sym in symtab.data.chunks_exact(sym_bytes) {
+            let what = "symbol truncated";
+            let name_at = u32_at(sym, 0, what)? as usize;
+            let [info, other] = bytes::<2>(sym, 4, what)?;
+            let shndx = u16_at(sym, 6, what)?;
+            let bind = info >> 4;
+            let visibility = other & 3;
+            if info & 0xf != STT_OBJECT
+                || !(bind == STB_GLOBAL || bind == STB_WEAK)
+                || visibility == STV_INTERNAL
+                || visibility == STV_HIDDEN
+                || shndx == 0
+            {
+                continue;
+            }
+            let name = strings
+                .get(name_at..)
+                .and_then(|s| s.split(|&b| b == 0).next().filter(|_| s.contains(&0)))
+                .ok_or("symbol name out of the string table")?;
+            if let Some(kernel) = name.strip_suffix(b".kd").filter(|k| !k.is_empty()) {
+                let kernel = std::str::from_utf8(kernel).map_err(|_| "kernel name not UTF-8")?;
+                names.push(kernel.to_owned());
+            }
+        }
+        names.sort_unstable();
+        names.dedup();
+        Ok(names)
     }
-    debug_assert!(
-        seen.iter().all(|&s| s),
-        "a KernelCall variant has no sample"
-    );
-    samples
 }
 
 /// The default launch shape for moving `bytes`: 256 threads per block and about one
@@ -524,18 +534,51 @@ fn grid_for_bytes(bytes: u64) -> Grid {
     }
 }
 
-/// The HIP backend of one rank: a device, a non-blocking stream and the project's
-/// kernels loaded for the device's architecture.
+/// A kernel crate's code object loaded on one device, every kernel found by name.
+pub struct HipModule {
+    // Field order is drop order: the handles, then the module.
+    functions: HashMap<String, runtime::Function>,
+    target: &'static str,
+    crate_name: &'static str,
+    _module: LoadedModule,
+}
+
+impl HipModule {
+    /// The processor of the code object that was loaded (`gfx942`, `gfx950`).
+    pub fn target(&self) -> &'static str {
+        self.target
+    }
+
+    /// The kernel crate it was built from.
+    pub fn crate_name(&self) -> &'static str {
+        self.crate_name
+    }
+
+    /// How many kernels the code object holds (each with its function handle).
+    pub fn kernel_count(&self) -> usize {
+        self.functions.len()
+    }
+}
+
+impl fmt::Debug for HipModule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HipModule")
+            .field("crate", &self.crate_name)
+            .field("target", &self.target)
+            .field("kernels", &self.functions.len())
+            .finish()
+    }
+}
+
+/// The HIP backend of one rank: a device and a non-blocking stream. Kernel crates are
+/// loaded with [`Backend::load_module`].
 pub struct Hip {
-    // Field order is drop order: functions, module, stream, then the device.
-    functions: Mutex<HashMap<&'static str, runtime::Function>>,
-    module: LoadedModule,
+    // Field order is drop order: the stream, then the device.
     stream: OwnedStream,
     device: Arc<Device>,
     ordinal: usize,
     name: String,
     arch: String,
-    code_object_target: &'static str,
     runtime_version: i32,
     syncs: AtomicU64,
 }
@@ -546,7 +589,6 @@ impl fmt::Debug for Hip {
             .field("ordinal", &self.ordinal)
             .field("name", &self.name)
             .field("arch", &self.arch)
-            .field("code_object", &self.code_object_target)
             .field("runtime_version", &self.runtime_version)
             .finish_non_exhaustive()
     }
@@ -559,8 +601,7 @@ impl Hip {
     /// [`Error::LibraryMissing`] when `libamdhip64` cannot be loaded (checked before any
     /// HIP call; never a panic), [`Error::Unsupported`] when it lacks an entry point used
     /// here; [`Error::NoDevice`] when the runtime sees no device or fewer than
-    /// `ordinal + 1`; [`Error::NoCodeObject`] when no embedded code object is built for
-    /// the device's processor; [`Error::Driver`] for any other HIP failure.
+    /// `ordinal + 1`; [`Error::Driver`] for any other HIP failure.
     pub fn new(ordinal: usize) -> Result<Self> {
         // The first call loads the runtime: a missing library or entry point is an `Err`.
         runtime::init()?;
@@ -573,24 +614,16 @@ impl Hip {
         device.make_current()?;
         let name = runtime::device_name(ordinal_c)?;
         let arch = runtime::arch_name(ordinal_c)?;
-        let object = code_object_for(&arch)?;
-        let module = LoadedModule {
-            device: Arc::clone(&device),
-            module: runtime::module_load_data(&aligned_copy(object.bytes))?,
-        };
         let stream = OwnedStream {
             device: Arc::clone(&device),
             stream: runtime::stream_create_non_blocking()?,
         };
         Ok(Self {
-            functions: Mutex::new(HashMap::new()),
-            module,
             stream,
             device,
             ordinal,
             name,
             arch,
-            code_object_target: object.target,
             runtime_version,
             syncs: AtomicU64::new(0),
         })
@@ -606,11 +639,6 @@ impl Hip {
         &self.arch
     }
 
-    /// The embedded code object that was loaded (`gfx942`, `gfx950`).
-    pub fn code_object_target(&self) -> &'static str {
-        self.code_object_target
-    }
-
     /// The runtime's HIP version (`hipRuntimeGetVersion`, e.g. 60_032_830 for 6.0.32830).
     pub fn runtime_version(&self) -> i32 {
         self.runtime_version
@@ -624,22 +652,6 @@ impl Hip {
     /// The last such failure, as text.
     pub fn last_drop_error() -> Option<String> {
         LAST_DROP_ERROR.lock().ok().and_then(|last| last.clone())
-    }
-
-    /// The kernel `name` of the loaded module, looked up once and cached.
-    fn function(&self, name: &'static str) -> Result<runtime::Function> {
-        let mut cache = self
-            .functions
-            .lock()
-            .map_err(|_| Error::Unsupported("HIP function cache poisoned"))?;
-        if let Some(&f) = cache.get(name) {
-            return Ok(f);
-        }
-        let cname =
-            CString::new(name).map_err(|_| Error::Unsupported("kernel name with a NUL byte"))?;
-        let f = runtime::module_get_function(self.module.module, &cname)?;
-        cache.insert(name, f);
-        Ok(f)
     }
 
     fn count_sync(&self) {
@@ -757,8 +769,8 @@ impl std::ops::DerefMut for AlignedBytes {
 
 impl Drop for Hip {
     fn drop(&mut self) {
-        // Teardown only, not counted: the module must not be unloaded under a running
-        // kernel, so wait for the stream before the fields drop.
+        // Teardown only, not counted: the stream must not be destroyed under running
+        // work, so wait for it before the fields drop.
         record_drop(
             self.device
                 .make_current()
@@ -771,6 +783,7 @@ impl Backend for Hip {
     type Heap = HipHeap;
     type Mapping = HipMapping;
     type DeviceMemory = HipDeviceMemory;
+    type Module = HipModule;
 
     fn kind(&self) -> BackendKind {
         BackendKind::Hip
@@ -821,24 +834,25 @@ impl Backend for Hip {
         self.import(&handle, bytes)
     }
 
-    fn upload(&self, dst: u64, src: &[u8]) -> Result<()> {
+    unsafe fn upload(&self, dst: u64, src: &[u8]) -> Result<()> {
         if src.is_empty() {
             return Ok(());
         }
         self.device.make_current()?;
-        // SAFETY: `dst` is device memory of this rank's address space (the trait's
-        // contract); the runtime validates the range. HIP stages pageable `src` before
+        // SAFETY: `dst..dst + src.len()` is writable device memory of this rank that
+        // nothing races with (the caller's contract). HIP stages pageable `src` before
         // this returns, so the caller may reuse it at once.
         unsafe { runtime::memcpy_htod_async(dst, src, self.stream.stream) }
     }
 
-    fn download(&self, dst: &mut [u8], src: u64) -> Result<()> {
+    unsafe fn download(&self, dst: &mut [u8], src: u64) -> Result<()> {
         if dst.is_empty() {
             return Ok(());
         }
         self.device.make_current()?;
-        // SAFETY: `src` is readable device memory (the trait's contract; the runtime
-        // validates it), and the stream is synchronised below before `dst` is released.
+        // SAFETY: `src..src + dst.len()` is readable device memory of this rank's address
+        // space (the caller's contract), and the stream is synchronised below before
+        // `dst` is released.
         let copied = unsafe { runtime::memcpy_dtoh_async(dst, src, self.stream.stream) };
         // Synchronise even when enqueuing failed, so no copy into `dst` can be in flight.
         let synced = runtime::stream_synchronize(self.stream.stream);
@@ -846,24 +860,72 @@ impl Backend for Hip {
         copied.and(synced)
     }
 
-    fn memset(&self, dst: u64, value: u8, bytes: usize) -> Result<()> {
+    unsafe fn memset(&self, dst: u64, value: u8, bytes: usize) -> Result<()> {
         if bytes == 0 {
             return Ok(());
         }
         self.device.make_current()?;
-        // SAFETY: `dst..dst+bytes` is device memory of this rank (the trait's contract);
-        // the runtime validates the range.
+        // SAFETY: `dst..dst + bytes` is writable device memory of this rank that nothing
+        // races with (the caller's contract).
         unsafe { runtime::memset_d8_async(dst, value, bytes, self.stream.stream) }
     }
 
-    fn launch(&self, call: &KernelCall, grid: Grid) -> Result<()> {
+    fn load_module(&self, objects: &'static CodeObjects) -> Result<HipModule> {
+        let (target, image) = code_object_for(objects, &self.arch)?;
+        let names = code_object_kernels(image).map_err(|why| Error::NoCodeObject {
+            module: objects.crate_name(),
+            arch: format!("{target} (the embedded code object is unreadable: {why})"),
+        })?;
         self.device.make_current()?;
-        let function = self.function(call.name())?;
-        let mut kernargs = aligned_copy(&pack_args(call).bytes);
-        // SAFETY: `kernargs` is the kernel's explicit kernarg segment laid out by
-        // `pack_args` (the layout `tests/tests/hip_abi.rs` checks against the code
-        // objects' metadata); the addresses are the caller's (trait contract) and the
-        // kernels bound every access by the byte count.
+        let module = LoadedModule {
+            device: Arc::clone(&self.device),
+            module: runtime::module_load_data(&aligned_copy(image))?,
+        };
+        let functions = names
+            .into_iter()
+            .map(|name| {
+                let cname = CString::new(name.as_str())
+                    .map_err(|_| Error::Unsupported("kernel name with a NUL byte"))?;
+                let function = runtime::module_get_function(module.module, &cname)?;
+                Ok((name, function))
+            })
+            .collect::<Result<_>>()?;
+        Ok(HipModule {
+            functions,
+            target,
+            crate_name: objects.crate_name(),
+            _module: module,
+        })
+    }
+
+    unsafe fn launch(
+        &self,
+        module: &HipModule,
+        launch: &KernelLaunch<'_>,
+        grid: Grid,
+    ) -> Result<()> {
+        let function = *module
+            .functions
+            .get(launch.name)
+            .ok_or(Error::KernelNotFound {
+                module: module.crate_name,
+                kernel: launch.name,
+            })?;
+        if launch.args.len() != launch.slots.len() {
+            return Err(Error::Unsupported(
+                "a kernel launch without one argument per parameter",
+            ));
+        }
+        // SAFETY: each argument points at a value of its parameter's ABI type, whose size
+        // its slot gives (the caller's contract); one argument per slot, checked above.
+        let packed = unsafe { pack_kernargs(launch.slots, launch.args) };
+        let mut kernargs = aligned_copy(&packed);
+        self.device.make_current()?;
+        // SAFETY: `kernargs` is the kernel's explicit kernarg segment in `kernarg_layout`'s
+        // layout (which `tests/tests/hip_abi.rs` checks against the code objects'
+        // metadata for every declared kernel), in storage aligned to
+        // KERNARG_BUFFER_ALIGN; the addresses in it satisfy the kernel's contract (the
+        // caller's).
         unsafe {
             runtime::launch_kernel(
                 function,
@@ -875,8 +937,8 @@ impl Backend for Hip {
         }
     }
 
-    fn default_grid(&self, call: &KernelCall) -> Grid {
-        grid_for_bytes(call.bytes())
+    fn grid_for_bytes(&self, bytes: usize) -> Grid {
+        grid_for_bytes(bytes as u64)
     }
 
     fn synchronize(&self) -> Result<()> {
@@ -897,6 +959,9 @@ mod tests {
     //! `skipped: <reason>` (and pass) when [`Hip::new`] fails.
 
     use super::*;
+    use crate::backend::HostKernel;
+    use symmem_arch::host::HostThread;
+    use symmem_device::{Kernel, Params};
 
     fn device_or_skip() -> Option<Hip> {
         match Hip::new(0) {
@@ -909,6 +974,64 @@ mod tests {
                 None
             }
         }
+    }
+
+    /// A kernel with its lowered arguments, for [`launch_lowered`]'s `KernelLaunch`
+    /// (the CPU half of a launch: these tests launch on a GPU, which never runs it).
+    struct LoweredBody<P: Params> {
+        kernel: Kernel<P>,
+        abi: P::Abi,
+    }
+
+    // SAFETY: the raw pointers in `abi` are device addresses every thread of the launch
+    // may use, as on the GPU (see `launch_lowered`'s contract).
+    unsafe impl<P: Params> Sync for LoweredBody<P> {}
+
+    impl<P: Params> HostKernel for LoweredBody<P> {
+        fn run(&self, arch: &HostThread<'_>) {
+            // SAFETY: `launch_lowered`'s caller vouched for `abi`.
+            unsafe { self.kernel.run_on_host(arch, self.abi) }
+        }
+    }
+
+    /// Enqueues `kernel` of `module` over `grid` on `hip`'s stream with arguments
+    /// already lowered to the kernel's ABI (`abi`), the way `Module::launch` builds its
+    /// [`KernelLaunch`] (one pointer per parameter, from `Params::visit`). For the tests
+    /// below the world, whose heaps and tables are made by hand from two `Hip` instances.
+    ///
+    /// # Safety
+    /// Every address in `abi` satisfies `kernel`'s contract: device memory reachable
+    /// from `hip`'s device, of the lengths the other arguments give, alive until the
+    /// launch completes.
+    unsafe fn launch_lowered<P: Params>(
+        hip: &Hip,
+        module: &HipModule,
+        kernel: Kernel<P>,
+        grid: Grid,
+        abi: P::Abi,
+    ) -> Result<()> {
+        let body = LoweredBody { kernel, abi };
+        let mut args = Vec::with_capacity(P::SLOTS.len());
+        P::visit(&body.abi, &mut |p| args.push(p));
+        let launch = KernelLaunch {
+            name: kernel.name(),
+            args: &args,
+            slots: P::SLOTS,
+            host: &body,
+        };
+        // SAFETY: `args` holds one pointer per parameter into `body.abi`, which outlives
+        // the call; the addresses in it are the caller's contract.
+        unsafe { hip.launch(module, &launch, grid) }
+    }
+
+    /// A device address as the pointer type a kernel parameter lowers to.
+    fn device<T>(addr: u64) -> *mut T {
+        std::ptr::without_provenance_mut(addr as usize)
+    }
+
+    /// The slots of `kernel`'s parameters.
+    fn slots_of<P: Params>(_: Kernel<P>) -> &'static [Slot] {
+        P::SLOTS
     }
 
     #[test]
@@ -930,23 +1053,42 @@ mod tests {
     fn hip_arch_name_picks_code_object() {
         assert_eq!(base_arch("gfx942:sramecc+:xnack-"), "gfx942");
         assert_eq!(base_arch("gfx950"), "gfx950");
-        assert_eq!(
-            code_object_for("gfx942:sramecc+:xnack-").unwrap().target,
-            "gfx942"
+        static OBJECTS: CodeObjects = CodeObjects::new(
+            "some_kernels",
+            &[
+                ("sm_90", b"ptx"),
+                ("gfx942", b"mi300"),
+                ("gfx950", b"mi350"),
+            ],
         );
         assert_eq!(
-            code_object_for("gfx950:sramecc+:xnack-").unwrap().target,
-            "gfx950"
+            code_object_for(&OBJECTS, "gfx942:sramecc+:xnack-").unwrap(),
+            ("gfx942", &b"mi300"[..])
         );
-        for arch in ["gfx90a:sramecc+:xnack-", "gfx1100", ""] {
-            match code_object_for(arch) {
-                Err(Error::NoCodeObject { arch: a }) => assert_eq!(a, base_arch(arch)),
+        assert_eq!(
+            code_object_for(&OBJECTS, "gfx950").unwrap(),
+            ("gfx950", &b"mi350"[..])
+        );
+        // Exactly the device's processor: no older or newer one stands in.
+        for arch in ["gfx90a:sramecc+:xnack-", "gfx941", "gfx1100", "sm_90", ""] {
+            match code_object_for(&OBJECTS, arch) {
+                Err(Error::NoCodeObject { module, arch: a }) => {
+                    assert_eq!((module, a.as_str()), ("some_kernels", base_arch(arch)))
+                }
                 other => panic!("{arch}: expected NoCodeObject, got {other:?}"),
             }
         }
-        // An ELF, not PTX.
-        let object = code_object_for("gfx942").unwrap();
-        assert_eq!(&object.bytes[..4], b"\x7fELF");
+        // symmem's own objects: gfx942 and gfx950 ELF images.
+        let kernels = &crate::code_objects::KERNELS;
+        if kernels.objects().is_empty() {
+            println!("skipped: this build embeds no code objects of symmem_kernels");
+            return;
+        }
+        for arch in ["gfx942:sramecc+:xnack-", "gfx950:sramecc+:xnack-"] {
+            let (target, image) = code_object_for(kernels, arch).unwrap();
+            assert_eq!(target, base_arch(arch));
+            assert_eq!(&image[..4], b"\x7fELF", "{target}");
+        }
     }
 
     #[test]
@@ -977,26 +1119,169 @@ mod tests {
     }
 
     #[test]
-    fn hip_pack_args_natural_alignment() {
-        let p = pack_args(&KernelCall::Put {
-            dst: 1,
-            src: 2,
-            bytes: 3,
-            bases: 4,
-            world: 5,
-            cur: 6,
-            to: 7,
-        });
+    fn hip_pack_kernargs_natural_alignment() {
+        // symmem_put(dst, src, n: u64, bases: PeerTable, world, cur, to: u32).
+        let slots = slots_of(symmem_kernels::symmem_put);
+        let (fields, size) = kernarg_layout(slots);
         assert_eq!(
-            p.fields,
+            fields,
             vec![(0, 8), (8, 8), (16, 8), (24, 8), (32, 4), (36, 4), (40, 4)]
         );
-        assert_eq!(p.bytes.len(), 44);
-        assert_eq!(&p.bytes[36..40], &6u32.to_le_bytes());
-        // One sample per kernel: no name twice (the exhaustive match keeps every variant).
-        let samples = kernel_call_samples();
-        let names: std::collections::HashSet<&str> = samples.iter().map(KernelCall::name).collect();
-        assert_eq!(names.len(), samples.len());
+        assert_eq!(size, 44);
+        // Each value at its offset, whatever its type; padding before an 8-aligned
+        // value after a 4-byte one is zero.
+        type P = (u32, u64, f32, f64, i32, *const u8);
+        let abi: <P as Params>::Abi = (
+            0x0101_0101,
+            0x0202_0202_0202_0202,
+            1.5,
+            -2.25,
+            -5,
+            device::<u8>(0x0606_0606_0606_0606),
+        );
+        let mut args = Vec::new();
+        P::visit(&abi, &mut |p| args.push(p));
+        // SAFETY: `args` points into `abi`, one pointer per slot of `P`.
+        let bytes = unsafe { pack_kernargs(P::SLOTS, &args) };
+        let (fields, size) = kernarg_layout(P::SLOTS);
+        assert_eq!(
+            fields,
+            vec![(0, 4), (8, 8), (16, 4), (24, 8), (32, 4), (40, 8)]
+        );
+        assert_eq!(bytes.len(), size);
+        assert_eq!(size, 48);
+        assert_eq!(&bytes[0..4], &0x0101_0101u32.to_le_bytes());
+        assert_eq!(&bytes[4..8], &[0; 4]);
+        assert_eq!(&bytes[8..16], &0x0202_0202_0202_0202u64.to_le_bytes());
+        assert_eq!(&bytes[16..20], &1.5f32.to_le_bytes());
+        assert_eq!(&bytes[20..24], &[0; 4]);
+        assert_eq!(&bytes[24..32], &(-2.25f64).to_le_bytes());
+        assert_eq!(&bytes[32..36], &(-5i32).to_le_bytes());
+        assert_eq!(&bytes[40..48], &0x0606_0606_0606_0606u64.to_le_bytes());
+        // No parameters, no segment.
+        // SAFETY: no arguments to read.
+        assert!(unsafe { pack_kernargs(&[], &[]) }.is_empty());
+    }
+
+    /// `info` of a symbol: binding and type.
+    const GLOBAL_OBJECT: u8 = 0x11;
+    const WEAK_OBJECT: u8 = 0x21;
+    const LOCAL_OBJECT: u8 = 0x01;
+    const GLOBAL_FUNC: u8 = 0x12;
+
+    /// A minimal 64-bit AMDGPU ELF: section 1 a string table, section 2 a symbol table
+    /// of type `kind` (`SHT_DYNSYM` 11 or `SHT_SYMTAB` 2) holding `symbols`
+    /// (`name, info, other, shndx`) after the null symbol.
+    fn tiny_elf(kind: u32, symbols: &[(&str, u8, u8, u16)]) -> Vec<u8> {
+        let mut strings = vec![0u8];
+        let mut table = vec![0u8; 24];
+        for &(name, info, other, shndx) in symbols {
+            let mut sym = [0u8; 24];
+            sym[..4].copy_from_slice(&(strings.len() as u32).to_le_bytes());
+            sym[4] = info;
+            sym[5] = other;
+            sym[6..8].copy_from_slice(&shndx.to_le_bytes());
+            table.extend_from_slice(&sym);
+            strings.extend_from_slice(name.as_bytes());
+            strings.push(0);
+        }
+        let strings_at = 64;
+        let table_at = (strings_at + strings.len()).next_multiple_of(8);
+        let headers_at = (table_at + table.len()).next_multiple_of(8);
+        let mut image = vec![0u8; headers_at + 3 * 64];
+        image[..7].copy_from_slice(b"\x7fELF\x02\x01\x01");
+        image[16..18].copy_from_slice(&3u16.to_le_bytes()); // ET_DYN
+        image[18..20].copy_from_slice(&224u16.to_le_bytes()); // EM_AMDGPU
+        image[40..48].copy_from_slice(&(headers_at as u64).to_le_bytes());
+        image[58..60].copy_from_slice(&64u16.to_le_bytes());
+        image[60..62].copy_from_slice(&3u16.to_le_bytes());
+        image[strings_at..strings_at + strings.len()].copy_from_slice(&strings);
+        image[table_at..table_at + table.len()].copy_from_slice(&table);
+        let mut header = |index: usize, kind: u32, at: usize, len: usize, link: u32, entry: u64| {
+            let h = &mut image[headers_at + 64 * index..][..64];
+            h[4..8].copy_from_slice(&kind.to_le_bytes());
+            h[24..32].copy_from_slice(&(at as u64).to_le_bytes());
+            h[32..40].copy_from_slice(&(len as u64).to_le_bytes());
+            h[40..44].copy_from_slice(&link.to_le_bytes());
+            h[56..64].copy_from_slice(&entry.to_le_bytes());
+        };
+        header(1, 3, strings_at, strings.len(), 0, 0);
+        header(2, kind, table_at, table.len(), 1, 24);
+        image
+    }
+
+    #[test]
+    fn hip_kernel_names_are_the_exported_kernel_descriptors() {
+        let symbols = [
+            ("ring_step.kd", GLOBAL_OBJECT, 3, 1), // protected, as the AMDGPU backend emits
+            ("ring_step", GLOBAL_FUNC, 3, 1),
+            ("all_reduce.kd", WEAK_OBJECT, 0, 1),
+            ("local.kd", LOCAL_OBJECT, 0, 1),
+            ("hidden.kd", GLOBAL_OBJECT, 2, 1),
+            ("undefined.kd", GLOBAL_OBJECT, 0, 0),
+            ("table", GLOBAL_OBJECT, 0, 1),
+            ("ring_step.kd", GLOBAL_OBJECT, 3, 1),
+        ];
+        for kind in [11, 2] {
+            assert_eq!(
+                code_object_kernels(&tiny_elf(kind, &symbols)).unwrap(),
+                ["all_reduce", "ring_step"],
+                "symbol table of type {kind}"
+            );
+        }
+        assert_eq!(
+            code_object_kernels(&tiny_elf(11, &[])).unwrap(),
+            Vec::<String>::new()
+        );
+        // Not AMDGPU ELF, or cut anywhere: an error, never a panic or a read past the end.
+        let image = tiny_elf(11, &symbols);
+        assert!(code_object_kernels(b"// PTX .version 8.0").is_err());
+        let mut x86 = image.clone();
+        x86[18] = 62;
+        assert_eq!(code_object_kernels(&x86), Err("not an AMDGPU ELF"));
+        for len in 0..image.len() {
+            assert!(code_object_kernels(&image[..len]).is_err(), "cut at {len}");
+        }
+        // Corrupt offsets and counts anywhere in the headers: still no panic.
+        for at in (16..64).chain(image.len() - 192..image.len()) {
+            let mut bad = image.clone();
+            bad[at] ^= 0xff;
+            let _ = code_object_kernels(&bad);
+        }
+    }
+
+    /// symmem's own gfx942 and gfx950 objects: the kernel names `load_module` reads are
+    /// the kernels of `symmem-kernels` (that every declared kernel is there, with its
+    /// ABI, is `tests/tests/hip_abi.rs`'s check).
+    #[test]
+    fn hip_code_objects_name_their_kernels() {
+        let kernels = &crate::code_objects::KERNELS;
+        if kernels.objects().is_empty() {
+            println!("skipped: this build embeds no code objects of symmem_kernels");
+            return;
+        }
+        let declared: Vec<&str> = symmem_device::declarations()
+            .filter(|d| d.crate_name == kernels.crate_name())
+            .map(|d| d.name)
+            .collect();
+        for target in ["gfx942", "gfx950"] {
+            let image = kernels.find(target).expect(target);
+            let names = code_object_kernels(image).unwrap();
+            println!("{target}: {} kernels", names.len());
+            for kernel in [
+                symmem_kernels::symmem_put.name(),
+                symmem_kernels::symmem_get.name(),
+                symmem_kernels::symmem_copy.name(),
+            ] {
+                assert!(names.iter().any(|n| n == kernel), "{target}: no {kernel}");
+            }
+            for name in &names {
+                assert!(
+                    declared.contains(&name.as_str()),
+                    "{target}: {name} is not declared"
+                );
+            }
+        }
     }
 
     #[test]
@@ -1023,6 +1308,9 @@ mod tests {
     fn hip_gpu_two_ranks_put_and_get() {
         let Some(r0) = device_or_skip() else { return };
         let r1 = Hip::new(0).unwrap();
+        let k0 = r0.load_module(&crate::code_objects::KERNELS).unwrap();
+        let k1 = r1.load_module(&crate::code_objects::KERNELS).unwrap();
+        println!("{k0:?}");
         let g = r0.heap_granularity();
         let h0 = r0.create_heap(g).unwrap();
         let h1 = r1.create_heap(g).unwrap();
@@ -1032,28 +1320,42 @@ mod tests {
         let bytes = 4096 + 13;
         let src: Vec<u8> = (0..bytes).map(|i| (i * 31 + 7) as u8).collect();
         let src_dev = r0.alloc_device(bytes).unwrap();
-        r0.upload(src_dev.base(), &src).unwrap();
         let table: Vec<u8> = [h0.base(), m01.base()]
             .iter()
             .flat_map(|b| b.to_le_bytes())
             .collect();
         let bases = r0.alloc_device(16).unwrap();
-        r0.upload(bases.base(), &table).unwrap();
-        r1.memset(h1.base(), 0, g).unwrap();
+        // SAFETY: the allocations just made, of these lengths; rank 1's whole heap.
+        unsafe {
+            r0.upload(src_dev.base(), &src).unwrap();
+            r0.upload(bases.base(), &table).unwrap();
+            r1.memset(h1.base(), 0, g).unwrap();
+        }
         r1.synchronize().unwrap();
-        let put = KernelCall::Put {
-            dst: h0.base() + 64,
-            src: src_dev.base(),
-            bytes: bytes as u64,
-            bases: bases.base(),
-            world: 2,
-            cur: 0,
-            to: 1,
+        // SAFETY: `dst` lies in rank 0's heap with `bytes` to spare, and translates
+        // through the two-entry table to rank 1's heap; `src` holds `bytes`.
+        unsafe {
+            launch_lowered(
+                &r0,
+                &k0,
+                symmem_kernels::symmem_put,
+                r0.grid_for_bytes(bytes),
+                (
+                    device(h0.base() + 64),
+                    device(src_dev.base()),
+                    bytes as u64,
+                    device(bases.base()),
+                    2,
+                    0,
+                    1,
+                ),
+            )
+            .unwrap()
         };
-        r0.launch(&put, r0.default_grid(&put)).unwrap();
         r0.synchronize().unwrap();
         let mut got = vec![0xffu8; bytes + 128];
-        r1.download(&mut got, h1.base()).unwrap();
+        // SAFETY: rank 1's own heap, inside it.
+        unsafe { r1.download(&mut got, h1.base()).unwrap() };
         assert!(got[..64].iter().all(|&b| b == 0));
         assert!(got[64..64 + bytes] == src[..], "put data differs");
         assert!(got[64 + bytes..].iter().all(|&b| b == 0));
@@ -1063,24 +1365,39 @@ mod tests {
             .flat_map(|b| b.to_le_bytes())
             .collect();
         let bases1 = r1.alloc_device(16).unwrap();
-        r1.upload(bases1.base(), &table1).unwrap();
-        r0.memset(h0.base(), 0x11, 64).unwrap();
+        // SAFETY: the table's allocation holds its 16 bytes; rank 0's own heap.
+        unsafe {
+            r1.upload(bases1.base(), &table1).unwrap();
+            r0.memset(h0.base(), 0x11, 64).unwrap();
+        }
         r0.synchronize().unwrap();
         let dst1 = r1.alloc_device(64).unwrap();
-        let get = KernelCall::Get {
-            dst: dst1.base(),
-            src: h1.base(),
-            bytes: 64,
-            bases: bases1.base(),
-            world: 2,
-            cur: 1,
-            from: 0,
+        // SAFETY: `src` is rank 1's heap, which the table translates to rank 0's heap
+        // mapped here; `dst` holds 64 bytes.
+        unsafe {
+            launch_lowered(
+                &r1,
+                &k1,
+                symmem_kernels::symmem_get,
+                r1.grid_for_bytes(64),
+                (
+                    device(dst1.base()),
+                    device(h1.base()),
+                    64,
+                    device(bases1.base()),
+                    2,
+                    1,
+                    0,
+                ),
+            )
+            .unwrap()
         };
-        r1.launch(&get, r1.default_grid(&get)).unwrap();
         let mut back = vec![0u8; 64];
-        r1.download(&mut back, dst1.base()).unwrap();
+        // SAFETY: the 64 bytes of `dst1`.
+        unsafe { r1.download(&mut back, dst1.base()).unwrap() };
         assert!(back.iter().all(|&b| b == 0x11), "get: {back:?}");
         drop((m01, m10, h0, h1, src_dev, bases, bases1, dst1));
+        drop((k0, k1));
         drop((r0, r1));
         assert_eq!(Hip::drop_errors(), 0, "{:?}", Hip::last_drop_error());
     }
@@ -1097,5 +1414,35 @@ mod tests {
         assert_eq!(r0.kind(), BackendKind::Hip);
         assert_eq!(r0.create_heap(1).unwrap().len(), r0.heap_granularity());
         assert_eq!(r0.device_to_host_syncs(), 0);
+        // A crate without an object for this processor, and a kernel the module lacks.
+        static NONE: CodeObjects = CodeObjects::new("no_kernels", &[]);
+        assert!(matches!(
+            r0.load_module(&NONE),
+            Err(Error::NoCodeObject {
+                module: "no_kernels",
+                ..
+            })
+        ));
+        let module = r0.load_module(&crate::code_objects::KERNELS).unwrap();
+        assert!(module.kernel_count() > 0);
+        struct Nothing;
+        impl HostKernel for Nothing {
+            fn run(&self, _: &HostThread<'_>) {}
+        }
+        let launch = KernelLaunch {
+            name: "no_such_kernel",
+            args: &[],
+            slots: &[],
+            host: &Nothing,
+        };
+        // SAFETY: no arguments; the launch is refused before anything is enqueued.
+        let refused = unsafe { r0.launch(&module, &launch, Grid::new(1, 1)) };
+        assert!(matches!(
+            refused,
+            Err(Error::KernelNotFound {
+                module: "symmem_kernels",
+                kernel: "no_such_kernel"
+            })
+        ));
     }
 }

@@ -695,7 +695,7 @@ pub(super) fn module_get_function(module: Module, name: &CStr) -> Result<Functio
 ///
 /// # Safety
 /// `kernargs` is the kernel's explicit kernarg segment, laid out as its metadata says
-/// (`super::pack_args`), and the addresses in it are valid for the kernel's accesses.
+/// (`super::pack_kernargs`), and the addresses in it are valid for the kernel's accesses.
 pub(super) unsafe fn launch_kernel(
     function: Function,
     blocks: u32,
