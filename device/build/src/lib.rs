@@ -1,21 +1,72 @@
-//! Builds the kernel crate in `device/kernels` into one code object per GPU target.
+//! Builds GPU kernel crates into code objects, from any crate's `build.rs`.
 //!
-//! Used from `host/build.rs`, so a plain `cargo build` of the host crate produces and
-//! embeds every code object. Each target is a nested `cargo build -Zbuild-std=core` in
-//! its own target directory (no lock contention with the outer build), with the target's
-//! linker from `device/link/`:
+//! A kernel crate is an ordinary `#![no_std]` library whose entry points are
+//! `#[unsafe(no_mangle)] pub unsafe extern "gpu-kernel" fn`s. An application's build
+//! script builds it for every GPU target:
+//!
+//! ```no_run
+//! // build.rs
+//! # #[allow(clippy::needless_doctest_main)]
+//! fn main() {
+//!     symmem_build::KernelCrate::new("kernels")
+//!         .build()
+//!         .expect("building the GPU kernels");
+//! }
+//! ```
+//!
+//! and embeds the result with `symmem::include_kernels!("<crate_name>")`, which includes
+//! `$OUT_DIR/symmem-kernels/<crate_name>.rs`: one expression of type
+//! `&'static [(&'static str, &'static [u8])]`, a `(cpu, code object)` pair per target.
+//!
+//! # How
+//!
+//! For each target, a nested `cargo build --release -Zbuild-std=core --target <triple>`
+//! of a generated cdylib *wrapper* package that links the kernel crate and supplies the
+//! `#[panic_handler]` (see [`KernelCrate::build_in`] for the layout on disk). All kernel
+//! crates of one outer build share one nested target directory per GPU target, so `core`
+//! is built once per target. The linkers ship inside this crate:
 //!
 //! * amdgcn (`gfx942`, `gfx950`): rust-lld under `-Clinker-plugin-lto`, linking the
 //!   LLVM IR library from [`amdgpu_ir`] (dispatch-packet reads and scoped fences that
 //!   Rust cannot spell on amdgcn) into the kernels;
 //! * nvptx64 (`sm_90`): llvm-link, opt and llc from llvm-tools, in place of the
 //!   llvm-bitcode-linker rustc would want.
+//!
+//! The toolchain is the outer build's own; it must be a nightly with the `rust-src` and
+//! `llvm-tools` components ([`PINNED_NIGHTLY`] is the one symmem is tested with), and
+//! [`KernelCrate::build`] says exactly what to install when something is missing.
 
 pub mod amdgpu_ir;
+mod depinfo;
+mod manifest;
+mod toolchain;
+
+pub use toolchain::{LLVM_TOOLS, PINNED_NIGHTLY};
 
 use std::fmt;
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::str::FromStr;
+
+use toolchain::{Toolchain, rustc_beside, rustup_add};
+
+/// The environment variable that, when set, replaces the target list of every
+/// [`KernelCrate`]: comma-separated processor names (`gfx942,sm_90`). Set but empty, no
+/// code object is built (the table is empty).
+pub const TARGETS_ENV: &str = "SYMMEM_GPU_TARGETS";
+
+/// The targets a [`KernelCrate`] is built for unless [`KernelCrate::targets`] or
+/// [`TARGETS_ENV`] says otherwise.
+pub const DEFAULT_TARGETS: [&str; 3] = ["gfx942", "gfx950", "sm_90"];
+
+/// The folder under `OUT_DIR` that holds the code objects and the tables.
+pub const OUTPUT_FOLDER: &str = "symmem-kernels";
+
+/// The amdgcn linker script (a shell script, run as `-Clinker=`).
+const AMDGPU_LLD: &str = include_str!("link/amdgpu-lld");
+/// The nvptx64 linker script (a shell script, run as `-Clinker=`).
+const NVPTX_LINK: &str = include_str!("link/nvptx-link");
 
 /// The GPU instruction-set families symmem builds for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -27,31 +78,39 @@ pub enum Family {
 }
 
 /// One GPU target: a family and a processor name.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Target {
     /// The instruction-set family.
     pub family: Family,
     /// The processor (`gfx942`, `gfx950`, `sm_90`): the code object runs on it.
-    pub cpu: &'static str,
+    pub cpu: String,
 }
 
-/// Every target symmem ships code objects for.
-pub const TARGETS: [Target; 3] = [
-    Target {
-        family: Family::Amdgpu,
-        cpu: "gfx942",
-    },
-    Target {
-        family: Family::Amdgpu,
-        cpu: "gfx950",
-    },
-    Target {
-        family: Family::Nvptx,
-        cpu: "sm_90",
-    },
-];
-
 impl Target {
+    /// The target for processor `cpu`: a name starting with `gfx` is amdgcn, one
+    /// starting with `sm_` nvptx64 (the rest of the name letters and digits); anything
+    /// else is [`BuildError::UnknownTarget`].
+    pub fn new(cpu: &str) -> Result<Self, BuildError> {
+        let cpu = cpu.trim();
+        let unknown = || BuildError::UnknownTarget {
+            name: cpu.to_owned(),
+        };
+        let (family, rest) = if let Some(rest) = cpu.strip_prefix("gfx") {
+            (Family::Amdgpu, rest)
+        } else if let Some(rest) = cpu.strip_prefix("sm_") {
+            (Family::Nvptx, rest)
+        } else {
+            return Err(unknown());
+        };
+        if rest.is_empty() || !rest.chars().all(|c| c.is_ascii_alphanumeric()) {
+            return Err(unknown());
+        }
+        Ok(Self {
+            family,
+            cpu: cpu.to_owned(),
+        })
+    }
+
     /// The rustc target triple.
     pub fn triple(&self) -> &'static str {
         match self.family {
@@ -68,10 +127,24 @@ impl Target {
         }
     }
 
-    /// The file name of module `module`'s code object for this target, e.g.
-    /// `symmem_device-gfx942.hsaco`.
-    pub fn file_name(&self, module: &str) -> String {
-        format!("{module}-{}.{}", self.cpu, self.extension())
+    /// The file name of crate `crate_name`'s code object for this target, e.g.
+    /// `my_kernels-gfx942.hsaco`.
+    pub fn file_name(&self, crate_name: &str) -> String {
+        format!("{crate_name}-{}.{}", self.cpu, self.extension())
+    }
+}
+
+impl FromStr for Target {
+    type Err = BuildError;
+
+    fn from_str(cpu: &str) -> Result<Self, BuildError> {
+        Self::new(cpu)
+    }
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.cpu)
     }
 }
 
@@ -80,13 +153,72 @@ impl Target {
 pub struct CodeObject {
     /// The target it was built for.
     pub target: Target,
-    /// Where it is.
+    /// Where it is: `$OUT_DIR/symmem-kernels/<crate_name>-<cpu>.<hsaco|ptx>`.
     pub path: PathBuf,
 }
 
-/// Why a build failed; the nested build's output is kept.
-#[derive(Debug)]
+/// What [`KernelCrate::build`] made.
+#[derive(Clone, Debug)]
+pub struct Built {
+    /// The kernel crate's name: its package name with `-` as `_`. The stem of every
+    /// file below, and the name `symmem::include_kernels!` takes.
+    pub crate_name: String,
+    /// The code objects, in the order of the target list.
+    pub objects: Vec<CodeObject>,
+    /// `$OUT_DIR/symmem-kernels/<crate_name>.rs`: one Rust expression of type
+    /// `&'static [(&'static str, &'static [u8])]`, `(cpu, code object)` per target.
+    pub table: PathBuf,
+    /// Every file and folder the code objects depend on, each printed as
+    /// `cargo:rerun-if-changed`: the kernel crate's `Cargo.toml` and `src`, every
+    /// source file of it and of its path dependencies, and those packages' manifests.
+    pub sources: Vec<PathBuf>,
+}
+
+/// Why a build failed.
+///
+/// `Debug` prints the same text as `Display`, so `.expect()` in a build script shows the
+/// nested compiler's messages as they were written.
 pub enum BuildError {
+    /// A target name is neither `gfx…` (amdgcn) nor `sm_…` (nvptx64).
+    UnknownTarget {
+        /// The name.
+        name: String,
+    },
+    /// [`KernelCrate::build`] ran outside a build script (`OUT_DIR` is not set).
+    NotInBuildScript,
+    /// The kernel crate's folder or its `Cargo.toml` does not exist.
+    KernelCrateNotFound {
+        /// The path looked at.
+        path: PathBuf,
+    },
+    /// The kernel crate's `Cargo.toml` has no `[package] name` (a virtual manifest?).
+    NotAPackage {
+        /// The manifest.
+        manifest: PathBuf,
+    },
+    /// The toolchain is not a nightly.
+    NotNightly {
+        /// The `rustc` asked.
+        rustc: PathBuf,
+        /// Its `release:` line.
+        release: String,
+        /// Its rustup name, if known.
+        toolchain: Option<String>,
+    },
+    /// The toolchain has no `rust-src` component.
+    MissingRustSrc {
+        /// Its rustup name, if known.
+        toolchain: Option<String>,
+        /// The folder that is missing (`core`'s source).
+        missing: PathBuf,
+    },
+    /// The toolchain has no (or not all of the) `llvm-tools` component.
+    MissingLlvmTools {
+        /// Its rustup name, if known.
+        toolchain: Option<String>,
+        /// The tools that are missing.
+        missing: Vec<PathBuf>,
+    },
     /// A tool could not be started.
     Spawn {
         /// The command.
@@ -98,10 +230,10 @@ pub enum BuildError {
     Failed {
         /// What ran.
         what: String,
-        /// Its standard error.
+        /// Its standard error (then standard output), unchanged.
         stderr: String,
     },
-    /// A file could not be written or copied.
+    /// A file could not be read, written or copied.
     Io {
         /// The path.
         path: PathBuf,
@@ -112,7 +244,77 @@ pub enum BuildError {
 
 impl fmt::Display for BuildError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let toolchain = |t: &Option<String>| match t {
+            Some(name) => format!("toolchain {name}"),
+            None => "the toolchain in use".to_owned(),
+        };
         match self {
+            Self::UnknownTarget { name } => write!(
+                f,
+                "unknown GPU target `{name}`: a target is an AMD processor `gfx…` \
+                 (gfx942, gfx950) or an NVIDIA one `sm_…` (sm_90)"
+            ),
+            Self::NotInBuildScript => write!(
+                f,
+                "symmem_build::KernelCrate::build must run from a build script (build.rs): \
+                 OUT_DIR is not set; elsewhere use KernelCrate::build_in(out_dir)"
+            ),
+            Self::KernelCrateNotFound { path } => write!(
+                f,
+                "no kernel crate at {}: the folder or its Cargo.toml does not exist \
+                 (a relative path is taken from the calling crate's CARGO_MANIFEST_DIR)",
+                path.display()
+            ),
+            Self::NotAPackage { manifest } => write!(
+                f,
+                "{} has no [package] name: the kernel crate must be a package (a no_std lib)",
+                manifest.display()
+            ),
+            Self::NotNightly {
+                rustc,
+                release,
+                toolchain: t,
+            } => write!(
+                f,
+                "GPU kernels need a nightly Rust toolchain (-Zbuild-std and the gpu-kernel ABI \
+                 are unstable), but {} ({}) is release `{release}`. Pin the nightly symmem \
+                 is tested with: put a rust-toolchain.toml next to the Cargo.toml you build \
+                 with\n\n[toolchain]\nchannel = \"{PINNED_NIGHTLY}\"\n\
+                 components = [\"rust-src\", \"llvm-tools\"]\n",
+                toolchain(t),
+                rustc.display()
+            ),
+            Self::MissingRustSrc {
+                toolchain: t,
+                missing,
+            } => write!(
+                f,
+                "GPU kernels need the rust-src component (the source of `core`, built for each \
+                 GPU target with -Zbuild-std), and {} has none ({} is missing). Install it \
+                 with:\n    {}",
+                toolchain(t),
+                missing.display(),
+                rustup_add("rust-src", t.as_deref())
+            ),
+            Self::MissingLlvmTools {
+                toolchain: t,
+                missing,
+            } => {
+                let names: Vec<_> = missing
+                    .iter()
+                    .map(|m| m.file_name().unwrap_or(m.as_os_str()).to_string_lossy())
+                    .collect();
+                let dir = missing.first().and_then(|m| m.parent());
+                write!(
+                    f,
+                    "GPU kernels need the llvm-tools component (the code objects are linked with \
+                     its tools), and {} lacks {} (in {}). Install it with:\n    {}",
+                    toolchain(t),
+                    names.join(", "),
+                    dir.map_or_else(String::new, |d| d.display().to_string()),
+                    rustup_add("llvm-tools", t.as_deref())
+                )
+            }
             Self::Spawn { program, error } => write!(f, "cannot run {program}: {error}"),
             Self::Failed { what, stderr } => write!(f, "{what} failed:\n{stderr}"),
             Self::Io { path, error } => write!(f, "{}: {error}", path.display()),
@@ -120,127 +322,417 @@ impl fmt::Display for BuildError {
     }
 }
 
-impl std::error::Error for BuildError {}
-
-/// Where the project's pieces are and which tools to use.
-#[derive(Clone, Debug)]
-pub struct Builder {
-    workspace: PathBuf,
-    target_dir: PathBuf,
-    cargo: PathBuf,
+impl fmt::Debug for BuildError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
 }
 
-/// The kernel crate's module name: the stem of every code object file.
-pub const DEVICE_MODULE: &str = "symmem_device";
+impl std::error::Error for BuildError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Spawn { error, .. } | Self::Io { error, .. } => Some(error),
+            _ => None,
+        }
+    }
+}
 
-impl Builder {
-    /// A builder for the workspace at `workspace`, putting nested builds and code objects
-    /// under `target_dir` (`<target_dir>/device/<cpu>/` and `<target_dir>/code-objects/`).
-    pub fn new(workspace: impl Into<PathBuf>, target_dir: impl Into<PathBuf>) -> Self {
-        let cargo = std::env::var_os("CARGO").map_or_else(|| "cargo".into(), PathBuf::from);
+/// A kernel crate to build into code objects: see the [crate] docs.
+#[derive(Clone, Debug)]
+pub struct KernelCrate {
+    path: PathBuf,
+    targets: Vec<String>,
+    nested_dir: Option<PathBuf>,
+}
+
+impl KernelCrate {
+    /// The kernel crate at `path`: relative to the calling crate's `CARGO_MANIFEST_DIR`
+    /// (or, where that is unset, the current directory); absolute paths are taken as
+    /// they are. Its targets are [`DEFAULT_TARGETS`].
+    pub fn new(path: impl AsRef<Path>) -> Self {
         Self {
-            workspace: workspace.into(),
-            target_dir: target_dir.into(),
-            cargo,
+            path: path.as_ref().to_owned(),
+            targets: DEFAULT_TARGETS.map(str::to_owned).to_vec(),
+            nested_dir: None,
         }
     }
 
-    /// The folder the finished code objects are copied to.
-    pub fn code_object_dir(&self) -> PathBuf {
-        self.target_dir.join("code-objects")
+    /// Builds for processors `cpus` (`gfx…` or `sm_…`, in this order, repeats
+    /// ignored) instead of the default list; [`TARGETS_ENV`], when set, still overrides.
+    /// A name that is no target makes [`build`](Self::build) fail with
+    /// [`BuildError::UnknownTarget`].
+    pub fn targets<I, S>(mut self, cpus: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        self.targets = cpus.into_iter().map(|c| c.as_ref().to_owned()).collect();
+        self
     }
 
-    /// The folders whose contents the code objects depend on (for `rerun-if-changed`).
-    pub fn inputs(&self) -> Vec<PathBuf> {
-        [
-            "crates",
-            "device/kernels",
-            "device/link",
-            "device/build/src",
-            "rust-toolchain.toml",
-        ]
-        .iter()
-        .map(|p| self.workspace.join(p))
+    /// Puts the nested builds under `dir` instead of `<outer target dir>/symmem-device`
+    /// (see [`build_in`](Self::build_in)).
+    pub fn nested_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.nested_dir = Some(dir.into());
+        self
+    }
+
+    /// Builds every target, from a build script: [`build_in`](Self::build_in) with
+    /// cargo's `OUT_DIR`, or [`BuildError::NotInBuildScript`] where that is unset.
+    pub fn build(self) -> Result<Built, BuildError> {
+        let out_dir = std::env::var_os("OUT_DIR").ok_or(BuildError::NotInBuildScript)?;
+        self.build_in(out_dir)
+    }
+
+    /// Builds every target, writing the code objects and the table under
+    /// `<out_dir>/symmem-kernels/`, and prints the `cargo:rerun-if-…` lines.
+    ///
+    /// The nested builds run in the nested area (by default `<target>/symmem-device`,
+    /// where `<target>` is the folder holding the profile folder `OUT_DIR` is in, or
+    /// `<out_dir>/symmem-device` when `out_dir` is not a cargo `OUT_DIR`):
+    ///
+    /// * `<cpu>/`: one cargo target directory per GPU target, shared by every kernel
+    ///   crate, with the wrapper's `<triple>/release/<wrapper>.{elf,ptx,d}`;
+    /// * `wrappers/<crate_name>-<hash of its path>/`: the cdylib wrapper package;
+    /// * `tools/`: the linker scripts and the amdgcn IR library, named by a hash of
+    ///   their contents.
+    pub fn build_in(self, out_dir: impl Into<PathBuf>) -> Result<Built, BuildError> {
+        let out_dir: PathBuf = out_dir.into();
+        cargo_line(&format!("rerun-if-env-changed={TARGETS_ENV}"));
+        let names = match std::env::var(TARGETS_ENV) {
+            Ok(list) => split_targets(&list),
+            Err(_) => self.targets.clone(),
+        };
+        let mut targets: Vec<Target> = Vec::new();
+        for name in &names {
+            let target = Target::new(name)?;
+            if !targets.contains(&target) {
+                targets.push(target);
+            }
+        }
+        let kernel_dir = self.kernel_dir()?;
+        let manifest = kernel_dir.join("Cargo.toml");
+        let text = std::fs::read_to_string(&manifest).map_err(|error| BuildError::Io {
+            path: manifest.clone(),
+            error,
+        })?;
+        let names = manifest::names(&text).ok_or_else(|| BuildError::NotAPackage {
+            manifest: manifest.clone(),
+        })?;
+        let crate_name = manifest::crate_name(&names.package);
+        let mut sources = vec![manifest.clone(), kernel_dir.join("src")];
+        for path in &sources {
+            cargo_line(&format!("rerun-if-changed={}", path.display()));
+        }
+        let out = out_dir.join(OUTPUT_FOLDER);
+        create_dir(&out)?;
+        let mut objects = Vec::new();
+        if !targets.is_empty() {
+            let toolchain = Toolchain::current()?;
+            let nested = match self.nested_dir {
+                Some(dir) => dir,
+                None => nested_dir_for(&out_dir),
+            };
+            let tools = Tools::install(&nested.join("tools"), &toolchain, &targets)?;
+            let wrapper = Wrapper::write(&nested.join("wrappers"), &kernel_dir, &names)?;
+            let mut deps = Vec::new();
+            for target in &targets {
+                let built = wrapper.build(&toolchain, &tools, &nested, target)?;
+                let path = out.join(target.file_name(&crate_name));
+                copy(&built, &path)?;
+                if let Ok(d) = std::fs::read_to_string(built.with_extension("d")) {
+                    deps.extend(depinfo::parse(&d));
+                }
+                objects.push(CodeObject {
+                    target: target.clone(),
+                    path,
+                });
+            }
+            let excluded = [
+                toolchain.sysroot.clone(),
+                cargo_home().join("registry"),
+                cargo_home().join("git"),
+                nested.clone(),
+            ];
+            let mut more = depinfo::user_sources(&deps, &excluded);
+            more.extend(package_manifests(&more));
+            for path in more {
+                if !sources.contains(&path) {
+                    cargo_line(&format!("rerun-if-changed={}", path.display()));
+                    sources.push(path);
+                }
+            }
+        }
+        let table = out.join(format!("{crate_name}.rs"));
+        write_if_changed(&table, table_source(&objects)?.as_bytes())?;
+        Ok(Built {
+            crate_name,
+            objects,
+            table,
+            sources,
+        })
+    }
+
+    /// The kernel crate's folder, absolute and checked to hold a `Cargo.toml`.
+    fn kernel_dir(&self) -> Result<PathBuf, BuildError> {
+        let base = std::env::var_os("CARGO_MANIFEST_DIR")
+            .map(PathBuf::from)
+            .or_else(|| std::env::current_dir().ok())
+            .unwrap_or_default();
+        let path = base.join(&self.path);
+        if !path.join("Cargo.toml").is_file() {
+            return Err(BuildError::KernelCrateNotFound { path });
+        }
+        path.canonicalize()
+            .map_err(|error| BuildError::Io { path, error })
+    }
+}
+
+/// The processor names in a [`TARGETS_ENV`] value: comma-separated, blanks ignored.
+fn split_targets(list: &str) -> Vec<String> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(str::to_owned)
         .collect()
+}
+
+/// The default nested area for a build whose `OUT_DIR` is `out_dir`:
+/// `<target>/symmem-device`, `<target>` being the folder that holds the profile folder.
+///
+/// `OUT_DIR` is `<target>/<profile>/build/<pkg>-<hash>/out`, or with cargo's newer
+/// build-dir layout `<target>/<profile>/build/<pkg>/<hash>/out`. Where neither shape
+/// fits, `<out_dir>/symmem-device`.
+fn nested_dir_for(out_dir: &Path) -> PathBuf {
+    // `ancestors().nth(k)`: k = 0 is `out`; the `build` folder is k = 2 (old layout) or
+    // k = 3 (new layout). Checking k = 3 first gets a package named `build` right.
+    let build = [3, 2]
+        .into_iter()
+        .filter_map(|k| out_dir.ancestors().nth(k))
+        .find(|dir| out_dir.ends_with("out") && dir.file_name().is_some_and(|n| n == "build"));
+    match build.and_then(|b| b.parent()).and_then(Path::parent) {
+        Some(target) if !target.as_os_str().is_empty() => target.join("symmem-device"),
+        _ => out_dir.join("symmem-device"),
+    }
+}
+
+/// The `Cargo.toml` of the package each of `sources` belongs to (the nearest one in a
+/// folder above it), without repeats.
+fn package_manifests(sources: &[PathBuf]) -> Vec<PathBuf> {
+    let mut manifests = Vec::new();
+    for source in sources {
+        let found = source
+            .ancestors()
+            .skip(1)
+            .map(|dir| dir.join("Cargo.toml"))
+            .find(|m| m.is_file());
+        if let Some(m) = found
+            && !manifests.contains(&m)
+        {
+            manifests.push(m);
+        }
+    }
+    manifests
+}
+
+/// The table file's text: one expression of type
+/// `&'static [(&'static str, &'static [u8])]`, whatever the context it is included in.
+fn table_source(objects: &[CodeObject]) -> Result<String, BuildError> {
+    let mut s = String::from(
+        "// Generated by symmem-build: (cpu, code object) per GPU target.\n{\n    \
+         const CODE_OBJECTS: &[(&str, &[u8])] = &[\n",
+    );
+    for o in objects {
+        let path = o.path.to_str().ok_or_else(|| BuildError::Io {
+            path: o.path.clone(),
+            error: std::io::Error::new(std::io::ErrorKind::InvalidData, "path is not UTF-8"),
+        })?;
+        s.push_str(&format!(
+            "        ({:?}, include_bytes!({path:?})),\n",
+            o.target.cpu
+        ));
+    }
+    s.push_str("    ];\n    CODE_OBJECTS\n}\n");
+    Ok(s)
+}
+
+/// The linker scripts and the amdgcn IR library, written to the nested area's `tools`
+/// folder under names carrying a hash of their contents: the names reach the nested
+/// build's flags (`-Clinker=`, `-Clink-arg=`), which cargo fingerprints, so a changed
+/// script or library relinks the kernels (cargo does not look at the contents of a
+/// linker or of a file named in a link argument).
+struct Tools {
+    amdgpu_lld: PathBuf,
+    nvptx_link: PathBuf,
+    /// The assembled IR library, if an amdgcn target is built.
+    amdgpu_ir: Option<PathBuf>,
+}
+
+impl Tools {
+    fn install(dir: &Path, toolchain: &Toolchain, targets: &[Target]) -> Result<Self, BuildError> {
+        create_dir(dir)?;
+        let script = |name: &str, text: &str| -> Result<PathBuf, BuildError> {
+            let path = dir.join(format!("{name}-{:016x}", fnv1a(text.as_bytes())));
+            write_executable(&path, text.as_bytes())?;
+            Ok(path)
+        };
+        let amdgpu_lld = script("amdgpu-lld", AMDGPU_LLD)?;
+        let nvptx_link = script("nvptx-link", NVPTX_LINK)?;
+        let amdgpu_ir = if targets.iter().any(|t| t.family == Family::Amdgpu) {
+            let layout = data_layout_of(&toolchain.rustc, "amdgcn-amd-amdhsa")?;
+            let text = amdgpu_ir::library(&layout);
+            // The toolchain is part of the name: its llvm-as made the bitcode.
+            let hash = fnv1a(format!("{text}\n{}", toolchain.verbose_version).as_bytes());
+            let stem = dir.join(format!("symmem_amdgpu-{hash:016x}"));
+            let bc = stem.with_extension("bc");
+            if !bc.is_file() {
+                let ll = stem.with_extension("ll");
+                write_if_changed(&ll, text.as_bytes())?;
+                let tmp = temp_name(&bc);
+                let mut as_ = Command::new(toolchain.llvm_bin().join("llvm-as"));
+                as_.arg(&ll).arg("-o").arg(&tmp);
+                run(as_, "llvm-as of the amdgpu IR library")?;
+                rename(&tmp, &bc)?;
+            }
+            Some(bc)
+        } else {
+            None
+        };
+        Ok(Self {
+            amdgpu_lld,
+            nvptx_link,
+            amdgpu_ir,
+        })
+    }
+}
+
+/// The generated cdylib package that links a kernel crate (a plain lib) into a code
+/// object: the kernel crate's `#[no_mangle]` entry points, plus a `#[panic_handler]`.
+struct Wrapper {
+    dir: PathBuf,
+    /// The wrapper's library name: the stem of the built files.
+    lib: String,
+    crate_name: String,
+    /// Held while the wrapper is written and built: builds of one kernel crate from
+    /// concurrent build scripts take turns (the second finds everything fresh).
+    _lock: std::fs::File,
+}
+
+impl Wrapper {
+    fn write(
+        wrappers: &Path,
+        kernel_dir: &Path,
+        names: &manifest::Names,
+    ) -> Result<Self, BuildError> {
+        let crate_name = manifest::crate_name(&names.package);
+        // Two kernel crates of one name (two apps' `kernels`) get wrappers of their own.
+        let hash = fnv1a(kernel_dir.as_os_str().as_encoded_bytes()) as u32;
+        let id = format!("{crate_name}-{hash:08x}");
+        let dir = wrappers.join(&id);
+        create_dir(&dir.join("src"))?;
+        let lock_path = wrappers.join(format!("{id}.lock"));
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|error| BuildError::Io {
+                path: lock_path.clone(),
+                error,
+            })?;
+        lock.lock().map_err(|error| BuildError::Io {
+            path: lock_path,
+            error,
+        })?;
+        let package = format!("symmem-gpu-{id}");
+        let lib = package.replace('-', "_");
+        let manifest = format!(
+            "# Generated by symmem-build: links kernel crate `{kernel}` into a GPU code object.\n\
+             [package]\n\
+             name = \"{package}\"\n\
+             version = \"0.0.0\"\n\
+             edition = \"2024\"\n\
+             publish = false\n\
+             \n\
+             [lib]\n\
+             path = \"src/lib.rs\"\n\
+             crate-type = [\"cdylib\"]\n\
+             \n\
+             [dependencies]\n\
+             {kernel_key} = {{ path = {kernel_path} }}\n\
+             \n\
+             [profile.release]\n\
+             panic = \"abort\"\n\
+             opt-level = 3\n\
+             codegen-units = 1\n\
+             debug = false\n\
+             \n\
+             [profile.dev]\n\
+             panic = \"abort\"\n\
+             \n\
+             [workspace]\n",
+            kernel = names.package,
+            kernel_key = toml_string(&names.package),
+            kernel_path = toml_string(&kernel_dir.to_string_lossy()),
+        );
+        let source = format!(
+            "// Generated by symmem-build.\n\
+             #![no_std]\n\
+             \n\
+             // Links the kernel crate: its `#[no_mangle]` entry points are the code object's.\n\
+             extern crate {lib_name};\n\
+             \n\
+             #[panic_handler]\n\
+             fn panic(_: &core::panic::PanicInfo<'_>) -> ! {{\n    loop {{}}\n}}\n",
+            lib_name = names.lib,
+        );
+        write_if_changed(&dir.join("Cargo.toml"), manifest.as_bytes())?;
+        write_if_changed(&dir.join("src/lib.rs"), source.as_bytes())?;
+        seed_lockfile(&dir, kernel_dir)?;
+        Ok(Self {
+            dir,
+            lib,
+            crate_name,
+            _lock: lock,
+        })
     }
 
-    /// Builds every target in [`TARGETS`], returning the code objects in that order.
-    pub fn build_all(&self) -> Result<Vec<CodeObject>, BuildError> {
-        let llvm_bin = llvm_tools_bin(&self.cargo)?;
-        let ir_library = self.amdgpu_ir_library(&llvm_bin)?;
-        TARGETS
-            .iter()
-            .map(|t| self.build(*t, &llvm_bin, &ir_library))
-            .collect()
-    }
-
-    /// Writes and assembles the IR library. Its file name carries a hash of its text:
-    /// the name reaches the nested build's flags (`-Clink-arg=`), which cargo
-    /// fingerprints, so a changed library relinks the kernels (cargo does not look at
-    /// the contents of a file named in a link argument).
-    fn amdgpu_ir_library(&self, llvm_bin: &Path) -> Result<PathBuf, BuildError> {
-        use std::hash::{Hash, Hasher};
-        let dir = self.target_dir.join("device");
-        create_dir(&dir)?;
-        let layout = data_layout(&self.cargo, "amdgcn-amd-amdhsa")?;
-        let text = amdgpu_ir::library(&layout);
-        let mut hasher = std::collections::hash_map::DefaultHasher::new();
-        text.hash(&mut hasher);
-        let stem = format!("symmem_amdgpu-{:016x}", hasher.finish());
-        let ll = dir.join(format!("{stem}.ll"));
-        let bc = dir.join(format!("{stem}.bc"));
-        write_if_changed(&ll, &text)?;
-        let mut as_ = Command::new(llvm_bin.join("llvm-as"));
-        as_.arg(&ll).arg("-o").arg(&bc);
-        run(as_, "llvm-as of the amdgpu IR library")?;
-        Ok(bc)
-    }
-
-    fn build(&self, target: Target, llvm_bin: &Path, ir: &Path) -> Result<CodeObject, BuildError> {
-        let target_dir = self.target_dir.join("device").join(target.cpu);
-        let link = self.workspace.join("device/link");
-        let mut cargo = Command::new(&self.cargo);
+    /// Builds the wrapper for `target`; returns the built code object (in the nested
+    /// target directory; its dep-info file is beside it, extension `.d`).
+    fn build(
+        &self,
+        toolchain: &Toolchain,
+        tools: &Tools,
+        nested: &Path,
+        target: &Target,
+    ) -> Result<PathBuf, BuildError> {
+        let target_dir = nested.join(&target.cpu);
+        let mut cargo = Command::new(&toolchain.cargo);
+        scrub_outer_environment(&mut cargo);
         let mut flags = vec![format!("-Ctarget-cpu={}", target.cpu)];
         match target.family {
-            Family::Amdgpu => flags.extend([
-                "-Clinker-plugin-lto".to_owned(),
-                format!("-Clinker={}", link.join("amdgpu-lld").display()),
-                format!("-Clink-arg={}", ir.display()),
-            ]),
+            Family::Amdgpu => {
+                flags.extend([
+                    "-Clinker-plugin-lto".to_owned(),
+                    format!("-Clinker={}", tools.amdgpu_lld.display()),
+                ]);
+                if let Some(ir) = &tools.amdgpu_ir {
+                    flags.push(format!("-Clink-arg={}", ir.display()));
+                }
+            }
             Family::Nvptx => {
-                flags.push(format!("-Clinker={}", link.join("nvptx-link").display()));
+                flags.push(format!("-Clinker={}", tools.nvptx_link.display()));
                 // rustc's own fat LTO hands nvptx-link one complete bitcode module.
                 // (amdgcn does its LTO in the linker, and must not get this.)
                 cargo.env("CARGO_PROFILE_RELEASE_LTO", "fat");
             }
         }
-        // A build script's environment describes the *outer* build (its target, profile,
-        // flags, wrappers); none of it may leak into the nested one.
-        for (var, _) in std::env::vars_os() {
-            let name = var.to_string_lossy();
-            let outer = (name.starts_with("CARGO_") && name != "CARGO_HOME")
-                || name.starts_with("RUSTC")
-                || [
-                    "RUSTFLAGS",
-                    "RUSTDOCFLAGS",
-                    "TARGET",
-                    "HOST",
-                    "OPT_LEVEL",
-                    "PROFILE",
-                    "DEBUG",
-                    "NUM_JOBS",
-                    "OUT_DIR",
-                ]
-                .contains(&name.as_ref());
-            if outer {
-                cargo.env_remove(&var);
-            }
-        }
         cargo
-            .current_dir(&self.workspace)
+            .current_dir(&self.dir)
+            .env("RUSTC", &toolchain.rustc)
             .env("CARGO_ENCODED_RUSTFLAGS", flags.join("\x1f"))
-            .env("SYMMEM_LLVM_BIN", llvm_bin)
-            .env("SYMMEM_PTX_CPU", target.cpu)
+            .env("SYMMEM_LLVM_BIN", toolchain.llvm_bin())
+            .env("SYMMEM_PTX_CPU", &target.cpu)
             .args([
                 "build",
                 "--release",
@@ -250,32 +742,135 @@ impl Builder {
             ])
             .arg(target.triple())
             .arg("--manifest-path")
-            .arg(self.workspace.join("device/kernels/Cargo.toml"))
+            .arg(self.dir.join("Cargo.toml"))
             .arg("--target-dir")
             .arg(&target_dir);
         run(
             cargo,
-            &format!("building {DEVICE_MODULE} for {}", target.cpu),
+            &format!(
+                "building kernel crate {} for {} (nested cargo in {})",
+                self.crate_name,
+                target.cpu,
+                self.dir.display()
+            ),
         )?;
-        let built_name = match target.family {
-            Family::Amdgpu => format!("{DEVICE_MODULE}.elf"),
-            Family::Nvptx => format!("{DEVICE_MODULE}.ptx"),
+        let file = match target.family {
+            Family::Amdgpu => format!("{}.elf", self.lib),
+            Family::Nvptx => format!("{}.ptx", self.lib),
         };
-        let built = target_dir
-            .join(target.triple())
-            .join("release")
-            .join(built_name);
-        let dir = self.code_object_dir();
-        create_dir(&dir)?;
-        let path = dir.join(target.file_name(DEVICE_MODULE));
-        std::fs::copy(&built, &path).map_err(|error| BuildError::Io { path: built, error })?;
-        Ok(CodeObject { target, path })
+        Ok(target_dir.join(target.triple()).join("release").join(file))
     }
 }
 
-/// The LLVM data layout rustc uses for `triple`, read from its target spec.
+/// Starts the wrapper's `Cargo.lock` from the lock file of the kernel crate's workspace
+/// (the nearest `Cargo.lock` above it), so the kernel crate's dependencies get the
+/// versions the application already uses and resolve without a registry update. Done
+/// again only when that lock file changes (its last copy is kept as `Cargo.lock.seed`);
+/// cargo prunes what the wrapper does not use.
+fn seed_lockfile(wrapper: &Path, kernel_dir: &Path) -> Result<(), BuildError> {
+    let Some(source) = kernel_dir
+        .ancestors()
+        .map(|dir| dir.join("Cargo.lock"))
+        .find(|l| l.is_file())
+    else {
+        return Ok(());
+    };
+    let Ok(text) = std::fs::read(&source) else {
+        return Ok(());
+    };
+    let seed = wrapper.join("Cargo.lock.seed");
+    if std::fs::read(&seed).is_ok_and(|old| old == text) {
+        return Ok(());
+    }
+    write_if_changed(&wrapper.join("Cargo.lock"), &text)?;
+    write_if_changed(&seed, &text)
+}
+
+/// Removes from `cmd`'s environment what describes the *outer* build (its target,
+/// profile, flags, wrappers, features), which must not leak into the nested one.
+fn scrub_outer_environment(cmd: &mut Command) {
+    for (var, _) in std::env::vars_os() {
+        if let Some(name) = var.to_str()
+            && is_outer_build_variable(name)
+        {
+            cmd.env_remove(&var);
+        }
+    }
+}
+
+/// Whether environment variable `name` describes the outer build. Kept: `CARGO_HOME`,
+/// cargo's network and registry settings, `RUSTUP_*` (so the nested cargo runs the
+/// same toolchain) and everything else.
+fn is_outer_build_variable(name: &str) -> bool {
+    const KEEP: [&str; 5] = [
+        "CARGO_HOME",
+        "CARGO_NET_",
+        "CARGO_HTTP_",
+        "CARGO_REGISTRIES_",
+        "CARGO_REGISTRY_",
+    ];
+    const OUTER: [&str; 10] = [
+        "RUSTFLAGS",
+        "RUSTDOCFLAGS",
+        "TARGET",
+        "HOST",
+        "OPT_LEVEL",
+        "PROFILE",
+        "DEBUG",
+        "NUM_JOBS",
+        "OUT_DIR",
+        "CARGO",
+    ];
+    if name.starts_with("CARGO_") {
+        return !KEEP.iter().any(|k| name.starts_with(k));
+    }
+    name.starts_with("RUSTC") || name.starts_with("__CARGO") || OUTER.contains(&name)
+}
+
+/// `CARGO_HOME`, or its default `~/.cargo`.
+fn cargo_home() -> PathBuf {
+    std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))
+        .unwrap_or_else(|| PathBuf::from(".cargo"))
+}
+
+/// Prints `cargo:<line>` for the calling build script's cargo.
+fn cargo_line(line: &str) {
+    // A closed stdout only loses the hint; the build itself goes on.
+    let _ = writeln!(std::io::stdout(), "cargo:{line}");
+}
+
+/// `s` as a TOML basic string.
+fn toml_string(s: &str) -> String {
+    let mut out = String::from('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if c.is_control() => out.push_str(&format!("\\u{:04X}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// 64-bit FNV-1a: a stable hash for file names (the same on every toolchain).
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// The LLVM data layout rustc uses for `triple`, read from the target spec of the
+/// `rustc` beside `cargo`.
 pub fn data_layout(cargo: &Path, triple: &str) -> Result<String, BuildError> {
-    let mut cmd = Command::new(rustc_beside(cargo));
+    data_layout_of(&rustc_beside(cargo), triple)
+}
+
+fn data_layout_of(rustc: &Path, triple: &str) -> Result<String, BuildError> {
+    let mut cmd = Command::new(rustc);
     cmd.args([
         "-Zunstable-options",
         "--print",
@@ -294,16 +889,7 @@ pub fn data_layout(cargo: &Path, triple: &str) -> Result<String, BuildError> {
         })
 }
 
-fn rustc_beside(cargo: &Path) -> PathBuf {
-    let rustc = cargo.with_file_name("rustc");
-    if rustc.exists() {
-        rustc
-    } else {
-        PathBuf::from("rustc")
-    }
-}
-
-/// llvm-tools' bin folder of the toolchain `cargo` belongs to.
+/// llvm-tools' bin folder of the toolchain `cargo` belongs to (the `rustc` beside it).
 pub fn llvm_tools_bin(cargo: &Path) -> Result<PathBuf, BuildError> {
     let rustc = rustc_beside(cargo);
     let mut cmd = Command::new(&rustc);
@@ -312,13 +898,12 @@ pub fn llvm_tools_bin(cargo: &Path) -> Result<PathBuf, BuildError> {
     let mut cmd = Command::new(&rustc);
     cmd.args(["--print", "host-tuple"]);
     let host = run(cmd, "rustc --print host-tuple")?;
-    Ok(PathBuf::from(sysroot.trim())
-        .join("lib/rustlib")
-        .join(host.trim())
-        .join("bin"))
+    Ok(toolchain::llvm_bin(Path::new(sysroot.trim()), host.trim()))
 }
 
-fn run(mut cmd: Command, what: &str) -> Result<String, BuildError> {
+/// Runs `cmd`; its standard output, or [`BuildError::Failed`] with its standard error
+/// (then standard output) if it fails.
+pub(crate) fn run(mut cmd: Command, what: &str) -> Result<String, BuildError> {
     let program = format!("{:?}", cmd.get_program());
     let out = cmd
         .output()
@@ -341,12 +926,309 @@ fn create_dir(dir: &Path) -> Result<(), BuildError> {
     })
 }
 
-fn write_if_changed(path: &Path, text: &str) -> Result<(), BuildError> {
-    if std::fs::read_to_string(path).is_ok_and(|old| old == text) {
-        return Ok(());
-    }
-    std::fs::write(path, text).map_err(|error| BuildError::Io {
-        path: path.to_owned(),
+/// A name beside `path` no other process uses.
+fn temp_name(path: &Path) -> PathBuf {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    let mut name = path.file_name().unwrap_or_default().to_owned();
+    name.push(format!(".tmp-{}-{n}", std::process::id()));
+    path.with_file_name(name)
+}
+
+fn rename(from: &Path, to: &Path) -> Result<(), BuildError> {
+    std::fs::rename(from, to).map_err(|error| BuildError::Io {
+        path: to.to_owned(),
         error,
     })
+}
+
+/// Writes `bytes` to `path` unless it already holds them (keeping its mtime), through a
+/// temporary file and a rename, so a concurrent reader sees the old or the new file,
+/// never a part.
+fn write_if_changed(path: &Path, bytes: &[u8]) -> Result<(), BuildError> {
+    write_file(path, bytes, 0o644)
+}
+
+/// [`write_if_changed`] for a script to run: mode 0755 on Unix.
+fn write_executable(path: &Path, bytes: &[u8]) -> Result<(), BuildError> {
+    write_file(path, bytes, 0o755)
+}
+
+fn write_file(path: &Path, bytes: &[u8], mode: u32) -> Result<(), BuildError> {
+    if std::fs::read(path).is_ok_and(|old| old == bytes) {
+        return Ok(());
+    }
+    let tmp = temp_name(path);
+    let io = |error| BuildError::Io {
+        path: tmp.clone(),
+        error,
+    };
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, mode);
+    let mut file = options.open(&tmp).map_err(io)?;
+    file.write_all(bytes).map_err(io)?;
+    drop(file);
+    rename(&tmp, path)
+}
+
+fn copy(from: &Path, to: &Path) -> Result<(), BuildError> {
+    std::fs::copy(from, to)
+        .map(drop)
+        .map_err(|error| BuildError::Io {
+            path: from.to_owned(),
+            error,
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn target_names() {
+        let t = Target::new("gfx942").unwrap();
+        assert_eq!(
+            (t.family, t.triple(), t.extension()),
+            (Family::Amdgpu, "amdgcn-amd-amdhsa", "hsaco")
+        );
+        assert_eq!(t.file_name("my_kernels"), "my_kernels-gfx942.hsaco");
+        let t: Target = "sm_90a".parse().unwrap();
+        assert_eq!(
+            (t.family, t.triple(), t.extension()),
+            (Family::Nvptx, "nvptx64-nvidia-cuda", "ptx")
+        );
+        assert_eq!(t.to_string(), "sm_90a");
+        assert_eq!(Target::new(" gfx950 ").unwrap().cpu, "gfx950");
+        for bad in [
+            "",
+            "gfx",
+            "sm_",
+            "sm90",
+            "x86-64",
+            "gfx9 42",
+            "sm_90/../x",
+            "compute_90",
+        ] {
+            let e = Target::new(bad).unwrap_err();
+            assert!(
+                matches!(&e, BuildError::UnknownTarget { name } if name == bad.trim()),
+                "{bad}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn unknown_target_fails_the_build_before_anything_runs() {
+        let e = KernelCrate::new("/nonexistent")
+            .targets(["gfx942", "tpu_v5"])
+            .build_in("/nonexistent/out");
+        if std::env::var_os(TARGETS_ENV).is_none() {
+            assert!(matches!(e, Err(BuildError::UnknownTarget { name }) if name == "tpu_v5"));
+        }
+    }
+
+    #[test]
+    fn targets_env_list() {
+        assert_eq!(split_targets("gfx942, sm_90,,"), ["gfx942", "sm_90"]);
+        assert!(split_targets("").is_empty());
+        assert!(split_targets(" , ").is_empty());
+    }
+
+    #[test]
+    // `&[...]` is the form build scripts write.
+    #[allow(clippy::needless_borrows_for_generic_args)]
+    fn defaults() {
+        let k = KernelCrate::new("kernels");
+        assert_eq!(k.targets, DEFAULT_TARGETS);
+        let k = k.targets(&["gfx942", "sm_90"]);
+        assert_eq!(k.targets, ["gfx942", "sm_90"]);
+        let k = k.targets(vec![String::from("gfx950")]);
+        assert_eq!(k.targets, ["gfx950"]);
+    }
+
+    #[test]
+    fn missing_kernel_crate_is_named() {
+        let dir = std::env::temp_dir().join(format!("symmem-build-missing-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // A folder without a Cargo.toml, then no folder at all.
+        for path in [dir.clone(), dir.join("nope")] {
+            let e = KernelCrate::new(&path)
+                .targets(["sm_90"])
+                .build_in(dir.join("out"));
+            match e {
+                Err(BuildError::KernelCrateNotFound { path: p }) => assert_eq!(p, path),
+                other => panic!("{other:?}"),
+            }
+        }
+        std::fs::write(dir.join("Cargo.toml"), "[workspace]\n").unwrap();
+        let e = KernelCrate::new(&dir)
+            .targets(["sm_90"])
+            .build_in(dir.join("out"))
+            .unwrap_err();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(matches!(e, BuildError::NotAPackage { .. }), "{e}");
+        assert!(e.to_string().contains("has no [package] name"), "{e}");
+    }
+
+    #[test]
+    fn build_outside_a_build_script() {
+        if std::env::var_os("OUT_DIR").is_none() {
+            let e = KernelCrate::new("kernels").build().unwrap_err();
+            assert!(matches!(e, BuildError::NotInBuildScript));
+            assert!(e.to_string().contains("build script"), "{e}");
+        }
+    }
+
+    #[test]
+    fn debug_is_display() {
+        let e = BuildError::Failed {
+            what: "building x for sm_90".into(),
+            stderr: "error: expected one of `!` or `::`\n --> src/lib.rs:3:1\n  |\n".into(),
+        };
+        assert_eq!(format!("{e:?}"), format!("{e}"));
+        assert!(format!("{e:?}").contains("\n --> src/lib.rs:3:1\n"));
+    }
+
+    #[test]
+    fn nested_dir_from_out_dir() {
+        let cases = [
+            (
+                "/p/target/debug/build/app-0123abcd/out",
+                "/p/target/symmem-device",
+            ),
+            (
+                "/p/target/debug/build/app/0123abcd/out",
+                "/p/target/symmem-device",
+            ),
+            (
+                "/p/target/release/build/build/0123abcd/out",
+                "/p/target/symmem-device",
+            ),
+            (
+                "/p/target/release/build/build-0123/out",
+                "/p/target/symmem-device",
+            ),
+            (
+                "/p/target/x86_64-unknown-linux-gnu/release/build/app-01/out",
+                "/p/target/x86_64-unknown-linux-gnu/symmem-device",
+            ),
+            ("/tmp/somewhere", "/tmp/somewhere/symmem-device"),
+            ("/build/x/out", "/build/x/out/symmem-device"),
+        ];
+        for (out, nested) in cases {
+            assert_eq!(nested_dir_for(Path::new(out)), Path::new(nested), "{out}");
+        }
+    }
+
+    #[test]
+    fn table_is_one_typed_expression() {
+        let objects = [
+            CodeObject {
+                target: Target::new("gfx942").unwrap(),
+                path: "/o/k-gfx942.hsaco".into(),
+            },
+            CodeObject {
+                target: Target::new("sm_90").unwrap(),
+                path: "/o/a \"quoted\" dir/k-sm_90.ptx".into(),
+            },
+        ];
+        let text = table_source(&objects).unwrap();
+        assert!(
+            text.contains("(\"gfx942\", include_bytes!(\"/o/k-gfx942.hsaco\")),"),
+            "{text}"
+        );
+        assert!(
+            text.contains("(\"sm_90\", include_bytes!(\"/o/a \\\"quoted\\\" dir/k-sm_90.ptx\")),"),
+            "{text}"
+        );
+        assert!(table_source(&[]).unwrap().contains("&[\n    ];"));
+    }
+
+    #[test]
+    fn outer_environment_is_scrubbed() {
+        for outer in [
+            "CARGO",
+            "CARGO_MANIFEST_DIR",
+            "CARGO_PKG_NAME",
+            "CARGO_CFG_TARGET_ARCH",
+            "CARGO_FEATURE_STD",
+            "CARGO_ENCODED_RUSTFLAGS",
+            "CARGO_TARGET_DIR",
+            "CARGO_BUILD_TARGET",
+            "CARGO_PROFILE_RELEASE_LTO",
+            "CARGO_MAKEFLAGS",
+            "RUSTC",
+            "RUSTC_WRAPPER",
+            "RUSTC_WORKSPACE_WRAPPER",
+            "RUSTFLAGS",
+            "TARGET",
+            "HOST",
+            "PROFILE",
+            "OPT_LEVEL",
+            "DEBUG",
+            "NUM_JOBS",
+            "OUT_DIR",
+            "__CARGO_DEFAULT_LIB_METADATA",
+        ] {
+            assert!(is_outer_build_variable(outer), "{outer}");
+        }
+        for kept in [
+            "CARGO_HOME",
+            "CARGO_NET_OFFLINE",
+            "CARGO_HTTP_PROXY",
+            "CARGO_REGISTRIES_CRATES_IO_PROTOCOL",
+            "RUSTUP_TOOLCHAIN",
+            "RUSTUP_HOME",
+            "PATH",
+            "HOME",
+            "SYMMEM_GPU_TARGETS",
+        ] {
+            assert!(!is_outer_build_variable(kept), "{kept}");
+        }
+    }
+
+    #[test]
+    fn toml_strings_and_hashes() {
+        assert_eq!(toml_string("/a b/\"c\"\\d"), "\"/a b/\\\"c\\\"\\\\d\"");
+        assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
+    }
+
+    #[test]
+    fn writes_are_whole_and_skipped_when_unchanged() {
+        let dir = std::env::temp_dir().join(format!("symmem-build-write-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("script");
+        write_executable(&file, b"#!/bin/sh\n").unwrap();
+        let before = std::fs::metadata(&file).unwrap().modified().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        write_executable(&file, b"#!/bin/sh\n").unwrap();
+        assert_eq!(
+            std::fs::metadata(&file).unwrap().modified().unwrap(),
+            before
+        );
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+            assert_eq!(mode & 0o111, 0o111, "{mode:o}");
+        }
+        let leftovers = std::fs::read_dir(&dir).unwrap().count();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(leftovers, 1);
+    }
+
+    #[test]
+    fn manifests_of_sources() {
+        let dir =
+            std::env::temp_dir().join(format!("symmem-build-manifests-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("k/src/m")).unwrap();
+        std::fs::write(dir.join("k/Cargo.toml"), "").unwrap();
+        let found = package_manifests(&[dir.join("k/src/lib.rs"), dir.join("k/src/m/x.rs")]);
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(found, [dir.join("k/Cargo.toml")]);
+    }
 }

@@ -1,0 +1,193 @@
+//! Builds a scratch kernel crate (a plain `no_std` lib with a path dependency) for one
+//! AMD and one NVIDIA target, as an application's build script would, and checks the
+//! code objects, the table, the exported entry points and the reported sources; then a
+//! kernel crate that does not compile.
+//!
+//! The nested builds go to this workspace's `<target>/symmem-device`, the area the
+//! workspace's own build scripts use, so `core` is built there once for all of them.
+
+use std::path::{Path, PathBuf};
+
+use symmem_build::{BuildError, Family, KernelCrate};
+
+/// `<target>/tmp/symmem-build-test/<name>`, emptied.
+fn scratch(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("symmem-build-test")
+        .join(name);
+    let _ = std::fs::remove_dir_all(dir.join("out"));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The workspace's nested area: `<target>/symmem-device`.
+fn nested_dir() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .expect("CARGO_TARGET_TMPDIR is <target>/tmp")
+        .join("symmem-device")
+}
+
+/// Writes `text` to `path` unless it already holds it (an unchanged file keeps its
+/// mtime, so a rerun of the test finds the nested build fresh).
+fn put(path: &Path, text: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    if std::fs::read_to_string(path).ok().as_deref() != Some(text) {
+        std::fs::write(path, text).unwrap();
+    }
+}
+
+/// A kernel crate `name` at `<dir>/kernels` with `body` as the kernel's statements,
+/// depending on `<dir>/helper`.
+fn kernel_crate(dir: &Path, name: &str, body: &str) -> PathBuf {
+    put(
+        &dir.join("helper/Cargo.toml"),
+        "[package]\nname = \"helper\"\nversion = \"0.1.0\"\nedition = \"2024\"\n",
+    );
+    put(
+        &dir.join("helper/src/lib.rs"),
+        "#![no_std]\n#[inline]\npub fn twice(v: f32) -> f32 {\n    v * 2.0\n}\n",
+    );
+    put(
+        &dir.join("kernels/Cargo.toml"),
+        &format!(
+            "[package]\nname = \"{name}\"\nversion = \"0.1.0\"\nedition = \"2024\"\n\n\
+             [dependencies]\nhelper = {{ path = \"../helper\" }}\n"
+        ),
+    );
+    put(
+        &dir.join("kernels/src/lib.rs"),
+        &format!(
+            "#![no_std]\n\
+             #![cfg_attr(any(target_arch = \"amdgpu\", target_arch = \"nvptx64\"), feature(abi_gpu_kernel))]\n\
+             \n\
+             /// Doubles `x[0..n]`.\n\
+             #[cfg(any(target_arch = \"amdgpu\", target_arch = \"nvptx64\"))]\n\
+             #[unsafe(no_mangle)]\n\
+             pub unsafe extern \"gpu-kernel\" fn scale(x: *mut f32, n: u32) {{\n\
+             {body}\n\
+             }}\n"
+        ),
+    );
+    dir.join("kernels")
+}
+
+/// The standard output of llvm-tools' `tool args file`.
+fn llvm(tool: &str, args: &[&str], file: &Path) -> String {
+    let cargo = std::env::var_os("CARGO").map_or_else(|| "cargo".into(), PathBuf::from);
+    let bin = symmem_build::llvm_tools_bin(&cargo).unwrap();
+    let out = std::process::Command::new(bin.join(tool))
+        .args(args)
+        .arg(file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{tool}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn builds_a_kernel_crate_and_reports_its_errors() {
+    if std::env::var_os(symmem_build::TARGETS_ENV).is_some() {
+        println!("skipped: {} is set", symmem_build::TARGETS_ENV);
+        return;
+    }
+    let dir = scratch("ok");
+    let kernels = kernel_crate(
+        &dir,
+        "scratch-kernels",
+        "    for i in 0..n as usize {\n        unsafe { *x.add(i) = helper::twice(*x.add(i)) }\n    }",
+    );
+    let built = KernelCrate::new(&kernels)
+        .targets(["gfx942", "sm_90"])
+        .nested_dir(nested_dir())
+        .build_in(dir.join("out"))
+        .unwrap();
+    assert_eq!(built.crate_name, "scratch_kernels");
+    let out = dir.join("out/symmem-kernels");
+    assert_eq!(built.table, out.join("scratch_kernels.rs"));
+    let names: Vec<_> = built.objects.iter().map(|o| o.path.clone()).collect();
+    assert_eq!(
+        names,
+        [
+            out.join("scratch_kernels-gfx942.hsaco"),
+            out.join("scratch_kernels-sm_90.ptx")
+        ]
+    );
+
+    // The lib's `#[no_mangle]` kernel is an entry point of each code object.
+    for object in &built.objects {
+        match object.target.family {
+            Family::Amdgpu => {
+                let symbols = llvm("llvm-readobj", &["--dyn-symbols"], &object.path);
+                assert!(symbols.contains("Name: scale.kd ("), "{symbols}");
+                let notes = llvm("llvm-readobj", &["--notes"], &object.path);
+                assert!(notes.contains("amdhsa.kernels"), "{notes}");
+                assert!(notes.contains(".symbol:         scale.kd"), "{notes}");
+                assert!(
+                    notes
+                        .lines()
+                        .any(|l| l.starts_with("amdhsa.target:") && l.ends_with("gfx942")),
+                    "{notes}"
+                );
+            }
+            Family::Nvptx => {
+                let ptx = std::fs::read_to_string(&object.path).unwrap();
+                assert!(ptx.contains(".visible .entry scale("), "{ptx}");
+                assert!(ptx.contains(".target sm_90"), "{ptx}");
+            }
+        }
+    }
+
+    let table = std::fs::read_to_string(&built.table).unwrap();
+    for object in &built.objects {
+        let entry = format!(
+            "({:?}, include_bytes!({:?}))",
+            object.target.cpu,
+            object.path.to_str().unwrap()
+        );
+        assert!(table.contains(&entry), "{table}");
+    }
+
+    // The kernel crate's and its path dependency's sources; nothing of core's.
+    let canonical = dir.canonicalize().unwrap();
+    for expected in [
+        "kernels/Cargo.toml",
+        "kernels/src",
+        "kernels/src/lib.rs",
+        "helper/src/lib.rs",
+        "helper/Cargo.toml",
+    ] {
+        assert!(
+            built.sources.contains(&canonical.join(expected)),
+            "{expected} not in {:?}",
+            built.sources
+        );
+    }
+    assert!(
+        built
+            .sources
+            .iter()
+            .all(|s| s.starts_with(&canonical) && !s.to_string_lossy().contains("wrappers")),
+        "{:?}",
+        built.sources
+    );
+
+    // A type error the host build never sees (the kernel is GPU-only) comes back with
+    // rustc's own message.
+    let dir = scratch("broken");
+    let kernels = kernel_crate(&dir, "broken-kernels", "    let _x: u32 = 1.0;");
+    let e = KernelCrate::new(&kernels)
+        .targets(["sm_90"])
+        .nested_dir(nested_dir())
+        .build_in(dir.join("out"))
+        .unwrap_err();
+    assert!(matches!(e, BuildError::Failed { .. }), "{e}");
+    let text = format!("{e:?}");
+    assert_eq!(text, e.to_string());
+    assert!(text.contains("error[E0308]: mismatched types"), "{text}");
+    assert!(text.contains("kernels/src/lib.rs:8:"), "{text}");
+}
