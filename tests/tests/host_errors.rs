@@ -1080,6 +1080,8 @@ fn foreign_handles(mine: &W, theirs: &W) -> symmem::Result<()> {
     assert_eq!(mine.read(&dst)?, vec![0; 64]);
     assert_eq!(theirs.read(&foreign_sym)?, vec![0; 64]);
     assert_eq!(theirs.read(&foreign)?, vec![9; 64]);
+    // Every rank has read before any rank writes into a peer's copy.
+    mine.barrier()?;
     // The same launches with this world's own handles go through.
     kernels.launch(
         symmem_kernels::symmem_put,
@@ -1238,6 +1240,8 @@ fn a_fresh_table_is_not_agreed_before_a_barrier() {
             vec![0; 128],
             "the refused put wrote nothing"
         );
+        // Every rank has read before any rank writes into a peer's copy.
+        world.barrier()?;
         put()?;
         world.barrier()?;
         assert_eq!(
@@ -1272,6 +1276,8 @@ fn views_of_different_lengths_are_refused() {
         world.barrier()?;
         assert_eq!(world.read(&buffer)?, vec![0; 16], "nothing moved");
         assert_eq!(world.read(&source)?, vec![rank as u32 + 1; 16]);
+        // Every rank has read before any rank writes into a peer's copy.
+        world.barrier()?;
         world.put(&buffer, &source, 1 - rank)?;
         world.barrier()?;
         assert_eq!(world.read(&buffer)?, vec![2 - rank as u32; 16]);
