@@ -132,18 +132,31 @@ impl Gate {
     }
 }
 
+/// The most threads one launch may have on the CPU backend. Every thread of a launch is
+/// an OS thread; far more than this exhausts memory before the OS refuses a thread (and
+/// a thread that cannot set up its stack aborts the process), so larger grids are
+/// refused up front. GPU launch shapes (thousands of blocks) belong to GPU backends: a
+/// grid-stride kernel runs with any shape, see [`crate::backend::Backend::grid_for_bytes`].
+pub const MAX_THREADS: u64 = 1024;
+
 /// Runs `body` once for every thread of `grid`, each on its own OS thread, and returns
 /// when all have finished. A panic in any thread is re-raised here (after every thread
 /// has left; the first panic's payload).
 ///
-/// Errors: `Unsupported` for a grid with zero blocks or threads; `Os` when the OS
-/// refuses to start a thread, in which case no thread has run the body.
+/// Errors: `Unsupported` for a grid with zero blocks or threads, or more than
+/// [`MAX_THREADS`] threads; `Os` when the OS refuses to start a thread, in which case no
+/// thread has run the body.
 pub fn launch<F>(grid: Grid, body: F) -> Result<()>
 where
     F: Fn(&HostThread<'_>) + Sync,
 {
     if grid.blocks == 0 || grid.threads == 0 {
         return Err(Error::Unsupported("an empty launch shape"));
+    }
+    if u64::from(grid.blocks) * u64::from(grid.threads) > MAX_THREADS {
+        return Err(Error::Unsupported(
+            "a CPU-backend launch of more than cpu_launch::MAX_THREADS threads",
+        ));
     }
     let barriers: Vec<BreakableBarrier> = (0..grid.blocks)
         .map(|_| BreakableBarrier::new(grid.threads))

@@ -33,6 +33,8 @@ mod provider;
 mod world;
 
 pub use backend::Grid;
+/// The bound on every element type of device memory (plain old data).
+pub use bytemuck::Pod;
 pub use error::{Error, Result};
 pub use launch::{CodeObjects, KernelArg, KernelArgs, Lowering, Module};
 pub use memory::{AsDeviceSlice, AsSymSlice, DeviceBuffer, DeviceSlice, SymSlice};

@@ -104,6 +104,11 @@ impl<'w, T: bytemuck::Pod, B: Backend> Rendezvous<'w, T, B> {
         self.table.len == 0
     }
 
+    /// The device-resident peer table of the shared allocations.
+    pub fn peer_bases(&self) -> &PeerBases {
+        &self.table.table
+    }
+
     /// Elements `range` of the shared allocation, on every rank.
     pub fn slice(&self, range: impl std::ops::RangeBounds<usize>) -> Result<SymSlice<'_, T, B>> {
         self.as_sym_slice().slice(range)
@@ -157,7 +162,12 @@ impl<'w, T, B: Backend> ExternalTable<'w, T, B> {
     /// elements of `T` (the own entry of this rank's device), aligned for `T`, that stays
     /// allocated while this value lives and until a barrier after it is dropped; kernels
     /// write through these addresses.
-    pub unsafe fn new(world: &'w World<B>, local: u64, len: usize, entries: &[u64]) -> Result<Self> {
+    pub unsafe fn new(
+        world: &'w World<B>,
+        local: u64,
+        len: usize,
+        entries: &[u64],
+    ) -> Result<Self> {
         let id = world.create_object(Record::ExternalTable);
         let bytes = len.saturating_mul(size_of::<T>());
         world.agree_on(&[bytes as u64], check_table(world, local, bytes, entries))?;
@@ -189,6 +199,11 @@ impl<'w, T, B: Backend> ExternalTable<'w, T, B> {
             held,
             _t: PhantomData,
         })
+    }
+
+    /// The uploaded device-resident peer table.
+    pub fn peer_bases(&self) -> &PeerBases {
+        &self.table
     }
 
     /// Elements on every rank.

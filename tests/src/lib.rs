@@ -1,5 +1,6 @@
-//! What the integration tests share: ranks as processes of the test binary, and
-//! llvm-tools run on embedded code objects ([`llvm`]).
+//! What the integration tests share: ranks as processes of the test binary, llvm-tools
+//! run on embedded code objects ([`llvm`]), and every kernel crate's code objects
+//! ([`objects`]).
 //!
 //! A test re-executes its own binary (`--exact <test> --nocapture`) through
 //! `symmem::bootstrap::unix::spawn`, with [`CHILD`] saying what the child does; the
@@ -7,6 +8,8 @@
 //! [`exit_child`]. The parent collects every child's output and exit with a deadline
 //! ([`spawn_ranks`]), killing leftovers, so a hung rank fails the test instead of
 //! hanging it.
+
+pub mod objects;
 
 /// Spawning ranks as child processes, collecting their outcomes, ending a child.
 pub mod processes {
@@ -195,7 +198,7 @@ pub mod llvm {
     /// The path of llvm-tools' `name` (`llvm-objdump`, `llvm-readobj`).
     pub fn tool(name: &str) -> PathBuf {
         let cargo = std::env::var_os("CARGO").map_or_else(|| PathBuf::from("cargo"), PathBuf::from);
-        symmem_device_build::llvm_tools_bin(&cargo)
+        symmem_build::llvm_tools_bin(&cargo)
             .expect("llvm-tools are installed (rustup component llvm-tools)")
             .join(name)
     }

@@ -1,109 +1,133 @@
-//! Reads the built code objects and checks the instructions the design depends on:
-//! translated stores stay 16-byte vector stores in the global address space
-//! (`global_store_dwordx4`, never `flat_store`, on gfx942/gfx950; `st.global.v4` on
-//! sm_90), and every kernel is exported. A missing code object fails the test.
+//! Reads the embedded code objects (symmem's own and every example's,
+//! `symmem_tests::objects::all`) and checks what the design depends on: every kernel a
+//! crate declares with `#[kernel]` is exported on every target, and translated stores
+//! stay 16-byte vector stores in the global address space (`global_store_dwordx4`, never
+//! `flat_store`, on gfx942/gfx950; `st.global.v4` on sm_90) — in symmem's put, get and
+//! copy, and in the examples' own translation (`peer_put_kernels::ring_put`, which
+//! computes `p - bases[cur] + bases[to]` itself). A missing object, tool or kernel fails.
 
-use std::path::PathBuf;
-use std::process::Command;
-use symmem::code_objects;
-use symmem_device_build::{DEVICE_MODULE, Family, TARGETS};
+use symmem_tests::{llvm, objects};
 
-const KERNELS: [&str; 3] = ["symmem_put", "symmem_get", "symmem_copy"];
+const GPU_TARGETS: [&str; 3] = ["gfx942", "gfx950", "sm_90"];
 
-fn llvm_bin() -> PathBuf {
-    symmem_device_build::llvm_tools_bin(std::path::Path::new(env!("CARGO"))).expect("llvm-tools")
-}
-
-/// The code object's file in `target/code-objects`, where the build leaves it.
-fn object_path(cpu: &str, ext: &str) -> PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(
-        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"),
-        PathBuf::from,
+/// The instructions of function `name` in an AMD code object, comments cut (by symbol:
+/// the linker may fold identical kernels under one address).
+fn amd_function(bytes: &[u8], cpu: &str, name: &str) -> Vec<String> {
+    let (mcpu, symbol) = (
+        format!("--mcpu={cpu}"),
+        format!("--disassemble-symbols={name}"),
     );
-    target
-        .join("code-objects")
-        .join(format!("{DEVICE_MODULE}-{cpu}.{ext}"))
-}
-
-/// llvm-objdump's disassembly of one kernel: the lines from its label to the next label.
-fn amd_function(cpu: &str, kernel: &str) -> Vec<String> {
-    let path = object_path(cpu, "hsaco");
-    assert!(path.exists(), "missing code object {}", path.display());
-    let out = Command::new(llvm_bin().join("llvm-objdump"))
-        .args(["-d", &format!("--mcpu={cpu}")])
-        .arg(&path)
-        .output()
-        .expect("llvm-objdump runs");
+    let text = llvm::run_on("llvm-objdump", &["-d", &mcpu, &symbol], bytes);
+    let header = format!("<{name}>:");
+    let mut lines = text.lines().skip_while(|l| !l.ends_with(&header));
     assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        lines.next().is_some(),
+        "{name} is not in the {cpu} code object"
     );
-    let text = String::from_utf8(out.stdout).expect("utf-8");
-    let label = format!("<{kernel}>:");
-    let body: Vec<String> = text
-        .lines()
-        .skip_while(|l| !l.ends_with(&label))
-        .skip(1)
-        .take_while(|l| !l.ends_with(">:"))
-        .map(|l| l.split("//").next().unwrap_or(l).trim().to_owned())
-        .collect();
-    assert!(!body.is_empty(), "{kernel} not found in {}", path.display());
-    body
+    lines
+        .take_while(|l| !l.trim().is_empty())
+        .map(|l| l.split("//").next().unwrap_or("").trim().to_owned())
+        .filter(|l| !l.is_empty())
+        .collect()
 }
 
-/// The PTX of one `.entry`, up to the next entry.
-fn ptx_entry(cpu: &str, kernel: &str) -> Vec<String> {
-    let path = object_path(cpu, "ptx");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let head = format!(".visible .entry {kernel}(");
-    let body: Vec<String> = text
-        .lines()
-        .skip_while(|l| !l.starts_with(&head))
-        .take_while(|l| l.starts_with(&head) || !l.starts_with(".visible .entry"))
-        .map(|l| l.trim().to_owned())
-        .collect();
+/// The body of PTX entry `name`, one trimmed line each.
+fn ptx_entry(ptx: &[u8], name: &str) -> Vec<String> {
+    let text = std::str::from_utf8(ptx).expect("PTX is text");
+    let header = format!(".visible .entry {name}(");
+    let mut lines = text.lines().skip_while(|l| !l.starts_with(&header));
     assert!(
-        !body.is_empty(),
-        "{kernel} is not a visible entry of {}",
-        path.display()
+        lines.next().is_some(),
+        "{name} is not a visible entry of the PTX"
     );
-    body
+    lines
+        .take_while(|l| !l.starts_with(".visible .entry"))
+        .map(|l| l.split("//").next().unwrap_or("").trim().to_owned())
+        .filter(|l| !l.is_empty())
+        .collect()
+}
+
+/// The kernels crate `crate_name` declares (what `#[kernel]` recorded in this program).
+fn declared(crate_name: &str) -> Vec<&'static str> {
+    let names: Vec<_> = symmem_device::declarations()
+        .filter(|d| d.crate_name == crate_name)
+        .map(|d| d.name)
+        .collect();
+    assert!(!names.is_empty(), "{crate_name} declares no kernel");
+    names
 }
 
 #[test]
-fn every_target_has_a_code_object_on_disk_and_embedded() {
-    for target in TARGETS {
-        let path = object_path(target.cpu, target.extension());
-        let on_disk = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        let embedded = code_objects::find(DEVICE_MODULE, target.cpu).expect("embedded");
-        assert_eq!(
-            embedded.bytes,
-            &on_disk[..],
-            "{} differs from the embedded copy",
-            target.cpu
-        );
-        match target.family {
-            Family::Amdgpu => assert_eq!(&on_disk[..4], b"\x7fELF", "{} is not ELF", target.cpu),
-            Family::Nvptx => assert!(String::from_utf8_lossy(&on_disk).contains(".target sm_90")),
+fn every_crate_has_an_object_per_target_exporting_every_declared_kernel() {
+    let mut crates = 0;
+    for objects in objects::all() {
+        crates += 1;
+        let kernels = declared(objects.crate_name());
+        for cpu in GPU_TARGETS {
+            let bytes = objects
+                .find(cpu)
+                .unwrap_or_else(|| panic!("{}: no {cpu} object", objects.crate_name()));
+            if cpu.starts_with("gfx") {
+                assert_eq!(&bytes[..4], b"\x7fELF", "{cpu} is not ELF");
+                let symbols = llvm::run_on("llvm-nm", &[], bytes);
+                for kernel in &kernels {
+                    for (symbol, kind) in [(kernel.to_string(), "T"), (format!("{kernel}.kd"), "R")]
+                    {
+                        assert!(
+                            symbols
+                                .lines()
+                                .any(|l| l.ends_with(&format!(" {kind} {symbol}"))),
+                            "{} {cpu}: {symbol} is not exported",
+                            objects.crate_name()
+                        );
+                    }
+                }
+                // The IR library's helpers are inlined and gone: only kernels are global code.
+                assert!(
+                    !symbols.contains("symmem_amdgpu_"),
+                    "{cpu}: IR helpers left behind"
+                );
+            } else {
+                let text = String::from_utf8_lossy(bytes);
+                assert!(text.contains(".target sm_90"), "not sm_90 PTX");
+                assert!(!text.contains(".extern"), "unresolved external in the PTX");
+                for kernel in &kernels {
+                    assert!(
+                        text.contains(&format!(".visible .entry {kernel}(")),
+                        "{}: {kernel} is not a PTX entry",
+                        objects.crate_name()
+                    );
+                }
+            }
         }
+        println!(
+            "{}: {} kernels on {GPU_TARGETS:?}",
+            objects.crate_name(),
+            kernels.len()
+        );
     }
+    assert!(
+        crates >= 3,
+        "symmem's kernels and both examples' must be embedded"
+    );
 }
 
+/// The kernels whose translated (or direct) copies must be 16-byte global stores:
+/// `(crate, kernel)`.
+const VECTOR_KERNELS: [(&str, &str); 4] = [
+    ("symmem_kernels", "symmem_put"),
+    ("symmem_kernels", "symmem_get"),
+    ("symmem_kernels", "symmem_copy"),
+    ("peer_put_kernels", "ring_put"),
+];
+
 #[test]
-fn amd_translated_put_uses_global_dwordx4_stores() {
+fn amd_translated_stores_are_global_dwordx4() {
     for cpu in ["gfx942", "gfx950"] {
-        for kernel in ["symmem_put", "symmem_get", "symmem_copy"] {
-            let body = amd_function(cpu, kernel);
+        for (krate, kernel) in VECTOR_KERNELS {
+            let body = amd_function(objects::object(krate, cpu), cpu, kernel);
             let stores: Vec<&String> = body.iter().filter(|l| l.contains("_store_")).collect();
-            println!(
-                "{cpu} {kernel}: {}",
-                stores
-                    .iter()
-                    .map(|s| s.as_str())
-                    .collect::<Vec<_>>()
-                    .join(" | ")
-            );
+            println!("{cpu} {krate}::{kernel}: {}", join(&stores));
             assert!(
                 body.iter().any(|l| l.starts_with("global_store_dwordx4")),
                 "{cpu} {kernel}: {stores:?}"
@@ -121,48 +145,11 @@ fn amd_translated_put_uses_global_dwordx4_stores() {
 }
 
 #[test]
-fn amd_kernels_are_exported_with_descriptors() {
-    for cpu in ["gfx942", "gfx950"] {
-        let out = Command::new(llvm_bin().join("llvm-nm"))
-            .arg(object_path(cpu, "hsaco"))
-            .output()
-            .expect("llvm-nm runs");
-        let symbols = String::from_utf8_lossy(&out.stdout);
-        for kernel in KERNELS {
-            assert!(
-                symbols
-                    .lines()
-                    .any(|l| l.ends_with(&format!(" T {kernel}"))),
-                "{cpu}: {kernel}"
-            );
-            assert!(
-                symbols
-                    .lines()
-                    .any(|l| l.ends_with(&format!(" R {kernel}.kd"))),
-                "{cpu}: {kernel}.kd"
-            );
-        }
-        // The IR library's helpers are inlined and gone: only kernels are global code.
-        assert!(
-            !symbols.contains("symmem_amdgpu_"),
-            "{cpu}: IR helpers left behind:\n{symbols}"
-        );
-    }
-}
-
-#[test]
-fn ptx_translated_put_uses_global_v4_stores() {
-    for kernel in KERNELS {
-        let body = ptx_entry("sm_90", kernel);
+fn ptx_translated_stores_are_global_v4() {
+    for (krate, kernel) in VECTOR_KERNELS {
+        let body = ptx_entry(objects::object(krate, "sm_90"), kernel);
         let stores: Vec<&String> = body.iter().filter(|l| l.starts_with("st.")).collect();
-        println!(
-            "sm_90 {kernel}: {}",
-            stores
-                .iter()
-                .map(|s| s.as_str())
-                .collect::<Vec<_>>()
-                .join(" | ")
-        );
+        println!("sm_90 {krate}::{kernel}: {}", join(&stores));
         assert!(
             body.iter().any(|l| l.starts_with("st.global.v4.b32")),
             "{kernel}: {stores:?}"
@@ -178,6 +165,12 @@ fn ptx_translated_put_uses_global_v4_stores() {
             "{kernel}: generic store"
         );
     }
-    let text = std::fs::read_to_string(object_path("sm_90", "ptx")).expect("ptx");
-    assert!(!text.contains(".extern"), "unresolved external in the PTX");
+}
+
+fn join(lines: &[&String]) -> String {
+    lines
+        .iter()
+        .map(|s| s.as_str())
+        .collect::<Vec<_>>()
+        .join(" | ")
 }

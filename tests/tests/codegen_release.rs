@@ -9,9 +9,9 @@
 //! 23.1.1) all 135 write-backs of each object are waited for; on nightly-2026-05-20 (LLVM
 //! 22.1.4) 130 of 254 are not (every one that releases a signal or a barrier arrival).
 //!
-//! The code objects are the ones the `symmem` crate embeds (every AMD one that
-//! `symmem::code_objects::all` lists, so a user module embedded the same way is walked
-//! too), disassembled with llvm-tools' `llvm-objdump`; every function (every `<name>:`
+//! The code objects are every AMD one of every embedded kernel crate (symmem's own and
+//! every example's, `symmem_tests::objects::all`, so a user's kernels built the same way
+//! are walked too), disassembled with llvm-tools' `llvm-objdump`; every function (every `<name>:`
 //! symbol) is walked. A missing tool or object is a failure.
 
 use std::sync::OnceLock;
@@ -25,7 +25,7 @@ struct Function {
 
 /// An embedded AMD code object, disassembled.
 struct Object {
-    module: &'static str,
+    crate_name: &'static str,
     cpu: &'static str,
     functions: Vec<Function>,
 }
@@ -65,12 +65,17 @@ fn disassemble(cpu: &str, bytes: &[u8]) -> Vec<Function> {
 fn amd_objects() -> &'static [Object] {
     static OBJECTS: OnceLock<Vec<Object>> = OnceLock::new();
     OBJECTS.get_or_init(|| {
-        let objects: Vec<Object> = symmem::code_objects::all()
-            .filter(|o| o.bytes.starts_with(b"\x7fELF"))
-            .map(|o| Object {
-                module: o.module,
-                cpu: o.target,
-                functions: disassemble(o.target, o.bytes),
+        let objects: Vec<Object> = symmem_tests::objects::all()
+            .flat_map(|o| {
+                o.objects()
+                    .iter()
+                    .map(move |&(cpu, bytes)| (o.crate_name(), cpu, bytes))
+            })
+            .filter(|(_, _, bytes)| bytes.starts_with(b"\x7fELF"))
+            .map(|(crate_name, cpu, bytes)| Object {
+                crate_name,
+                cpu,
+                functions: disassemble(cpu, bytes),
             })
             .collect();
         // The project's own objects must be among them, or the test proves nothing.
@@ -78,9 +83,8 @@ fn amd_objects() -> &'static [Object] {
             assert!(
                 objects
                     .iter()
-                    .any(|o| o.module == symmem_device_build::DEVICE_MODULE && o.cpu == cpu),
-                "no embedded {} object for {cpu}",
-                symmem_device_build::DEVICE_MODULE
+                    .any(|o| o.crate_name == "symmem_kernels" && o.cpu == cpu),
+                "no embedded symmem_kernels object for {cpu}"
             );
         }
         objects
@@ -189,7 +193,7 @@ fn amd_every_write_back_is_waited_for() {
                     failures.push(format!(
                         "{} {} {}: `{insn}` reaches `{next}` before any s_waitcnt vmcnt(0):\n    {}",
                         object.cpu,
-                        object.module,
+                        object.crate_name,
                         f.name,
                         excerpt(&f.body, at, j)
                     ));
@@ -199,11 +203,11 @@ fn amd_every_write_back_is_waited_for() {
         println!(
             "{} {}: {checked} write-backs in {} functions, {} waited for",
             object.cpu,
-            object.module,
+            object.crate_name,
             object.functions.len(),
             checked - unwaited
         );
-        if object.module == symmem_device_build::DEVICE_MODULE {
+        if object.crate_name == "symmem_kernels" {
             assert!(checked > 0, "{}: no release write-back found", object.cpu);
         }
         total += checked;
@@ -310,7 +314,7 @@ fn amd_block_release_waits_in_every_wave_before_the_barrier() {
                         "{} {} {}: `{insn}` releases after the s_barrier at line {barrier} without \
                          a per-wave write-back and wait before it:\n    {}",
                         object.cpu,
-                        object.module,
+                        object.crate_name,
                         f.name,
                         excerpt(&f.body, barrier.saturating_sub(6), at + 2)
                     ));
@@ -325,9 +329,7 @@ fn amd_block_release_waits_in_every_wave_before_the_barrier() {
                     );
                 }
             }
-            if object.module == symmem_device_build::DEVICE_MODULE
-                && BLOCK_RELEASERS.contains(&f.name.as_str())
-            {
+            if object.crate_name == "symmem_kernels" && BLOCK_RELEASERS.contains(&f.name.as_str()) {
                 assert!(
                     in_function > 0,
                     "{} {}: no release after a block barrier found:\n    {}",
@@ -339,7 +341,7 @@ fn amd_block_release_waits_in_every_wave_before_the_barrier() {
         }
         println!(
             "{} {}: {checked} releases after a block barrier checked",
-            object.cpu, object.module
+            object.cpu, object.crate_name
         );
     }
     assert!(

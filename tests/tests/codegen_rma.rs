@@ -1,18 +1,14 @@
 //! Codegen checks for `symmem-rma`: the scope of an atomic reaches the instruction, and
 //! a translated put stays a 16-byte global vector store, on every GPU target.
 //!
-//! Reads the code objects embedded in the `symmem` crate (built by `host/build.rs`, so
+//! Reads the code objects of `symmem-kernels` embedded in the `symmem` crate (built by `host/build.rs`, so
 //! they exist whenever this test compiles) and disassembles the AMD ones with
 //! llvm-tools' `llvm-objdump`. A missing object, tool or function is a failure.
 
 use symmem_tests::llvm;
 
-const MODULE: &str = symmem_device_build::DEVICE_MODULE;
-
 fn object(cpu: &str) -> &'static [u8] {
-    symmem::code_objects::find(MODULE, cpu)
-        .unwrap_or_else(|| panic!("no embedded {MODULE} code object for {cpu}"))
-        .bytes
+    symmem_tests::objects::object("symmem_kernels", cpu)
 }
 
 /// The instructions of function `name` in the AMD code object for `cpu`, comments cut.

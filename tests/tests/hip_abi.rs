@@ -1,7 +1,8 @@
 //! The HIP backend's kernel launches against the kernels' own ABI, for every kernel
 //! `#[kernel]` declares, with no hand-kept list.
 //!
-//! For each kernel crate in [`CRATES`] and each of its AMD code objects (gfx942, gfx950),
+//! For each embedded kernel crate (symmem's own and every example's,
+//! `symmem_tests::objects::all`) and each of its AMD code objects (gfx942, gfx950),
 //! the AMDGPU metadata note (`amdhsa.kernels`, read with llvm-tools' `llvm-readobj
 //! --notes`) gives every kernel's `.args` (`.offset`, `.size`, `.value_kind`) and
 //! `.kernarg_segment_size`. [`check_crate`] compares them with what this program knows
@@ -28,11 +29,6 @@ use symmem::backend::hip::{
     KERNARG_BUFFER_ALIGN, code_object_kernels, kernarg_layout, pack_kernargs,
 };
 use symmem_device::{AbiKind, Declaration, Slot};
-
-/// Every kernel crate whose code objects are checked. Its declarations must be linked
-/// into this test (a dependency whose kernels the test binary links; `symmem` links
-/// `symmem-kernels`). Adding a crate is one line.
-static CRATES: &[&CodeObjects] = &[&symmem::code_objects::KERNELS];
 
 /// The AMD targets every kernel crate is built for.
 const AMD_TARGETS: [&str; 2] = ["gfx942", "gfx950"];
@@ -307,16 +303,18 @@ fn check_crate(objects: &CodeObjects) -> Vec<(&'static str, usize)> {
 
 #[test]
 fn hip_abi_every_declared_kernel_matches_its_metadata() {
-    let mut total = 0;
-    for objects in CRATES {
+    let (mut total, mut crates) = (0, 0);
+    for objects in symmem_tests::objects::all() {
+        crates += 1;
         for (_, count) in check_crate(objects) {
             total += count;
         }
     }
-    println!(
-        "{total} kernel launches checked across {} crates",
-        CRATES.len()
+    assert!(
+        crates >= 3,
+        "symmem's kernels and both examples' must be checked"
     );
+    println!("{total} kernel launches checked across {crates} crates");
 }
 
 #[test]

@@ -709,7 +709,13 @@ impl Wrapper {
         let target_dir = nested.join(&target.cpu);
         let mut cargo = Command::new(&toolchain.cargo);
         scrub_outer_environment(&mut cargo);
-        let mut flags = vec![format!("-Ctarget-cpu={}", target.cpu)];
+        // Every kernel keeps a body of its own: merged functions become aliases, and
+        // AMDGPU emits no kernel descriptor (`.kd`) or metadata for an alias, so two
+        // identical kernels would leave one that no runtime can launch.
+        let mut flags = vec![
+            format!("-Ctarget-cpu={}", target.cpu),
+            "-Zmerge-functions=disabled".to_owned(),
+        ];
         match target.family {
             Family::Amdgpu => {
                 flags.extend([

@@ -10,7 +10,7 @@
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
-use symmem::backend::{Backend, DeviceRegion, cpu::Cpu, cuda::Cuda};
+use symmem::backend::{Backend, cpu::Cpu, cuda::Cuda};
 use symmem::bootstrap::{Bootstrap, unix};
 use symmem::{Config, Error, Result, World};
 

@@ -1,0 +1,173 @@
+//! A one-shot all-reduce fused with a residual add and RMSNorm, the way tensor-parallel
+//! serving engines fuse the all-reduce after a row-parallel layer (Iris's
+//! `fused_ar_rmsnorm`, FlashInfer's and TensorRT-LLM's all-reduce fusion), written with
+//! symmem's device RMA layer: a cross-rank barrier, translated loads from every rank's
+//! buffer, and another barrier before the buffer may be reused.
+//!
+//! For every element `i` of row `t` (`hidden` elements per row, `rows` rows):
+//! `residual[i] = sum over ranks r of x_r[i] + residual[i]` (summed in rank order in
+//! `f32`, stored in the element type), then
+//! `out[i] = residual[i] / sqrt(mean over the row of residual^2 + eps) * weight[i % hidden]`.
+#![no_std]
+#![cfg_attr(
+    any(target_arch = "amdgpu", target_arch = "nvptx64"),
+    feature(abi_gpu_kernel)
+)]
+
+use symmem_device::rma::collectives::barrier;
+use symmem_device::{Arch, Bf16, PeerTable, kernel};
+
+/// An element type the kernel computes in `f32`.
+trait Real: Copy {
+    fn to_f32(self) -> f32;
+    fn from_f32(v: f32) -> Self;
+}
+
+impl Real for f32 {
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        self
+    }
+    #[inline(always)]
+    fn from_f32(v: f32) -> Self {
+        v
+    }
+}
+
+impl Real for Bf16 {
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        Bf16::to_f32(self)
+    }
+    #[inline(always)]
+    fn from_f32(v: f32) -> Self {
+        Bf16::from_f32(v)
+    }
+}
+
+/// `1 / sqrt(v)` for `v > 0`: a bit-level first guess and three Newton steps, to `f32`
+/// precision (`core` has no square root on every target).
+#[inline(always)]
+fn rsqrt(v: f32) -> f32 {
+    let mut y = f32::from_bits(0x5f37_59df - (v.to_bits() >> 1));
+    for _ in 0..3 {
+        y *= 1.5 - 0.5 * v * y * y;
+    }
+    y
+}
+
+/// The fused body; see the crate documentation. Each thread of the grid takes whole
+/// rows.
+///
+/// # Safety
+/// `x` is this rank's copy of a buffer of `rows * hidden` elements whose peer table is
+/// `bases` (`world` entries, `rank < world`); `out` and `residual` hold `rows * hidden`
+/// elements and `weight` `hidden`, all local; `sig` is a symmetric array of
+/// `signal_words(world, blocks)` zeroed words used only by launches of this grid; every
+/// rank launches the same grid with the same `rows` and `hidden`, and has written its
+/// `x` before.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn fused<T: Real, A: Arch>(
+    arch: &A,
+    out: *mut T,
+    residual: *mut T,
+    x: *const T,
+    weight: *const T,
+    bases: PeerTable,
+    world: u32,
+    rank: u32,
+    rows: u32,
+    hidden: u32,
+    eps: f32,
+    sig: *mut u64,
+) {
+    // SAFETY: the caller's contract above.
+    unsafe {
+        let team = bases.team(world, rank);
+        // Every rank's `x` is written before any rank reads it...
+        barrier(arch, &team, sig);
+        let (rows, hidden) = (rows as usize, hidden as usize);
+        let mut row = arch.global_id();
+        while row < rows {
+            let line = row * hidden;
+            let mut squares = 0.0f32;
+            for j in 0..hidden {
+                let i = line + j;
+                let mut sum = 0.0f32;
+                for r in 0..world as usize {
+                    sum += team.load(x.add(i), r).to_f32();
+                }
+                let v = T::from_f32(sum + residual.add(i).read().to_f32());
+                residual.add(i).write(v);
+                squares += v.to_f32() * v.to_f32();
+            }
+            let scale = rsqrt(squares / hidden as f32 + eps);
+            for j in 0..hidden {
+                let i = line + j;
+                let v = residual.add(i).read().to_f32() * scale * weight.add(j).read().to_f32();
+                out.add(i).write(T::from_f32(v));
+            }
+            row += arch.global_threads();
+        }
+        // ...and no rank leaves while a peer may still read its `x`.
+        barrier(arch, &team, sig);
+    }
+}
+
+/// The fused all-reduce, residual add and RMSNorm in `f32`.
+///
+/// # Safety
+/// See the crate documentation and `fused`'s contract.
+#[kernel]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn fused_ar_rmsnorm_f32(
+    arch: &impl Arch,
+    out: *mut f32,
+    residual: *mut f32,
+    x: *const f32,
+    weight: *const f32,
+    bases: PeerTable,
+    world: u32,
+    rank: u32,
+    rows: u32,
+    hidden: u32,
+    eps: f32,
+    sig: *mut u64,
+) {
+    // SAFETY: forwarded.
+    unsafe {
+        fused(
+            arch, out, residual, x, weight, bases, world, rank, rows, hidden, eps, sig,
+        )
+    }
+}
+
+/// The fused all-reduce, residual add and RMSNorm in bf16 (computed in `f32`, each
+/// stored value rounded once).
+///
+/// # Safety
+/// See the crate documentation and `fused`'s contract.
+#[kernel]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn fused_ar_rmsnorm_bf16(
+    arch: &impl Arch,
+    out: *mut Bf16,
+    residual: *mut Bf16,
+    x: *const Bf16,
+    weight: *const Bf16,
+    bases: PeerTable,
+    world: u32,
+    rank: u32,
+    rows: u32,
+    hidden: u32,
+    eps: f32,
+    sig: *mut u64,
+) {
+    // SAFETY: forwarded.
+    unsafe {
+        fused(
+            arch, out, residual, x, weight, bases, world, rank, rows, hidden, eps, sig,
+        )
+    }
+}

@@ -1,0 +1,219 @@
+//! Runs the fused one-shot all-reduce + residual add + RMSNorm kernel
+//! (`fused_allreduce_rmsnorm_kernels`) on every rank, in f32 and in bf16, and checks
+//! every output element against a host reference computed in f64.
+//!
+//! `fused-allreduce-rmsnorm [--ranks N] [--backend auto|cpu|cuda]`: N ranks as threads
+//! (default 2, at least 2); `auto` takes CUDA when a GPU answers, else the CPU backend.
+
+use fused_allreduce_rmsnorm_kernels as kernels;
+use std::process::ExitCode;
+use symmem::backend::{Backend, cpu::Cpu, cuda::Cuda};
+use symmem::collectives::{Bf16, signal_words};
+use symmem::{Config, Error, Grid, Kernel, PeerTable, Result, World};
+
+static KERNELS: symmem::CodeObjects = symmem::include_kernels!("fused_allreduce_rmsnorm_kernels");
+
+/// Tokens (rows) and hidden size of the activations.
+const ROWS: usize = 64;
+const HIDDEN: usize = 512;
+const EPS: f32 = 1e-6;
+/// Two blocks of 32 threads: one row per thread; every rank launches the same grid.
+const GRID: Grid = Grid::new(2, 32);
+
+/// The kernel's parameters for element type `T`.
+type Params<T> = (
+    *mut T,
+    *mut T,
+    *const T,
+    *const T,
+    PeerTable,
+    u32,
+    u32,
+    u32,
+    u32,
+    f32,
+    *mut u64,
+);
+
+/// An element type the example runs in: its kernel, conversions, and how close to the
+/// f64 reference a result must be.
+trait Element: symmem::Pod {
+    const NAME: &'static str;
+    /// Relative tolerance (plus the same absolute one near zero).
+    const TOLERANCE: f64;
+    fn kernel() -> Kernel<Params<Self>>;
+    fn from_f64(v: f64) -> Self;
+    fn to_f64(self) -> f64;
+}
+
+impl Element for f32 {
+    const NAME: &'static str = "f32";
+    const TOLERANCE: f64 = 1e-5;
+    fn kernel() -> Kernel<Params<Self>> {
+        kernels::fused_ar_rmsnorm_f32
+    }
+    fn from_f64(v: f64) -> Self {
+        v as f32
+    }
+    fn to_f64(self) -> f64 {
+        f64::from(self)
+    }
+}
+
+impl Element for Bf16 {
+    const NAME: &'static str = "bf16";
+    // Two bf16 ulps: the kernel rounds the residual once and the output once.
+    const TOLERANCE: f64 = 2.0 / 128.0;
+    fn kernel() -> Kernel<Params<Self>> {
+        kernels::fused_ar_rmsnorm_bf16
+    }
+    fn from_f64(v: f64) -> Self {
+        Bf16::from_f32(v as f32)
+    }
+    fn to_f64(self) -> f64 {
+        f64::from(self.to_f32())
+    }
+}
+
+/// Rank `rank`'s partial activation, element `i` (what a row-parallel layer leaves).
+fn x(rank: usize, i: usize) -> f64 {
+    ((i * 7 + rank * 13) % 23) as f64 / 8.0 - 1.375
+}
+
+/// The residual stream, the same on every rank.
+fn residual(i: usize) -> f64 {
+    ((i * 5) % 17) as f64 / 4.0 - 2.0
+}
+
+/// The RMSNorm weight.
+fn weight(j: usize) -> f64 {
+    0.5 + (j % 9) as f64 / 8.0
+}
+
+/// The reference: (new residual, output) for every element, in f64 with the kernel's
+/// rounding of the stored residual to `T`.
+fn reference<T: Element>(world: usize) -> (Vec<f64>, Vec<f64>) {
+    let mut res = vec![0.0; ROWS * HIDDEN];
+    let mut out = vec![0.0; ROWS * HIDDEN];
+    for row in 0..ROWS {
+        let line = row * HIDDEN;
+        let mut squares = 0.0;
+        for j in 0..HIDDEN {
+            let i = line + j;
+            let sum: f64 = (0..world).map(|r| T::from_f64(x(r, i)).to_f64()).sum();
+            let v = T::from_f64(sum + T::from_f64(residual(i)).to_f64()).to_f64();
+            res[i] = v;
+            squares += v * v;
+        }
+        let scale = 1.0 / (squares / HIDDEN as f64 + f64::from(EPS)).sqrt();
+        for j in 0..HIDDEN {
+            out[line + j] = res[line + j] * scale * T::from_f64(weight(j)).to_f64();
+        }
+    }
+    (res, out)
+}
+
+fn check<T: Element>(rank: usize, what: &str, got: &[T], want: &[f64]) -> Result<usize> {
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        let g = g.to_f64();
+        if (g - w).abs() > T::TOLERANCE * w.abs().max(1.0) {
+            return Err(Error::Bootstrap(format!(
+                "rank {rank}, {}: {what}[{i}] is {g}, the reference {w}",
+                T::NAME
+            )));
+        }
+    }
+    Ok(got.len())
+}
+
+fn run_type<T: Element, B: Backend>(world: &World<B>) -> Result<usize> {
+    let (rank, size) = (world.rank(), world.world_size());
+    let module = world.load(&KERNELS)?;
+    let n = ROWS * HIDDEN;
+    let host = |f: &dyn Fn(usize) -> f64, len: usize| -> Vec<T> {
+        (0..len).map(|i| T::from_f64(f(i))).collect()
+    };
+    let (xs, _) = world.allocate_symmetric::<T>(n)?;
+    world.write(&xs, 0, &host(&|i| x(rank, i), n))?;
+    let res = world.device_from_slice(&host(&residual, n))?;
+    let w = world.device_from_slice(&host(&weight, HIDDEN))?;
+    let out = world.alloc::<T>(n)?;
+    let signals = world.zeros::<u64>(signal_words(size, GRID.blocks as usize))?;
+    // The kernel's first barrier orders the ranks; this one agrees on the new buffers.
+    world.barrier()?;
+    module.launch(
+        T::kernel(),
+        GRID,
+        (
+            &out,
+            &res,
+            &xs,
+            &w,
+            xs.peer_bases(),
+            size as u32,
+            rank as u32,
+            ROWS as u32,
+            HIDDEN as u32,
+            EPS,
+            &signals,
+        ),
+    )?;
+    let (want_res, want_out) = reference::<T>(size);
+    let checked = check(rank, "residual", &world.read(&res)?, &want_res)?
+        + check(rank, "out", &world.read(&out)?, &want_out)?;
+    world.barrier()?;
+    Ok(checked)
+}
+
+fn run<B: Backend>(world: World<B>) -> Result<usize> {
+    Ok(run_type::<f32, B>(&world)? + run_type::<Bf16, B>(&world)?)
+}
+
+fn main() -> ExitCode {
+    let mut ranks = 2;
+    let mut backend = String::from("auto");
+    let mut args = std::env::args().skip(1);
+    while let Some(flag) = args.next() {
+        match (flag.as_str(), args.next()) {
+            ("--ranks", Some(n)) => ranks = n.parse().unwrap_or(0),
+            ("--backend", Some(b)) => backend = b,
+            _ => {
+                eprintln!("usage: fused-allreduce-rmsnorm [--ranks N] [--backend auto|cpu|cuda]");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    if ranks < 2 {
+        eprintln!("fused-allreduce-rmsnorm: --ranks must be at least 2");
+        return ExitCode::FAILURE;
+    }
+    if backend == "auto" {
+        backend = match Cuda::device_count() {
+            Ok(_) => "cuda".into(),
+            Err(why) => {
+                eprintln!("fused-allreduce-rmsnorm: no GPU ({why}); using the CPU backend");
+                "cpu".into()
+            }
+        };
+    }
+    let config = Config::default();
+    let results = match backend.as_str() {
+        "cpu" => symmem::launch(ranks, &config, |_| Ok(Cpu::new()), run),
+        "cuda" => symmem::launch(ranks, &config, Cuda::for_rank, run),
+        _ => Err(Error::Unsupported("backend (use auto, cpu or cuda)")),
+    };
+    match results.and_then(|r| r.into_iter().collect::<Result<Vec<_>>>()) {
+        Ok(counts) => {
+            println!(
+                "fused-allreduce-rmsnorm: {ranks} ranks on {backend}: {ROWS}x{HIDDEN} in f32 and \
+                 bf16, {} elements match the host reference",
+                counts.iter().sum::<usize>()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("fused-allreduce-rmsnorm: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,129 @@
+//! Every rank puts a pattern into the next rank's copy of a buffer with its own kernel
+//! (`peer_put_kernels::ring_put`), first over a symmetric-heap buffer, then over a
+//! rendezvous of plain device allocations, and checks every byte it received.
+//!
+//! `peer-put [--ranks N] [--backend auto|cpu|cuda]`: N ranks as threads (default 2, at
+//! least 2: with one rank the sender is the receiver, which proves nothing); `auto`
+//! takes CUDA when a GPU answers, the CPU backend otherwise.
+
+use std::process::ExitCode;
+use symmem::backend::{Backend, cpu::Cpu, cuda::Cuda};
+use symmem::{Config, Error, Rendezvous, Result, World};
+
+static KERNELS: symmem::CodeObjects = symmem::include_kernels!("peer_put_kernels");
+
+/// Elements each rank sends (a multiple of 4: the kernel stores 16 bytes at a time).
+const N: usize = 1 << 16;
+
+/// What rank `rank` sends, element `i`.
+fn pattern(rank: usize, i: usize) -> u32 {
+    (rank as u32 + 1).wrapping_mul(0x9e37_79b9) ^ (i as u32).wrapping_mul(2_654_435_761)
+}
+
+fn run<B: Backend>(world: World<B>) -> Result<usize> {
+    let (rank, size) = (world.rank(), world.world_size());
+    let module = world.load(&KERNELS)?;
+    let (to, from) = ((rank + 1) % size, (rank + size - 1) % size);
+    let mine: Vec<u32> = (0..N).map(|i| pattern(rank, i)).collect();
+    let src = world.device_from_slice(&mine)?;
+    // The backend's shape for moving this much: about one 16-byte store per thread on a
+    // GPU, one thread per rank on the CPU (the kernel is a grid-stride loop).
+    let grid = world.backend().grid_for_bytes(N * 4);
+    let mut checked = 0;
+
+    // 1. A buffer of the symmetric heap and the table that came with it.
+    let (data, bases) = world.allocate_symmetric::<u32>(size * N)?;
+    world.fill_zero(&data)?;
+    world.barrier()?;
+    module.launch(
+        peer_put_kernels::ring_put,
+        grid,
+        (&data, &src, &bases, rank as u32, to as u32, N as u32),
+    )?;
+    world.barrier()?;
+    checked += verify(&world.read(&data)?, rank, from, "heap buffer")?;
+
+    // 2. The program's own allocations, shared by a rendezvous: the same kernel.
+    let shared = Rendezvous::new(world.device_zeros::<u32>(size * N)?)?;
+    world.barrier()?;
+    module.launch(
+        peer_put_kernels::ring_put,
+        grid,
+        (
+            &shared,
+            &src,
+            shared.peer_bases(),
+            rank as u32,
+            to as u32,
+            N as u32,
+        ),
+    )?;
+    world.barrier()?;
+    checked += verify(&world.read(&shared)?, rank, from, "rendezvous")?;
+    Ok(checked)
+}
+
+/// Checks that `got` holds rank `from`'s pattern in its slot and zeros everywhere else;
+/// returns the bytes checked.
+fn verify(got: &[u32], rank: usize, from: usize, what: &str) -> Result<usize> {
+    for (slot, chunk) in got.chunks_exact(N).enumerate() {
+        for (i, &v) in chunk.iter().enumerate() {
+            let want = if slot == from { pattern(from, i) } else { 0 };
+            if v != want {
+                return Err(Error::Bootstrap(format!(
+                    "rank {rank}, {what}: element {i} of slot {slot} is {v:#x}, expected {want:#x}"
+                )));
+            }
+        }
+    }
+    Ok(std::mem::size_of_val(got))
+}
+
+fn main() -> ExitCode {
+    let mut ranks = 2;
+    let mut backend = String::from("auto");
+    let mut args = std::env::args().skip(1);
+    while let Some(flag) = args.next() {
+        match (flag.as_str(), args.next()) {
+            ("--ranks", Some(n)) => ranks = n.parse().unwrap_or(0),
+            ("--backend", Some(b)) => backend = b,
+            _ => {
+                eprintln!("usage: peer-put [--ranks N] [--backend auto|cpu|cuda]");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    if ranks < 2 {
+        eprintln!("peer-put: --ranks must be at least 2");
+        return ExitCode::FAILURE;
+    }
+    if backend == "auto" {
+        backend = match Cuda::device_count() {
+            Ok(_) => "cuda".into(),
+            Err(why) => {
+                eprintln!("peer-put: no GPU ({why}); using the CPU backend");
+                "cpu".into()
+            }
+        };
+    }
+    let config = Config::default();
+    let results = match backend.as_str() {
+        "cpu" => symmem::launch(ranks, &config, |_| Ok(Cpu::new()), run),
+        "cuda" => symmem::launch(ranks, &config, Cuda::for_rank, run),
+        _ => Err(Error::Unsupported("backend (use auto, cpu or cuda)")),
+    };
+    match results.and_then(|r| r.into_iter().collect::<Result<Vec<_>>>()) {
+        Ok(bytes) => {
+            println!(
+                "peer-put: {ranks} ranks on {backend}: every rank's kernel wrote into the next \
+                 rank's heap buffer and rendezvous; {} bytes verified",
+                bytes.iter().sum::<usize>()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("peer-put: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
