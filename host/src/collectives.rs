@@ -258,7 +258,12 @@ impl<'w, B: Backend> Collectives<'w, B> {
         self.agreed(&[], Ok(()))?;
         self.launch(
             symmem_kernels::symmem_barrier_all,
-            (self.bases(), self.world_u32(), self.rank_u32(), &self.signals),
+            (
+                self.bases(),
+                self.world_u32(),
+                self.rank_u32(),
+                &self.signals,
+            ),
         )
     }
 
@@ -347,7 +352,10 @@ impl<'w, B: Backend> Collectives<'w, B> {
         algorithm: Algorithm,
     ) -> Result<()> {
         let checked = (|| {
-            let (d, s) = (self.symmetric(dst, 0, count)?, self.symmetric(src, 0, count)?);
+            let (d, s) = (
+                self.symmetric(dst, 0, count)?,
+                self.symmetric(src, 0, count)?,
+            );
             let len = bytes_of::<T>(count);
             let (dp, sp) = (d.ptr(), s.ptr());
             if count > 0 && dp < sp + len && sp < dp + len {
@@ -498,7 +506,14 @@ impl<'w, B: Backend> Collectives<'w, B> {
         self.world.kernels().launch(
             symmem_kernels::symmem_rma_signal_wait_until,
             Grid::new(1, 1),
-            (self.bases(), self.world_u32(), self.rank_u32(), &sig, cmp, value),
+            (
+                self.bases(),
+                self.world_u32(),
+                self.rank_u32(),
+                &sig,
+                cmp,
+                value,
+            ),
         )
     }
 
@@ -518,7 +533,13 @@ impl<'w, B: Backend> Collectives<'w, B> {
         let counter = self.one_sided(counter, index, 1)?;
         self.launch(
             symmem_kernels::symmem_rma_atomic_add_all,
-            (&counter, self.bases(), self.world_u32(), self.rank_u32(), iters),
+            (
+                &counter,
+                self.bases(),
+                self.world_u32(),
+                self.rank_u32(),
+                iters,
+            ),
         )?;
         Ok(u64::from(self.grid.blocks) * u64::from(self.grid.threads) * u64::from(iters))
     }
@@ -693,7 +714,10 @@ impl<'w, B: Backend> Collectives<'w, B> {
 }
 
 /// The first `count` elements of the local view `view`. Errors: [`Error::OutOfBounds`].
-fn local<T, B: Backend>(view: &impl AsDeviceSlice<T, B>, count: usize) -> Result<DeviceSlice<'_, T, B>> {
+fn local<T, B: Backend>(
+    view: &impl AsDeviceSlice<T, B>,
+    count: usize,
+) -> Result<DeviceSlice<'_, T, B>> {
     view.as_device_slice().slice(..count)
 }
 

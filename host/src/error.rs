@@ -365,10 +365,9 @@ impl fmt::Display for Error {
                 f,
                 "kernel {kernel} is declared by {kernel_crate} but launched through the module of {module}"
             ),
-            Self::LengthMismatch { dst, src } => write!(
-                f,
-                "the destination has {dst} elements but the source {src}"
-            ),
+            Self::LengthMismatch { dst, src } => {
+                write!(f, "the destination has {dst} elements but the source {src}")
+            }
             Self::ForeignHandle => write!(f, "a buffer or table of another world was passed"),
             Self::TableDropped => write!(
                 f,

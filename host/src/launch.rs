@@ -196,7 +196,11 @@ impl<'w, B: Backend> Module<'w, B> {
         // order (`Params::visit`), alive until `launch` returns; every pointer argument
         // came from a typed handle of this world (`KernelArg`'s contract), and `host`
         // runs the same body with the same values.
-        unsafe { self.world.backend().launch(&self.loaded.module, &launch, grid) }
+        unsafe {
+            self.world
+                .backend()
+                .launch(&self.loaded.module, &launch, grid)
+        }
     }
 }
 

@@ -713,7 +713,10 @@ impl<B: Backend> World<B> {
     }
 
     /// [`World::alloc`] holding a copy of `data` (uploaded asynchronously).
-    pub fn device_from_slice<T: bytemuck::Pod>(&self, data: &[T]) -> Result<DeviceBuffer<'_, T, B>> {
+    pub fn device_from_slice<T: bytemuck::Pod>(
+        &self,
+        data: &[T],
+    ) -> Result<DeviceBuffer<'_, T, B>> {
         let buffer = self.alloc(data.len())?;
         self.write(&buffer, 0, data)?;
         Ok(buffer)

@@ -32,11 +32,17 @@
 #![no_std]
 
 mod param;
-#[cfg(all(target_os = "linux", not(any(target_arch = "amdgpu", target_arch = "nvptx64"))))]
+#[cfg(all(
+    target_os = "linux",
+    not(any(target_arch = "amdgpu", target_arch = "nvptx64"))
+))]
 mod registry;
 
 pub use param::{Abi, AbiKind, Kernel, Param, Params, PeerTable, Slot, cmp_to_abi};
-#[cfg(all(target_os = "linux", not(any(target_arch = "amdgpu", target_arch = "nvptx64"))))]
+#[cfg(all(
+    target_os = "linux",
+    not(any(target_arch = "amdgpu", target_arch = "nvptx64"))
+))]
 pub use registry::{Declaration, declarations};
 pub use symmem_arch as arch;
 pub use symmem_arch::{Arch, Scope};

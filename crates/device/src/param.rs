@@ -321,11 +321,25 @@ mod tests {
         let kinds: [AbiKind; 6] = core::array::from_fn(|i| P::SLOTS[i].kind);
         assert_eq!(
             kinds,
-            [AbiKind::Pointer, AbiKind::Pointer, AbiKind::Int, AbiKind::Float, AbiKind::Pointer, AbiKind::Int]
+            [
+                AbiKind::Pointer,
+                AbiKind::Pointer,
+                AbiKind::Int,
+                AbiKind::Float,
+                AbiKind::Pointer,
+                AbiKind::Int
+            ]
         );
         let sizes: [usize; 6] = core::array::from_fn(|i| P::SLOTS[i].size);
         assert_eq!(sizes, [8, 8, 4, 8, 8, 8]);
-        let abi: <P as Params>::Abi = (core::ptr::null_mut(), core::ptr::null(), 7, 2.5, core::ptr::null(), -3);
+        let abi: <P as Params>::Abi = (
+            core::ptr::null_mut(),
+            core::ptr::null(),
+            7,
+            2.5,
+            core::ptr::null(),
+            -3,
+        );
         let mut seen = [core::ptr::null::<()>(); 6];
         let mut n = 0;
         P::visit(&abi, &mut |p| {

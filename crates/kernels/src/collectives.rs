@@ -5,8 +5,8 @@
 //! `symmem_{all_reduce_one_shot,all_reduce_two_shot,reduce_scatter}_{sum,min,max}_{f32,bf16,i32}`.
 
 use symmem_device::{Arch, PeerTable, kernel};
-use symmem_rma::collectives::{self, ReduceOp};
 use symmem_rma::Bf16;
+use symmem_rma::collectives::{self, ReduceOp};
 
 /// All-gather of `n` bytes per rank (local `src`, symmetric `dst` of `world * n`).
 ///

@@ -53,7 +53,13 @@ fn expand(function: ItemFn) -> syn::Result<TokenStream2> {
         .iter()
         .filter(|p| !matches!(p, GenericParam::Lifetime(_)))
         .count();
-    if type_params > 1 || sig.generics.params.iter().any(|p| matches!(p, GenericParam::Const(_))) {
+    if type_params > 1
+        || sig
+            .generics
+            .params
+            .iter()
+            .any(|p| matches!(p, GenericParam::Const(_)))
+    {
         return Err(Error::new(
             sig.generics.span(),
             "a kernel has one generic type parameter at most: its arch handle's type",
@@ -77,7 +83,10 @@ fn expand(function: ItemFn) -> syn::Result<TokenStream2> {
             return Err(Error::new(input.span(), "a kernel takes no `self`"));
         };
         if !matches!(&*typed.pat, Pat::Ident(_) | Pat::Wild(_)) {
-            return Err(Error::new(typed.pat.span(), "kernel parameters are plain names"));
+            return Err(Error::new(
+                typed.pat.span(),
+                "kernel parameters are plain names",
+            ));
         }
         names.push(format_ident!("__symmem_arg{}", i));
         types.push((*typed.ty).clone());

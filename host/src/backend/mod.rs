@@ -159,8 +159,12 @@ pub trait Backend: Send + Sync + 'static {
     /// # Safety
     /// `launch.args` point at values of the kernel's parameter types (`launch.slots`),
     /// and every address among them satisfies the kernel's contract.
-    unsafe fn launch(&self, module: &Self::Module, launch: &KernelLaunch<'_>, grid: Grid)
-    -> Result<()>;
+    unsafe fn launch(
+        &self,
+        module: &Self::Module,
+        launch: &KernelLaunch<'_>,
+        grid: Grid,
+    ) -> Result<()>;
     /// The launch shape this backend uses to move `bytes` with a grid-stride kernel.
     fn grid_for_bytes(&self, bytes: usize) -> Grid;
     /// Waits until all enqueued work is done: one counted synchronisation.

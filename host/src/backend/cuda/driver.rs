@@ -305,7 +305,9 @@ pub(super) fn module_functions(module: Module) -> Result<Vec<(String, Function)>
             check("cuFuncGetName", unsafe { sys::cuFuncGetName(&mut name, f) })?;
             // SAFETY: on success the driver returns a NUL-terminated name that lives as
             // long as the module.
-            let name = unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned();
+            let name = unsafe { CStr::from_ptr(name) }
+                .to_string_lossy()
+                .into_owned();
             // SAFETY: `f` is a function of the loaded module.
             check("cuFuncLoad", unsafe { sys::cuFuncLoad(f) })?;
             Ok((name, Function(f)))

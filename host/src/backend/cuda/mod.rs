@@ -857,7 +857,9 @@ impl Backend for Cuda {
             ctx: Arc::clone(&self.ctx),
             module: driver::module_load_data(&image)?,
         };
-        let functions = driver::module_functions(module.module)?.into_iter().collect();
+        let functions = driver::module_functions(module.module)?
+            .into_iter()
+            .collect();
         Ok(CudaModule {
             functions,
             target,
