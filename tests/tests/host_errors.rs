@@ -1286,9 +1286,7 @@ fn views_of_different_lengths_are_refused() {
 }
 
 /// symmem's own code objects load on the CPU backend (to the same module as
-/// `World::kernels`), and its kernels launch from the loaded module. (A kernel of
-/// another crate launched from it, `WrongModule`, needs a second kernel crate among this
-/// crate's dependencies: not yet.)
+/// `World::kernels`), and its kernels launch from the loaded module.
 #[test]
 fn world_load_of_symmem_kernels_on_the_cpu() {
     run(2, |world| {
@@ -1311,6 +1309,82 @@ fn world_load_of_symmem_kernels_on_the_cpu() {
             (&dst, &world.device_zeros::<u8>(32)?, 32u64),
         )?;
         assert_eq!(world.read(&dst)?, vec![0; 32]);
+        world.barrier()
+    });
+}
+
+/// A kernel launched through the module of another kernel crate is `WrongModule`, naming
+/// the kernel, its crate and the module's, and nothing runs; through its own crate's
+/// module (loaded with `World::load`, as a program loads its kernels) it runs.
+#[test]
+fn a_kernel_of_another_crate_is_wrong_module() {
+    run(2, |world| {
+        let (rank, n) = (world.rank(), world.world_size());
+        let count = 16usize;
+        let data = world.zeros::<u32>(n * count)?;
+        let src = world.device_from_slice(&vec![rank as u32 + 1; count])?;
+        world.barrier()?;
+        let to = (rank + 1) % n;
+        let args = (
+            &data,
+            &src,
+            data.peer_bases(),
+            rank as u32,
+            to as u32,
+            count as u32,
+        );
+        let r = world
+            .kernels()
+            .launch(peer_put_kernels::ring_put, Grid::new(1, 4), args);
+        assert!(
+            matches!(
+                r,
+                Err(Error::WrongModule {
+                    kernel: "ring_put",
+                    kernel_crate: "peer_put_kernels",
+                    module: "symmem_kernels",
+                })
+            ),
+            "rank {rank}: {r:?}"
+        );
+        let theirs = world.load(symmem_tests::objects::of("peer_put_kernels"))?;
+        assert_eq!(theirs.crate_name(), "peer_put_kernels");
+        let (dst, from) = (
+            data.as_slice().local().as_bytes(),
+            src.as_slice().as_bytes(),
+        );
+        let r = theirs.launch(
+            symmem_kernels::symmem_copy,
+            Grid::new(1, 4),
+            (dst, from, 4u64),
+        );
+        assert!(
+            matches!(
+                r,
+                Err(Error::WrongModule {
+                    kernel: "symmem_copy",
+                    kernel_crate: "symmem_kernels",
+                    module: "peer_put_kernels",
+                })
+            ),
+            "rank {rank}: {r:?}"
+        );
+        world.barrier()?;
+        assert_eq!(world.read(&data)?, vec![0; n * count], "nothing ran");
+        world.barrier()?;
+        // Through its own crate's module it runs (the CPU backend runs its body).
+        theirs.launch(peer_put_kernels::ring_put, Grid::new(1, 4), args)?;
+        world.barrier()?;
+        let got = world.read(&data)?;
+        let from = (rank + n - 1) % n;
+        for (i, &x) in got.iter().enumerate() {
+            let want = if i / count == from {
+                from as u32 + 1
+            } else {
+                0
+            };
+            assert_eq!(x, want, "rank {rank}, element {i}");
+        }
         world.barrier()
     });
 }
