@@ -66,7 +66,7 @@ fn run<B: Backend>(world: World<B>) -> Result<usize> {
 /// Checks that `got` holds rank `from`'s pattern in its slot and zeros everywhere else;
 /// returns the bytes checked.
 fn verify(got: &[u32], rank: usize, from: usize, what: &str) -> Result<usize> {
-    for (slot, chunk) in got.chunks_exact(N).enumerate() {
+    for (slot, chunk) in got.as_chunks::<N>().0.iter().enumerate() {
         for (i, &v) in chunk.iter().enumerate() {
             let want = if slot == from { pattern(from, i) } else { 0 };
             if v != want {

@@ -7,6 +7,8 @@
 #                against older commits too)
 #   put          the put/copy/memcpy table at 4K, 1M, 64M and 2G (benches/cuda.rs)
 #   collectives  the collectives on one GPU at world 2 and 4 (benches/cuda_collectives.rs)
+#   launch       the host's enqueue time of one small launch (benches/cuda.rs's
+#                launch_enqueue_us line), old and new alternating, 10 runs each
 # Build first (here), then copy into .carry/: the new build's bench-lifetimes, bench-cuda,
 # bench-collectives (`cargo bench -p symmem --bench lifetimes --bench cuda --bench
 # cuda_collectives --no-run`), and the same three of the old commit as old-bench-lifetimes,
@@ -19,6 +21,17 @@ OUT=${OUT:-$ROOT/target/old-new}
 mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0 CUDA_DEVICE_MAX_CONNECTIONS=32 CUDA_MODULE_LOADING=EAGER
 for part in "$@"; do
+  if [ "$part" = launch ]; then
+    # Old and new alternate, so drift of the machine hits both alike.
+    mkdir -p "$OUT/launch"
+    for i in 1 2 3 4 5 6 7 8 9 10; do
+      for build in old new; do
+        bin=$CARRY/bench-cuda; [ "$build" = old ] && bin=$CARRY/old-bench-cuda
+        timeout 60 "$bin" --sizes 16 --no-xproc --out "$OUT/launch" | sed -n "s/^launch_enqueue_us,/launch $build run $i: /p"
+      done
+    done
+    continue
+  fi
   for build in old new; do
     bin() { if [ "$build" = old ]; then echo "$CARRY/old-$1"; else echo "$CARRY/$1"; fi; }
     echo "== $part ($build build)"

@@ -121,7 +121,11 @@ fn run_rank<B: Backend>(world: World<B>, bytes: usize) -> Result<Option<Vec<Repo
     let start = Instant::now();
     for step in 0..n {
         let peer = (rank + step) % n;
-        world.put(&buffer.slice(rank * bytes..(rank + 1) * bytes)?, &source, peer)?;
+        world.put(
+            &buffer.slice(rank * bytes..(rank + 1) * bytes)?,
+            &source,
+            peer,
+        )?;
         if start.elapsed() > Duration::from_secs(1) {
             world.backend().synchronize()?;
             eprintln!(
