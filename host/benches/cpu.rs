@@ -12,7 +12,7 @@
 use std::time::{Duration, Instant};
 use symmem::backend::Backend;
 use symmem::backend::cpu::Cpu;
-use symmem::{Config, DeviceSlice, Error, Grid, World};
+use symmem::{Config, Error, Grid, World};
 
 const RANKS: usize = 4;
 /// Alloc/free pairs timed per rank (after `WARMUP` untimed ones).
@@ -102,12 +102,7 @@ fn rank_body(world: World<Cpu>) -> symmem::Result<Numbers> {
     let (mut bandwidth, mut one_thread) = (Vec::new(), Vec::new());
     world.barrier()?;
     if rank == 0 {
-        // SAFETY: rank `to`'s copy of `buffer`, `largest` bytes mapped in this address
-        // space for as long as `buffer` lives (it outlives the view); kernels of this
-        // rank write it as they write local memory.
-        let remote = unsafe {
-            DeviceSlice::<u8, Cpu>::from_raw_parts(&world, buffer.as_slice().peer_ptr(to)?, largest)
-        };
+        let remote = buffer.as_slice().peer(to)?;
         let kernels = world.kernels();
         for &bytes in &SIZES {
             let (dst, src, copy_dst) = (

@@ -7,7 +7,7 @@
 //! [`Module::launch`] enqueues a kernel on the rank's stream (the CPU backend runs the
 //! same body on host threads):
 //!
-//! ```ignore
+//! ```text
 //! static KERNELS: symmem::CodeObjects = symmem::include_kernels!("my_kernels");
 //! let module = world.load(&KERNELS)?;
 //! module.launch(my_kernels::ring_step, Grid::new(4, 256), (&buffer, buffer.peer_bases(), n))?;
@@ -19,7 +19,16 @@
 //! typed buffer or view of the same `T`, a `PeerTable` a [`PeerBases`] handle, a number
 //! the number itself. symmem's own kernels go the same way ([`World::kernels`]).
 //!
-//! ```compile_fail
+//! The same setup with the right arguments compiles (the control for the failures below):
+//!
+//! ```no_run
+//! # use symmem::{World, Grid, backend::cpu::Cpu};
+//! # fn f(world: &World<Cpu>, buffer: &symmem::SymmetricBuffer<'_, u8, Cpu>) -> symmem::Result<()> {
+//! world.kernels().launch(symmem_kernels::symmem_copy, Grid::new(1, 1), (buffer, buffer, 4u64))
+//! # }
+//! ```
+//!
+//! ```compile_fail,E0277
 //! # use symmem::{World, Grid, backend::cpu::Cpu};
 //! # fn f(world: &World<Cpu>, buffer: &symmem::SymmetricBuffer<'_, u8, Cpu>) -> symmem::Result<()> {
 //! // symmem_copy takes (dst: *mut u8, src: *const u8, n: u64): a u32 for `n` does not compile.
@@ -27,7 +36,7 @@
 //! # }
 //! ```
 //!
-//! ```compile_fail
+//! ```compile_fail,E0277
 //! # use symmem::{World, Grid, backend::cpu::Cpu};
 //! # fn f(world: &World<Cpu>, buffer: &symmem::SymmetricBuffer<'_, u8, Cpu>) -> symmem::Result<()> {
 //! // One argument missing does not compile.
@@ -35,7 +44,7 @@
 //! # }
 //! ```
 //!
-//! ```compile_fail
+//! ```compile_fail,E0277
 //! # use symmem::{World, Grid, backend::cpu::Cpu};
 //! # fn f(world: &World<Cpu>, buffer: &symmem::SymmetricBuffer<'_, f32, Cpu>) -> symmem::Result<()> {
 //! // A buffer of f32 for a `*mut u8` parameter does not compile.
@@ -43,7 +52,7 @@
 //! # }
 //! ```
 //!
-//! ```compile_fail
+//! ```compile_fail,E0277
 //! # use symmem::{World, Grid, backend::cpu::Cpu};
 //! # fn f(world: &World<Cpu>, buffer: &symmem::SymmetricBuffer<'_, u8, Cpu>) -> symmem::Result<()> {
 //! // A raw address is no buffer.

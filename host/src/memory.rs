@@ -104,9 +104,10 @@ impl<'w, T: bytemuck::Pod, B: Backend> DeviceBuffer<'w, T, B> {
     }
 }
 
-/// A view of `len` elements of `T` of device memory of one world's rank: a
-/// [`DeviceBuffer`], a symmetric buffer's local copy, a provider's local allocation, or
-/// part of one. Cheap to copy; it borrows what it views.
+/// A view of `len` elements of `T` of device memory one world's rank can address: a
+/// [`DeviceBuffer`], a symmetric buffer's local copy, a provider's local allocation, a
+/// peer's copy as mapped here ([`SymSlice::peer`]), or part of one. Cheap to copy; it
+/// borrows what it views.
 pub struct DeviceSlice<'a, T, B: Backend> {
     world: &'a World<B>,
     ptr: u64,
@@ -238,6 +239,16 @@ impl<'a, T, B: Backend> SymSlice<'a, T, B> {
     /// The peer table of the object the view is part of.
     pub fn peer_bases(&self) -> &'a PeerBases {
         self.table
+    }
+
+    /// Rank `rank`'s copy of the view, as mapped in this address space: a device view
+    /// this rank's kernels can read and write directly (what a translated access
+    /// reaches). It lives as long as the object. Errors: [`Error::RankOutOfRange`].
+    pub fn peer(&self, rank: usize) -> Result<DeviceSlice<'a, T, B>> {
+        Ok(DeviceSlice {
+            ptr: self.peer_ptr(rank)?,
+            ..self.local
+        })
     }
 
     /// Device address of the view's first element on rank `rank`, as mapped in this

@@ -221,4 +221,43 @@ pub mod llvm {
         );
         String::from_utf8(out.stdout).expect("utf-8 output")
     }
+
+    /// The instructions of function `name` in the AMD code object `bytes` for `cpu`,
+    /// comments cut. Disassembled by symbol: the linker may give identical functions one
+    /// address, and a listing prints one label per address. Panics if it is missing.
+    pub fn amd_function(bytes: &[u8], cpu: &str, name: &str) -> Vec<String> {
+        let (mcpu, symbol) = (
+            format!("--mcpu={cpu}"),
+            format!("--disassemble-symbols={name}"),
+        );
+        let text = run_on("llvm-objdump", &["-d", &mcpu, &symbol], bytes);
+        let header = format!("<{name}>:");
+        let mut lines = text.lines().skip_while(|l| !l.ends_with(&header));
+        assert!(
+            lines.next().is_some(),
+            "{name} is not in the {cpu} code object"
+        );
+        lines
+            .take_while(|l| !l.trim().is_empty())
+            .map(|l| l.split("//").next().unwrap_or("").trim().to_owned())
+            .filter(|l| !l.is_empty())
+            .collect()
+    }
+
+    /// The body of PTX entry `name`, one trimmed line each, comments cut. Panics if it
+    /// is not a visible entry.
+    pub fn ptx_entry(ptx: &[u8], name: &str) -> Vec<String> {
+        let text = std::str::from_utf8(ptx).expect("PTX is text");
+        let header = format!(".visible .entry {name}(");
+        let mut lines = text.lines().skip_while(|l| !l.starts_with(&header));
+        assert!(
+            lines.next().is_some(),
+            "{name} is not a visible entry of the PTX"
+        );
+        lines
+            .take_while(|l| *l != "}")
+            .map(|l| l.split("//").next().unwrap_or("").trim().to_owned())
+            .filter(|l| !l.is_empty())
+            .collect()
+    }
 }

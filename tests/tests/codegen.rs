@@ -10,43 +10,6 @@ use symmem_tests::{llvm, objects};
 
 const GPU_TARGETS: [&str; 3] = ["gfx942", "gfx950", "sm_90"];
 
-/// The instructions of function `name` in an AMD code object, comments cut (by symbol:
-/// the linker may fold identical kernels under one address).
-fn amd_function(bytes: &[u8], cpu: &str, name: &str) -> Vec<String> {
-    let (mcpu, symbol) = (
-        format!("--mcpu={cpu}"),
-        format!("--disassemble-symbols={name}"),
-    );
-    let text = llvm::run_on("llvm-objdump", &["-d", &mcpu, &symbol], bytes);
-    let header = format!("<{name}>:");
-    let mut lines = text.lines().skip_while(|l| !l.ends_with(&header));
-    assert!(
-        lines.next().is_some(),
-        "{name} is not in the {cpu} code object"
-    );
-    lines
-        .take_while(|l| !l.trim().is_empty())
-        .map(|l| l.split("//").next().unwrap_or("").trim().to_owned())
-        .filter(|l| !l.is_empty())
-        .collect()
-}
-
-/// The body of PTX entry `name`, one trimmed line each.
-fn ptx_entry(ptx: &[u8], name: &str) -> Vec<String> {
-    let text = std::str::from_utf8(ptx).expect("PTX is text");
-    let header = format!(".visible .entry {name}(");
-    let mut lines = text.lines().skip_while(|l| !l.starts_with(&header));
-    assert!(
-        lines.next().is_some(),
-        "{name} is not a visible entry of the PTX"
-    );
-    lines
-        .take_while(|l| !l.starts_with(".visible .entry"))
-        .map(|l| l.split("//").next().unwrap_or("").trim().to_owned())
-        .filter(|l| !l.is_empty())
-        .collect()
-}
-
 /// The kernels crate `crate_name` declares (what `#[kernel]` recorded in this program).
 fn declared(crate_name: &str) -> Vec<&'static str> {
     let names: Vec<_> = symmem_device::declarations()
@@ -125,7 +88,7 @@ const VECTOR_KERNELS: [(&str, &str); 4] = [
 fn amd_translated_stores_are_global_dwordx4() {
     for cpu in ["gfx942", "gfx950"] {
         for (krate, kernel) in VECTOR_KERNELS {
-            let body = amd_function(objects::object(krate, cpu), cpu, kernel);
+            let body = llvm::amd_function(objects::object(krate, cpu), cpu, kernel);
             let stores: Vec<&String> = body.iter().filter(|l| l.contains("_store_")).collect();
             println!("{cpu} {krate}::{kernel}: {}", join(&stores));
             assert!(
@@ -147,7 +110,7 @@ fn amd_translated_stores_are_global_dwordx4() {
 #[test]
 fn ptx_translated_stores_are_global_v4() {
     for (krate, kernel) in VECTOR_KERNELS {
-        let body = ptx_entry(objects::object(krate, "sm_90"), kernel);
+        let body = llvm::ptx_entry(objects::object(krate, "sm_90"), kernel);
         let stores: Vec<&String> = body.iter().filter(|l| l.starts_with("st.")).collect();
         println!("sm_90 {krate}::{kernel}: {}", join(&stores));
         assert!(

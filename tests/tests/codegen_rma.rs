@@ -11,39 +11,14 @@ fn object(cpu: &str) -> &'static [u8] {
     symmem_tests::objects::object("symmem_kernels", cpu)
 }
 
-/// The instructions of function `name` in the AMD code object for `cpu`, comments cut.
+/// The instructions of function `name` in symmem's AMD code object for `cpu`.
 fn amd_function(cpu: &str, name: &str) -> Vec<String> {
-    // By symbol: the linker folds identical kernels (the shorthand's probe and the
-    // system-scope one share their code), and a listing prints one label per address.
-    let (mcpu, symbol) = (
-        format!("--mcpu={cpu}"),
-        format!("--disassemble-symbols={name}"),
-    );
-    let text = llvm::run_on("llvm-objdump", &["-d", &mcpu, &symbol], object(cpu));
-    let header = format!("<{name}>:");
-    let mut lines = text.lines().skip_while(|l| !l.ends_with(&header));
-    assert!(
-        lines.next().is_some(),
-        "{name} is not in the {cpu} code object"
-    );
-    lines
-        .take_while(|l| !l.trim().is_empty())
-        .map(|l| l.split("//").next().unwrap_or("").trim().to_owned())
-        .filter(|l| !l.is_empty())
-        .collect()
+    llvm::amd_function(object(cpu), cpu, name)
 }
 
-/// The body of PTX entry `name` in the sm_90 code object, one trimmed line each.
+/// The body of PTX entry `name` in symmem's sm_90 code object.
 fn ptx_entry(name: &str) -> Vec<String> {
-    let text = std::str::from_utf8(object("sm_90")).expect("PTX is text");
-    let header = format!(".entry {name}(");
-    let mut lines = text.lines().skip_while(|l| !l.contains(&header));
-    assert!(lines.next().is_some(), "{name} is not in the sm_90 PTX");
-    lines
-        .take_while(|l| *l != "}")
-        .map(|l| l.split("//").next().unwrap_or("").trim().to_owned())
-        .filter(|l| !l.is_empty())
-        .collect()
+    llvm::ptx_entry(object("sm_90"), name)
 }
 
 /// Asserts that lines matching each pattern appear in this order; returns them.

@@ -1,7 +1,7 @@
 //! AMD GPUs through `core::arch::amdgpu`, plus the few operations Rust cannot spell on
 //! amdgcn (inline `asm!` is unsupported there): the block and grid sizes, read from the
 //! HSA dispatch packet, and scoped fences. Those come from the LLVM IR library that
-//! `symmem-device-build` generates and links into every AMD code object; each is an
+//! `symmem-build` generates and links into every AMD code object; each is an
 //! `alwaysinline` function, so no call survives in the code object.
 
 use crate::{Arch, Scope};

@@ -13,7 +13,7 @@
 //!   domain, so the scope changes nothing.
 //! * **amdgpu**: `alwaysinline` LLVM IR functions `atomicrmw`/`cmpxchg`/`load atomic`/
 //!   `store atomic` with `syncscope("workgroup" | "agent" | "")`, generated from tables
-//!   by `symmem-device-build` (`amdgpu_ir.rs`) and declared here as `extern "C"`. A
+//!   by `symmem-build` (`amdgpu_ir.rs`) and declared here as `extern "C"`. A
 //!   non-fetch operation calls the same function and drops the result; the backend then
 //!   selects the no-return instruction.
 //! * **nvptx**: inline PTX. Scopes are `.cta`/`.gpu`/`.sys`. Orders PTX lacks:

@@ -96,6 +96,12 @@ pub struct KernelLaunch<'a> {
 ///
 /// The methods that take raw device addresses are `unsafe`: [`crate::World`] and the
 /// typed handles ([`crate::DeviceBuffer`], [`crate::SymmetricBuffer`]) are the safe way.
+/// A made-up address in safe code does not compile:
+///
+/// ```compile_fail,E0133
+/// # use symmem::backend::{Backend, cpu::Cpu};
+/// Cpu::new().memset(0x10, 0, 16).unwrap();
+/// ```
 pub trait Backend: Send + Sync + 'static {
     /// This rank's symmetric heap: physical memory and its local mapping.
     type Heap: DeviceRegion;

@@ -3,7 +3,7 @@
 //! Names are `symmem_amdgpu_atomic_<op>_<type>_<order>_<scope>` with `<op>` one of
 //! `add sub xchg and or xor min max cas load store`, `<order>` one of `relaxed acquire
 //! release acq_rel seq_cst` and `<scope>` one of `workgroup agent system`; the table
-//! that generates them is `symmem_device_build::amdgpu_ir`. Each family below declares
+//! that generates them is `symmem_build::amdgpu_ir`. Each family below declares
 //! its fifteen (order x scope) functions and a `call` that picks one with a `match`
 //! that folds away for constant arguments.
 
