@@ -197,8 +197,7 @@ pub mod llvm {
 
     /// The path of llvm-tools' `name` (`llvm-objdump`, `llvm-readobj`).
     pub fn tool(name: &str) -> PathBuf {
-        let cargo = std::env::var_os("CARGO").map_or_else(|| PathBuf::from("cargo"), PathBuf::from);
-        symmem_build::llvm_tools_bin(&cargo)
+        symmem_build::llvm_tools_bin()
             .expect("llvm-tools are installed (rustup component llvm-tools)")
             .join(name)
     }

@@ -79,7 +79,7 @@ fn words(v: U32x4) -> [u32; 4] {
 /// Four 32-bit words, in memory order, as a vector.
 #[inline(always)]
 fn from_words(w: [u32; 4]) -> U32x4 {
-    U32x4(w.into())
+    U32x4::from_array(w)
 }
 
 impl Reducible for f32 {

@@ -15,7 +15,10 @@
 //! [`PeerBases::remote`] is the checked form for host code; [`PeerBases::remote_unchecked`]
 //! is the `#[inline(always)]` form kernels use.
 #![no_std]
-#![feature(portable_simd)]
+#![cfg_attr(
+    any(target_arch = "amdgpu", target_arch = "nvptx64"),
+    feature(portable_simd)
+)]
 
 mod vector;
 

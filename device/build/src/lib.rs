@@ -41,7 +41,7 @@ mod depinfo;
 mod manifest;
 mod toolchain;
 
-pub use toolchain::{LLVM_TOOLS, PINNED_NIGHTLY};
+pub use toolchain::{LLVM_TOOLS, PINNED_NIGHTLY, TOOLCHAIN_ENV};
 
 use std::fmt;
 use std::io::Write as _;
@@ -49,7 +49,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::str::FromStr;
 
-use toolchain::{Toolchain, rustc_beside, rustup_add};
+use toolchain::{Toolchain, rustup_add};
 
 /// The environment variable that, when set, replaces the target list of every
 /// [`KernelCrate`]: comma-separated processor names (`gfx942,sm_90`). Set but empty, no
@@ -205,6 +205,13 @@ pub enum BuildError {
         /// Its rustup name, if known.
         toolchain: Option<String>,
     },
+    /// rustup does not have the toolchain for device code.
+    MissingToolchain {
+        /// Its name ([`PINNED_NIGHTLY`] unless `SYMMEM_DEVICE_TOOLCHAIN` says otherwise).
+        toolchain: String,
+        /// What rustup said.
+        detail: String,
+    },
     /// The toolchain has no `rust-src` component.
     MissingRustSrc {
         /// Its rustup name, if known.
@@ -283,6 +290,13 @@ impl fmt::Display for BuildError {
                  components = [\"rust-src\", \"llvm-tools\"]\n",
                 toolchain(t),
                 rustc.display()
+            ),
+            Self::MissingToolchain { toolchain, detail } => write!(
+                f,
+                "GPU kernels are built with the nightly {toolchain} (whatever toolchain builds \
+                 the rest of the program), which rustup does not have ({detail}). Install it \
+                 with:\n    rustup toolchain install {toolchain} --profile minimal \
+                 --component rust-src,llvm-tools"
             ),
             Self::MissingRustSrc {
                 toolchain: t,
@@ -399,6 +413,7 @@ impl KernelCrate {
     pub fn build_in(self, out_dir: impl Into<PathBuf>) -> Result<Built, BuildError> {
         let out_dir: PathBuf = out_dir.into();
         cargo_line(&format!("rerun-if-env-changed={TARGETS_ENV}"));
+        cargo_line(&format!("rerun-if-env-changed={TOOLCHAIN_ENV}"));
         let names = match std::env::var(TARGETS_ENV) {
             Ok(list) => split_targets(&list),
             Err(_) => self.targets.clone(),
@@ -428,7 +443,7 @@ impl KernelCrate {
         create_dir(&out)?;
         let mut objects = Vec::new();
         if !targets.is_empty() {
-            let toolchain = Toolchain::current()?;
+            let toolchain = Toolchain::device()?;
             let nested = match self.nested_dir {
                 Some(dir) => dir,
                 None => nested_dir_for(&out_dir),
@@ -736,6 +751,10 @@ impl Wrapper {
         cargo
             .current_dir(&self.dir)
             .env("RUSTC", &toolchain.rustc)
+            .env(
+                "RUSTUP_TOOLCHAIN",
+                toolchain.name.as_deref().unwrap_or(PINNED_NIGHTLY),
+            )
             .env("CARGO_ENCODED_RUSTFLAGS", flags.join("\x1f"))
             .env("SYMMEM_LLVM_BIN", toolchain.llvm_bin())
             .env("SYMMEM_PTX_CPU", &target.cpu)
@@ -805,7 +824,8 @@ fn scrub_outer_environment(cmd: &mut Command) {
 }
 
 /// Whether environment variable `name` describes the outer build. Kept: `CARGO_HOME`,
-/// cargo's network and registry settings, `RUSTUP_*` (so the nested cargo runs the
+/// cargo's network and registry settings, `RUSTUP_*` (`RUSTUP_TOOLCHAIN` is then set to
+/// the device toolchain, so anything the nested build runs through rustup runs the
 /// same toolchain) and everything else.
 fn is_outer_build_variable(name: &str) -> bool {
     const KEEP: [&str; 5] = [
@@ -869,12 +889,7 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     })
 }
 
-/// The LLVM data layout rustc uses for `triple`, read from the target spec of the
-/// `rustc` beside `cargo`.
-pub fn data_layout(cargo: &Path, triple: &str) -> Result<String, BuildError> {
-    data_layout_of(&rustc_beside(cargo), triple)
-}
-
+/// The LLVM data layout `rustc` uses for `triple`, read from its target spec.
 fn data_layout_of(rustc: &Path, triple: &str) -> Result<String, BuildError> {
     let mut cmd = Command::new(rustc);
     cmd.args([
@@ -895,16 +910,11 @@ fn data_layout_of(rustc: &Path, triple: &str) -> Result<String, BuildError> {
         })
 }
 
-/// llvm-tools' bin folder of the toolchain `cargo` belongs to (the `rustc` beside it).
-pub fn llvm_tools_bin(cargo: &Path) -> Result<PathBuf, BuildError> {
-    let rustc = rustc_beside(cargo);
-    let mut cmd = Command::new(&rustc);
-    cmd.args(["--print", "sysroot"]);
-    let sysroot = run(cmd, "rustc --print sysroot")?;
-    let mut cmd = Command::new(&rustc);
-    cmd.args(["--print", "host-tuple"]);
-    let host = run(cmd, "rustc --print host-tuple")?;
-    Ok(toolchain::llvm_bin(Path::new(sysroot.trim()), host.trim()))
+/// llvm-tools' bin folder of the device toolchain (what the code objects are linked
+/// with, and what reads them: `llvm-objdump`, `llvm-readobj`), whatever toolchain runs
+/// the caller. Errors: as the toolchain checks of [`KernelCrate::build`].
+pub fn llvm_tools_bin() -> Result<PathBuf, BuildError> {
+    Ok(Toolchain::device()?.llvm_bin())
 }
 
 /// Runs `cmd`; its standard output, or [`BuildError::Failed`] with its standard error

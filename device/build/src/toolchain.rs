@@ -1,15 +1,25 @@
 //! The toolchain the nested builds run with, and the checks that it can build GPU
 //! kernels at all: a nightly `rustc`, the `rust-src` component (for `-Zbuild-std`) and
 //! the `llvm-tools` component (the linkers' tools).
+//!
+//! Device code builds with [`PINNED_NIGHTLY`] whatever toolchain builds the application
+//! (stable, a `rust-toolchain.toml`, `cargo +toolchain`, `RUSTUP_TOOLCHAIN`): rustup is
+//! asked for that toolchain's own `cargo` and `rustc` (`rustup which --toolchain`, never
+//! installing anything by itself). `SYMMEM_DEVICE_TOOLCHAIN` names another toolchain.
+//! Without rustup, the outer build's own toolchain is used if it is a nightly.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::{BuildError, run};
 
-/// The nightly symmem is tested with: the channel a project's `rust-toolchain.toml`
-/// should name.
+/// The nightly device code is built with, whatever toolchain builds the host code: the
+/// one place that names it (symmem's own `rust-toolchain.toml` and `.ci/setup` are
+/// checked against it).
 pub const PINNED_NIGHTLY: &str = "nightly-2026-09-15";
+
+/// The environment variable that names another toolchain for device code.
+pub const TOOLCHAIN_ENV: &str = "SYMMEM_DEVICE_TOOLCHAIN";
 
 /// The tools the link steps run, in `<sysroot>/lib/rustlib/<host>/bin`.
 pub const LLVM_TOOLS: [&str; 5] = ["llvm-link", "opt", "llc", "llvm-as", "rust-lld"];
@@ -23,24 +33,47 @@ pub(crate) struct Toolchain {
     pub verbose_version: String,
     pub host: String,
     pub sysroot: PathBuf,
+    /// Its rustup name, if known (what the nested build's `RUSTUP_TOOLCHAIN` is).
+    pub name: Option<String>,
 }
 
 impl Toolchain {
-    /// The toolchain of the running build: `$CARGO`, and `$RUSTC` (what cargo gives a
-    /// build script) or else the `rustc` beside `$CARGO`; checked with [`check_nightly`]
-    /// and [`check_components`].
-    pub fn current() -> Result<Self, BuildError> {
-        let cargo = std::env::var_os("CARGO").map_or_else(|| "cargo".into(), PathBuf::from);
-        let rustc = std::env::var_os("RUSTC")
-            .filter(|r| !r.is_empty())
-            .map_or_else(|| rustc_beside(&cargo), PathBuf::from);
+    /// The toolchain for device code: [`PINNED_NIGHTLY`] (or `$SYMMEM_DEVICE_TOOLCHAIN`)
+    /// through rustup; without rustup, the running build's own. Checked with
+    /// [`check_nightly`] and [`check_components`].
+    ///
+    /// Errors: [`BuildError::MissingToolchain`] with the `rustup toolchain install`
+    /// command when rustup does not have it; the checks' errors.
+    pub fn device() -> Result<Self, BuildError> {
+        let wanted = std::env::var(TOOLCHAIN_ENV)
+            .ok()
+            .filter(|t| !t.is_empty())
+            .unwrap_or_else(|| PINNED_NIGHTLY.to_owned());
+        match rustup() {
+            Some(rustup) => {
+                let cargo = rustup_which(&rustup, &wanted, "cargo")?;
+                let rustc = rustup_which(&rustup, &wanted, "rustc")?;
+                Self::at(cargo, rustc, Some(wanted))
+            }
+            None => {
+                let cargo = std::env::var_os("CARGO").map_or_else(|| "cargo".into(), PathBuf::from);
+                let rustc = std::env::var_os("RUSTC")
+                    .filter(|r| !r.is_empty())
+                    .map_or_else(|| rustc_beside(&cargo), PathBuf::from);
+                Self::at(cargo, rustc, None)
+            }
+        }
+    }
+
+    /// The toolchain of `cargo` and `rustc`, checked; `name` is its rustup name if known.
+    fn at(cargo: PathBuf, rustc: PathBuf, name: Option<String>) -> Result<Self, BuildError> {
         let mut vv = Command::new(&rustc);
         vv.arg("-vV");
         let verbose_version = run(vv, "rustc -vV")?;
         let mut sysroot = Command::new(&rustc);
         sysroot.args(["--print", "sysroot"]);
         let sysroot = PathBuf::from(run(sysroot, "rustc --print sysroot")?.trim());
-        let name = toolchain_name(&sysroot, std::env::var("RUSTUP_TOOLCHAIN").ok());
+        let name = toolchain_name(&sysroot, name);
         let host = check_nightly(&verbose_version, &rustc, name.as_deref())?;
         check_components(&sysroot, &host, name.as_deref())?;
         Ok(Self {
@@ -49,12 +82,57 @@ impl Toolchain {
             verbose_version,
             host,
             sysroot,
+            name,
         })
     }
 
     /// llvm-tools' bin folder.
     pub fn llvm_bin(&self) -> PathBuf {
         llvm_bin(&self.sysroot, &self.host)
+    }
+}
+
+/// The rustup executable: `$RUSTUP`, `$CARGO_HOME/bin/rustup` (default `~/.cargo`), or
+/// `rustup` on `PATH`; `None` where there is none.
+fn rustup() -> Option<PathBuf> {
+    let home = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")));
+    std::env::var_os("RUSTUP")
+        .map(PathBuf::from)
+        .into_iter()
+        .chain(home.map(|h| h.join("bin/rustup")))
+        .find(|p| p.exists())
+        .or_else(|| {
+            Command::new("rustup")
+                .arg("--version")
+                .output()
+                .ok()
+                .filter(|o| o.status.success())
+                .map(|_| PathBuf::from("rustup"))
+        })
+}
+
+/// The path of `tool` (`cargo`, `rustc`) of rustup toolchain `toolchain`, without
+/// installing it. Errors: [`BuildError::MissingToolchain`].
+fn rustup_which(rustup: &Path, toolchain: &str, tool: &str) -> Result<PathBuf, BuildError> {
+    let out = Command::new(rustup)
+        .args(["which", "--toolchain", toolchain, tool])
+        .env("RUSTUP_AUTO_INSTALL", "0")
+        .env_remove("RUSTUP_TOOLCHAIN")
+        .output()
+        .map_err(|error| BuildError::Spawn {
+            program: rustup.display().to_string(),
+            error,
+        })?;
+    let path = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    if out.status.success() && path.exists() {
+        Ok(path)
+    } else {
+        Err(BuildError::MissingToolchain {
+            toolchain: toolchain.to_owned(),
+            detail: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+        })
     }
 }
 
@@ -182,6 +260,19 @@ mod tests {
             std::fs::write(bin.join(tool), "").unwrap();
         }
         root
+    }
+
+    #[test]
+    fn the_workspace_pins_the_same_nightly() {
+        // symmem's own rust-toolchain.toml (its development toolchain: Miri, codegen
+        // tests) must be the nightly device code is built with.
+        let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../rust-toolchain.toml");
+        let text = std::fs::read_to_string(&file).unwrap();
+        assert!(
+            text.contains(&format!("channel = \"{PINNED_NIGHTLY}\"")),
+            "{} does not pin {PINNED_NIGHTLY}",
+            file.display()
+        );
     }
 
     #[test]

@@ -74,8 +74,7 @@ fn kernel_crate(dir: &Path, name: &str, body: &str) -> PathBuf {
 
 /// The standard output of llvm-tools' `tool args file`.
 fn llvm(tool: &str, args: &[&str], file: &Path) -> String {
-    let cargo = std::env::var_os("CARGO").map_or_else(|| "cargo".into(), PathBuf::from);
-    let bin = symmem_build::llvm_tools_bin(&cargo).unwrap();
+    let bin = symmem_build::llvm_tools_bin().unwrap();
     let out = std::process::Command::new(bin.join(tool))
         .args(args)
         .arg(file)
