@@ -263,6 +263,25 @@ mod tests {
     }
 
     #[test]
+    fn a_toolchain_rustup_lacks_is_an_install_command() {
+        let Some(rustup) = rustup() else {
+            println!("skipped: no rustup on this machine");
+            return;
+        };
+        let e = rustup_which(&rustup, "nightly-1999-01-01", "cargo").unwrap_err();
+        let text = e.to_string();
+        assert!(matches!(e, BuildError::MissingToolchain { .. }), "{text}");
+        assert!(
+            text.contains(
+                "rustup toolchain install nightly-1999-01-01 --profile minimal --component rust-src,llvm-tools"
+            ),
+            "{text}"
+        );
+        // The pinned one is what this repository's own builds use: rustup has it.
+        assert!(rustup_which(&rustup, PINNED_NIGHTLY, "rustc").is_ok());
+    }
+
+    #[test]
     fn the_workspace_pins_the_same_nightly() {
         // symmem's own rust-toolchain.toml (its development toolchain: Miri, codegen
         // tests) must be the nightly device code is built with.
