@@ -190,6 +190,7 @@ fn main() {
     let config = Config {
         heap_bytes: 64 * MIB + 4 * MIB,
         timeout: Duration::from_secs(120),
+        ..Config::default()
     };
     let results = symmem::launch(RANKS, &config, |_| Ok(Cpu::new()), rank_body).expect("launch");
     let numbers: Vec<Numbers> = results

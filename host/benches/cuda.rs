@@ -326,6 +326,7 @@ fn config() -> Config {
     Config {
         heap_bytes: MAX + 64 * MIB,
         timeout: TIMEOUT,
+        ..Config::default()
     }
 }
 

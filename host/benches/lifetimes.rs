@@ -74,6 +74,7 @@ fn report<B: Backend>(name: &str, ranks: usize, make: impl Fn(usize) -> symmem::
     let config = Config {
         heap_bytes: (PER_ROUND + 4) * ALLOC_BYTES,
         timeout: Duration::from_secs(60),
+        ..Config::default()
     };
     let results = symmem::launch(ranks, &config, make, rank_body).expect("launch");
     let numbers: Vec<Numbers> = results

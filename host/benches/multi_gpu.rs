@@ -497,6 +497,7 @@ fn plan(o: &Options, n: usize, gpus: usize) -> (Vec<Grid>, Config, usize) {
     let config = Config {
         heap_bytes: 4 * max + 64 * MIB,
         timeout: TIMEOUT,
+        ..Config::default()
     };
     (grids, config, max)
 }

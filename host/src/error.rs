@@ -182,6 +182,21 @@ pub enum Error {
         /// The crate of the module it was launched through.
         module: &'static str,
     },
+    /// A wait inside a kernel of this rank outlived the world's `wait_deadline`: the
+    /// peer it waited for never came (lost, or it skipped the call). The world is
+    /// poisoned: every later call returns this error.
+    WaitTimedOut {
+        /// The rank it waited for, when the wait knew it.
+        peer: Option<usize>,
+        /// How long it waited.
+        waited: Duration,
+        /// The device address of the signal word it waited on.
+        signal: u64,
+        /// The value it waited for.
+        value: u64,
+        /// The value it last saw.
+        seen: u64,
+    },
     /// Two views that must have the same length do not.
     LengthMismatch {
         /// Elements of the destination.
@@ -365,6 +380,22 @@ impl fmt::Display for Error {
                 f,
                 "kernel {kernel} is declared by {kernel_crate} but launched through the module of {module}"
             ),
+            Self::WaitTimedOut {
+                peer,
+                waited,
+                signal,
+                value,
+                seen,
+            } => {
+                write!(f, "a device wait gave up after {waited:?}")?;
+                if let Some(peer) = peer {
+                    write!(f, " waiting for rank {peer}")?;
+                }
+                write!(
+                    f,
+                    " (signal {signal:#x}: waited for {value}, saw {seen}); the world is poisoned"
+                )
+            }
             Self::LengthMismatch { dst, src } => {
                 write!(f, "the destination has {dst} elements but the source {src}")
             }

@@ -134,11 +134,18 @@ pub(crate) struct Loaded<B: Backend> {
 }
 
 impl<B: Backend> Loaded<B> {
-    pub(crate) fn new(backend: &B, objects: &'static CodeObjects) -> Result<Arc<Self>> {
-        Ok(Arc::new(Self {
-            objects,
-            module: backend.load_module(objects)?,
-        }))
+    /// Loads `objects` and points its kernels' bounded waits at `control`, the world's
+    /// control block (which the world keeps alive as long as the module).
+    pub(crate) fn new(
+        backend: &B,
+        objects: &'static CodeObjects,
+        control: &B::Shared,
+    ) -> Result<Arc<Self>> {
+        let mut module = backend.load_module(objects)?;
+        // SAFETY: `control` is the world's control block, initialised by it and freed
+        // only after the world's last synchronisation, after every launch of the module.
+        unsafe { backend.watch(&mut module, control)? };
+        Ok(Arc::new(Self { objects, module }))
     }
 }
 
@@ -160,7 +167,8 @@ impl<'w, B: Backend> Module<'w, B> {
     /// buffer and table must belong to this module's world, and a peer table must belong
     /// to an object every rank has agreed on (a [`World::barrier`] after allocating).
     ///
-    /// Errors: [`Error::WrongModule`] for a kernel of another crate,
+    /// Errors: the world's failed device wait ([`World::check_waits`]: it is poisoned),
+    /// [`Error::WrongModule`] for a kernel of another crate,
     /// [`Error::KernelNotFound`] if the code object lacks it, [`Error::ForeignHandle`],
     /// [`Error::NotAgreed`], the poisoning [`Error::CollectiveMismatch`], an empty
     /// `grid`, and the backend's launch errors.
@@ -180,6 +188,7 @@ impl<'w, B: Backend> Module<'w, B> {
         if grid.blocks == 0 || grid.threads == 0 {
             return Err(Error::Unsupported("an empty launch shape"));
         }
+        self.world.check_waits()?;
         let mut lowering = Lowering {
             world: self.world,
             tables: Vec::new(),

@@ -40,7 +40,10 @@ pub use launch::{CodeObjects, KernelArg, KernelArgs, Lowering, Module};
 pub use memory::{AsDeviceSlice, AsSymSlice, DeviceBuffer, DeviceSlice, SymSlice};
 pub use provider::{ExternalTable, Rendezvous};
 pub use symmem_device::{Kernel, Params, PeerTable};
-pub use world::{Config, PeerBaseProvider, PeerBases, RawSymmetric, SymmetricBuffer, World};
+pub use world::{
+    Config, DEFAULT_WAIT_DEADLINE, PeerBaseProvider, PeerBases, RawSymmetric, SymmetricBuffer,
+    World,
+};
 
 use backend::Backend;
 use bootstrap::local::LocalBootstrap;

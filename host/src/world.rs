@@ -28,7 +28,7 @@
 //! waits for this rank's device, unmaps its peers' memory, waits for every rank to do
 //! the same, and frees, so nothing leaks and nothing is freed under a peer's mapping.
 
-use crate::backend::{Backend, DeviceRegion, Shareable};
+use crate::backend::{Backend, DeviceRegion, Shareable, SharedRegion};
 use crate::bootstrap::Bootstrap;
 use crate::error::{Error, Result};
 use crate::launch::{CodeObjects, Loaded, Lowering, Module};
@@ -40,6 +40,7 @@ use std::ops::RangeBounds;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
+use symmem_rma::watch::Control;
 
 /// How a world is made.
 #[derive(Clone, Debug)]
@@ -49,13 +50,26 @@ pub struct Config {
     pub heap_bytes: usize,
     /// How long a rank waits for peers before reporting them lost.
     pub timeout: Duration,
+    /// How long one wait inside a kernel (a signal wait, a barrier, a collective's
+    /// exchange) may spin before it gives up and the world fails with
+    /// [`Error::WaitTimedOut`]: the bound that keeps a lost or absent peer from hanging a
+    /// kernel. Default [`DEFAULT_WAIT_DEADLINE`]; `Duration::ZERO` for none.
+    pub wait_deadline: Duration,
 }
+
+/// The default [`Config::wait_deadline`]: 10 minutes, as PyTorch's NCCL watchdog. It
+/// must never fire in a healthy run, where one wait lasts as long as the slowest rank
+/// takes to reach the same point (a straggler's compute, a checkpoint, a first-time
+/// compile), which can be minutes; a lost peer is still reported, only late. Tests and
+/// latency-critical services set it shorter.
+pub const DEFAULT_WAIT_DEADLINE: Duration = Duration::from_secs(600);
 
 impl Default for Config {
     fn default() -> Self {
         Self {
             heap_bytes: 64 << 20,
             timeout: crate::bootstrap::DEFAULT_TIMEOUT,
+            wait_deadline: DEFAULT_WAIT_DEADLINE,
         }
     }
 }
@@ -228,6 +242,10 @@ pub struct World<B: Backend> {
     kernels: Arc<Loaded<B>>,
     /// Kernel crates loaded with [`World::load`], kept while the world lives.
     modules: Mutex<Vec<Arc<Loaded<B>>>>,
+    /// This rank's control block of bounded device waits (`symmem_rma::watch`).
+    control: B::Shared,
+    /// The first failed device wait, once seen: the world is poisoned by it.
+    fault: Mutex<Option<Fault>>,
     rank: usize,
     world_size: usize,
     backend: B,
@@ -324,12 +342,19 @@ impl<B: Backend> World<B> {
         unsafe { backend.upload(heap_bases_memory.base(), bytemuck::cast_slice(&bases))? };
         let serial = SERIALS.fetch_add(1, Ordering::Relaxed);
         let heap_bases = PeerBases::new(heap_bases_memory.base(), bases.into(), serial, None);
-        let kernels = Loaded::new(&backend, &crate::code_objects::KERNELS)?;
+        let control = backend.alloc_shared(size_of::<Control>())?;
+        let deadline = u64::try_from(config.wait_deadline.as_nanos()).unwrap_or(u64::MAX);
+        // SAFETY: a fresh zeroed block of `Control`'s size, aligned (page-locked or
+        // 64-aligned allocations), that no kernel reads yet.
+        unsafe { (*control.host_ptr().cast::<Control>()).deadline_ns = deadline };
+        let kernels = Loaded::new(&backend, &crate::code_objects::KERNELS, &control)?;
         bootstrap.barrier()?;
         Ok(Self {
             serial,
             kernels,
             modules: Mutex::new(Vec::new()),
+            control,
+            fault: Mutex::new(None),
             rank,
             world_size,
             backend,
@@ -736,7 +761,7 @@ impl<B: Backend> World<B> {
         let loaded = match modules.iter().find(|m| std::ptr::eq(m.objects, objects)) {
             Some(loaded) => Arc::clone(loaded),
             None => {
-                let loaded = Loaded::new(&self.backend, objects)?;
+                let loaded = Loaded::new(&self.backend, objects, &self.control)?;
                 modules.push(Arc::clone(&loaded));
                 loaded
             }
@@ -748,6 +773,43 @@ impl<B: Backend> World<B> {
     /// as a user's.
     pub fn kernels(&self) -> Module<'_, B> {
         Module::new(self, Arc::clone(&self.kernels))
+    }
+
+    /// Checks this rank's device waits: a wait that gave up (its deadline passed, or the
+    /// host aborted) poisons the world, and this and every later call get the error.
+    /// Reads host memory only: no device synchronisation.
+    ///
+    /// Errors: [`Error::WaitTimedOut`], [`Error::PeerLost`] (an abort).
+    pub fn check_waits(&self) -> Result<()> {
+        let mut fault = self.fault.lock().unwrap_or_else(|p| p.into_inner());
+        if fault.is_none() {
+            let control = self.control.host_ptr().cast::<Control>();
+            // SAFETY: the live control block; words are read atomically (the device
+            // writes each with one system-scope store).
+            let read = |p: *mut u64| unsafe { AtomicU64::from_ptr(p) }.load(Ordering::Acquire);
+            // SAFETY: field addresses of the live block.
+            let status = read(unsafe { &raw mut (*control).status });
+            if status != 0 {
+                // SAFETY: as above.
+                let (signal, value, seen) = unsafe {
+                    (
+                        read(&raw mut (*control).signal),
+                        read(&raw mut (*control).value),
+                        read(&raw mut (*control).seen),
+                    )
+                };
+                *fault = Some(Fault {
+                    status,
+                    signal,
+                    value,
+                    seen,
+                });
+            }
+        }
+        match *fault {
+            None => Ok(()),
+            Some(f) => Err(f.error()),
+        }
     }
 
     /// Unique in this process: what handles name their world by.
@@ -765,7 +827,7 @@ impl<B: Backend> World<B> {
     /// then on), [`Error::PeerFailed`] if another rank's device failed, [`Error::PeerLost`],
     /// and this rank's synchronisation error. Nothing is released on an error.
     pub fn barrier(&self) -> Result<()> {
-        let synced = self.backend.synchronize();
+        let synced = self.backend.synchronize().and_then(|()| self.check_waits());
         let agreed = self.agree(&[], synced.is_err(), synced.is_ok());
         synced.and(agreed)
     }
@@ -1109,5 +1171,33 @@ fn same_length(a: usize, b: usize) -> Result<()> {
         Ok(())
     } else {
         Err(Error::LengthMismatch { dst: a, src: b })
+    }
+}
+
+/// A device wait that gave up, as its control block recorded it.
+#[derive(Clone, Copy, Debug)]
+struct Fault {
+    status: u64,
+    signal: u64,
+    value: u64,
+    seen: u64,
+}
+
+impl Fault {
+    fn error(self) -> Error {
+        use symmem_rma::watch::status;
+        let peer = status::peer(self.status).map(|p| p as usize);
+        let waited = Duration::from_nanos(status::waited_ns(self.status));
+        if status::reason(self.status) == symmem_rma::watch::REASON_ABORT {
+            Error::PeerLost { rank: peer, waited }
+        } else {
+            Error::WaitTimedOut {
+                peer,
+                waited,
+                signal: self.signal,
+                value: self.value,
+                seen: self.seen,
+            }
+        }
     }
 }

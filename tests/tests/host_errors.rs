@@ -772,6 +772,7 @@ fn peer_lost_when_a_rank_returns_early() {
     let cfg = Config {
         heap_bytes: HEAP,
         timeout,
+        ..Config::default()
     };
     for (n, leaver) in [(2, 1), (4, 2), (4, 0)] {
         let start = Instant::now();
@@ -808,6 +809,7 @@ fn peer_lost_at_once_even_while_another_rank_is_slow() {
     let cfg = Config {
         heap_bytes: HEAP,
         timeout: Duration::from_secs(10),
+        ..Config::default()
     };
     let slow = Duration::from_millis(1500);
     let results = run_raw(3, &cfg, |world| {
@@ -837,6 +839,7 @@ fn peer_lost_when_a_rank_hangs() {
     let cfg = Config {
         heap_bytes: HEAP,
         timeout,
+        ..Config::default()
     };
     let hang = Duration::from_millis(2000);
     let results = run_raw(3, &cfg, |world| {

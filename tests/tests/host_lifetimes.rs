@@ -122,6 +122,7 @@ impl Backend for Recording {
     type Mapping = Logged;
     type DeviceMemory = Cell;
     type Module = <Cpu as Backend>::Module;
+    type Shared = <Cpu as Backend>::Shared;
 
     fn kind(&self) -> BackendKind {
         self.cpu.kind()
@@ -168,6 +169,17 @@ impl Backend for Recording {
     }
     fn load_module(&self, objects: &'static CodeObjects) -> symmem::Result<Self::Module> {
         self.cpu.load_module(objects)
+    }
+    fn alloc_shared(&self, bytes: usize) -> symmem::Result<Self::Shared> {
+        self.cpu.alloc_shared(bytes)
+    }
+    unsafe fn watch(
+        &self,
+        module: &mut Self::Module,
+        control: &Self::Shared,
+    ) -> symmem::Result<()> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.cpu.watch(module, control) }
     }
     unsafe fn launch(
         &self,
@@ -223,6 +235,7 @@ fn exported_memory_outlives_every_peer_mapping() {
     let config = Config {
         heap_bytes: 4 << 20,
         timeout: Duration::from_secs(20),
+        ..Config::default()
     };
     LOG.lock().expect("log").clear();
     let results = symmem::launch(

@@ -190,6 +190,7 @@ fn run_child(mode: &str) -> ! {
         let config = Config {
             heap_bytes: 2 << 20,
             timeout: bootstrap.timeout(),
+            ..Config::default()
         };
         let world = World::new(Box::new(bootstrap), Cpu::new(), &config)?;
         let mut words = mode.split_whitespace();

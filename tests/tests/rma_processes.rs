@@ -32,6 +32,7 @@ fn child<B: Backend>(bootstrap: UnixBootstrap, backend: B) -> symmem::Result<()>
     let config = Config {
         heap_bytes: 8 << 20,
         timeout: bootstrap.timeout(),
+        ..Config::default()
     };
     let world = World::new(Box::new(bootstrap), backend, &config)?;
     rma_ranks::barrier_rounds(&world, BARRIERS)?;

@@ -21,3 +21,5 @@ mod host_api;
 mod lifetimes;
 #[path = "suite/rma.rs"]
 mod rma;
+#[path = "suite/waits.rs"]
+mod waits;

@@ -36,6 +36,7 @@ pub mod collectives;
 pub mod copy;
 pub mod signal;
 mod team;
+pub mod watch;
 
 pub use atomic::{AtomicInt, AtomicOp};
 pub use bf16::Bf16;

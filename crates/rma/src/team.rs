@@ -468,10 +468,27 @@ impl Team<'_> {
     /// reading it with acquire semantics at system scope; returns the value seen. What
     /// the signalling rank did before its release update is visible afterwards.
     ///
+    /// The wait is bounded (see [`crate::watch`]): if the host aborts or the deadline
+    /// passes, it records why in the rank's control block and returns the last value it
+    /// saw, which then does not satisfy the condition; every later wait of the rank
+    /// returns at once.
+    ///
     /// # Safety
     /// `sig` valid, 8-aligned, accessed only atomically.
     #[inline(always)]
     pub unsafe fn signal_wait_until(&self, sig: *const u64, cmp: Cmp, value: u64) -> u64 {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.wait_from(sig, cmp, value, crate::watch::NO_PEER) }
+    }
+
+    /// [`Team::signal_wait_until`] for a word that rank `peer` updates (recorded if the
+    /// wait gives up).
+    ///
+    /// # Safety
+    /// As [`Team::signal_wait_until`].
+    #[inline(always)]
+    unsafe fn wait_from(&self, sig: *const u64, cmp: Cmp, value: u64, peer: u64) -> u64 {
+        let mut watch = crate::watch::Watch::new();
         let mut spins = 0;
         loop {
             // SAFETY: forwarded from the caller.
@@ -480,6 +497,9 @@ impl Team<'_> {
                 return v;
             }
             crate::spin(&mut spins);
+            if watch.give_up(spins, sig, value, v, peer) {
+                return v;
+            }
         }
     }
 
@@ -515,7 +535,7 @@ impl Team<'_> {
         let mut r = tid;
         while r < world {
             // SAFETY: r < world.
-            unsafe { self.signal_wait_until(sig.add(r), Cmp::Ge, arrival) };
+            unsafe { self.wait_from(sig.add(r), Cmp::Ge, arrival, r as u64) };
             r += threads;
         }
         arch.sync_block();

@@ -89,6 +89,17 @@ pub fn library(data_layout: &str) -> String {
          \x20 ret i32 %r\n}}"
         ),
     );
+    // The constant-rate real-time counter (`s_memrealtime`, 100 MHz on gfx9), for the
+    // deadlines of device waits. Volatile: each call reads it anew.
+    wl(w, format_args!("declare i64 @llvm.amdgcn.s.memrealtime()"));
+    wl(
+        w,
+        format_args!(
+            "define linkonce_odr hidden i64 @symmem_amdgpu_realtime() #0 {{\n\
+         \x20 %t = call i64 @llvm.amdgcn.s.memrealtime()\n\
+         \x20 ret i64 %t\n}}"
+        ),
+    );
     // `symmem_amdgpu_fence_<scope>` is seq_cst; `symmem_amdgpu_fence_release_<scope>`
     // only the release half (the write-back and the wait, no invalidate).
     for (name, scope) in FENCE_SCOPES {

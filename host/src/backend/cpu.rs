@@ -18,7 +18,7 @@
 //! `RLIMIT_NOFILE` to the hard limit once (as Go's runtime and the JVM do at start) and
 //! tries again; past the hard limit an allocation is [`Error::FdLimit`], naming it.
 
-use super::{Backend, BackendKind, DeviceRegion, Grid, KernelLaunch, Shareable};
+use super::{Backend, BackendKind, DeviceRegion, Grid, KernelLaunch, Shareable, SharedRegion};
 use crate::cpu_launch;
 use crate::error::{Error, Result};
 use crate::launch::CodeObjects;
@@ -36,6 +36,41 @@ impl Cpu {
     pub fn new() -> Self {
         Self::default()
     }
+}
+
+/// Host memory for the control block (on the CPU every address is the host's).
+#[derive(Debug)]
+pub struct CpuShared {
+    ptr: std::ptr::NonNull<u8>,
+    layout: std::alloc::Layout,
+}
+
+// SAFETY: plain heap memory, accessed atomically by the host and the kernel threads.
+unsafe impl Send for CpuShared {}
+// SAFETY: as above.
+unsafe impl Sync for CpuShared {}
+
+impl SharedRegion for CpuShared {
+    fn host_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+    fn device_ptr(&self) -> u64 {
+        self.ptr.as_ptr().addr() as u64
+    }
+}
+
+impl Drop for CpuShared {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `alloc_shared` with this layout, freed once.
+        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) }
+    }
+}
+
+/// A loaded kernel crate on the CPU: the bodies are compiled into the program, so all
+/// it holds is where the kernel threads' bounded waits look (the control block).
+#[derive(Debug, Default)]
+pub struct CpuModule {
+    control: usize,
 }
 
 /// A shared mapping of a memfd (own memory, or a peer's). Drop unmaps it.
@@ -268,7 +303,8 @@ impl Backend for Cpu {
     type Heap = CpuMemory;
     type Mapping = CpuMemory;
     type DeviceMemory = CpuMemory;
-    type Module = ();
+    type Module = CpuModule;
+    type Shared = CpuShared;
 
     fn kind(&self) -> BackendKind {
         BackendKind::Cpu
@@ -322,12 +358,37 @@ impl Backend for Cpu {
         Ok(())
     }
 
-    fn load_module(&self, _objects: &'static CodeObjects) -> Result<()> {
+    fn load_module(&self, _objects: &'static CodeObjects) -> Result<CpuModule> {
         // The bodies are compiled into the program: there is nothing to load.
+        Ok(CpuModule::default())
+    }
+    fn alloc_shared(&self, bytes: usize) -> Result<CpuShared> {
+        let layout = std::alloc::Layout::from_size_align(bytes.max(1), 64)
+            .map_err(|_| Error::Unsupported("a shared allocation that large"))?;
+        // SAFETY: the layout has a non-zero size.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        let ptr = std::ptr::NonNull::new(ptr).ok_or(Error::Unsupported(
+            "host memory for a control block (out of memory)",
+        ))?;
+        Ok(CpuShared { ptr, layout })
+    }
+    unsafe fn watch(&self, module: &mut CpuModule, control: &CpuShared) -> Result<()> {
+        module.control = control.host_ptr().expose_provenance();
         Ok(())
     }
-    unsafe fn launch(&self, _module: &(), launch: &KernelLaunch<'_>, grid: Grid) -> Result<()> {
-        cpu_launch::launch(grid, |arch| launch.host.run(arch))
+    unsafe fn launch(
+        &self,
+        module: &CpuModule,
+        launch: &KernelLaunch<'_>,
+        grid: Grid,
+    ) -> Result<()> {
+        let control = module.control;
+        cpu_launch::launch(grid, |arch| {
+            // Each kernel thread's waits watch the rank's control block (the caller of
+            // `watch` keeps it alive for every launch).
+            symmem_rma::watch::set_thread_control(std::ptr::with_exposed_provenance_mut(control));
+            launch.host.run(arch)
+        })
     }
     fn grid_for_bytes(&self, _bytes: usize) -> Grid {
         // The bodies are grid-stride loops over 16-byte vectors: on a CPU, threads of

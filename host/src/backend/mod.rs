@@ -67,6 +67,17 @@ pub trait DeviceRegion: Send + Sync {
     }
 }
 
+/// Page-locked host memory that the device reaches too (mapped), at `host_ptr` for the
+/// host and `device_ptr` for kernels: where a rank's bounded-wait control block lives
+/// (`symmem_rma::watch::Control`), so the host reads what a wait recorded and sets the
+/// abort word without a device synchronisation.
+pub trait SharedRegion: Send + Sync {
+    /// Where the host reads and writes it.
+    fn host_ptr(&self) -> *mut u8;
+    /// Where kernels read and write it.
+    fn device_ptr(&self) -> u64;
+}
+
 /// A kernel's body, run by the CPU backend once per thread of a launch.
 pub trait HostKernel: Sync {
     /// Runs the body as thread `arch` of the launch.
@@ -111,6 +122,8 @@ pub trait Backend: Send + Sync + 'static {
     type DeviceMemory: DeviceRegion;
     /// A kernel crate's code objects loaded on this device.
     type Module: Send + Sync;
+    /// Host memory the device reaches too ([`SharedRegion`]).
+    type Shared: SharedRegion;
 
     /// Which runtime this is.
     fn kind(&self) -> BackendKind;
@@ -157,6 +170,16 @@ pub trait Backend: Send + Sync + 'static {
     ///
     /// Errors: [`crate::Error::NoCodeObject`] if none of them runs here.
     fn load_module(&self, objects: &'static CodeObjects) -> Result<Self::Module>;
+    /// Allocates `bytes` of zeroed host memory that this device reaches too.
+    fn alloc_shared(&self, bytes: usize) -> Result<Self::Shared>;
+    /// Points the bounded waits of `module`'s kernels at the control block `control`
+    /// (the module global `SYMMEM_CONTROL` on GPUs; the kernel threads' control on the
+    /// CPU). A module without that global has no waits: nothing to do.
+    ///
+    /// # Safety
+    /// `control` holds a zeroed-or-host-initialised `symmem_rma::watch::Control` and
+    /// outlives every launch of `module`.
+    unsafe fn watch(&self, module: &mut Self::Module, control: &Self::Shared) -> Result<()>;
     /// Enqueues `launch` from `module` with launch shape `grid` (a CPU backend runs
     /// `launch.host` on threads and returns when they are done).
     ///

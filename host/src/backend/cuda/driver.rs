@@ -726,6 +726,59 @@ pub(super) fn mem_host_alloc(bytes: usize) -> Result<*mut u8> {
     Ok(p.cast::<u8>())
 }
 
+/// `cuMemHostAlloc(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP)`: `bytes` of
+/// page-locked host memory mapped into the device's address space, with its device
+/// address (`cuMemHostGetDevicePointer`). Zeroed.
+pub(super) fn mem_host_alloc_mapped(bytes: usize) -> Result<(*mut u8, DevicePtr)> {
+    let mut p: *mut c_void = std::ptr::null_mut();
+    // SAFETY: `p` is a valid out-pointer.
+    check("cuMemHostAlloc", unsafe {
+        sys::cuMemHostAlloc(
+            &mut p,
+            bytes,
+            sys::CU_MEMHOSTALLOC_PORTABLE | sys::CU_MEMHOSTALLOC_DEVICEMAP,
+        )
+    })?;
+    // SAFETY: `p` holds `bytes` writable bytes.
+    unsafe { p.cast::<u8>().write_bytes(0, bytes) };
+    let mut d: DevicePtr = 0;
+    // SAFETY: `p` is a mapped allocation of this context; `d` a valid out-pointer.
+    let mapped = check("cuMemHostGetDevicePointer", unsafe {
+        sys::cuMemHostGetDevicePointer_v2(&mut d, p, 0)
+    });
+    if let Err(e) = mapped {
+        // SAFETY: allocated above and not used afterwards.
+        let _ = unsafe { mem_free_host(p.cast::<u8>()) };
+        return Err(e);
+    }
+    Ok((p.cast::<u8>(), d))
+}
+
+/// The device address of `module`'s global `name`, or `None` if it has none
+/// (`cuModuleGetGlobal`).
+pub(super) fn module_get_global(module: Module, name: &CStr) -> Result<Option<DevicePtr>> {
+    let (mut d, mut bytes): (DevicePtr, usize) = (0, 0);
+    // SAFETY: `module` is loaded, `name` NUL-terminated, both out-pointers valid.
+    let rc = unsafe { sys::cuModuleGetGlobal_v2(&mut d, &mut bytes, module.0, name.as_ptr()) };
+    if rc == sys::cudaError_enum::CUDA_ERROR_NOT_FOUND {
+        return Ok(None);
+    }
+    check("cuModuleGetGlobal", rc)?;
+    Ok(Some(d))
+}
+
+/// `cuMemcpyHtoD`: a synchronous copy of `src` to device address `dst`.
+///
+/// # Safety
+/// `dst..dst + src.len()` is writable device memory of the current context, not in use
+/// by a running kernel.
+pub(super) unsafe fn memcpy_htod(dst: DevicePtr, src: &[u8]) -> Result<()> {
+    // SAFETY: forwarded from the caller; `src` is readable for its length.
+    check("cuMemcpyHtoD", unsafe {
+        sys::cuMemcpyHtoD_v2(dst, src.as_ptr().cast::<c_void>(), src.len())
+    })
+}
+
 /// `cuMemFreeHost`.
 ///
 /// # Safety

@@ -67,7 +67,7 @@ mod staging;
 pub mod timing;
 
 use super::ipc::IpcExport;
-use super::{Backend, BackendKind, DeviceRegion, Grid, KernelLaunch, Shareable};
+use super::{Backend, BackendKind, DeviceRegion, Grid, KernelLaunch, Shareable, SharedRegion};
 use crate::error::{Error, Result};
 use crate::launch::CodeObjects;
 use cudarc::driver::sys::CUdevice_attribute;
@@ -457,13 +457,46 @@ fn grid_for_bytes(bytes: u64) -> Grid {
     }
 }
 
+/// Page-locked host memory mapped into the device (`cuMemHostAlloc` with
+/// `CU_MEMHOSTALLOC_DEVICEMAP`): the rank's control block of bounded waits. Freed on drop.
+pub struct CudaShared {
+    host: *mut u8,
+    device: u64,
+    ctx: Arc<Context>,
+}
+
+// SAFETY: page-locked host memory of a context, accessed atomically by the host and the
+// device; the pointer is not tied to a thread.
+unsafe impl Send for CudaShared {}
+// SAFETY: as above.
+unsafe impl Sync for CudaShared {}
+
+impl SharedRegion for CudaShared {
+    fn host_ptr(&self) -> *mut u8 {
+        self.host
+    }
+    fn device_ptr(&self) -> u64 {
+        self.device
+    }
+}
+
+impl Drop for CudaShared {
+    fn drop(&mut self) {
+        record_drop(self.ctx.make_current().and_then(|()| {
+            // SAFETY: allocated by `alloc_shared`, freed once; the world drops it only
+            // after its last synchronisation, so no kernel reads it any more.
+            unsafe { driver::mem_free_host(self.host) }
+        }));
+    }
+}
+
 /// A kernel crate's PTX loaded on one device, every kernel loaded and found by name.
 pub struct CudaModule {
     // Field order is drop order: the handles, then the module.
     functions: HashMap<String, driver::Function>,
     target: &'static str,
     crate_name: &'static str,
-    _module: LoadedModule,
+    loaded: LoadedModule,
 }
 
 impl CudaModule {
@@ -664,6 +697,7 @@ impl Backend for Cuda {
     type Mapping = CudaMapping;
     type DeviceMemory = CudaDeviceMemory;
     type Module = CudaModule;
+    type Shared = CudaShared;
 
     fn kind(&self) -> BackendKind {
         BackendKind::Cuda
@@ -864,8 +898,29 @@ impl Backend for Cuda {
             functions,
             target,
             crate_name: objects.crate_name(),
-            _module: module,
+            loaded: module,
         })
+    }
+
+    fn alloc_shared(&self, bytes: usize) -> Result<CudaShared> {
+        self.ctx.make_current()?;
+        let (host, device) = driver::mem_host_alloc_mapped(bytes.max(1))?;
+        Ok(CudaShared {
+            host,
+            device,
+            ctx: Arc::clone(&self.ctx),
+        })
+    }
+
+    unsafe fn watch(&self, module: &mut CudaModule, control: &CudaShared) -> Result<()> {
+        self.ctx.make_current()?;
+        let Some(global) = driver::module_get_global(module.loaded.module, c"SYMMEM_CONTROL")?
+        else {
+            return Ok(());
+        };
+        // SAFETY: the module's 8-byte pointer global; no kernel of the module has been
+        // launched yet (it was just loaded).
+        unsafe { driver::memcpy_htod(global, &control.device.to_ne_bytes()) }
     }
 
     unsafe fn launch(

@@ -71,7 +71,7 @@ mod runtime;
 pub use runtime::{BINDINGS_HIP_VERSION, FFI_FACTS, FfiFact, Relation};
 
 use super::ipc::IpcExport;
-use super::{Backend, BackendKind, DeviceRegion, Grid, KernelLaunch, Shareable};
+use super::{Backend, BackendKind, DeviceRegion, Grid, KernelLaunch, Shareable, SharedRegion};
 use crate::error::{Error, Result};
 use crate::launch::CodeObjects;
 use std::collections::HashMap;
@@ -534,13 +534,48 @@ fn grid_for_bytes(bytes: u64) -> Grid {
     }
 }
 
+/// Page-locked, coherent host memory mapped into the device (`hipHostMalloc` with
+/// `hipHostMallocMapped | hipHostMallocPortable | hipHostMallocCoherent`): the rank's
+/// control block of bounded waits. Freed with `hipHostFree` on drop.
+#[derive(Debug)]
+pub struct HipShared {
+    host: *mut u8,
+    device: u64,
+    owner: Arc<Device>,
+}
+
+// SAFETY: page-locked host memory of the process, accessed atomically by the host and
+// the device; the pointer is not tied to a thread, and `hipHostFree` may run on any.
+unsafe impl Send for HipShared {}
+// SAFETY: as above; `&HipShared` only hands out the addresses.
+unsafe impl Sync for HipShared {}
+
+impl SharedRegion for HipShared {
+    fn host_ptr(&self) -> *mut u8 {
+        self.host
+    }
+    fn device_ptr(&self) -> u64 {
+        self.device
+    }
+}
+
+impl Drop for HipShared {
+    fn drop(&mut self) {
+        record_drop(self.owner.make_current().and_then(|()| {
+            // SAFETY: allocated by `alloc_shared`, freed once; the world drops it only
+            // after its last synchronisation, so no kernel reads it any more.
+            unsafe { runtime::host_free(self.host) }
+        }));
+    }
+}
+
 /// A kernel crate's code object loaded on one device, every kernel found by name.
 pub struct HipModule {
     // Field order is drop order: the handles, then the module.
     functions: HashMap<String, runtime::Function>,
     target: &'static str,
     crate_name: &'static str,
-    _module: LoadedModule,
+    loaded: LoadedModule,
 }
 
 impl HipModule {
@@ -784,6 +819,7 @@ impl Backend for Hip {
     type Mapping = HipMapping;
     type DeviceMemory = HipDeviceMemory;
     type Module = HipModule;
+    type Shared = HipShared;
 
     fn kind(&self) -> BackendKind {
         BackendKind::Hip
@@ -894,8 +930,37 @@ impl Backend for Hip {
             functions,
             target,
             crate_name: objects.crate_name(),
-            _module: module,
+            loaded: module,
         })
+    }
+
+    fn alloc_shared(&self, bytes: usize) -> Result<HipShared> {
+        self.device.make_current()?;
+        let (host, device) = runtime::host_malloc_mapped(bytes.max(1))?;
+        Ok(HipShared {
+            host,
+            device,
+            owner: Arc::clone(&self.device),
+        })
+    }
+
+    unsafe fn watch(&self, module: &mut HipModule, control: &HipShared) -> Result<()> {
+        self.device.make_current()?;
+        let Some((global, bytes)) =
+            runtime::module_get_global(module.loaded.module, c"SYMMEM_CONTROL")?
+        else {
+            return Ok(());
+        };
+        let pointer = control.device.to_ne_bytes();
+        if bytes != pointer.len() {
+            return Err(Error::Unsupported(
+                "a code object whose SYMMEM_CONTROL global is not an 8-byte pointer",
+            ));
+        }
+        // SAFETY: the module's 8-byte pointer global (its size checked above), in this
+        // device's memory; no kernel of the module has been launched yet (it was just
+        // loaded), so none reads it during the copy.
+        unsafe { runtime::memcpy_htod(global, &pointer) }
     }
 
     unsafe fn launch(

@@ -82,12 +82,23 @@ const NO_DEVICE: Rc = sys::hipError_t::hipErrorNoDevice as Rc;
 const INVALID_DEVICE: Rc = sys::hipError_t::hipErrorInvalidDevice as Rc;
 /// `hipErrorPeerAccessAlreadyEnabled`.
 const PEER_ACCESS_ALREADY_ENABLED: Rc = sys::hipError_t::hipErrorPeerAccessAlreadyEnabled as Rc;
+/// `hipErrorNotFound`: `hipModuleGetGlobal` of a name the module does not define.
+const NOT_FOUND: Rc = sys::hipError_t::hipErrorNotFound as Rc;
 
 /// `hipDeviceMallocFinegrained`: device memory that peers access coherently
 /// (cross-device atomics and signals).
 pub(super) const MALLOC_FINE_GRAINED: c_uint = sys::hipDeviceMallocFinegrained;
 /// `hipStreamNonBlocking`.
 const STREAM_NON_BLOCKING: c_uint = sys::hipStreamNonBlocking;
+/// `hipHostMallocPortable`: pinned for every device, not only the current one.
+const HOST_MALLOC_PORTABLE: c_uint = sys::hipHostMallocPortable;
+/// `hipHostMallocMapped`: mapped into the device's address space
+/// (`hipHostGetDevicePointer`).
+const HOST_MALLOC_MAPPED: c_uint = sys::hipHostMallocMapped;
+/// `hipHostMallocCoherent`: fine-grained (coherent) host memory whatever
+/// `HIP_HOST_COHERENT` says, so a running kernel sees the host's stores and the host sees
+/// the kernel's atomics without a synchronisation.
+const HOST_MALLOC_COHERENT: c_uint = sys::hipHostMallocCoherent;
 /// `hipIpcMemLazyEnablePeerAccess` of HIP 5.x headers (the 5.4 bindings). HIP 6.0
 /// changed the macro to `0x01`, and the runtime rejects any other value with
 /// `hipErrorInvalidValue`; see [`ipc_open_mem_handle`].
@@ -249,6 +260,9 @@ pub const FFI_FACTS: &[FfiFact] = &[
         ANY,
     ),
     fact("hipStreamNonBlocking", STREAM_NON_BLOCKING as usize, ANY),
+    fact("hipHostMallocPortable", HOST_MALLOC_PORTABLE as usize, ANY),
+    fact("hipHostMallocMapped", HOST_MALLOC_MAPPED as usize, ANY),
+    fact("hipHostMallocCoherent", HOST_MALLOC_COHERENT as usize, ANY),
     fact(
         "hipIpcMemLazyEnablePeerAccess",
         IPC_LAZY_ENABLE_PEER_ACCESS_V5 as usize,
@@ -280,6 +294,7 @@ pub const FFI_FACTS: &[FfiFact] = &[
         PEER_ACCESS_ALREADY_ENABLED as usize,
         ANY,
     ),
+    fact("hipErrorNotFound", NOT_FOUND as usize, ANY),
 ];
 
 /// The HIP version of the bindings the types and constants above come from
@@ -365,6 +380,11 @@ hip_entry_points! {
     hipMemcpyHtoDAsync(sys::hipDeviceptr_t, *mut c_void, usize, sys::hipStream_t);
     hipMemcpyDtoHAsync(*mut c_void, sys::hipDeviceptr_t, usize, sys::hipStream_t);
     hipMemsetD8Async(sys::hipDeviceptr_t, c_uchar, usize, sys::hipStream_t);
+    hipHostMalloc(*mut *mut c_void, usize, c_uint);
+    hipHostGetDevicePointer(*mut *mut c_void, *mut c_void, c_uint);
+    hipHostFree(*mut c_void);
+    hipModuleGetGlobal(*mut sys::hipDeviceptr_t, *mut usize, sys::hipModule_t, *const c_char);
+    hipMemcpyHtoD(sys::hipDeviceptr_t, *mut c_void, usize);
 }
 
 // The two text functions take and return what hip-sys declares, modulo the enum.
@@ -888,5 +908,81 @@ pub(super) unsafe fn memset_d8_async(
     // SAFETY: forwarded from the caller.
     check(lib, "hipMemsetD8Async", unsafe {
         (lib.hipMemsetD8Async)(dptr(dst), value, bytes, stream.0)
+    })
+}
+
+/// `hipHostMalloc(hipHostMallocPortable | hipHostMallocMapped | hipHostMallocCoherent)`:
+/// `bytes` of page-locked, coherent host memory mapped into the device's address space,
+/// with its device address (`hipHostGetDevicePointer`). Zeroed.
+pub(super) fn host_malloc_mapped(bytes: usize) -> Result<(*mut u8, DevicePtr)> {
+    let lib = lib()?;
+    let mut p: *mut c_void = std::ptr::null_mut();
+    // SAFETY: `p` is a valid out-pointer.
+    check(lib, "hipHostMalloc", unsafe {
+        (lib.hipHostMalloc)(
+            &raw mut p,
+            bytes,
+            HOST_MALLOC_PORTABLE | HOST_MALLOC_MAPPED | HOST_MALLOC_COHERENT,
+        )
+    })?;
+    // SAFETY: on success `p` holds `bytes` writable bytes of host memory.
+    unsafe { p.cast::<u8>().write_bytes(0, bytes) };
+    let mut d: *mut c_void = std::ptr::null_mut();
+    // SAFETY: `p` is a mapped allocation of this runtime; `d` a valid out-pointer.
+    let mapped = check(lib, "hipHostGetDevicePointer", unsafe {
+        (lib.hipHostGetDevicePointer)(&raw mut d, p, 0)
+    });
+    if let Err(e) = mapped {
+        // SAFETY: allocated above and not used afterwards.
+        let _ = unsafe { host_free(p.cast::<u8>()) };
+        return Err(e);
+    }
+    Ok((p.cast::<u8>(), d.addr() as DevicePtr))
+}
+
+/// `hipHostFree`.
+///
+/// # Safety
+/// `host` came from [`host_malloc_mapped`], no kernel uses it any more, and it is not
+/// used afterwards.
+pub(super) unsafe fn host_free(host: *mut u8) -> Result<()> {
+    let lib = lib()?;
+    // SAFETY: forwarded from the caller.
+    check(lib, "hipHostFree", unsafe {
+        (lib.hipHostFree)(host.cast::<c_void>())
+    })
+}
+
+/// The device address and size of `module`'s global `name`, or `None` if it has none
+/// (`hipModuleGetGlobal` answers `hipErrorNotFound`).
+pub(super) fn module_get_global(module: Module, name: &CStr) -> Result<Option<(DevicePtr, usize)>> {
+    let lib = lib()?;
+    let mut d: sys::hipDeviceptr_t = std::ptr::null_mut();
+    let mut bytes: usize = 0;
+    // SAFETY: `module` is loaded, `name` NUL-terminated, both out-pointers valid.
+    let rc =
+        unsafe { (lib.hipModuleGetGlobal)(&raw mut d, &raw mut bytes, module.0, name.as_ptr()) };
+    if rc == NOT_FOUND {
+        return Ok(None);
+    }
+    check(lib, "hipModuleGetGlobal", rc)?;
+    Ok(Some((d.addr() as DevicePtr, bytes)))
+}
+
+/// `hipMemcpyHtoD`: a synchronous copy of `src` to device address `dst`.
+///
+/// # Safety
+/// `dst..dst + src.len()` is device memory writable by the current device, not in use by
+/// a running kernel.
+pub(super) unsafe fn memcpy_htod(dst: DevicePtr, src: &[u8]) -> Result<()> {
+    let lib = lib()?;
+    // SAFETY: `src` is valid for reads of its length (HIP's prototype is not const but
+    // the runtime only reads it); `dst` is forwarded from the caller.
+    check(lib, "hipMemcpyHtoD", unsafe {
+        (lib.hipMemcpyHtoD)(
+            dptr(dst),
+            src.as_ptr().cast_mut().cast::<c_void>(),
+            src.len(),
+        )
     })
 }

@@ -1,0 +1,272 @@
+//! Bounded device waits: every wait of this crate (`Team::signal_wait_until`, and through
+//! it every barrier and collective) also watches this rank's [`Control`] block, so a lost
+//! or absent peer never hangs a kernel.
+//!
+//! The block is shared by the host and the device: the host sets `abort` (a peer is lost,
+//! the world is going down) and `deadline_ns`; a wait that has spun longer than the
+//! deadline, or sees `abort`, records once what it was waiting for (`reason`, `peer`,
+//! `signal`, `value`, `seen`, `waited_ns`) and returns. Every later wait of the rank sees
+//! `reason` set and returns at once, so every block of the kernel finishes promptly (its
+//! results are then meaningless; the host turns the record into an error and poisons the
+//! world).
+//!
+//! A healthy wait pays nothing for this: the block is looked at only every
+//! [`POLL_EVERY`] spins, and the clock is read only from the first look on.
+//!
+//! Where the block is: on GPUs, the module global [`SYMMEM_CONTROL`], which the host
+//! sets when it loads a module (`cuModuleGetGlobal`, `hipModuleGetGlobal`), so a user's
+//! kernel gets the bound without a parameter; on the host (feature `std`), a thread-local
+//! that the CPU backend sets on each kernel thread ([`set_thread_control`]). Where none
+//! is set, waits are unbounded, as before.
+
+use crate::atomic::AtomicInt;
+use crate::{Order, Scope};
+
+/// This rank's control block. Host and device access every word with single atomic
+/// loads and stores at system scope, never a read-modify-write: on a GPU the block is
+/// mapped host memory, where a device's atomics are not atomic for the host.
+#[repr(C)]
+#[derive(Debug, Default)]
+pub struct Control {
+    /// Non-zero: every wait gives up at once ([`REASON_ABORT`]). Set by the host.
+    pub abort: u64,
+    /// How long one wait may spin before it gives up ([`REASON_TIMEOUT`]), in
+    /// nanoseconds; 0 for no deadline. Set by the host before any launch.
+    pub deadline_ns: u64,
+    /// 0 while no wait has given up; else one [`status`] word: why, which peer, how long.
+    /// Several waits may give up at once: each writes a whole word, so it is always one
+    /// wait's record.
+    pub status: u64,
+    /// The address of the signal word a wait that gave up waited on.
+    pub signal: u64,
+    /// The value it waited for.
+    pub value: u64,
+    /// The value it last saw.
+    pub seen: u64,
+}
+
+/// Why a wait gave up: it outlived the deadline.
+pub const REASON_TIMEOUT: u64 = 1;
+/// Why a wait gave up: it saw the host's abort.
+pub const REASON_ABORT: u64 = 2;
+/// A waiting thread looks at the control block once per this many spins.
+pub const POLL_EVERY: u32 = 1 << 16;
+/// The peer of a wait that did not name one.
+pub const NO_PEER: u64 = u64::MAX;
+
+/// The packing of [`Control::status`]: bits 0-1 the reason, bits 2-21 the peer plus one
+/// (0: unknown), bits 22-63 how long the wait had waited, in microseconds.
+pub mod status {
+    /// Packs a status word.
+    pub const fn pack(reason: u64, peer: u64, waited_ns: u64) -> u64 {
+        let peer = if peer < (1 << 20) - 1 { peer + 1 } else { 0 };
+        (reason & 3) | (peer << 2) | ((waited_ns / 1000) << 22)
+    }
+    /// The reason of a status word.
+    pub const fn reason(status: u64) -> u64 {
+        status & 3
+    }
+    /// The peer of a status word, if the wait named one.
+    pub const fn peer(status: u64) -> Option<u64> {
+        match (status >> 2) & ((1 << 20) - 1) {
+            0 => None,
+            p => Some(p - 1),
+        }
+    }
+    /// How long the wait had waited, in nanoseconds (microsecond resolution).
+    pub const fn waited_ns(status: u64) -> u64 {
+        (status >> 22) * 1000
+    }
+}
+
+/// The control block of this rank, set by the host when it loads a module.
+#[cfg(any(target_arch = "amdgpu", target_arch = "nvptx64"))]
+#[unsafe(no_mangle)]
+pub static mut SYMMEM_CONTROL: *mut Control = core::ptr::null_mut();
+
+#[cfg(feature = "std")]
+std::thread_local! {
+    static THREAD_CONTROL: core::cell::Cell<*mut Control> =
+        const { core::cell::Cell::new(core::ptr::null_mut()) };
+}
+
+/// Makes `control` the control block of the waits this host thread makes (the CPU
+/// backend calls it on every kernel thread); null for none.
+#[cfg(feature = "std")]
+pub fn set_thread_control(control: *mut Control) {
+    THREAD_CONTROL.with(|c| c.set(control));
+}
+
+/// This rank's control block, or null.
+#[inline(always)]
+fn control() -> *mut Control {
+    #[cfg(any(target_arch = "amdgpu", target_arch = "nvptx64"))]
+    {
+        // SAFETY: the host writes the global once, before any launch of the module.
+        unsafe { (&raw const SYMMEM_CONTROL).read_volatile() }
+    }
+    #[cfg(all(
+        not(any(target_arch = "amdgpu", target_arch = "nvptx64")),
+        feature = "std"
+    ))]
+    {
+        THREAD_CONTROL.with(core::cell::Cell::get)
+    }
+    #[cfg(all(
+        not(any(target_arch = "amdgpu", target_arch = "nvptx64")),
+        not(feature = "std")
+    ))]
+    {
+        core::ptr::null_mut()
+    }
+}
+
+/// A clock in nanoseconds, monotonic within a wait: `globaltimer` on nvptx,
+/// `s_memrealtime` (100 MHz) on amdgcn, the OS's monotonic clock on the host (0 without
+/// `std`: no deadline there).
+#[inline(always)]
+pub fn now_ns() -> u64 {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let t: u64;
+        // SAFETY: reads a special register; no memory is touched.
+        unsafe {
+            core::arch::asm!("mov.u64 {t}, %globaltimer;", t = out(reg64) t, options(nomem, nostack))
+        };
+        t
+    }
+    #[cfg(target_arch = "amdgpu")]
+    {
+        unsafe extern "C" {
+            fn symmem_amdgpu_realtime() -> u64;
+        }
+        // SAFETY: the IR library's function reads the real-time counter.
+        unsafe { symmem_amdgpu_realtime() * 10 }
+    }
+    #[cfg(all(
+        not(any(target_arch = "amdgpu", target_arch = "nvptx64")),
+        feature = "std"
+    ))]
+    {
+        static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+        START
+            .get_or_init(std::time::Instant::now)
+            .elapsed()
+            .as_nanos() as u64
+    }
+    #[cfg(all(
+        not(any(target_arch = "amdgpu", target_arch = "nvptx64")),
+        not(feature = "std")
+    ))]
+    {
+        0
+    }
+}
+
+/// One wait's watch over the control block: when its first look was (0: none yet).
+pub(crate) struct Watch {
+    start: u64,
+}
+
+/// What [`look`] returns when the wait must give up (any other value is the wait's start).
+const GIVE_UP: u64 = u64::MAX;
+
+impl Watch {
+    #[inline(always)]
+    pub(crate) const fn new() -> Self {
+        Self { start: 0 }
+    }
+
+    /// Called by a wait on `signal` for `value` from `peer` (having seen `seen`) after
+    /// its `spins`-th spin: true when the wait must give up (see the module
+    /// documentation). Looks at the control block only every [`POLL_EVERY`] spins.
+    #[inline(always)]
+    pub(crate) fn give_up(
+        &mut self,
+        spins: u32,
+        signal: *const u64,
+        value: u64,
+        seen: u64,
+        peer: u64,
+    ) -> bool {
+        if !spins.is_multiple_of(POLL_EVERY) {
+            return false;
+        }
+        // Only plain values cross into the out-of-line look: no pointer into this wait's
+        // state or to its signal escapes, so the hot loop keeps its registers and its
+        // global address space.
+        self.start = look(self.start, signal.addr() as u64, value, seen, peer);
+        self.start == GIVE_UP
+    }
+}
+
+/// The out-of-line part of [`Watch::give_up`]: returns the wait's start (the clock at
+/// its first look) or [`GIVE_UP`].
+#[inline(never)]
+#[cold]
+fn look(start: u64, signal: u64, value: u64, seen: u64, peer: u64) -> u64 {
+    let c = control();
+    if c.is_null() {
+        return start;
+    }
+    let load = |p: *const u64| {
+        // SAFETY: `c` is this rank's live control block (set by the host).
+        unsafe { u64::load(p, Order::Acquire, Scope::System) }
+    };
+    // SAFETY: field addresses of the live block.
+    let (status, abort, deadline) = unsafe {
+        (
+            load(&raw const (*c).status),
+            load(&raw const (*c).abort),
+            load(&raw const (*c).deadline_ns),
+        )
+    };
+    if status != 0 {
+        return GIVE_UP;
+    }
+    let now = now_ns().clamp(1, GIVE_UP - 1);
+    if start == 0 {
+        return now;
+    }
+    let waited = now.wrapping_sub(start);
+    let why = if abort != 0 {
+        REASON_ABORT
+    } else if deadline != 0 && waited > deadline {
+        REASON_TIMEOUT
+    } else {
+        return start;
+    };
+    // SAFETY: as above. The details first, then the status word that says they are there
+    // (release).
+    unsafe {
+        let store = |p: *mut u64, v: u64, order| u64::store(p, v, order, Scope::System);
+        store(&raw mut (*c).signal, signal, Order::Relaxed);
+        store(&raw mut (*c).value, value, Order::Relaxed);
+        store(&raw mut (*c).seen, seen, Order::Relaxed);
+        store(
+            &raw mut (*c).status,
+            status::pack(why, peer, waited),
+            Order::Release,
+        );
+    }
+    GIVE_UP
+}
+
+#[cfg(test)]
+mod tests {
+    use super::status;
+
+    #[test]
+    fn status_words_round_trip() {
+        let s = status::pack(super::REASON_TIMEOUT, 5, 2_500_000_000);
+        assert_eq!(status::reason(s), super::REASON_TIMEOUT);
+        assert_eq!(status::peer(s), Some(5));
+        assert_eq!(status::waited_ns(s), 2_500_000_000);
+        let s = status::pack(super::REASON_ABORT, super::NO_PEER, 0);
+        assert_eq!(
+            (status::reason(s), status::peer(s)),
+            (super::REASON_ABORT, None)
+        );
+        assert_ne!(s, 0);
+    }
+}

@@ -1,0 +1,78 @@
+//! Bounded device waits on the backend under test (`super::TestBackend`), ranks as
+//! threads: a rank that skips a collective never hangs the others' kernels.
+
+use super::TestBackend;
+use std::time::{Duration, Instant};
+use symmem::collectives::Collectives;
+use symmem::{Config, Error, World};
+
+type W = World<TestBackend>;
+
+/// A rank that skips a collective: every other rank's kernel gives up its wait after the
+/// world's `wait_deadline` instead of hanging, names the absent rank, and poisons its
+/// world (every later call returns the same error); the skipper learns it at the next
+/// barrier; and the process then makes a new world whose collectives complete.
+#[test]
+fn a_rank_that_skips_a_collective_times_out_the_others_and_poisons_their_worlds() {
+    if super::skip() {
+        return;
+    }
+    let deadline = Duration::from_millis(300);
+    for (n, skipper) in [(2, 1), (3, 0), (4, 2)] {
+        let cfg = Config {
+            heap_bytes: 16 << 20,
+            wait_deadline: deadline,
+            ..Config::default()
+        };
+        let start = Instant::now();
+        let results = symmem::launch(n, &cfg, super::make_backend, |world: W| {
+            let coll = Collectives::new(&world)?;
+            if world.rank() == skipper {
+                return Ok((world.barrier(), Ok(())));
+            }
+            let waited = Instant::now();
+            // The launch returns (on the CPU once the kernel's wait gave up; on a GPU at
+            // once, the barrier below waits for the device).
+            coll.barrier()?;
+            // The barrier reports it, and tells the skipper (which waits there).
+            let first = world.barrier();
+            assert!(waited.elapsed() >= deadline, "gave up early");
+            // Poisoned: every later call answers at once, with the same error.
+            let again = coll.barrier();
+            Ok((first, again))
+        })
+        .expect("launch");
+        let elapsed = start.elapsed();
+        assert!(
+            elapsed < deadline + Duration::from_secs(5),
+            "world of {n}: {elapsed:?}"
+        );
+        for (rank, r) in results.into_iter().enumerate() {
+            let (first, again) = r.unwrap_or_else(|e| panic!("rank {rank}: {e}"));
+            if rank == skipper {
+                assert!(
+                    matches!(&first, Err(Error::PeerFailed { ranks }) if !ranks.contains(&skipper)),
+                    "skipper {rank}: {first:?}"
+                );
+                continue;
+            }
+            for r in [first, again] {
+                match r {
+                    Err(Error::WaitTimedOut { peer, waited, .. }) => {
+                        assert_eq!(peer, Some(skipper), "rank {rank}");
+                        assert!(waited >= deadline, "rank {rank}: {waited:?}");
+                    }
+                    other => panic!("world of {n}, rank {rank}: {other:?}"),
+                }
+            }
+        }
+        // A new world in the same process: its collectives complete.
+        let ok = symmem::launch(n, &cfg, super::make_backend, |world: W| {
+            let coll = Collectives::new(&world)?;
+            coll.barrier()?;
+            world.barrier()
+        })
+        .expect("launch");
+        assert!(ok.iter().all(Result::is_ok), "{ok:?}");
+    }
+}
