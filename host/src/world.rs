@@ -437,6 +437,7 @@ impl<B: Backend> World<B> {
         len: usize,
         align: usize,
     ) -> Result<(SymmetricBuffer<'_, T, B>, PeerBases)> {
+        self.check_waits()?;
         if !align.is_power_of_two() {
             return Err(Error::BadAlignment { align });
         }
@@ -776,7 +777,9 @@ impl<B: Backend> World<B> {
     }
 
     /// Checks this rank's device waits: a wait that gave up (its deadline passed, or the
-    /// host aborted) poisons the world, and this and every later call get the error.
+    /// host aborted) poisons the world, and this and every later call get the error
+    /// (launches, barriers, allocations, reads and writes check it first; a read checks
+    /// again after it has waited for the device).
     /// Reads host memory only: no device synchronisation.
     ///
     /// Errors: [`Error::WaitTimedOut`], [`Error::PeerLost`] (an abort).
@@ -961,12 +964,15 @@ impl<B: Backend> World<B> {
     pub fn read<T: bytemuck::Pod>(&self, view: &impl AsDeviceSlice<T, B>) -> Result<Vec<T>> {
         let view = view.as_device_slice();
         self.check_own(view.world())?;
+        self.check_waits()?;
         let mut out = vec![T::zeroed(); view.len()];
         // SAFETY: a view of this world is live memory of this rank holding its elements.
         unsafe {
             self.backend
                 .download(bytemuck::cast_slice_mut(&mut out), view.ptr())?
         };
+        // The download waited for the device: a wait that gave up is known now.
+        self.check_waits()?;
         Ok(out)
     }
 
@@ -1020,6 +1026,7 @@ impl<B: Backend> World<B> {
     ) -> Result<()> {
         let view = view.as_device_slice();
         self.check_own(view.world())?;
+        self.check_waits()?;
         let range = view.slice(at..at.saturating_add(data.len()))?;
         // SAFETY: the range is inside a live view of this rank's memory.
         unsafe { self.backend.upload(range.ptr(), bytemuck::cast_slice(data)) }
@@ -1029,6 +1036,7 @@ impl<B: Backend> World<B> {
     pub fn fill_zero<T>(&self, view: &impl AsDeviceSlice<T, B>) -> Result<()> {
         let view = view.as_device_slice();
         self.check_own(view.world())?;
+        self.check_waits()?;
         // SAFETY: a live view of this rank's memory.
         unsafe { self.backend.memset(view.ptr(), 0, view.byte_len()) }
     }
