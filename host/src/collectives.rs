@@ -697,9 +697,7 @@ impl<'w, B: Backend> Collectives<'w, B> {
                 capacity: buffer.len(),
             })?
             .local();
-        if !std::ptr::eq(buffer.world(), self.world) {
-            return Err(Error::ForeignHandle);
-        }
+        self.world.check_own(buffer.world())?;
         let ptr = buffer.ptr();
         let heap = self.world.heap_bases().entries()[self.world.rank()];
         let in_heap = ptr >= heap

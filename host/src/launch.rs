@@ -261,11 +261,7 @@ impl<B: Backend> Lowering<'_, B> {
     ///
     /// Errors: [`Error::ForeignHandle`] if it belongs to another world.
     pub fn check_owner(&self, owner: &World<B>) -> Result<()> {
-        if std::ptr::eq(owner, self.world) {
-            Ok(())
-        } else {
-            Err(Error::ForeignHandle)
-        }
+        self.world.check_own(owner)
     }
 
     /// Notes that the launch reaches peers through the table of collective object `id`

@@ -178,6 +178,13 @@ impl<'a, T, B: Backend> DeviceSlice<'a, T, B> {
         self.world
     }
 
+    /// Its address as a kernel argument of the launch `lowering` describes, after checking
+    /// that it belongs to that launch's world.
+    fn lowered(&self, lowering: &Lowering<'_, B>) -> Result<usize> {
+        lowering.check_owner(self.world)?;
+        Ok(self.ptr as usize)
+    }
+
     /// The same memory as bytes.
     pub fn as_bytes(&self) -> DeviceSlice<'a, u8, B> {
         DeviceSlice {
@@ -194,8 +201,6 @@ impl<'a, T, B: Backend> DeviceSlice<'a, T, B> {
 /// table that reaches every rank's copy. Cheap to copy; it borrows its object.
 pub struct SymSlice<'a, T, B: Backend> {
     local: DeviceSlice<'a, T, B>,
-    /// Element offset of the view in its object (translation keeps it on every rank).
-    start: usize,
     table: &'a PeerBases,
 }
 
@@ -216,7 +221,6 @@ impl<'a, T, B: Backend> SymSlice<'a, T, B> {
                 len,
                 _t: PhantomData,
             },
-            start: 0,
             table,
         }
     }
@@ -226,7 +230,6 @@ impl<'a, T, B: Backend> SymSlice<'a, T, B> {
         let (start, len) = bounds(range, self.local.len)?;
         Ok(Self {
             local: self.local.sub(start, len),
-            start: self.start + start,
             table: self.table,
         })
     }
@@ -259,8 +262,7 @@ impl<'a, T, B: Backend> SymSlice<'a, T, B> {
             rank,
             world: entries.len(),
         })?;
-        let local_base = entries[self.local.world.rank()];
-        Ok(base + (self.local.ptr - local_base))
+        Ok(base + self.byte_offset())
     }
 
     /// Elements.
@@ -273,9 +275,9 @@ impl<'a, T, B: Backend> SymSlice<'a, T, B> {
         self.local.len == 0
     }
 
-    /// Element offset of the view in its object.
-    pub fn start(&self) -> usize {
-        self.start
+    /// Byte offset of the view in its object: from this rank's table entry to the view.
+    fn byte_offset(&self) -> u64 {
+        self.local.ptr - self.table.entries()[self.local.world.rank()]
     }
 
     /// Device address of this rank's first element.
@@ -344,9 +346,8 @@ local_copy_is_a_device_slice!(SymSlice<'_, T, B>, crate::SymmetricBuffer<'_, T, 
 unsafe impl<T: 'static, B: Backend, V: AsDeviceSlice<T, B>> KernelArg<B, *mut T> for &V {
     #[inline]
     fn lower(&self, lowering: &mut Lowering<'_, B>) -> Result<*mut T> {
-        let view = self.as_device_slice();
-        lowering.check_owner(view.world)?;
-        Ok(std::ptr::without_provenance_mut(view.ptr as usize))
+        let addr = self.as_device_slice().lowered(lowering)?;
+        Ok(std::ptr::without_provenance_mut(addr))
     }
 }
 
@@ -354,9 +355,8 @@ unsafe impl<T: 'static, B: Backend, V: AsDeviceSlice<T, B>> KernelArg<B, *mut T>
 unsafe impl<T: 'static, B: Backend, V: AsDeviceSlice<T, B>> KernelArg<B, *const T> for &V {
     #[inline]
     fn lower(&self, lowering: &mut Lowering<'_, B>) -> Result<*const T> {
-        let view = self.as_device_slice();
-        lowering.check_owner(view.world)?;
-        Ok(std::ptr::without_provenance(view.ptr as usize))
+        let addr = self.as_device_slice().lowered(lowering)?;
+        Ok(std::ptr::without_provenance(addr))
     }
 }
 
@@ -364,8 +364,7 @@ unsafe impl<T: 'static, B: Backend, V: AsDeviceSlice<T, B>> KernelArg<B, *const 
 unsafe impl<T: 'static, B: Backend> KernelArg<B, *mut T> for DeviceSlice<'_, T, B> {
     #[inline]
     fn lower(&self, lowering: &mut Lowering<'_, B>) -> Result<*mut T> {
-        lowering.check_owner(self.world)?;
-        Ok(std::ptr::without_provenance_mut(self.ptr as usize))
+        Ok(std::ptr::without_provenance_mut(self.lowered(lowering)?))
     }
 }
 
@@ -373,7 +372,6 @@ unsafe impl<T: 'static, B: Backend> KernelArg<B, *mut T> for DeviceSlice<'_, T, 
 unsafe impl<T: 'static, B: Backend> KernelArg<B, *const T> for DeviceSlice<'_, T, B> {
     #[inline]
     fn lower(&self, lowering: &mut Lowering<'_, B>) -> Result<*const T> {
-        lowering.check_owner(self.world)?;
-        Ok(std::ptr::without_provenance(self.ptr as usize))
+        Ok(std::ptr::without_provenance(self.lowered(lowering)?))
     }
 }

@@ -784,35 +784,37 @@ impl<B: Backend> World<B> {
     ///
     /// Errors: [`Error::WaitTimedOut`], [`Error::PeerLost`] (an abort).
     pub fn check_waits(&self) -> Result<()> {
+        let control = self.control.host_ptr().cast::<Control>();
+        // SAFETY: the live control block; words are read atomically (the device writes
+        // each with one system-scope store).
+        let read = |p: *mut u64| unsafe { AtomicU64::from_ptr(p) }.load(Ordering::Acquire);
+        // SAFETY: a field address of the live block.
+        let status = read(unsafe { &raw mut (*control).status });
+        // The status word never goes back to 0: while it is 0 no wait has failed, and
+        // every launch pays one load, no lock.
+        if status == 0 {
+            return Ok(());
+        }
         let mut fault = self.fault.lock().unwrap_or_else(|p| p.into_inner());
-        if fault.is_none() {
-            let control = self.control.host_ptr().cast::<Control>();
-            // SAFETY: the live control block; words are read atomically (the device
-            // writes each with one system-scope store).
-            let read = |p: *mut u64| unsafe { AtomicU64::from_ptr(p) }.load(Ordering::Acquire);
-            // SAFETY: field addresses of the live block.
-            let status = read(unsafe { &raw mut (*control).status });
-            if status != 0 {
-                // SAFETY: as above.
-                let (signal, value, seen) = unsafe {
-                    (
-                        read(&raw mut (*control).signal),
-                        read(&raw mut (*control).value),
-                        read(&raw mut (*control).seen),
-                    )
-                };
-                *fault = Some(Fault {
-                    status,
-                    signal,
-                    value,
-                    seen,
-                });
+        // The first record seen stays the world's error, even if a later wait of the
+        // same kernel overwrote the block.
+        let fault = *fault.get_or_insert_with(|| {
+            // SAFETY: as above.
+            let (signal, value, seen) = unsafe {
+                (
+                    read(&raw mut (*control).signal),
+                    read(&raw mut (*control).value),
+                    read(&raw mut (*control).seen),
+                )
+            };
+            Fault {
+                status,
+                signal,
+                value,
+                seen,
             }
-        }
-        match *fault {
-            None => Ok(()),
-            Some(f) => Err(f.error()),
-        }
+        });
+        Err(fault.error())
     }
 
     /// Unique in this process: what handles name their world by.
@@ -1042,7 +1044,7 @@ impl<B: Backend> World<B> {
     }
 
     /// [`Error::ForeignHandle`] unless `owner` is this world.
-    fn check_own(&self, owner: &World<B>) -> Result<()> {
+    pub(crate) fn check_own(&self, owner: &World<B>) -> Result<()> {
         if std::ptr::eq(owner, self) {
             Ok(())
         } else {
