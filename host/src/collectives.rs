@@ -491,8 +491,10 @@ impl<'w, B: Backend> Collectives<'w, B> {
     /// copy of `signal` satisfies `cmp` against `value` (an acquire load at system
     /// scope): this rank's later work sees what the signalling ranks did before their
     /// release updates. On a GPU it returns at once and holds back the stream; on the
-    /// CPU backend it returns when the condition holds. If no rank ever satisfies the
-    /// condition, the wait never ends.
+    /// CPU backend it returns when the condition holds. If no rank satisfies the
+    /// condition, the wait gives up after the world's
+    /// [`Config::wait_deadline`](crate::Config::wait_deadline), or as soon as a peer
+    /// process is found lost, and poisons the world ([`World::check_waits`]).
     ///
     /// Errors: `index` outside `signal`, `signal` not in the heap.
     pub fn signal_wait_until(

@@ -27,6 +27,7 @@ pub mod cpu_launch;
 mod error;
 mod launch;
 mod ledger;
+mod liveness;
 mod memory;
 pub mod offset_alloc;
 mod provider;

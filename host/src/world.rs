@@ -33,6 +33,7 @@ use crate::bootstrap::Bootstrap;
 use crate::error::{Error, Result};
 use crate::launch::{CodeObjects, Loaded, Lowering, Module};
 use crate::ledger::{self, Ledger, Proposal, Record};
+use crate::liveness::{AbortWord, Watchdog};
 use crate::memory::{AsDeviceSlice, AsSymSlice, DeviceBuffer, SymSlice};
 use crate::offset_alloc::{AllocError, MIN_ALIGN, OffsetAllocator};
 use std::marker::PhantomData;
@@ -242,6 +243,11 @@ pub struct World<B: Backend> {
     kernels: Arc<Loaded<B>>,
     /// Kernel crates loaded with [`World::load`], kept while the world lives.
     modules: Mutex<Vec<Arc<Loaded<B>>>>,
+    /// Watches peer processes on this machine (see [`crate::liveness`]); stopped when the
+    /// world leaves, and declared before `control`, whose abort word it writes.
+    watchdog: Option<Watchdog>,
+    /// The abort word of `control`.
+    abort: AbortWord,
     /// This rank's control block of bounded device waits (`symmem_rma::watch`).
     control: B::Shared,
     /// The first failed device wait, once seen: the world is poisoned by it.
@@ -348,11 +354,19 @@ impl<B: Backend> World<B> {
         // 64-aligned allocations), that no kernel reads yet.
         unsafe { (*control.host_ptr().cast::<Control>()).deadline_ns = deadline };
         let kernels = Loaded::new(&backend, &crate::code_objects::KERNELS, &control)?;
+        // SAFETY: the block's first word, 8-aligned; `control` outlives the watchdog (the
+        // field order of `World`, and `leave` stops it first), and words are accessed
+        // atomically.
+        let abort =
+            unsafe { AbortWord::new(&raw mut (*control.host_ptr().cast::<Control>()).abort) };
+        let watchdog = Watchdog::start(&mut *bootstrap, abort)?;
         bootstrap.barrier()?;
         Ok(Self {
             serial,
             kernels,
             modules: Mutex::new(Vec::new()),
+            watchdog,
+            abort,
             control,
             fault: Mutex::new(None),
             rank,
@@ -566,10 +580,21 @@ impl<B: Backend> World<B> {
     /// program with the same `call` words. `failed` says this rank's part of the call
     /// failed. With `release`, objects every rank has let go of are released.
     ///
-    /// Errors: the poisoning [`Error::CollectiveMismatch`] (at once, without an
-    /// exchange, when an earlier agreement failed: every rank knows that), a
+    /// A world poisoned by a failed device wait ([`World::check_waits`]) still takes
+    /// part, as failed, so its peers are not left waiting for it, and returns that error.
+    ///
+    /// Errors: the failed wait's, the poisoning [`Error::CollectiveMismatch`] (at once,
+    /// without an exchange, when an earlier agreement failed: every rank knows that), a
     /// call-parameter `CollectiveMismatch`, [`Error::PeerFailed`], and the bootstrap's.
     pub(crate) fn agree(&self, call: &[u64], failed: bool, release: bool) -> Result<()> {
+        let waits = self.check_waits();
+        let agreed =
+            self.exchange_agreement(call, failed || waits.is_err(), release && waits.is_ok());
+        waits.and(agreed)
+    }
+
+    /// [`World::agree`]'s exchange.
+    fn exchange_agreement(&self, call: &[u64], failed: bool, release: bool) -> Result<()> {
         let proposal = {
             let state = self.lock_state();
             state.ledger.check()?;
@@ -581,7 +606,7 @@ impl<B: Backend> World<B> {
             state.ledger.propose(call, failed, &dropped)
         };
         let mut bootstrap = self.bootstrap.lock().unwrap_or_else(|p| p.into_inner());
-        let all = bootstrap.all_gather(&proposal.encode())?;
+        let all = self.noting_loss(bootstrap.all_gather(&proposal.encode()))?;
         let proposals = all
             .iter()
             .enumerate()
@@ -613,7 +638,7 @@ impl<B: Backend> World<B> {
         if !exported.is_empty() {
             // Every rank released the same objects, so every rank takes this barrier:
             // after it, no peer maps this rank's exported memory any more.
-            bootstrap.barrier()?;
+            self.noting_loss(bootstrap.barrier())?;
         }
         drop(exported);
         outcome
@@ -752,9 +777,11 @@ impl<B: Backend> World<B> {
     /// for this rank's device, once per world: the object built for its architecture.
     /// Every kernel is loaded now, so no launch waits for a load.
     ///
-    /// Errors: [`Error::NoCodeObject`] naming the crate and the device's architecture
-    /// when none of the objects runs here; the backend's load errors.
+    /// Errors: the world's failed device wait ([`World::check_waits`]),
+    /// [`Error::NoCodeObject`] naming the crate and the device's architecture when none
+    /// of the objects runs here; the backend's load errors.
     pub fn load(&self, objects: &'static CodeObjects) -> Result<Module<'_, B>> {
+        self.check_waits()?;
         if std::ptr::eq(objects, self.kernels.objects) {
             return Ok(self.kernels());
         }
@@ -777,12 +804,13 @@ impl<B: Backend> World<B> {
     }
 
     /// Checks this rank's device waits: a wait that gave up (its deadline passed, or the
-    /// host aborted) poisons the world, and this and every later call get the error
-    /// (launches, barriers, allocations, reads and writes check it first; a read checks
-    /// again after it has waited for the device).
+    /// host aborted) poisons the world, and so does a peer process found lost (see
+    /// [`crate::liveness`]); this and every later call get the error (launches,
+    /// barriers, allocations, reads and writes check it first; a read checks again after
+    /// it has waited for the device).
     /// Reads host memory only: no device synchronisation.
     ///
-    /// Errors: [`Error::WaitTimedOut`], [`Error::PeerLost`] (an abort).
+    /// Errors: [`Error::WaitTimedOut`], [`Error::PeerLost`] (an abort: a peer lost).
     pub fn check_waits(&self) -> Result<()> {
         let control = self.control.host_ptr().cast::<Control>();
         // SAFETY: the live control block; words are read atomically (the device writes
@@ -790,9 +818,10 @@ impl<B: Backend> World<B> {
         let read = |p: *mut u64| unsafe { AtomicU64::from_ptr(p) }.load(Ordering::Acquire);
         // SAFETY: a field address of the live block.
         let status = read(unsafe { &raw mut (*control).status });
-        // The status word never goes back to 0: while it is 0 no wait has failed, and
-        // every launch pays one load, no lock.
-        if status == 0 {
+        let lost = self.abort.read();
+        // Neither word ever goes back to 0: while both are 0 no wait has failed and no
+        // peer is lost, and every launch pays two loads, no lock.
+        if status == 0 && lost.is_none() {
             return Ok(());
         }
         let mut fault = self.fault.lock().unwrap_or_else(|p| p.into_inner());
@@ -809,6 +838,7 @@ impl<B: Backend> World<B> {
             };
             Fault {
                 status,
+                lost,
                 signal,
                 value,
                 seen,
@@ -832,7 +862,8 @@ impl<B: Backend> World<B> {
     /// then on), [`Error::PeerFailed`] if another rank's device failed, [`Error::PeerLost`],
     /// and this rank's synchronisation error. Nothing is released on an error.
     pub fn barrier(&self) -> Result<()> {
-        let synced = self.backend.synchronize().and_then(|()| self.check_waits());
+        let synced = self.backend.synchronize();
+        // The agreement also checks the device waits, now that the device is done.
         let agreed = self.agree(&[], synced.is_err(), synced.is_ok());
         synced.and(agreed)
     }
@@ -852,6 +883,9 @@ impl<B: Backend> World<B> {
     fn leave(&mut self) -> Result<()> {
         self.left = true;
         let synced = self.backend.synchronize();
+        // No kernel of this rank waits any more, and a peer may end once the group has
+        // ended: stop watching.
+        self.watchdog = None;
         // This rank's work is complete, so it touches no peer's memory any more.
         self.peer_heaps.clear();
         let state = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
@@ -868,17 +902,22 @@ impl<B: Backend> World<B> {
 
     /// All-gathers `mine` over the bootstrap (a host-side collective).
     pub fn all_gather_bytes(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
-        self.bootstrap
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .all_gather(mine)
+        let mut bootstrap = self.bootstrap.lock().unwrap_or_else(|p| p.into_inner());
+        self.noting_loss(bootstrap.all_gather(mine))
     }
 
     pub(crate) fn all_gather_shareable(&self, mine: Shareable) -> Result<Vec<Shareable>> {
-        self.bootstrap
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .all_gather_shareable(mine)
+        let mut bootstrap = self.bootstrap.lock().unwrap_or_else(|p| p.into_inner());
+        self.noting_loss(bootstrap.all_gather_shareable(mine))
+    }
+
+    /// Passes on the result of a bootstrap call; a peer it found lost also aborts this
+    /// rank's device waits (their kernels finish instead of waiting for it).
+    fn noting_loss<R>(&self, result: Result<R>) -> Result<R> {
+        if let Err(Error::PeerLost { rank, .. }) = &result {
+            self.abort.abort(*rank);
+        }
+        result
     }
 
     /// Translated put: `src` (this rank's elements) into rank `to`'s copy of `dst`, with
@@ -1188,6 +1227,8 @@ fn same_length(a: usize, b: usize) -> Result<()> {
 #[derive(Clone, Copy, Debug)]
 struct Fault {
     status: u64,
+    /// The abort, if any, and the rank it names.
+    lost: Option<Option<usize>>,
     signal: u64,
     value: u64,
     seen: u64,
@@ -1198,8 +1239,12 @@ impl Fault {
         use symmem_rma::watch::status;
         let peer = status::peer(self.status).map(|p| p as usize);
         let waited = Duration::from_nanos(status::waited_ns(self.status));
-        if status::reason(self.status) == symmem_rma::watch::REASON_ABORT {
-            Error::PeerLost { rank: peer, waited }
+        if let Some(lost) = self.lost {
+            // The abort names the rank that was lost; the wait that saw it may have waited
+            // for another (or no wait was running).
+            // (A wait gives up on an abort only after the abort is set, so `lost` is
+            // always there when the status says so.)
+            Error::PeerLost { rank: lost, waited }
         } else {
             Error::WaitTimedOut {
                 peer,

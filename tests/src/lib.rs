@@ -40,6 +40,8 @@ pub mod processes {
         pub status: Option<ExitStatus>,
         /// When it exited, from the spawn.
         pub after: Duration,
+        /// When the parent killed it (on its marker line), from the spawn.
+        pub killed: Option<Duration>,
         /// Its stdout and stderr lines.
         pub lines: Vec<String>,
     }
@@ -100,6 +102,7 @@ pub mod processes {
             .map(|_| Outcome {
                 status: None,
                 after: Duration::ZERO,
+                killed: None,
                 lines: Vec::new(),
             })
             .collect();
@@ -109,8 +112,10 @@ pub mod processes {
                 if let Some((victim, marker)) = kill
                     && rank == victim
                     && line.contains(marker)
+                    && outcomes[victim].killed.is_none()
                 {
                     children[victim].kill().expect("kill");
+                    outcomes[victim].killed = Some(start.elapsed());
                 }
                 outcomes[rank].lines.push(line);
             }

@@ -28,7 +28,8 @@ use crate::{Order, Scope};
 #[repr(C)]
 #[derive(Debug, Default)]
 pub struct Control {
-    /// Non-zero: every wait gives up at once ([`REASON_ABORT`]). Set by the host.
+    /// Non-zero: every wait gives up at once ([`REASON_ABORT`]). Set by the host when a
+    /// peer is lost: that rank plus one, or `u64::MAX` when no rank is named.
     pub abort: u64,
     /// How long one wait may spin before it gives up ([`REASON_TIMEOUT`]), in
     /// nanoseconds; 0 for no deadline. Set by the host before any launch.

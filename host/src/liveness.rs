@@ -1,0 +1,286 @@
+//! Peer liveness: a watchdog per world that ends this rank's device waits the moment a
+//! peer process ends.
+//!
+//! A device wait on a peer that was killed would otherwise spin until its deadline
+//! (`Config::wait_deadline`, minutes by default). When a world forms, its ranks exchange
+//! who they are (boot id, PID namespace, process id). For every peer that is another
+//! process on this machine, in this PID namespace, this rank opens a pidfd (Linux 5.3+),
+//! which becomes readable when that process ends, however it ends (exit, crash,
+//! SIGKILL). A watchdog thread polls them; the first that ends has its rank written into
+//! the abort word of this rank's control block (`symmem_rma::watch::Control::abort`, as
+//! rank + 1), and every wait of this rank's kernels gives up at its next look, so the
+//! host reports [`Error::PeerLost`](crate::Error::PeerLost) naming that rank.
+//!
+//! Ranks that are threads of this process are not watched (they cannot end alone), nor
+//! are peers on other machines or in other PID namespaces: their loss is seen by the
+//! bootstrap at the next host collective (which also sets the abort word), and a device
+//! wait on them is bounded by the deadline.
+//!
+//! A world stops its watchdog when it leaves, after its device work has completed and
+//! before it leaves the group, so a peer that exits after the group ended is not
+//! mistaken for a lost one.
+
+use crate::bootstrap::Bootstrap;
+use crate::error::Result;
+use std::io::Read;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread::JoinHandle;
+
+/// The abort word of a rank's control block.
+///
+/// Only the watchdog thread and the world that owns the block write it, with single
+/// atomic stores; the block outlives the watchdog (the world stops the watchdog before
+/// it frees the block).
+#[derive(Clone, Copy)]
+pub(crate) struct AbortWord(*mut u64);
+
+// SAFETY: it is only accessed with atomic operations, and the world keeps the block alive
+// for as long as any copy is used (see the type's documentation).
+unsafe impl Send for AbortWord {}
+
+impl AbortWord {
+    /// The abort word at `word`.
+    ///
+    /// # Safety
+    /// `word` is an 8-aligned `u64` that stays valid while the result (or a copy) is
+    /// used, and that is written only atomically.
+    pub(crate) unsafe fn new(word: *mut u64) -> Self {
+        Self(word)
+    }
+
+    fn atomic(&self) -> &AtomicU64 {
+        // SAFETY: valid, aligned and atomically accessed (`new`'s contract).
+        unsafe { AtomicU64::from_ptr(self.0) }
+    }
+
+    /// Makes every wait of the rank give up: `lost` is the rank that ended, when known.
+    /// The first abort stays (a later one does not overwrite the rank it names).
+    pub(crate) fn abort(self, lost: Option<usize>) {
+        let value = lost.map_or(u64::MAX, |r| r as u64 + 1);
+        let _ = self
+            .atomic()
+            .compare_exchange(0, value, Ordering::AcqRel, Ordering::Acquire);
+    }
+
+    /// Whether an abort was set, and the rank it names.
+    pub(crate) fn read(self) -> Option<Option<usize>> {
+        match self.atomic().load(Ordering::Acquire) {
+            0 => None,
+            u64::MAX => Some(None),
+            r => Some(Some((r - 1) as usize)),
+        }
+    }
+}
+
+/// Who this process is: ranks whose identities share `machine` and `namespace` can watch
+/// each other's `pid`.
+struct Identity {
+    machine: [u8; 36],
+    namespace: u64,
+    pid: u32,
+}
+
+impl Identity {
+    const BYTES: usize = 36 + 8 + 4;
+
+    /// This process, or `None` where `/proc` does not say.
+    fn of_this_process() -> Option<Self> {
+        let boot = std::fs::read("/proc/sys/kernel/random/boot_id").ok()?;
+        let machine = boot.get(..36)?.try_into().ok()?;
+        let namespace = std::fs::metadata("/proc/self/ns/pid").ok()?.ino();
+        Some(Self {
+            machine,
+            namespace,
+            pid: std::process::id(),
+        })
+    }
+
+    fn encode(this: Option<&Self>) -> Vec<u8> {
+        match this {
+            None => Vec::new(),
+            Some(i) => [
+                &i.machine[..],
+                &i.namespace.to_le_bytes(),
+                &i.pid.to_le_bytes(),
+            ]
+            .concat(),
+        }
+    }
+
+    fn decode(bytes: &[u8]) -> Option<Self> {
+        if bytes.len() != Self::BYTES {
+            return None;
+        }
+        let (machine, rest) = bytes.split_first_chunk::<36>()?;
+        let (namespace, pid) = rest.split_first_chunk::<8>()?;
+        Some(Self {
+            machine: *machine,
+            namespace: u64::from_le_bytes(*namespace),
+            pid: u32::from_le_bytes(pid.try_into().ok()?),
+        })
+    }
+}
+
+/// A pidfd of process `pid`, or `None` if the kernel has none (before Linux 5.3) or the
+/// process is gone.
+fn pidfd(pid: u32) -> Option<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    // SAFETY: a descriptor the call just opened, owned by nobody else.
+    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// A world's watchdog thread; dropping it stops the thread.
+pub(crate) struct Watchdog {
+    /// Closing it wakes the thread, which then returns.
+    stop: Option<UnixStream>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Watchdog {
+    /// Collective (every rank calls it at the same point): exchanges identities over
+    /// `bootstrap` and watches every peer that is another process on this machine. The
+    /// first to end has its rank written to `abort`. `None` when there is no such peer.
+    ///
+    /// Errors: the bootstrap's.
+    pub(crate) fn start(bootstrap: &mut dyn Bootstrap, abort: AbortWord) -> Result<Option<Self>> {
+        let me = Identity::of_this_process();
+        let all = bootstrap.all_gather(&Identity::encode(me.as_ref()))?;
+        let Some(me) = me else { return Ok(None) };
+        let watched: Vec<(usize, OwnedFd)> = all
+            .iter()
+            .enumerate()
+            .filter_map(|(rank, bytes)| {
+                let peer = Identity::decode(bytes)?;
+                let same_machine = peer.machine == me.machine && peer.namespace == me.namespace;
+                (same_machine && peer.pid != me.pid).then_some((rank, peer.pid))
+            })
+            .filter_map(|(rank, pid)| Some((rank, pidfd(pid)?)))
+            .collect();
+        if watched.is_empty() {
+            return Ok(None);
+        }
+        let (stop, wake) = UnixStream::pair().map_err(|source| crate::Error::Os {
+            what: "watchdog socket pair",
+            source,
+        })?;
+        let thread = std::thread::Builder::new()
+            .name("symmem-watchdog".into())
+            .spawn(move || watch(wake, &watched, abort))
+            .map_err(|source| crate::Error::Os {
+                what: "watchdog thread",
+                source,
+            })?;
+        Ok(Some(Self {
+            stop: Some(stop),
+            thread: Some(thread),
+        }))
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The watchdog thread: waits until `wake` closes (the world stops it) or one of the
+/// `watched` processes ends (its rank goes to `abort`).
+fn watch(mut wake: UnixStream, watched: &[(usize, OwnedFd)], abort: AbortWord) {
+    let mut fds: Vec<libc::pollfd> = std::iter::once(wake.as_raw_fd())
+        .chain(watched.iter().map(|(_, fd)| fd.as_raw_fd()))
+        .map(|fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    loop {
+        // SAFETY: `fds` is a live array of `fds.len()` pollfds.
+        let ready = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) };
+        if ready < 0 {
+            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return;
+        }
+        if fds[0].revents != 0 {
+            // Closed (or, never, written): the world is stopping the watchdog.
+            let _ = wake.read(&mut [0]);
+            return;
+        }
+        if let Some(((rank, _), _)) = watched
+            .iter()
+            .zip(&fds[1..])
+            .find(|(_, fd)| fd.revents != 0)
+        {
+            abort.abort(Some(*rank));
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identities_round_trip_and_reject_other_lengths() {
+        let me = Identity::of_this_process().expect("/proc on Linux");
+        let bytes = Identity::encode(Some(&me));
+        let back = Identity::decode(&bytes).expect("decodes");
+        assert_eq!(
+            (back.machine, back.namespace, back.pid),
+            (me.machine, me.namespace, me.pid)
+        );
+        assert!(Identity::decode(&bytes[1..]).is_none());
+        assert!(Identity::decode(&Identity::encode(None)).is_none());
+    }
+
+    #[test]
+    fn a_child_that_ends_is_seen_and_named() {
+        let mut word = 0u64;
+        // SAFETY: a local word, used atomically until the end of the test.
+        let abort = unsafe { AbortWord::new(&raw mut word) };
+        let mut child = std::process::Command::new("sleep")
+            .arg("0.2")
+            .spawn()
+            .expect("sleep");
+        let fd = pidfd(child.id()).expect("pidfd_open");
+        let (stop, wake) = UnixStream::pair().expect("pair");
+        let start = std::time::Instant::now();
+        watch(wake, &[(5, fd)], abort);
+        assert_eq!(abort.read(), Some(Some(5)));
+        assert!(start.elapsed() < std::time::Duration::from_secs(5));
+        let _ = child.wait();
+        drop(stop);
+        // A second abort does not replace the first rank.
+        abort.abort(Some(1));
+        assert_eq!(abort.read(), Some(Some(5)));
+    }
+
+    #[test]
+    fn stopping_the_watchdog_returns_without_an_abort() {
+        let mut word = 0u64;
+        // SAFETY: as above.
+        let abort = unsafe { AbortWord::new(&raw mut word) };
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("sleep");
+        let fd = pidfd(child.id()).expect("pidfd_open");
+        let (stop, wake) = UnixStream::pair().expect("pair");
+        let thread = std::thread::spawn(move || watch(wake, &[(1, fd)], abort));
+        drop(stop);
+        thread.join().expect("watchdog");
+        assert_eq!(abort.read(), None);
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}

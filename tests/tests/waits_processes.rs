@@ -1,0 +1,219 @@
+//! A rank killed while its peers wait for it on the device, ranks as processes: every
+//! survivor's kernel ends (nothing kills it), and the survivor returns
+//! `PeerLost { rank: Some(victim) }` within the bootstrap timeout plus 1 s of the kill,
+//! long before the device-wait deadline, then exits by itself; nothing is left in
+//! `/dev/shm`.
+//!
+//! The survivors wait (a) in a device barrier, (b) in a one-shot all-reduce, (c) in
+//! `signal_wait_until`, (d) inside a user kernel, the fused all-reduce + RMSNorm example
+//! (its barrier). The victim prints its marker half a second after the others started
+//! waiting, and the parent SIGKILLs it on that line. The survivors learn it from their
+//! world's liveness watchdog (`symmem::liveness`: a pidfd per peer process), which sets
+//! their control block's abort word.
+//!
+//! On the CPU backend in CI; on CUDA (each process its own context on GPU 0) where a GPU
+//! answers; on HIP with `--features hip` where an AMD GPU answers.
+
+use fused_allreduce_rmsnorm_kernels::fused_ar_rmsnorm_f32;
+use std::time::{Duration, Instant};
+use symmem::backend::cpu::Cpu;
+use symmem::backend::cuda::Cuda;
+use symmem::backend::{Backend, Grid};
+use symmem::bootstrap::Bootstrap;
+use symmem::bootstrap::unix::UnixBootstrap;
+use symmem::collectives::{Algorithm, Cmp, Collectives, ReduceOp, signal_words};
+use symmem::{Config, World};
+use symmem_tests::processes::{
+    CHILD, EXIT_PEER_LOST, assert_no_shm_leftovers, child_mode, exit_child, report, spawn_ranks,
+};
+
+/// The bootstrap timeout of the children: the bound on kill-to-exit is this plus 1 s.
+const TIMEOUT: Duration = Duration::from_secs(3);
+/// The device-wait deadline of the children: far longer than the bound, so a survivor
+/// that only timed out would fail the test.
+const WAIT_DEADLINE: Duration = Duration::from_secs(60);
+/// How long the victim lets the others wait before its marker.
+const VICTIM_DELAY: Duration = Duration::from_millis(500);
+/// The marker the parent kills the victim on.
+const MARKER: &str = "READY-TO-DIE";
+
+/// The fused kernel's shape: one row per thread.
+const GRID: Grid = Grid::new(2, 32);
+const ROWS: usize = 64;
+const HIDDEN: usize = 32;
+
+/// One child: builds a world on `backend`, prepares the buffers of wait `wait`, takes a
+/// barrier, then either dies (the victim) or waits (everyone else) and reports.
+fn child<B: Backend>(
+    bootstrap: UnixBootstrap,
+    backend: B,
+    wait: &str,
+    victim: usize,
+) -> symmem::Result<()> {
+    let config = Config {
+        heap_bytes: 8 << 20,
+        timeout: bootstrap.timeout(),
+        wait_deadline: WAIT_DEADLINE,
+    };
+    let world = World::new(Box::new(bootstrap), backend, &config)?;
+    let (rank, size) = (world.rank(), world.world_size());
+    let coll = Collectives::new(&world)?;
+    let n = ROWS * HIDDEN;
+    let src = world.zeros::<f32>(n)?;
+    let dst = world.zeros::<f32>(n)?;
+    let signal = world.zeros::<u64>(1)?;
+    let fused_signals = world.zeros::<u64>(signal_words(size, GRID.blocks as usize))?;
+    let (residual, weight, out) = (
+        world.device_zeros::<f32>(n)?,
+        world.device_zeros::<f32>(HIDDEN)?,
+        world.alloc::<f32>(n)?,
+    );
+    let module = world.load(symmem_tests::objects::of("fused_allreduce_rmsnorm_kernels"))?;
+    world.barrier()?;
+    if rank == victim {
+        std::thread::sleep(VICTIM_DELAY);
+        println!("{MARKER}");
+        std::thread::sleep(WAIT_DEADLINE);
+        panic!("rank {rank} was not killed");
+    }
+    let start = Instant::now();
+    let waited = match wait {
+        "barrier" => coll.barrier(),
+        "all-reduce" => coll.all_reduce(&dst, &src, n, ReduceOp::Sum, Algorithm::OneShot),
+        "signal-wait" => coll.signal_wait_until(&signal, 0, Cmp::Ge, 1),
+        "user-kernel" => module.launch(
+            fused_ar_rmsnorm_f32,
+            GRID,
+            (
+                &out,
+                &residual,
+                &src,
+                &weight,
+                src.peer_bases(),
+                size as u32,
+                rank as u32,
+                ROWS as u32,
+                HIDDEN as u32,
+                1e-6f32,
+                &fused_signals,
+            ),
+        ),
+        _ => panic!("bad wait {wait}"),
+    }
+    // On a GPU the launch returned at once: the barrier waits for the device.
+    .and_then(|()| world.barrier());
+    println!(
+        "CHILD-WAITED rank {rank} elapsed_ms {}",
+        start.elapsed().as_millis()
+    );
+    waited
+}
+
+/// Runs the child named by [`CHILD`] (`BACKEND WAIT VICTIM`) and exits with its outcome.
+fn run_child(mode: &str) -> ! {
+    let words: Vec<&str> = mode.split_whitespace().collect();
+    let [backend, wait, victim] = words[..] else {
+        panic!("bad {CHILD}={mode}")
+    };
+    let victim: usize = victim.parse().expect("victim rank");
+    let result = UnixBootstrap::from_env().and_then(|bootstrap| match backend {
+        "cpu" => child(bootstrap, Cpu::new(), wait, victim),
+        "cuda" => {
+            let backend = Cuda::for_rank(bootstrap.rank())?;
+            child(bootstrap, backend, wait, victim)
+        }
+        #[cfg(feature = "hip")]
+        "hip" => child(bootstrap, symmem::backend::hip::Hip::new(0)?, wait, victim),
+        _ => panic!("bad backend {backend}"),
+    });
+    exit_child(&result)
+}
+
+/// Spawns `n` ranks waiting in `wait` on `backend`, kills `victim` on its marker, and
+/// checks every survivor: exit by itself with `PeerLost` naming the victim, within
+/// [`TIMEOUT`] plus 1 s of the kill. Prints each survivor's time from kill to exit.
+fn kill_one(test: &str, backend: &str, wait: &str, n: usize, victim: usize) {
+    let mode = format!("{backend} {wait} {victim}");
+    let outcomes = spawn_ranks(
+        test,
+        &mode,
+        n,
+        TIMEOUT,
+        Duration::from_secs(120),
+        Some((victim, MARKER)),
+    );
+    let all = report(&outcomes);
+    let killed = outcomes[victim]
+        .killed
+        .unwrap_or_else(|| panic!("the victim never printed its marker:\n{all}"));
+    let bound = TIMEOUT + Duration::from_secs(1);
+    for (rank, o) in outcomes.iter().enumerate().filter(|&(r, _)| r != victim) {
+        assert_eq!(
+            o.code(),
+            Some(EXIT_PEER_LOST),
+            "rank {rank} did not exit by itself with PeerLost:\n{all}"
+        );
+        let named = format!("PeerLost {{ rank: Some({victim})");
+        assert!(
+            o.text().contains(&named),
+            "rank {rank} should name rank {victim}:\n{all}"
+        );
+        let after_kill = o.after.saturating_sub(killed);
+        eprintln!("{backend} {wait}, world {n}: rank {rank} exited {after_kill:?} after the kill");
+        assert!(
+            after_kill < bound,
+            "rank {rank} exited {after_kill:?} after the kill (bound {bound:?}):\n{all}"
+        );
+    }
+    assert_no_shm_leftovers();
+}
+
+/// Why `backend` cannot run here, if it cannot.
+fn missing(backend: &str) -> Option<String> {
+    match backend {
+        "cpu" => None,
+        "cuda" => match Cuda::device_count() {
+            Ok(0) => Some("no CUDA device".into()),
+            Ok(_) => None,
+            Err(e) => Some(e.to_string()),
+        },
+        #[cfg(feature = "hip")]
+        "hip" => symmem::backend::hip::Hip::new(0)
+            .err()
+            .map(|e| e.to_string()),
+        _ => Some(format!("{backend} is not built in")),
+    }
+}
+
+macro_rules! kill_tests {
+    ($($name:ident: $backend:literal, $wait:literal, $n:literal, $victim:literal;)*) => {
+        $(
+            #[test]
+            fn $name() {
+                if let Some(mode) = child_mode() {
+                    run_child(&mode);
+                }
+                if let Some(why) = missing($backend) {
+                    eprintln!("skipped: {} backend unavailable: {why}", $backend);
+                    return;
+                }
+                kill_one(stringify!($name), $backend, $wait, $n, $victim);
+            }
+        )*
+    };
+}
+
+kill_tests! {
+    cpu_killed_in_a_device_barrier: "cpu", "barrier", 3, 1;
+    cpu_killed_in_a_one_shot_all_reduce: "cpu", "all-reduce", 4, 0;
+    cpu_killed_in_signal_wait_until: "cpu", "signal-wait", 2, 1;
+    cpu_killed_in_a_user_kernel: "cpu", "user-kernel", 3, 2;
+    cuda_killed_in_a_device_barrier: "cuda", "barrier", 3, 1;
+    cuda_killed_in_a_one_shot_all_reduce: "cuda", "all-reduce", 4, 0;
+    cuda_killed_in_signal_wait_until: "cuda", "signal-wait", 2, 1;
+    cuda_killed_in_a_user_kernel: "cuda", "user-kernel", 3, 2;
+    hip_killed_in_a_device_barrier: "hip", "barrier", 3, 1;
+    hip_killed_in_a_one_shot_all_reduce: "hip", "all-reduce", 4, 0;
+    hip_killed_in_signal_wait_until: "hip", "signal-wait", 2, 1;
+    hip_killed_in_a_user_kernel: "hip", "user-kernel", 3, 2;
+}
