@@ -5,8 +5,8 @@
 # stacks are logged (cuda-gdb) before it is killed.
 # Usage (repo root, device machine): bash tests/run_gpu.sh   (writes to $OUT/tests.txt)
 # Build first (here), then copy into .carry/ (names as used below):
-#   cargo test --release -p symmem-tests --test suite_cuda --test rma_processes --no-run
-#                                                  -> suite-cuda, rma-processes
+#   cargo test --release -p symmem-tests --test suite_cuda --test rma_processes \
+#     --test waits_processes --no-run             -> suite-cuda, rma-processes, waits-processes
 #   cargo test --release -p symmem --lib --no-run  -> symmem-lib (run with filter backend::cuda)
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -46,6 +46,10 @@ run() {
 {
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; date -u
   run suite_cuda 240 40 "$CARRY/suite-cuda"
+  # A rank killed mid-wait, ranks as processes; then (rma_processes, below) new worlds in
+  # new processes complete collectives on the same GPU.
+  run waits_processes 300 150 "$CARRY/waits-processes" "cuda_ --nocapture"
+  grep "after the kill" /tmp/waits_processes.log
   run rma_processes 200 130 "$CARRY/rma-processes" cuda_
   run symmem_lib_cuda 60 30 "$CARRY/symmem-lib" backend::cuda
 } 2>&1 | tee "$OUT/tests.txt"
