@@ -70,6 +70,7 @@ use crate::error::{Error, Result};
 use crate::memory::{AsDeviceSlice, DeviceSlice};
 use crate::world::{SymmetricBuffer, World};
 use symmem_device::{Kernel, PeerTable};
+use symmem_rma::lamport;
 
 pub use symmem_rma::collectives::{ReduceOp, signal_words};
 pub use symmem_rma::{Bf16, Cmp};
@@ -83,15 +84,43 @@ pub const MAX_BLOCKS: u32 = 1024;
 /// Which all-reduce kernel to run.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Algorithm {
+    /// Chosen by size, op and type: [`Algorithm::Lamport`] for sums of `f32` or `Bf16` of
+    /// at most [`lamport_auto_bytes`] (and the handle's capacity), [`Algorithm::OneShot`]
+    /// up to [`ONE_SHOT_MAX_BYTES`], [`Algorithm::TwoShot`] above (thresholds measured on
+    /// the H200: `BENCHMARKS.md`, issue 16).
+    #[default]
+    Auto,
     /// Every rank reads every rank's whole `src` (`world²` reads in all): the
     /// latency choice for small counts.
-    #[default]
     OneShot,
     /// Reduce-scatter then all-gather, fused: each rank reduces `1/world` of the data and
     /// writes it into every rank's `dst` (`world` reads and writes of each element in
     /// all): the bandwidth choice for large counts.
     TwoShot,
+    /// Barrier-free (`symmem_rma::lamport`): every rank writes its `src` into every
+    /// rank's slot of a rotating workspace and reads spin on the data; no barrier on
+    /// entry or exit. Sums of `f32` and `Bf16` only, of at most the handle's
+    /// [`Collectives::lamport_capacity`]; the same bits as [`Algorithm::OneShot`].
+    Lamport,
 }
+
+/// The barrier-free capacity of a handle made with [`Collectives::new`] or
+/// [`Collectives::with_grid`] (bytes per rank): its workspace holds `3 * world` slots of
+/// it (1.5 MiB at 8 ranks). [`Collectives::with_lamport_capacity`] sets another.
+pub const LAMPORT_MAX_BYTES: usize = 64 << 10;
+
+/// The largest all-reduce (bytes per rank) [`Algorithm::Auto`] runs barrier-free at
+/// `world` ranks: below it the barrier-free all-reduce was faster than the one-shot on
+/// the H200 (graph-replayed, ranks sharing the GPU): up to 16 KiB at 2 ranks, 128 KiB at
+/// 4 and 64 KiB at 8 (`BENCHMARKS.md`, issue 16).
+pub const fn lamport_auto_bytes(world: usize) -> usize {
+    if world <= 2 { 16 << 10 } else { 64 << 10 }
+}
+
+/// The largest all-reduce (bytes per rank) [`Algorithm::Auto`] runs one-shot: from
+/// 128 KiB the two-shot was faster at every world size on the H200 (and within 4% at
+/// 64 KiB).
+pub const ONE_SHOT_MAX_BYTES: usize = 64 << 10;
 
 mod sealed {
     pub trait Sealed {}
@@ -104,6 +133,10 @@ mod sealed {
 /// `rank`, `count`, the signal array.
 pub type ReductionParams<T> = (*mut T, *const T, PeerTable, u32, u32, u64, *mut u64);
 
+/// The parameters of the barrier-free all-reduce: `dst`, `src`, the heap table, `world`,
+/// `rank`, `count`, the workspace, its slot capacity in bytes.
+pub type LamportParams<T> = (*mut T, *const T, PeerTable, u32, u32, u64, *mut u8, u64);
+
 /// An element type of the reductions: `f32`, [`Bf16`], `i32`.
 ///
 /// Sealed: there is one kernel per (algorithm, operator, type).
@@ -114,11 +147,20 @@ pub trait Element: bytemuck::Pod + sealed::Sealed {
     fn all_reduce_two_shot(op: ReduceOp) -> Kernel<ReductionParams<Self>>;
     /// The reduce-scatter kernel for `op`.
     fn reduce_scatter(op: ReduceOp) -> Kernel<ReductionParams<Self>>;
+    /// The barrier-free all-reduce kernel for `op`, if there is one (sums of `f32` and
+    /// `Bf16`).
+    fn all_reduce_lamport(op: ReduceOp) -> Option<Kernel<LamportParams<Self>>>;
 }
 
 macro_rules! element {
-    ($t:ty, $one_sum:ident $one_min:ident $one_max:ident, $two_sum:ident $two_min:ident $two_max:ident, $rs_sum:ident $rs_min:ident $rs_max:ident) => {
+    ($t:ty, $one_sum:ident $one_min:ident $one_max:ident, $two_sum:ident $two_min:ident $two_max:ident, $rs_sum:ident $rs_min:ident $rs_max:ident, $lamport:expr) => {
         impl Element for $t {
+            fn all_reduce_lamport(op: ReduceOp) -> Option<Kernel<LamportParams<Self>>> {
+                match op {
+                    ReduceOp::Sum => $lamport,
+                    ReduceOp::Min | ReduceOp::Max => None,
+                }
+            }
             fn all_reduce_one_shot(op: ReduceOp) -> Kernel<ReductionParams<Self>> {
                 match op {
                     ReduceOp::Sum => symmem_kernels::$one_sum,
@@ -148,19 +190,22 @@ element!(
     f32,
     symmem_all_reduce_one_shot_sum_f32 symmem_all_reduce_one_shot_min_f32 symmem_all_reduce_one_shot_max_f32,
     symmem_all_reduce_two_shot_sum_f32 symmem_all_reduce_two_shot_min_f32 symmem_all_reduce_two_shot_max_f32,
-    symmem_reduce_scatter_sum_f32 symmem_reduce_scatter_min_f32 symmem_reduce_scatter_max_f32
+    symmem_reduce_scatter_sum_f32 symmem_reduce_scatter_min_f32 symmem_reduce_scatter_max_f32,
+    Some(symmem_kernels::symmem_all_reduce_lamport_sum_f32)
 );
 element!(
     Bf16,
     symmem_all_reduce_one_shot_sum_bf16 symmem_all_reduce_one_shot_min_bf16 symmem_all_reduce_one_shot_max_bf16,
     symmem_all_reduce_two_shot_sum_bf16 symmem_all_reduce_two_shot_min_bf16 symmem_all_reduce_two_shot_max_bf16,
-    symmem_reduce_scatter_sum_bf16 symmem_reduce_scatter_min_bf16 symmem_reduce_scatter_max_bf16
+    symmem_reduce_scatter_sum_bf16 symmem_reduce_scatter_min_bf16 symmem_reduce_scatter_max_bf16,
+    Some(symmem_kernels::symmem_all_reduce_lamport_sum_bf16)
 );
 element!(
     i32,
     symmem_all_reduce_one_shot_sum_i32 symmem_all_reduce_one_shot_min_i32 symmem_all_reduce_one_shot_max_i32,
     symmem_all_reduce_two_shot_sum_i32 symmem_all_reduce_two_shot_min_i32 symmem_all_reduce_two_shot_max_i32,
-    symmem_reduce_scatter_sum_i32 symmem_reduce_scatter_min_i32 symmem_reduce_scatter_max_i32
+    symmem_reduce_scatter_sum_i32 symmem_reduce_scatter_min_i32 symmem_reduce_scatter_max_i32,
+    None
 );
 
 /// A rank's handle for launching collectives and RMA kernels over its [`World`]: the
@@ -169,6 +214,10 @@ pub struct Collectives<'w, B: Backend> {
     world: &'w World<B>,
     grid: Grid,
     signals: SymmetricBuffer<'w, u64, B>,
+    /// The barrier-free all-reduce's workspace
+    /// (`symmem_rma::lamport::workspace_bytes(world, lamport_capacity)` bytes).
+    lamport: SymmetricBuffer<'w, u8, B>,
+    lamport_capacity: usize,
 }
 
 impl<B: Backend> std::fmt::Debug for Collectives<'_, B> {
@@ -215,6 +264,16 @@ impl<'w, B: Backend> Collectives<'w, B> {
     /// blocks, [`Error::CollectiveMismatch`] if ranks chose different block counts (or
     /// made different heap calls before), and the allocation's errors.
     pub fn with_grid(world: &'w World<B>, grid: Grid) -> Result<Self> {
+        Self::with_lamport_capacity(world, grid, LAMPORT_MAX_BYTES)
+    }
+
+    /// [`Collectives::with_grid`], with a barrier-free workspace for all-reduces of up to
+    /// `capacity` bytes per rank (rounded up to 16; it takes `3 * world * capacity`
+    /// bytes of the heap). Collective: every rank passes the same `capacity`.
+    ///
+    /// Errors: as [`Collectives::with_grid`].
+    pub fn with_lamport_capacity(world: &'w World<B>, grid: Grid, capacity: usize) -> Result<Self> {
+        let capacity = capacity.max(1).next_multiple_of(16);
         if grid.blocks == 0 || grid.threads == 0 {
             return Err(Error::Unsupported("an empty launch shape"));
         }
@@ -225,11 +284,21 @@ impl<'w, B: Backend> Collectives<'w, B> {
         }
         let words = signal_words(world.world_size(), grid.blocks as usize);
         let signals = world.zeros::<u64>(words)?;
+        let bytes = lamport::workspace_bytes(world.world_size(), capacity);
+        let (lamport, _) = world.allocate_symmetric::<u8>(bytes)?;
+        world.kernels().launch(
+            symmem_kernels::symmem_lamport_reset,
+            world.backend().grid_for_bytes(bytes),
+            (&lamport, bytes as u64),
+        )?;
+        // No peer writes into the workspace before every rank has reset its own.
         world.barrier()?;
         Ok(Self {
             world,
             grid,
             signals,
+            lamport,
+            lamport_capacity: capacity,
         })
     }
 
@@ -241,6 +310,11 @@ impl<'w, B: Backend> Collectives<'w, B> {
     /// The launch shape of every kernel of this handle.
     pub fn grid(&self) -> Grid {
         self.grid
+    }
+
+    /// The largest all-reduce (bytes per rank) this handle runs barrier-free.
+    pub fn lamport_capacity(&self) -> usize {
+        self.lamport_capacity
     }
 
     /// Waits for this rank's enqueued work (one counted synchronisation), then frees the
@@ -366,11 +440,62 @@ impl<'w, B: Backend> Collectives<'w, B> {
             Ok((d, s))
         })();
         let (d, s) = self.agreed(&[dst.id(), src.id()], checked)?;
-        let kernel = match algorithm {
-            Algorithm::OneShot => T::all_reduce_one_shot(op),
-            Algorithm::TwoShot => T::all_reduce_two_shot(op),
+        let bytes = count * size_of::<T>();
+        let lamport = T::all_reduce_lamport(op).filter(|_| bytes <= self.lamport_capacity);
+        let kernel = match (algorithm, lamport) {
+            (Algorithm::Lamport, Some(kernel)) => {
+                return self.all_reduce_lamport(kernel, &d, &s, count);
+            }
+            (Algorithm::Auto, Some(kernel))
+                if bytes <= lamport_auto_bytes(self.world.world_size()) =>
+            {
+                return self.all_reduce_lamport(kernel, &d, &s, count);
+            }
+            (Algorithm::Lamport, None) => {
+                return Err(Error::Unsupported(
+                    "a barrier-free all-reduce other than a sum of f32 or bf16 within the handle's lamport_capacity",
+                ));
+            }
+            (Algorithm::OneShot, _) => T::all_reduce_one_shot(op),
+            (Algorithm::Auto, _) if bytes <= ONE_SHOT_MAX_BYTES => T::all_reduce_one_shot(op),
+            (Algorithm::TwoShot | Algorithm::Auto, _) => T::all_reduce_two_shot(op),
         };
         self.launch(kernel, self.reducing(&d, &s, count))
+    }
+
+    /// Launches the barrier-free all-reduce `kernel` of `dst[0..count]` from
+    /// `src[0..count]` (both this rank's, checked and agreed), with as much of the
+    /// handle's grid as the data fills (at least one block).
+    fn all_reduce_lamport<T: Element>(
+        &self,
+        kernel: Kernel<LamportParams<T>>,
+        dst: &DeviceSlice<'_, T, B>,
+        src: &DeviceSlice<'_, T, B>,
+        count: usize,
+    ) -> Result<()> {
+        // As many warps as there are vectors, up to the handle's grid: a small message
+        // runs as one block of one warp, which needs no cross-block count.
+        let vectors = lamport::words::<T>(count).div_ceil(4);
+        let threads = vectors
+            .next_multiple_of(32)
+            .clamp(1, self.grid.threads as usize);
+        let blocks = vectors
+            .div_ceil(threads)
+            .clamp(1, self.grid.blocks as usize);
+        self.world.kernels().launch(
+            kernel,
+            Grid::new(blocks as u32, threads as u32),
+            (
+                dst,
+                src,
+                self.bases(),
+                self.world_u32(),
+                self.rank_u32(),
+                count as u64,
+                &self.lamport,
+                self.lamport_capacity as u64,
+            ),
+        )
     }
 
     /// Reduce-scatter: this rank's local `dst[0..count]` gets `op` folded, in rank

@@ -220,6 +220,12 @@ pub enum Error {
     Bootstrap(String),
     /// The backend cannot do this.
     Unsupported(&'static str),
+    /// A call that cannot be recorded into a graph ([`crate::World::capture`]), made while
+    /// one is being recorded: only launches (kernels, collectives, RMA) are recorded.
+    Capturing {
+        /// The call.
+        call: &'static str,
+    },
     /// Ranks that never joined the bootstrap group: it stopped waiting for them after
     /// `waited`. Every rank that did join gets this error, naming the same ranks.
     NeverJoined {
@@ -407,6 +413,10 @@ impl fmt::Display for Error {
             Self::Os { what, source } => write!(f, "{what}: {source}"),
             Self::Bootstrap(msg) => write!(f, "bootstrap: {msg}"),
             Self::Unsupported(what) => write!(f, "unsupported: {what}"),
+            Self::Capturing { call } => write!(
+                f,
+                "{call} while a graph is being captured (only launches are recorded)"
+            ),
             Self::NeverJoined { ranks, waited } => {
                 write!(
                     f,

@@ -234,12 +234,20 @@ struct HostBody<P: Params> {
 // SAFETY: the raw pointers in `abi` address memory that every thread of the launch may
 // use as the kernel's contract allows (as on a GPU, where all threads share them).
 unsafe impl<P: Params> Sync for HostBody<P> {}
+// SAFETY: as above: the addresses mean the same on any thread of the process.
+unsafe impl<P: Params> Send for HostBody<P> {}
 
 impl<P: Params> crate::backend::HostKernel for HostBody<P> {
     fn run(&self, arch: &symmem_arch::host::HostThread<'_>) {
         // SAFETY: `abi` was lowered from checked handles (see `Module::launch`), and the
         // CPU backend runs every thread of the launch with the same `abi`.
         unsafe { self.kernel.run_on_host(arch, self.abi) }
+    }
+    fn to_owned(&self) -> std::sync::Arc<dyn crate::backend::HostKernel> {
+        std::sync::Arc::new(Self {
+            kernel: self.kernel,
+            abi: self.abi,
+        })
     }
 }
 

@@ -25,6 +25,7 @@ pub mod code_objects;
 pub mod collectives;
 pub mod cpu_launch;
 mod error;
+pub mod graph;
 mod launch;
 mod ledger;
 mod liveness;
@@ -37,6 +38,7 @@ pub use backend::Grid;
 /// The bound on every element type of device memory (plain old data).
 pub use bytemuck::Pod;
 pub use error::{Error, Result};
+pub use graph::Graph;
 pub use launch::{CodeObjects, KernelArg, KernelArgs, Lowering, Module};
 pub use memory::{AsDeviceSlice, AsSymSlice, DeviceBuffer, DeviceSlice, SymSlice};
 pub use provider::{ExternalTable, Rendezvous};

@@ -42,9 +42,18 @@ fn bounds(range: impl RangeBounds<usize>, len: usize) -> Result<(usize, usize)> 
 /// ranks through a [`crate::Rendezvous`].
 pub struct DeviceBuffer<'w, T, B: Backend> {
     world: &'w World<B>,
-    memory: B::DeviceMemory,
+    /// Taken only by `into_parts` and `drop`.
+    memory: std::mem::ManuallyDrop<B::DeviceMemory>,
     len: usize,
     _t: PhantomData<T>,
+}
+
+impl<T, B: Backend> Drop for DeviceBuffer<'_, T, B> {
+    fn drop(&mut self) {
+        // SAFETY: taken once, here; `into_parts` forgets the buffer instead of dropping it.
+        let memory = unsafe { std::mem::ManuallyDrop::take(&mut self.memory) };
+        self.world.free_device_memory(memory);
+    }
 }
 
 impl<'w, T: bytemuck::Pod, B: Backend> DeviceBuffer<'w, T, B> {
@@ -58,7 +67,7 @@ impl<'w, T: bytemuck::Pod, B: Backend> DeviceBuffer<'w, T, B> {
         }
         Ok(Self {
             world,
-            memory: world.backend().alloc_device(bytes)?,
+            memory: std::mem::ManuallyDrop::new(world.backend().alloc_device(bytes)?),
             len,
             _t: PhantomData,
         })
@@ -100,7 +109,10 @@ impl<'w, T: bytemuck::Pod, B: Backend> DeviceBuffer<'w, T, B> {
     }
 
     pub(crate) fn into_parts(self) -> (&'w World<B>, B::DeviceMemory, usize) {
-        (self.world, self.memory, self.len)
+        let mut this = std::mem::ManuallyDrop::new(self);
+        // SAFETY: `this` is never dropped, so the memory is taken once.
+        let memory = unsafe { std::mem::ManuallyDrop::take(&mut this.memory) };
+        (this.world, memory, this.len)
     }
 }
 

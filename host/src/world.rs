@@ -267,6 +267,18 @@ pub struct World<B: Backend> {
     state: Mutex<HeapState<B>>,
     /// Set once the world has left (finalize or drop).
     left: bool,
+    /// Set while [`World::capture`] records.
+    pub(crate) capturing: AtomicBool,
+    /// Live graphs, and what they keep allocated (see [`crate::graph`]).
+    pub(crate) pins: Mutex<Pins<B>>,
+}
+
+/// What a world's live graphs keep: while `graphs > 0`, device memory its handles let go
+/// of is held in `kept`, and no symmetric object is released, so a replay never touches
+/// memory that was reused.
+pub(crate) struct Pins<B: Backend> {
+    pub(crate) graphs: usize,
+    pub(crate) kept: Vec<B::DeviceMemory>,
 }
 
 fn alloc_error(e: AllocError, pending: usize) -> Error {
@@ -389,6 +401,11 @@ impl<B: Backend> World<B> {
                 retired: Vec::new(),
             }),
             left: false,
+            capturing: AtomicBool::new(false),
+            pins: Mutex::new(Pins {
+                graphs: 0,
+                kept: Vec::new(),
+            }),
         })
     }
 
@@ -452,6 +469,7 @@ impl<B: Backend> World<B> {
         align: usize,
     ) -> Result<(SymmetricBuffer<'_, T, B>, PeerBases)> {
         self.check_waits()?;
+        self.not_capturing("an allocation")?;
         if !align.is_power_of_two() {
             return Err(Error::BadAlignment { align });
         }
@@ -588,8 +606,9 @@ impl<B: Backend> World<B> {
     /// call-parameter `CollectiveMismatch`, [`Error::PeerFailed`], and the bootstrap's.
     pub(crate) fn agree(&self, call: &[u64], failed: bool, release: bool) -> Result<()> {
         let waits = self.check_waits();
-        let agreed =
-            self.exchange_agreement(call, failed || waits.is_err(), release && waits.is_ok());
+        // A live graph may replay launches on dropped objects: keep them all.
+        let release = release && waits.is_ok() && self.lock_pins().graphs == 0;
+        let agreed = self.exchange_agreement(call, failed || waits.is_err(), release);
         waits.and(agreed)
     }
 
@@ -753,6 +772,7 @@ impl<B: Backend> World<B> {
     /// collective, not symmetric; share it with [`crate::Rendezvous`]). Its contents are
     /// undefined. Errors: [`Error::ZeroSize`], the backend's out-of-memory error.
     pub fn alloc<T: bytemuck::Pod>(&self, len: usize) -> Result<DeviceBuffer<'_, T, B>> {
+        self.not_capturing("an allocation")?;
         DeviceBuffer::new(self, len)
     }
 
@@ -782,6 +802,7 @@ impl<B: Backend> World<B> {
     /// of the objects runs here; the backend's load errors.
     pub fn load(&self, objects: &'static CodeObjects) -> Result<Module<'_, B>> {
         self.check_waits()?;
+        self.not_capturing("a load")?;
         if std::ptr::eq(objects, self.kernels.objects) {
             return Ok(self.kernels());
         }
@@ -803,9 +824,34 @@ impl<B: Backend> World<B> {
         Module::new(self, Arc::clone(&self.kernels))
     }
 
+    /// [`Error::Capturing`] naming `call` while [`World::capture`] records.
+    pub(crate) fn not_capturing(&self, call: &'static str) -> Result<()> {
+        if self.capturing.load(Ordering::Acquire) {
+            Err(Error::Capturing { call })
+        } else {
+            Ok(())
+        }
+    }
+
+    pub(crate) fn lock_pins(&self) -> MutexGuard<'_, Pins<B>> {
+        self.pins.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Frees `memory` of a dropped [`DeviceBuffer`], or keeps it while a graph lives.
+    pub(crate) fn free_device_memory(&self, memory: B::DeviceMemory) {
+        let mut pins = self.lock_pins();
+        if pins.graphs > 0 {
+            pins.kept.push(memory);
+        } else {
+            drop(pins);
+            drop(memory);
+        }
+    }
+
     /// Checks this rank's device waits: a wait that gave up (its deadline passed, or the
-    /// host aborted) poisons the world, and so does a peer process found lost (see
-    /// [`crate::liveness`]); this and every later call get the error (launches,
+    /// host aborted) poisons the world, and so does a peer process found lost (a
+    /// watchdog thread polls a pidfd of every peer process on this machine); this and
+    /// every later call get the error (launches,
     /// barriers, allocations, reads and writes check it first; a read checks again after
     /// it has waited for the device).
     /// Reads host memory only: no device synchronisation.
@@ -862,6 +908,7 @@ impl<B: Backend> World<B> {
     /// then on), [`Error::PeerFailed`] if another rank's device failed, [`Error::PeerLost`],
     /// and this rank's synchronisation error. Nothing is released on an error.
     pub fn barrier(&self) -> Result<()> {
+        self.not_capturing("a barrier")?;
         let synced = self.backend.synchronize();
         // The agreement also checks the device waits, now that the device is done.
         let agreed = self.agree(&[], synced.is_err(), synced.is_ok());
@@ -1006,6 +1053,7 @@ impl<B: Backend> World<B> {
         let view = view.as_device_slice();
         self.check_own(view.world())?;
         self.check_waits()?;
+        self.not_capturing("a read")?;
         let mut out = vec![T::zeroed(); view.len()];
         // SAFETY: a view of this world is live memory of this rank holding its elements.
         unsafe {
@@ -1068,6 +1116,7 @@ impl<B: Backend> World<B> {
         let view = view.as_device_slice();
         self.check_own(view.world())?;
         self.check_waits()?;
+        self.not_capturing("a write")?;
         let range = view.slice(at..at.saturating_add(data.len()))?;
         // SAFETY: the range is inside a live view of this rank's memory.
         unsafe { self.backend.upload(range.ptr(), bytemuck::cast_slice(data)) }
@@ -1078,6 +1127,7 @@ impl<B: Backend> World<B> {
         let view = view.as_device_slice();
         self.check_own(view.world())?;
         self.check_waits()?;
+        self.not_capturing("a fill")?;
         // SAFETY: a live view of this rank's memory.
         unsafe { self.backend.memset(view.ptr(), 0, view.byte_len()) }
     }

@@ -307,3 +307,48 @@ fn bounded_waits_read_the_device_clock_and_the_control_global() {
         println!("{cpu}: {reads} s_memrealtime reads");
     }
 }
+
+/// The barrier-free all-reduce (`symmem_rma::lamport`) publishes its data and polls for
+/// it in 16 bytes at system scope, without going through the flat address space: on
+/// sm_90 one volatile (relaxed, system) 16-byte global store per peer and 16-byte
+/// volatile global loads; on AMD 8-byte global stores and loads with `sc0 sc1` (a plain
+/// store could wait in the writer's L2, and a volatile access stays flat: LLVM's address
+/// space inference skips it), no flat 16-byte access and no scratch.
+#[test]
+fn lamport_publishes_and_polls_at_system_scope_in_global_memory() {
+    for ty in ["f32", "bf16"] {
+        let kernel = format!("symmem_all_reduce_lamport_sum_{ty}");
+        let body = ptx_entry(&kernel);
+        for (what, prefix) in [
+            ("publish", "st.volatile.global.v4."),
+            ("poll", "ld.volatile.global.v"),
+            ("tail publish", "st.relaxed.sys.global.b32"),
+        ] {
+            assert!(
+                body.iter().any(|l| l.contains(prefix)),
+                "sm_90 {kernel}: no {what} ({prefix}) in:\n{}",
+                body.join("\n")
+            );
+        }
+        for cpu in ["gfx942", "gfx950"] {
+            let body = amd_function(cpu, &kernel);
+            let system = |op: &str| {
+                body.iter()
+                    .filter(|l| l.starts_with(op) && has_bits(l, &["sc0", "sc1"]))
+                    .count()
+            };
+            assert!(
+                system("global_store_dwordx2 ") >= 2 && system("global_load_dwordx2 ") >= 2,
+                "{cpu} {kernel}: no 8-byte system-scope global publish and poll in:\n{}",
+                body.join("\n")
+            );
+            assert!(
+                !body.iter().any(|l| l.starts_with("flat_load_dwordx4")
+                    || l.starts_with("flat_store_dwordx4")
+                    || l.starts_with("scratch_")),
+                "{cpu} {kernel}: a flat 16-byte access or scratch in:\n{}",
+                body.join("\n")
+            );
+        }
+    }
+}

@@ -199,6 +199,17 @@ impl Backend for Recording {
     fn device_to_host_syncs(&self) -> u64 {
         self.cpu.device_to_host_syncs()
     }
+    type Graph = <Cpu as Backend>::Graph;
+    fn begin_capture(&self) -> symmem::Result<()> {
+        self.cpu.begin_capture()
+    }
+    fn end_capture(&self) -> symmem::Result<Self::Graph> {
+        self.cpu.end_capture()
+    }
+    unsafe fn replay(&self, graph: &Self::Graph) -> symmem::Result<()> {
+        // SAFETY: forwarded.
+        unsafe { self.cpu.replay(graph) }
+    }
 }
 
 /// Every `Free` of a tag comes after every `Unmap` of it, and every export that was

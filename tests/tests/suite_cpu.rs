@@ -21,5 +21,7 @@ mod host_api;
 mod lifetimes;
 #[path = "suite/rma.rs"]
 mod rma;
+#[path = "suite/small.rs"]
+mod small;
 #[path = "suite/waits.rs"]
 mod waits;

@@ -31,5 +31,7 @@ mod host_api;
 mod lifetimes;
 #[path = "suite/rma.rs"]
 mod rma;
+#[path = "suite/small.rs"]
+mod small;
 #[path = "suite/waits.rs"]
 mod waits;

@@ -7,6 +7,7 @@
 use symmem_device::{Arch, PeerTable, kernel};
 use symmem_rma::Bf16;
 use symmem_rma::collectives::{self, ReduceOp};
+use symmem_rma::lamport;
 
 /// All-gather of `n` bytes per rank (local `src`, symmetric `dst` of `world * n`).
 ///
@@ -138,3 +139,60 @@ reductions! {
     symmem_reduce_scatter_min_i32 reduce_scatter Min i32;
     symmem_reduce_scatter_max_i32 reduce_scatter Max i32;
 }
+
+macro_rules! lamport {
+    ($name:ident, $t:ty) => {
+        /// The barrier-free one-shot all-reduce (sum): local `dst` gets the sum of every
+        /// rank's local `src` through the symmetric workspace `ws` (slots of `capacity`
+        /// bytes). No signal array: the workspace's own header counts the calls.
+        ///
+        /// # Safety
+        /// See `symmem_rma::lamport::all_reduce`.
+        #[kernel]
+        #[allow(clippy::too_many_arguments)]
+        pub unsafe fn $name(
+            arch: &impl Arch,
+            dst: *mut $t,
+            src: *const $t,
+            bases: PeerTable,
+            world: u32,
+            rank: u32,
+            count: u64,
+            ws: *mut u8,
+            capacity: u64,
+        ) {
+            // SAFETY: forwarded from the host launch.
+            unsafe {
+                let team = bases.team(world, rank);
+                lamport::all_reduce(arch, &team, dst, src, count as usize, ws, capacity as usize)
+            }
+        }
+    };
+}
+
+lamport!(symmem_all_reduce_lamport_sum_f32, f32);
+lamport!(symmem_all_reduce_lamport_sum_bf16, Bf16);
+
+/// Prepares a Lamport workspace of `bytes` bytes (this rank's copy): a zero header and
+/// every slot word the sentinel. Before the workspace's first call, and before any peer
+/// can write into it (a barrier after it).
+///
+/// # Safety
+/// `ws` writable for `bytes` bytes, 16-aligned, no kernel using it concurrently.
+#[kernel]
+pub unsafe fn symmem_lamport_reset(arch: &impl Arch, ws: *mut u8, bytes: u64) {
+    let words = bytes as usize / 4;
+    let header = lamport::HEADER_BYTES / 4;
+    let mut w = arch.global_id();
+    while w < words {
+        let value = if w < header { 0 } else { lamport::SENTINEL };
+        // SAFETY: w < bytes / 4.
+        unsafe { ws.cast::<u32>().add(w).write(value) };
+        w += arch.global_threads();
+    }
+}
+
+/// A kernel that does nothing: the launch floor the small-message benchmarks measure
+/// against.
+#[kernel]
+pub fn symmem_empty(_arch: &impl Arch) {}

@@ -20,7 +20,8 @@
 //! and in the tail. They fold the ranks in rank order `0, 1, .., world-1`, accumulating
 //! in [`Reducible::Acc`] (`f32` for [`Bf16`]) and rounding once at the end, so every
 //! rank gets bit-identical results and a host reference that folds in the same order
-//! matches exactly. Integer sums wrap. `Min`/`Max` on floats follow `f32::min`/`f32::max`
+//! matches exactly. Float sums start from `+0.0` ([`Reducible::start`]), as the
+//! barrier-free [`crate::lamport`] all-reduce does, so both give the same bits. Integer sums wrap. `Min`/`Max` on floats follow `f32::min`/`f32::max`
 //! (a NaN operand is ignored).
 
 use crate::{Bf16, Team, U32x4, copy::share, signal::barrier_words};
@@ -54,12 +55,18 @@ pub trait Reducible: Copy + sealed::Sealed {
     fn narrow(acc: Self::Acc) -> Self;
     /// `op(a, b)`.
     fn combine(op: ReduceOp, a: Self::Acc, b: Self::Acc) -> Self::Acc;
+    /// The first rank's value as the start of a fold: for a float sum `+0.0 + a` (so a
+    /// sum of `-0.0`s is `+0.0`, as the barrier-free [`crate::lamport`] sum must give),
+    /// else `a`.
+    fn start(op: ReduceOp, a: Self::Acc) -> Self::Acc;
     /// One accumulator per element of a 16-byte vector (`[Acc; 16 / size_of::<Self>()]`).
     type Lanes: Copy;
     /// The elements packed in `v`, widened, in memory order.
     fn unpack(v: U32x4) -> Self::Lanes;
     /// [`Reducible::combine`] lane by lane.
     fn combine_lanes(op: ReduceOp, a: Self::Lanes, b: Self::Lanes) -> Self::Lanes;
+    /// [`Reducible::start`] lane by lane.
+    fn start_lanes(op: ReduceOp, a: Self::Lanes) -> Self::Lanes;
     /// Every lane narrowed ([`Reducible::narrow`]) and packed back in memory order.
     fn pack(acc: Self::Lanes) -> U32x4;
 }
@@ -100,6 +107,13 @@ impl Reducible for f32 {
             ReduceOp::Max => a.max(b),
         }
     }
+    #[inline(always)]
+    fn start(op: ReduceOp, a: f32) -> f32 {
+        match op {
+            ReduceOp::Sum => 0.0 + a,
+            ReduceOp::Min | ReduceOp::Max => a,
+        }
+    }
     type Lanes = [f32; 4];
     #[inline(always)]
     fn unpack(v: U32x4) -> [f32; 4] {
@@ -108,6 +122,10 @@ impl Reducible for f32 {
     #[inline(always)]
     fn combine_lanes(op: ReduceOp, a: [f32; 4], b: [f32; 4]) -> [f32; 4] {
         zip_lanes(a, b, |x, y| f32::combine(op, x, y))
+    }
+    #[inline(always)]
+    fn start_lanes(op: ReduceOp, a: [f32; 4]) -> [f32; 4] {
+        a.map(|x| f32::start(op, x))
     }
     #[inline(always)]
     fn pack(acc: [f32; 4]) -> U32x4 {
@@ -129,6 +147,10 @@ impl Reducible for Bf16 {
     fn combine(op: ReduceOp, a: f32, b: f32) -> f32 {
         f32::combine(op, a, b)
     }
+    #[inline(always)]
+    fn start(op: ReduceOp, a: f32) -> f32 {
+        f32::start(op, a)
+    }
     type Lanes = [f32; 8];
     #[inline(always)]
     fn unpack(v: U32x4) -> [f32; 8] {
@@ -139,6 +161,10 @@ impl Reducible for Bf16 {
     #[inline(always)]
     fn combine_lanes(op: ReduceOp, a: [f32; 8], b: [f32; 8]) -> [f32; 8] {
         zip_lanes(a, b, |x, y| f32::combine(op, x, y))
+    }
+    #[inline(always)]
+    fn start_lanes(op: ReduceOp, a: [f32; 8]) -> [f32; 8] {
+        a.map(|x| f32::start(op, x))
     }
     #[inline(always)]
     fn pack(acc: [f32; 8]) -> U32x4 {
@@ -165,6 +191,10 @@ impl Reducible for i32 {
             ReduceOp::Max => a.max(b),
         }
     }
+    #[inline(always)]
+    fn start(_op: ReduceOp, a: i32) -> i32 {
+        a
+    }
     type Lanes = [i32; 4];
     #[inline(always)]
     fn unpack(v: U32x4) -> [i32; 4] {
@@ -173,6 +203,10 @@ impl Reducible for i32 {
     #[inline(always)]
     fn combine_lanes(op: ReduceOp, a: [i32; 4], b: [i32; 4]) -> [i32; 4] {
         zip_lanes(a, b, |x, y| i32::combine(op, x, y))
+    }
+    #[inline(always)]
+    fn start_lanes(_op: ReduceOp, a: [i32; 4]) -> [i32; 4] {
+        a
     }
     #[inline(always)]
     fn pack(acc: [i32; 4]) -> U32x4 {
@@ -380,7 +414,7 @@ pub unsafe fn broadcast<A: Arch>(
 unsafe fn fold<T: Reducible>(team: &Team<'_>, op: ReduceOp, src: *const T) -> T {
     // SAFETY: the caller passes a symmetric element readable on every rank.
     unsafe {
-        let mut acc = team.load(src, 0).widen();
+        let mut acc = T::start(op, team.load(src, 0).widen());
         for r in 1..team.world() {
             acc = T::combine(op, acc, team.load(src, r).widen());
         }
@@ -400,7 +434,7 @@ const fn granule<T>() -> usize {
 unsafe fn fold_vector<T: Reducible>(team: &Team<'_>, op: ReduceOp, src: *const T) -> U32x4 {
     let src = src.cast::<U32x4>();
     // SAFETY: the caller passes a symmetric, 16-byte aligned vector readable everywhere.
-    let mut acc = T::unpack(unsafe { team.load(src, 0) });
+    let mut acc = T::start_lanes(op, T::unpack(unsafe { team.load(src, 0) }));
     for r in 1..team.world() {
         // SAFETY: as above.
         acc = T::combine_lanes(op, acc, T::unpack(unsafe { team.load(src, r) }));

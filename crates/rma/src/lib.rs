@@ -19,7 +19,8 @@
 //! * signals ([`signal`]): [`Team::put_with_signal_block`], [`Team::signal_wait_until`]
 //!   and a cross-rank [`Team::barrier_block`] over a signal array in the heap;
 //! * [`collectives`]: all-gather, all-reduce (one-shot and two-shot), reduce-scatter,
-//!   all-to-all and broadcast as kernel bodies built on the above.
+//!   all-to-all and broadcast as kernel bodies built on the above; [`lamport`]: a
+//!   barrier-free one-shot all-reduce for small messages.
 //!
 //! Block-cooperative functions must be called by every thread of the block from
 //! converged control flow (they contain block barriers).
@@ -34,6 +35,7 @@ pub mod atomic;
 mod bf16;
 pub mod collectives;
 pub mod copy;
+pub mod lamport;
 pub mod signal;
 mod team;
 pub mod watch;

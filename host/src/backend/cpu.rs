@@ -18,17 +18,55 @@
 //! `RLIMIT_NOFILE` to the hard limit once (as Go's runtime and the JVM do at start) and
 //! tries again; past the hard limit an allocation is [`Error::FdLimit`], naming it.
 
-use super::{Backend, BackendKind, DeviceRegion, Grid, KernelLaunch, Shareable, SharedRegion};
+use super::{
+    Backend, BackendKind, DeviceRegion, Grid, HostKernel, KernelLaunch, Shareable, SharedRegion,
+};
 use crate::cpu_launch;
 use crate::error::{Error, Result};
 use crate::launch::CodeObjects;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// The CPU backend of one rank.
 #[derive(Debug, Default)]
 pub struct Cpu {
     syncs: AtomicU64,
+    /// While recording ([`Backend::begin_capture`]): the launches recorded so far.
+    recording: Mutex<Option<Vec<Recorded>>>,
+}
+
+/// One launch a CPU graph recorded: the body with its arguments, the rank's control block
+/// and the grid.
+struct Recorded {
+    host: Arc<dyn HostKernel>,
+    control: usize,
+    grid: Grid,
+}
+
+impl std::fmt::Debug for Recorded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Recorded")
+            .field("grid", &self.grid)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Launches recorded from a CPU rank ([`Backend::begin_capture`]): a replay runs them
+/// again, in order, with the same arguments.
+#[derive(Debug)]
+pub struct CpuGraph {
+    launches: Vec<Recorded>,
+}
+
+/// Runs `host` over `grid` on threads whose waits watch `control`.
+fn run_launch(host: &dyn HostKernel, control: usize, grid: Grid) -> Result<()> {
+    cpu_launch::launch(grid, |arch| {
+        // Each kernel thread's waits watch the rank's control block (the caller of
+        // `watch` keeps it alive for every launch).
+        symmem_rma::watch::set_thread_control(std::ptr::with_exposed_provenance_mut(control));
+        host.run(arch)
+    })
 }
 
 impl Cpu {
@@ -383,12 +421,17 @@ impl Backend for Cpu {
         grid: Grid,
     ) -> Result<()> {
         let control = module.control;
-        cpu_launch::launch(grid, |arch| {
-            // Each kernel thread's waits watch the rank's control block (the caller of
-            // `watch` keeps it alive for every launch).
-            symmem_rma::watch::set_thread_control(std::ptr::with_exposed_provenance_mut(control));
-            launch.host.run(arch)
-        })
+        let mut recording = self.recording.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(launches) = recording.as_mut() {
+            launches.push(Recorded {
+                host: launch.host.to_owned(),
+                control,
+                grid,
+            });
+            return Ok(());
+        }
+        drop(recording);
+        run_launch(launch.host, control, grid)
     }
     fn grid_for_bytes(&self, _bytes: usize) -> Grid {
         // The bodies are grid-stride loops over 16-byte vectors: on a CPU, threads of
@@ -406,5 +449,30 @@ impl Backend for Cpu {
     }
     fn device_to_host_syncs(&self) -> u64 {
         self.syncs.load(Ordering::Relaxed)
+    }
+
+    type Graph = CpuGraph;
+    fn begin_capture(&self) -> Result<()> {
+        let mut recording = self.recording.lock().unwrap_or_else(|p| p.into_inner());
+        if recording.is_some() {
+            return Err(Error::Unsupported("a capture inside a capture"));
+        }
+        *recording = Some(Vec::new());
+        Ok(())
+    }
+    fn end_capture(&self) -> Result<CpuGraph> {
+        let launches = self
+            .recording
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+            .ok_or(Error::Unsupported("ending a capture that was not begun"))?;
+        Ok(CpuGraph { launches })
+    }
+    unsafe fn replay(&self, graph: &CpuGraph) -> Result<()> {
+        graph
+            .launches
+            .iter()
+            .try_for_each(|l| run_launch(&*l.host, l.control, l.grid))
     }
 }

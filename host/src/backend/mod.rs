@@ -79,9 +79,11 @@ pub trait SharedRegion: Send + Sync {
 }
 
 /// A kernel's body, run by the CPU backend once per thread of a launch.
-pub trait HostKernel: Sync {
+pub trait HostKernel: Send + Sync {
     /// Runs the body as thread `arch` of the launch.
     fn run(&self, arch: &HostThread<'_>);
+    /// The same body with the same arguments, owned (what a CPU graph records).
+    fn to_owned(&self) -> std::sync::Arc<dyn HostKernel>;
 }
 
 /// One launch of a kernel, as the backends see it: built by
@@ -200,4 +202,23 @@ pub trait Backend: Send + Sync + 'static {
     fn synchronize(&self) -> Result<()>;
     /// How many times this rank has waited for its device (downloads and synchronises).
     fn device_to_host_syncs(&self) -> u64;
+
+    /// Work recorded from this rank's stream ([`Backend::begin_capture`]), replayable any
+    /// number of times. Dropping it releases it (after replays in flight, on GPUs).
+    type Graph: Send + Sync;
+    /// Starts recording this rank's stream: until [`Backend::end_capture`], launches are
+    /// recorded into a graph instead of running. Uploads, downloads, memsets and
+    /// synchronisations are not recorded: callers do not make them while recording
+    /// ([`crate::World::capture`] refuses them).
+    fn begin_capture(&self) -> Result<()>;
+    /// Ends the recording [`Backend::begin_capture`] started (always call it, also when
+    /// recording failed, so the stream runs work again) and returns the graph.
+    fn end_capture(&self) -> Result<Self::Graph>;
+    /// Enqueues the recorded launches of `graph` again, in order, with the same arguments
+    /// (the CPU backend runs them and returns when they are done).
+    ///
+    /// # Safety
+    /// Every address the recorded launches use is still allocated and holds what their
+    /// kernels' contracts ask for.
+    unsafe fn replay(&self, graph: &Self::Graph) -> Result<()>;
 }

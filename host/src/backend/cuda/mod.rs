@@ -972,6 +972,45 @@ impl Backend for Cuda {
     fn device_to_host_syncs(&self) -> u64 {
         self.syncs.load(Ordering::Relaxed)
     }
+
+    type Graph = CudaGraph;
+    fn begin_capture(&self) -> Result<()> {
+        self.ctx.make_current()?;
+        driver::stream_begin_capture(self.stream.stream)
+    }
+    fn end_capture(&self) -> Result<CudaGraph> {
+        self.ctx.make_current()?;
+        let graph = driver::stream_end_capture(self.stream.stream)?;
+        let exec = driver::graph_instantiate(graph);
+        // SAFETY: the graph was ended above and is not used again (an instantiated graph
+        // does not need it).
+        record_drop(unsafe { driver::graph_destroy(graph) });
+        Ok(CudaGraph {
+            exec: exec?,
+            ctx: Arc::clone(&self.ctx),
+        })
+    }
+    unsafe fn replay(&self, graph: &CudaGraph) -> Result<()> {
+        self.ctx.make_current()?;
+        driver::graph_launch(graph.exec, self.stream.stream)
+    }
+}
+
+/// Launches captured from a rank's stream ([`Backend::begin_capture`]), instantiated on
+/// its context: one `cuGraphLaunch` replays them all. Dropping it destroys the
+/// instantiation (the driver defers that while a launch of it is in flight).
+#[derive(Debug)]
+pub struct CudaGraph {
+    exec: driver::GraphExec,
+    ctx: Arc<Context>,
+}
+
+impl Drop for CudaGraph {
+    fn drop(&mut self) {
+        record_drop(self.ctx.make_current());
+        // SAFETY: instantiated in `end_capture` and not launched after this.
+        record_drop(unsafe { driver::graph_exec_destroy(self.exec) });
+    }
 }
 
 #[cfg(test)]
@@ -1033,11 +1072,19 @@ mod tests {
     // SAFETY: the raw pointers in `abi` are device addresses every thread of the launch
     // may use, as on the GPU (see `launch_lowered`'s contract).
     unsafe impl<P: Params> Sync for LoweredBody<P> {}
+    // SAFETY: as above: the addresses mean the same on any thread.
+    unsafe impl<P: Params> Send for LoweredBody<P> {}
 
     impl<P: Params> HostKernel for LoweredBody<P> {
         fn run(&self, arch: &HostThread<'_>) {
             // SAFETY: `launch_lowered`'s caller vouched for `abi`.
             unsafe { self.kernel.run_on_host(arch, self.abi) }
+        }
+        fn to_owned(&self) -> Arc<dyn HostKernel> {
+            Arc::new(Self {
+                kernel: self.kernel,
+                abi: self.abi,
+            })
         }
     }
 

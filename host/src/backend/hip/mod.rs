@@ -65,6 +65,14 @@
 //! that the object's `amdhsa.kernels` metadata lists exactly the declared kernels and
 //! that each one's `.args` (offset, size, value kind) and `.kernarg_segment_size` are
 //! what these slots and this layout give.
+//!
+//! # Graphs
+//!
+//! [`Backend::begin_capture`] puts the rank's stream in stream capture
+//! (`hipStreamBeginCapture`, thread-local mode); launches until
+//! [`Backend::end_capture`] are recorded, each with a copy of its kernarg buffer, and
+//! the graph is instantiated into a [`HipGraph`] that [`Backend::replay`] launches on
+//! the same stream (`hipGraphLaunch`).
 
 mod runtime;
 
@@ -138,7 +146,8 @@ impl Drop for LoadedModule {
     }
 }
 
-/// The rank's stream; destroyed on drop.
+/// The rank's stream; destroyed on drop (shared by the backend and its graphs, so it
+/// outlives every graph that replays on it).
 #[derive(Debug)]
 struct OwnedStream {
     device: Arc<Device>,
@@ -609,7 +618,7 @@ impl fmt::Debug for HipModule {
 /// loaded with [`Backend::load_module`].
 pub struct Hip {
     // Field order is drop order: the stream, then the device.
-    stream: OwnedStream,
+    stream: Arc<OwnedStream>,
     device: Arc<Device>,
     ordinal: usize,
     name: String,
@@ -649,10 +658,10 @@ impl Hip {
         device.make_current()?;
         let name = runtime::device_name(ordinal_c)?;
         let arch = runtime::arch_name(ordinal_c)?;
-        let stream = OwnedStream {
+        let stream = Arc::new(OwnedStream {
             device: Arc::clone(&device),
             stream: runtime::stream_create_non_blocking()?,
-        };
+        });
         Ok(Self {
             stream,
             device,
@@ -1016,6 +1025,73 @@ impl Backend for Hip {
     fn device_to_host_syncs(&self) -> u64 {
         self.syncs.load(Ordering::Relaxed)
     }
+
+    type Graph = HipGraph;
+
+    fn begin_capture(&self) -> Result<()> {
+        self.device.make_current()?;
+        runtime::stream_begin_capture(self.stream.stream)
+    }
+
+    fn end_capture(&self) -> Result<HipGraph> {
+        self.device.make_current()?;
+        let graph = runtime::stream_end_capture(self.stream.stream)?;
+        let exec = runtime::graph_instantiate(graph);
+        // SAFETY: the graph was ended above and is not used again; the executable graph
+        // does not need it (the runtimes this backend supports, ROCm 6.0 and later, clone
+        // the graph's nodes, kernarg buffers included, when instantiating).
+        record_drop(unsafe { runtime::graph_destroy(graph) });
+        Ok(HipGraph {
+            exec: exec?,
+            stream: Arc::clone(&self.stream),
+        })
+    }
+
+    unsafe fn replay(&self, graph: &HipGraph) -> Result<()> {
+        // A graph replays only on the stream it was captured from (its drop waits for
+        // that stream alone).
+        if !Arc::ptr_eq(&graph.stream, &self.stream) {
+            return Err(Error::Unsupported(
+                "replaying a HIP graph on a rank other than the one that captured it",
+            ));
+        }
+        self.device.make_current()?;
+        runtime::graph_launch(graph.exec, self.stream.stream)
+    }
+}
+
+/// Launches captured from a rank's stream ([`Backend::begin_capture`]), instantiated on
+/// its device: one `hipGraphLaunch` replays them all, with the kernel arguments they were
+/// captured with (HIP copies each launch's kernarg buffer into the graph).
+///
+/// Dropping it first waits for the rank's stream, so no replay of it is in flight (a
+/// teardown wait, not counted in [`Backend::device_to_host_syncs`]; HIP does not promise
+/// to defer the destruction of a running graph as CUDA does), then destroys the
+/// instantiation. It keeps the stream alive until then, also past the [`Hip`] backend.
+/// If the wait fails, the instantiation is leaked rather than destroyed under a replay
+/// that may still run. Failures are counted in [`Hip::drop_errors`].
+#[derive(Debug)]
+pub struct HipGraph {
+    exec: runtime::GraphExec,
+    stream: Arc<OwnedStream>,
+}
+
+impl Drop for HipGraph {
+    fn drop(&mut self) {
+        let idle = self
+            .stream
+            .device
+            .make_current()
+            .and_then(|()| runtime::stream_synchronize(self.stream.stream));
+        if idle.is_err() {
+            record_drop(idle);
+            return;
+        }
+        // SAFETY: instantiated in `end_capture` and not launched after this; it is only
+        // ever launched on this stream, which was synchronised above, so no launch of it
+        // is in flight.
+        record_drop(unsafe { runtime::graph_exec_destroy(self.exec) });
+    }
 }
 
 #[cfg(test)]
@@ -1051,11 +1127,19 @@ mod tests {
     // SAFETY: the raw pointers in `abi` are device addresses every thread of the launch
     // may use, as on the GPU (see `launch_lowered`'s contract).
     unsafe impl<P: Params> Sync for LoweredBody<P> {}
+    // SAFETY: as above: the addresses mean the same on any thread.
+    unsafe impl<P: Params> Send for LoweredBody<P> {}
 
     impl<P: Params> HostKernel for LoweredBody<P> {
         fn run(&self, arch: &HostThread<'_>) {
             // SAFETY: `launch_lowered`'s caller vouched for `abi`.
             unsafe { self.kernel.run_on_host(arch, self.abi) }
+        }
+        fn to_owned(&self) -> Arc<dyn HostKernel> {
+            Arc::new(Self {
+                kernel: self.kernel,
+                abi: self.abi,
+            })
         }
     }
 
@@ -1467,6 +1551,60 @@ mod tests {
         assert_eq!(Hip::drop_errors(), 0, "{:?}", Hip::last_drop_error());
     }
 
+    /// A launch captured into a graph does not run until replayed; each replay runs it
+    /// again with the captured arguments, reading what its source holds by then.
+    #[test]
+    fn hip_gpu_capture_and_replay() {
+        let Some(r0) = device_or_skip() else { return };
+        let module = r0.load_module(&crate::code_objects::KERNELS).unwrap();
+        let bytes = 4096 + 5;
+        let src = r0.alloc_device(bytes).unwrap();
+        let dst = r0.alloc_device(bytes).unwrap();
+        // SAFETY: `dst`'s own bytes.
+        unsafe { r0.memset(dst.base(), 0, bytes).unwrap() };
+        r0.synchronize().unwrap();
+        r0.begin_capture().unwrap();
+        // SAFETY: `dst` and `src` hold `bytes` each and outlive every replay below.
+        let launched = unsafe {
+            launch_lowered(
+                &r0,
+                &module,
+                symmem_kernels::symmem_copy,
+                r0.grid_for_bytes(bytes),
+                (
+                    device(dst.base()),
+                    device::<u8>(src.base()).cast_const(),
+                    bytes as u64,
+                ),
+            )
+        };
+        let graph = r0.end_capture();
+        launched.unwrap();
+        let graph = graph.unwrap();
+        let mut got = vec![0xffu8; bytes];
+        // SAFETY: `dst`'s own bytes.
+        unsafe { r0.download(&mut got, dst.base()).unwrap() };
+        assert!(got.iter().all(|&b| b == 0), "the captured launch ran");
+        for value in [0x5a, 0xc3] {
+            // SAFETY: `src`'s own bytes, ordered before the replay on the stream; the
+            // replayed launch's buffers are alive and hold `bytes` each.
+            unsafe {
+                r0.memset(src.base(), value, bytes).unwrap();
+                r0.replay(&graph).unwrap();
+                r0.download(&mut got, dst.base()).unwrap();
+            }
+            assert!(got.iter().all(|&b| b == value), "replay of {value:#x}");
+        }
+        // Another rank's backend refuses the graph before enqueuing anything.
+        let other = Hip::new(0).unwrap();
+        // SAFETY: refused before anything is enqueued.
+        let refused = unsafe { other.replay(&graph) };
+        assert!(matches!(refused, Err(Error::Unsupported(_))), "{refused:?}");
+        drop(graph);
+        drop((src, dst, module, other, r0));
+        assert_eq!(Hip::drop_errors(), 0, "{:?}", Hip::last_drop_error());
+    }
+
     #[test]
     fn hip_gpu_bad_ordinal_and_zero_sizes() {
         let Some(r0) = device_or_skip() else { return };
@@ -1493,6 +1631,9 @@ mod tests {
         struct Nothing;
         impl HostKernel for Nothing {
             fn run(&self, _: &HostThread<'_>) {}
+            fn to_owned(&self) -> Arc<dyn HostKernel> {
+                Arc::new(Nothing)
+            }
         }
         let launch = KernelLaunch {
             name: "no_such_kernel",

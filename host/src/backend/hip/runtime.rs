@@ -50,6 +50,12 @@ pub(super) struct Module(sys::hipModule_t);
 /// A `hipFunction_t`.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Function(sys::hipFunction_t);
+/// A `hipGraph_t` (a captured stream's work, before instantiation).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Graph(sys::hipGraph_t);
+/// A `hipGraphExec_t` (an instantiated graph, launched with [`graph_launch`]).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct GraphExec(sys::hipGraphExec_t);
 
 // SAFETY: HIP handles are opaque tokens that the runtime accepts from any thread of the
 // process (the HIP runtime API is thread-safe); nothing is dereferenced here.
@@ -64,6 +70,14 @@ unsafe impl Sync for Module {}
 unsafe impl Send for Function {}
 // SAFETY: as for `Stream`.
 unsafe impl Sync for Function {}
+// SAFETY: as for `Stream`.
+unsafe impl Send for Graph {}
+// SAFETY: as for `Stream`.
+unsafe impl Sync for Graph {}
+// SAFETY: as for `Stream`.
+unsafe impl Send for GraphExec {}
+// SAFETY: as for `Stream`.
+unsafe impl Sync for GraphExec {}
 
 /// Size of a `hipIpcMemHandle_t` (`char reserved[64]`, `HIP_IPC_HANDLE_SIZE`).
 pub(super) const IPC_HANDLE_BYTES: usize = 64;
@@ -90,6 +104,10 @@ const NOT_FOUND: Rc = sys::hipError_t::hipErrorNotFound as Rc;
 pub(super) const MALLOC_FINE_GRAINED: c_uint = sys::hipDeviceMallocFinegrained;
 /// `hipStreamNonBlocking`.
 const STREAM_NON_BLOCKING: c_uint = sys::hipStreamNonBlocking;
+/// `hipStreamCaptureModeThreadLocal`: a capture restricts only the capturing thread's
+/// unsafe calls, not other threads' (other ranks' streams keep running work).
+const STREAM_CAPTURE_MODE_THREAD_LOCAL: sys::hipStreamCaptureMode =
+    sys::hipStreamCaptureMode::hipStreamCaptureModeThreadLocal;
 /// `hipHostMallocPortable`: pinned for every device, not only the current one.
 const HOST_MALLOC_PORTABLE: c_uint = sys::hipHostMallocPortable;
 /// `hipHostMallocMapped`: mapped into the device's address space
@@ -182,6 +200,22 @@ pub const FFI_FACTS: &[FfiFact] = &[
         size_of::<sys::hipFunction_t>(),
         ANY,
     ),
+    fact("sizeof(hipGraph_t)", size_of::<sys::hipGraph_t>(), ANY),
+    fact(
+        "sizeof(hipGraphExec_t)",
+        size_of::<sys::hipGraphExec_t>(),
+        ANY,
+    ),
+    fact(
+        "sizeof(hipGraphNode_t)",
+        size_of::<sys::hipGraphNode_t>(),
+        ANY,
+    ),
+    fact(
+        "sizeof(hipStreamCaptureMode)",
+        size_of::<sys::hipStreamCaptureMode>(),
+        ANY,
+    ),
     fact("sizeof(size_t)", size_of::<usize>(), ANY),
     fact(
         "sizeof(hipIpcMemHandle_t)",
@@ -260,6 +294,11 @@ pub const FFI_FACTS: &[FfiFact] = &[
         ANY,
     ),
     fact("hipStreamNonBlocking", STREAM_NON_BLOCKING as usize, ANY),
+    fact(
+        "hipStreamCaptureModeThreadLocal",
+        STREAM_CAPTURE_MODE_THREAD_LOCAL as usize,
+        ANY,
+    ),
     fact("hipHostMallocPortable", HOST_MALLOC_PORTABLE as usize, ANY),
     fact("hipHostMallocMapped", HOST_MALLOC_MAPPED as usize, ANY),
     fact("hipHostMallocCoherent", HOST_MALLOC_COHERENT as usize, ANY),
@@ -364,6 +403,14 @@ hip_entry_points! {
     hipStreamCreateWithFlags(*mut sys::hipStream_t, c_uint);
     hipStreamDestroy(sys::hipStream_t);
     hipStreamSynchronize(sys::hipStream_t);
+    hipStreamBeginCapture(sys::hipStream_t, sys::hipStreamCaptureMode);
+    hipStreamEndCapture(sys::hipStream_t, *mut sys::hipGraph_t);
+    hipGraphInstantiate(
+        *mut sys::hipGraphExec_t, sys::hipGraph_t, *mut sys::hipGraphNode_t, *mut c_char, usize
+    );
+    hipGraphDestroy(sys::hipGraph_t);
+    hipGraphLaunch(sys::hipGraphExec_t, sys::hipStream_t);
+    hipGraphExecDestroy(sys::hipGraphExec_t);
     hipMalloc(*mut *mut c_void, usize);
     hipExtMallocWithFlags(*mut *mut c_void, usize, c_uint);
     hipFree(*mut c_void);
@@ -669,6 +716,83 @@ pub(super) fn stream_synchronize(stream: Stream) -> Result<()> {
     // SAFETY: the caller passes a live stream.
     check(lib, "hipStreamSynchronize", unsafe {
         (lib.hipStreamSynchronize)(stream.0)
+    })
+}
+
+/// `hipStreamBeginCapture(hipStreamCaptureModeThreadLocal)`: work this thread enqueues
+/// on `stream` is recorded into a graph instead of running, until
+/// [`stream_end_capture`]; other threads' HIP calls are not restricted.
+pub(super) fn stream_begin_capture(stream: Stream) -> Result<()> {
+    let lib = lib()?;
+    // SAFETY: the caller passes a live stream; the mode is passed by value.
+    check(lib, "hipStreamBeginCapture", unsafe {
+        (lib.hipStreamBeginCapture)(stream.0, STREAM_CAPTURE_MODE_THREAD_LOCAL)
+    })
+}
+
+/// `hipStreamEndCapture`: ends the capture begun on `stream` (the stream runs work
+/// again) and returns its graph.
+pub(super) fn stream_end_capture(stream: Stream) -> Result<Graph> {
+    let lib = lib()?;
+    let mut g = MaybeUninit::<sys::hipGraph_t>::uninit();
+    // SAFETY: the caller passes a live stream; `g` is a valid out-pointer.
+    check(lib, "hipStreamEndCapture", unsafe {
+        (lib.hipStreamEndCapture)(stream.0, g.as_mut_ptr())
+    })?;
+    // SAFETY: written by the runtime on success.
+    Ok(Graph(unsafe { g.assume_init() }))
+}
+
+/// `hipGraphInstantiate(graph)`, without an error node or a log buffer.
+pub(super) fn graph_instantiate(graph: Graph) -> Result<GraphExec> {
+    let lib = lib()?;
+    let mut e = MaybeUninit::<sys::hipGraphExec_t>::uninit();
+    // SAFETY: the caller passes a live graph; `e` is a valid out-pointer; the error-node
+    // and log out-parameters are optional (null, with a log size of 0).
+    check(lib, "hipGraphInstantiate", unsafe {
+        (lib.hipGraphInstantiate)(
+            e.as_mut_ptr(),
+            graph.0,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            0,
+        )
+    })?;
+    // SAFETY: written by the runtime on success.
+    Ok(GraphExec(unsafe { e.assume_init() }))
+}
+
+/// `hipGraphDestroy`.
+///
+/// # Safety
+/// `graph` came from [`stream_end_capture`] and is not used afterwards.
+pub(super) unsafe fn graph_destroy(graph: Graph) -> Result<()> {
+    let lib = lib()?;
+    // SAFETY: forwarded from the caller.
+    check(lib, "hipGraphDestroy", unsafe {
+        (lib.hipGraphDestroy)(graph.0)
+    })
+}
+
+/// `hipGraphLaunch` of `exec` on `stream`.
+pub(super) fn graph_launch(exec: GraphExec, stream: Stream) -> Result<()> {
+    let lib = lib()?;
+    // SAFETY: the caller passes a live instantiated graph and a live stream.
+    check(lib, "hipGraphLaunch", unsafe {
+        (lib.hipGraphLaunch)(exec.0, stream.0)
+    })
+}
+
+/// `hipGraphExecDestroy`.
+///
+/// # Safety
+/// `exec` came from [`graph_instantiate`], no launch of it is in flight, and it is not
+/// used afterwards.
+pub(super) unsafe fn graph_exec_destroy(exec: GraphExec) -> Result<()> {
+    let lib = lib()?;
+    // SAFETY: forwarded from the caller.
+    check(lib, "hipGraphExecDestroy", unsafe {
+        (lib.hipGraphExecDestroy)(exec.0)
     })
 }
 

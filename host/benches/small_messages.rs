@@ -1,0 +1,207 @@
+//! Small messages on CUDA: every line graph-replayed on every rank's stream at once,
+//! ranks as threads (one GPU each where there are enough, else sharing GPU 0:
+//! [`Cuda::for_rank`]), at world sizes 2, 4 and 8, for 8 B to 1 MiB of f32 per rank.
+//!
+//! Lines, each as microseconds per call and as a ratio to the one-barrier floor measured
+//! in the same run:
+//! - `empty`: a kernel that does nothing (`symmem_empty`, one block): the graph-node floor;
+//! - `barrier`: a kernel whose only work is one cross-rank flag barrier
+//!   (`Collectives::barrier` with one block of 32 threads): the floor of any collective;
+//! - `one_shot`, `two_shot`: the all-reduces with an entry and an exit barrier;
+//! - `all_gather`: the all-gather of the same bytes per rank;
+//! - `lamport`: the barrier-free all-reduce (a handle with a 1 MiB workspace slot, so
+//!   every size runs it: the crossover against one-shot sets `LAMPORT_AUTO_BYTES`).
+//!
+//! Method: each rank captures a graph of `CALLS` back-to-back calls, replays it `REPLAYS`
+//! times after a warm-up replay, and synchronises; a rank's time per call is the wall time
+//! over `CALLS * REPLAYS`. The line's time is the slowest rank's (every rank starts after
+//! a barrier), median of `TRIALS` trials. Before the timing, each line's result is checked
+//! once (all-reduces against the host sum).
+//!
+//! Also the host's time per collective call, checks and enqueue (no graph): the median over
+//! 2000 plain `all_reduce` calls of 8 B (barrier-free) on rank 0 of world 2.
+//!
+//! Run: `cargo bench -p symmem --bench small_messages [-- --worlds 2,4,8]` (exits 0 with
+//! "skipped" when no GPU answers). Prints CSV rows `world,line,bytes,us,floor_ratio`.
+
+use std::process::ExitCode;
+use std::time::Instant;
+use symmem::backend::cuda::Cuda;
+use symmem::backend::{Backend, Grid};
+use symmem::collectives::{Algorithm, Collectives, ReduceOp};
+use symmem::{Config, Result, World};
+
+const SIZES: [usize; 9] = [
+    8,
+    64,
+    512,
+    4 << 10,
+    16 << 10,
+    64 << 10,
+    128 << 10,
+    256 << 10,
+    1 << 20,
+];
+const MAX: usize = 1 << 20;
+/// Calls per graph, replays per trial, trials per line.
+const CALLS: usize = 50;
+const REPLAYS: usize = 20;
+const TRIALS: usize = 5;
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// This rank's microseconds per call of `call` graph-replayed, one value per trial.
+fn replayed_us(world: &World<Cuda>, call: &dyn Fn() -> Result<()>) -> Result<Vec<f64>> {
+    let graph = world.capture(|| (0..CALLS).try_for_each(|_| call()))?;
+    graph.replay()?;
+    world.barrier()?;
+    let mut trials = Vec::with_capacity(TRIALS);
+    for _ in 0..TRIALS {
+        world.barrier()?;
+        let start = Instant::now();
+        for _ in 0..REPLAYS {
+            graph.replay()?;
+        }
+        world.backend().synchronize()?;
+        trials.push(start.elapsed().as_secs_f64() * 1e6 / (CALLS * REPLAYS) as f64);
+    }
+    drop(graph);
+    world.barrier()?;
+    Ok(trials)
+}
+
+/// One timed line's call.
+type Call<'a> = Box<dyn Fn() -> Result<()> + 'a>;
+
+/// One rank's rows: (line, bytes, microseconds per trial), and rank 0's host time per
+/// call.
+type Rows = Vec<(&'static str, usize, Vec<f64>)>;
+
+fn rank_rows(world: &World<Cuda>) -> Result<(Rows, Option<f64>)> {
+    let (rank, n) = (world.rank(), world.world_size());
+    let coll = &Collectives::with_lamport_capacity(world, Grid::new(8, 256), MAX)?;
+    let floor = Collectives::with_grid(world, Grid::new(1, 32))?;
+    let src = &world.full::<f32>(MAX / 4, rank as f32 + 0.5)?;
+    let dst = &world.zeros::<f32>(MAX / 4)?;
+    let gathered = &world.zeros::<f32>(n * MAX / 4)?;
+    world.barrier()?;
+    let kernels = world.kernels();
+    let mut rows: Rows = Vec::new();
+    rows.push((
+        "empty",
+        0,
+        replayed_us(world, &|| {
+            kernels.launch(symmem_kernels::symmem_empty, Grid::new(1, 32), ())
+        })?,
+    ));
+    rows.push(("barrier", 0, replayed_us(world, &|| floor.barrier())?));
+    let want: f32 = (0..n).map(|r| r as f32 + 0.5).sum();
+    for &bytes in &SIZES {
+        let count = bytes / 4;
+        let reduce = |algorithm| move || coll.all_reduce(dst, src, count, ReduceOp::Sum, algorithm);
+        let local = src.slice(..count)?.local();
+        let mut lines: Vec<(&'static str, Call<'_>)> = vec![
+            ("one_shot", Box::new(reduce(Algorithm::OneShot))),
+            ("two_shot", Box::new(reduce(Algorithm::TwoShot))),
+            (
+                "all_gather",
+                Box::new(move || coll.all_gather(gathered, &local, count)),
+            ),
+        ];
+        lines.push(("lamport", Box::new(reduce(Algorithm::Lamport))));
+        for (line, call) in lines {
+            if line != "all_gather" {
+                world.fill_zero(dst)?;
+                call()?;
+                let got = world.read(&dst.slice(..count)?.local())?;
+                if got.iter().any(|&x| x != want) {
+                    return Err(symmem::Error::Bootstrap(format!(
+                        "rank {rank}: {line} of {bytes} B gave a wrong sum"
+                    )));
+                }
+            }
+            world.barrier()?;
+            rows.push((line, bytes, replayed_us(world, &*call)?));
+        }
+    }
+    // The host's time per call: checks, agreement bookkeeping and enqueue.
+    let host = if n == 2 {
+        let mut v = Vec::with_capacity(2000);
+        for _ in 0..20 {
+            for _ in 0..100 {
+                let start = Instant::now();
+                coll.all_reduce(dst, src, 2, ReduceOp::Sum, Algorithm::Lamport)?;
+                v.push(start.elapsed().as_secs_f64() * 1e6);
+            }
+            world.backend().synchronize()?;
+        }
+        world.barrier()?;
+        (rank == 0).then(|| median(v))
+    } else {
+        None
+    };
+    Ok((rows, host))
+}
+
+fn main() -> ExitCode {
+    if let Err(why) = Cuda::new(0) {
+        println!("skipped: no CUDA device ({why})");
+        return ExitCode::SUCCESS;
+    }
+    let mut worlds = vec![2, 4, 8];
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--worlds") {
+        worlds = args
+            .get(i + 1)
+            .map(|w| w.split(',').filter_map(|x| x.parse().ok()).collect())
+            .unwrap_or(worlds);
+    }
+    let config = Config {
+        heap_bytes: 96 << 20,
+        ..Config::default()
+    };
+    println!("world,line,bytes,us,floor_ratio");
+    for n in worlds {
+        let results = match symmem::launch(n, &config, Cuda::for_rank, |w| rank_rows(&w)) {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("world {n}: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        let mut per_rank = Vec::new();
+        for (rank, r) in results.into_iter().enumerate() {
+            match r {
+                Ok(r) => per_rank.push(r),
+                Err(e) => {
+                    eprintln!("world {n}, rank {rank}: {e}");
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
+        // The slowest rank of each trial, then the median over trials.
+        let rows: Vec<(&str, usize, f64)> = (0..per_rank[0].0.len())
+            .map(|i| {
+                let (line, bytes, _) = &per_rank[0].0[i];
+                let slowest: Vec<f64> = (0..TRIALS)
+                    .map(|t| per_rank.iter().map(|(r, _)| r[i].2[t]).fold(0.0, f64::max))
+                    .collect();
+                (*line, *bytes, median(slowest))
+            })
+            .collect();
+        let floor = rows
+            .iter()
+            .find(|r| r.0 == "barrier")
+            .map_or(f64::NAN, |r| r.2);
+        for (line, bytes, us) in rows {
+            println!("{n},{line},{bytes},{us:.3},{:.2}", us / floor);
+        }
+        if let Some(host) = per_rank[0].1 {
+            println!("{n},host_call_us,8,{host:.3},");
+        }
+    }
+    ExitCode::SUCCESS
+}
