@@ -41,7 +41,25 @@ Writes (rank 0) the CSV header `tool,op,world,bytes,batch,median_us,algbw_gbs,bu
 and prints a table. Needs N <= the visible GPU count (NCCL refuses two ranks on one GPU):
 otherwise prints `skipped: ...` and exits 0. N = 1 works (a smoke test on one GPU).
 
+Small messages (--small), the peers of host/benches/small_messages.rs, timed its way:
+  nccl            dist.all_reduce (SUM, in place, a plain tensor)
+  torch_one_shot  torch.ops.symm_mem.one_shot_all_reduce(buf, "sum", group), buf as above
+for f32 buffers of 8 B to 1 MiB (--sizes; default 8,64,512,4K,16K,64K,128K,256K,1M).
+Each (line, size) is first called once eagerly on every rank and checked exactly (the
+pattern above); then every rank captures a CUDA graph of CALLS = 50 back-to-back calls
+(after 3 warm-up calls on a side stream, as torch asks before a capture), replays it once,
+and, per trial, after a barrier times REPLAYS = 20 replays by the host's wall clock up to a
+device synchronize: a rank's time per call = elapsed / (CALLS * REPLAYS). The row is the
+slowest rank's time in each trial, median of TRIALS = 5 trials (upper median). The one-shot
+graph's last output is checked once more after the timing (NCCL's in-place calls compound,
+so its graph has nothing exact to compare; its buffer is zero while timed). A line that
+raises (eagerly, or while being captured: some torch versions cannot capture an op) on any
+rank gets a NaN row and the reason on stdout; the other lines go on. Writes (rank 0) the
+header `world,line,bytes,us,floor_ratio` (the Rust bench's; floor_ratio left empty: the
+floors are measured there) and prints a table.
+
 Usage: python3 nccl_collectives.py --world N --out nccl.csv [--sizes 4K,1M,...] [--timeout S]
+       python3 nccl_collectives.py --small --world N --out small_nccl.csv [--sizes 8,1M,...]
 """
 import os
 
@@ -54,6 +72,7 @@ import argparse  # noqa: E402
 import datetime  # noqa: E402
 import math  # noqa: E402
 import sys  # noqa: E402
+import time  # noqa: E402
 import traceback  # noqa: E402
 
 import torch  # noqa: E402
@@ -76,6 +95,11 @@ LINES = [
 ]
 # The check pattern: value(rank, i) = (rank + 1) * STEP + (i % PERIOD).
 STEP, PERIOD = 4096, 1021
+# Small messages (--small): the sizes, lines and graph timing of host/benches/small_messages.rs.
+SMALL_SIZES = "8,64,512,4K,16K,64K,128K,256K,1M"
+SMALL_LINES = ["nccl", "torch_one_shot"]
+SMALL_HEADER = "world,line,bytes,us,floor_ratio"
+CALLS, REPLAYS, TRIALS, GRAPH_WARMUP = 50, 20, 5, 3
 
 
 def batch_for(size):
@@ -279,19 +303,29 @@ def measure(r, tool, op, size):
     return row, ("wrong result" if failed_anywhere else None)
 
 
-def worker(rank, world, port, sizes, out):
+def start(rank, world, port):
+    """This rank's device, with the NCCL process group started on it."""
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     torch.cuda.set_device(rank)
     dev = torch.device("cuda", rank)
     dist.init_process_group("nccl", rank=rank, world_size=world, timeout=PG_TIMEOUT, device_id=dev)
+    return dev
+
+
+def print_versions(dev, world):
+    v = torch.cuda.nccl.version()
+    v = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
+    print(f"torch {torch.__version__}, NCCL {v}, world {world}, {torch.cuda.get_device_name(dev)}")
+
+
+def worker(rank, world, port, sizes, out):
+    dev = start(rank, world, port)
     failures = []
     try:
         r = Rank(rank, world)
         if rank == 0:
-            v = torch.cuda.nccl.version()
-            v = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
-            print(f"torch {torch.__version__}, NCCL {v}, world {world}, {torch.cuda.get_device_name(dev)}")
+            print_versions(dev, world)
         ar_sizes = [s for s in sizes if divides("all_reduce", s, world)]
         if ar_sizes:
             r.setup_symm(max(ar_sizes))
@@ -329,6 +363,176 @@ def worker(rank, world, port, sizes, out):
         sys.exit(1)
 
 
+def small_case(r, line, size):
+    """(call, eager check, check of the graph's last result) for a small-message line; the
+    checks return None or the mismatch."""
+    count = size // 4
+    if line == "nccl":
+        buf = torch.zeros(count, dtype=torch.float32, device=r.dev)
+
+        def run():
+            dist.all_reduce(buf, op=dist.ReduceOp.SUM)
+
+        def check():
+            buf.copy_(r.value(r.rank, count))
+            run()
+            ok = torch.equal(buf, r.reduced(count))
+            buf.zero_()  # zeros stay zeros through the timed in-place calls
+            return None if ok else "reduced values differ"
+
+        def check_graph(last):
+            return None  # in place: the replayed calls compound, nothing exact to compare
+
+    else:  # torch_one_shot
+        buf = r.symm_buf[:count]  # a slice: the op takes its storage offset
+
+        def run():
+            return torch.ops.symm_mem.one_shot_all_reduce(buf, "sum", r.group)
+
+        def check():
+            buf.copy_(r.value(r.rank, count))  # stays: the one-shot only reads its input
+            out = run()
+            return None if torch.equal(out, r.reduced(count)) else "one-shot result differs"
+
+        def check_graph(last):
+            return None if torch.equal(last, r.reduced(count)) else "graph-replayed one-shot result differs"
+
+    return run, check, check_graph
+
+
+def capture(run):
+    """A CUDA graph of CALLS back-to-back calls of `run` and the last call's result. Warm-up
+    calls on a side stream first, as torch asks; thread-local capture, so that another
+    thread's CUDA calls (ProcessGroupNCCL's watchdog) cannot invalidate it."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(GRAPH_WARMUP):
+            run()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph, last = torch.cuda.CUDAGraph(), None
+    with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+        for _ in range(CALLS):
+            last = run()
+    return graph, last
+
+
+def replayed_us(r, graph):
+    """Microseconds per call of `graph`'s CALLS calls, the slowest rank's per trial, median
+    over TRIALS trials (the same on every rank)."""
+    graph.replay()
+    torch.cuda.synchronize()
+    trials = []
+    for _ in range(TRIALS):
+        dist.barrier()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(REPLAYS):
+            graph.replay()
+        torch.cuda.synchronize()
+        trials.append((time.perf_counter() - t0) * 1e6 / (CALLS * REPLAYS))
+    slowest = torch.tensor(trials, dtype=torch.float64, device=r.dev)
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+    return median(slowest.tolist())
+
+
+def small_measure(r, line, size):
+    """One small-message (line, size) on every rank: (us per call or NaN, check failure or None)."""
+    if line == "torch_one_shot" and r.symm_buf is None:
+        return float("nan"), None
+
+    def missing(stage, err):
+        if r.rank == 0 or err is not None:
+            print(f"rank {r.rank}: {line} at {human(size)} {stage}: {err or 'on another rank'}; "
+                  "row is NaN")
+        return float("nan"), None
+
+    # The eager call, checked: it is also the probe whether the op works at this size.
+    err, failure = None, None
+    try:
+        run, check, check_graph = small_case(r, line, size)
+        failure = check()
+        torch.cuda.synchronize()
+    except Exception as e:
+        err = f"{type(e).__name__}: {e}"
+    if r.any_rank(err is not None):
+        return missing("raised", err)
+    failed_anywhere = r.any_rank(failure is not None)
+    if failure is not None:
+        print(f"rank {r.rank}: WRONG RESULT: {line} at {human(size)} (eager): {failure}")
+    graph, last = None, None
+    try:
+        graph, last = capture(run)
+    except Exception as e:
+        err = f"{type(e).__name__}: {e}"
+    if r.any_rank(err is not None):  # no rank replays a graph that another could not capture
+        graph, last = None, None
+        torch.cuda.synchronize()
+        return missing("cannot be graph-captured", err)
+    dist.barrier()
+    us = replayed_us(r, graph)
+    torch.cuda.synchronize()
+    failure = check_graph(last)
+    if failure is not None:
+        print(f"rank {r.rank}: WRONG RESULT: {line} at {human(size)} (graph): {failure}")
+    failed_anywhere = r.any_rank(failure is not None) or failed_anywhere
+    del graph, last
+    torch.cuda.synchronize()
+    dist.barrier()
+    return us, ("wrong result" if failed_anywhere else None)
+
+
+def small_worker(rank, world, port, sizes, out):
+    dev = start(rank, world, port)
+    failures = []
+    try:
+        r = Rank(rank, world)
+        if rank == 0:
+            print_versions(dev, world)
+            print(f"small messages: {CALLS} calls per CUDA graph, {REPLAYS} replays per trial, "
+                  f"median of {TRIALS} trials of the slowest rank")
+        r.setup_symm(max(sizes))
+        rows = []
+        for line in SMALL_LINES:
+            for size in sizes:
+                us, failure = small_measure(r, line, size)
+                if failure:
+                    failures.append(f"{line} {human(size)}")
+                if rank == 0:
+                    rows.append((world, line, size, us))
+                    print(f"{line:>14} {human(size):>5}  {us:8.2f} us per call"
+                          + ("  WRONG" if failure else ""))
+        if rank == 0:
+            with open(out, "w") as f:
+                f.write(SMALL_HEADER + "\n")
+                for row in rows:
+                    f.write("%d,%s,%d,%.3f,\n" % row)
+            print_small_table(rows, world)
+            print(f"wrote {out}")
+        dist.barrier()
+    except Exception:
+        print(f"rank {rank}: FAILED:\n{traceback.format_exc()}", flush=True)
+        os._exit(1)  # at once: tearing down a process group that may be wedged could hang
+    dist.destroy_process_group()
+    if failures:  # the same list on every rank (agreed per check)
+        print(f"rank {rank}: FAILED: wrong results in: {', '.join(failures)}", flush=True)
+        sys.exit(1)
+
+
+def print_small_table(rows, world):
+    print(f"\n== world {world}, small messages: us per call, graph-replayed (slowest rank, "
+          f"median of {TRIALS} trials)")
+    by = {(line, size): us for _, line, size, us in rows}
+    print(f"{'size':>6}" + "".join(f" {line:>15}" for line in SMALL_LINES))
+    for s in sorted({size for _, _, size, _ in rows}):
+        cells = []
+        for line in SMALL_LINES:
+            us = by.get((line, s))
+            cells.append("-" if us is None or math.isnan(us) else f"{us:.2f}")
+        print(f"{human(s):>6}" + "".join(f" {c:>15}" for c in cells))
+
+
 def print_table(rows, world):
     print(f"\n== world {world}: median us per op / bus GB/s (rank 0)")
     sizes = sorted({r[3] for r in rows})
@@ -347,15 +551,27 @@ def print_table(rows, world):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--world", type=int, required=True)
-    ap.add_argument("--out", default="nccl.csv")
-    ap.add_argument("--sizes", default=DEFAULT_SIZES)
+    ap.add_argument("--out", help="default nccl.csv; with --small small_nccl.csv")
+    ap.add_argument("--sizes", help=f"default {DEFAULT_SIZES}; with --small {SMALL_SIZES}")
+    ap.add_argument("--small", action="store_true",
+                    help="small messages, graph-replayed: nccl and torch_one_shot all-reduce")
     ap.add_argument("--timeout", type=float, default=360,
                     help="seconds for the whole run (default 360: inside run_multi_gpu.sh's 400)")
     a = ap.parse_args()
-    sizes = [parse_size(s) for s in a.sizes.split(",") if s.strip()]
+    a.out = a.out or ("small_nccl.csv" if a.small else "nccl.csv")
+    text = a.sizes or (SMALL_SIZES if a.small else DEFAULT_SIZES)
+    sizes = [parse_size(s) for s in text.split(",") if s.strip()]
     if a.world < 1 or not sizes or min(sizes) <= 0:
         print("FAILED: --world must be >= 1 and --sizes positive")
         return 2
+    if a.small:
+        odd = [s for s in sizes if not divides("all_reduce", s, a.world)]
+        if odd:
+            print(f"small messages: {', '.join(map(human, odd))} not whole f32 elements; skipped")
+        sizes = [s for s in sizes if s not in odd]
+        if not sizes:
+            print("FAILED: no --sizes of whole f32 elements")
+            return 2
     count = torch.cuda.device_count()
     if a.world > count:
         print(f"skipped: world {a.world} needs {a.world} GPUs (NCCL refuses two ranks on one GPU); "
@@ -363,7 +579,8 @@ def main():
         return 0
     if os.path.dirname(a.out):
         os.makedirs(os.path.dirname(a.out), exist_ok=True)
-    return ranks.run_ranks(worker, a.world, (a.world, ranks.free_port(), sizes, a.out), a.timeout)
+    run = small_worker if a.small else worker
+    return ranks.run_ranks(run, a.world, (a.world, ranks.free_port(), sizes, a.out), a.timeout)
 
 
 if __name__ == "__main__":

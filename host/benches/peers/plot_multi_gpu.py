@@ -12,6 +12,12 @@ Summary:
       vs torch_symm 1shot/2shot; the ratio against NCCL takes the better of symmem's
       1shot/2shot, in bus GB/s and in us). Goals: bus GB/s >= NCCL's at sizes >= 256 MiB;
       latency (us) below NCCL's at sizes below 1 MiB.
+  (c) small messages, per world size, per size (8 B to 1 MiB), microseconds per call, every
+      call graph-replayed: the floors (barrier, empty kernel), symmem one_shot and lamport
+      (host/benches/small_messages.rs's small.csv), nccl and torch_one_shot
+      (nccl_collectives.py --small's small_nccl.csv), and lamport/nccl and
+      lamport/torch_one_shot (below 1: the barrier-free all-reduce is faster). These CSVs
+      have the header `world,line,bytes,us,floor_ratio`; without them the table is skipped.
   '!' marks a miss; each goal closes with a `goal ...: met at all N sizes` / `missed at
   ...` / `not measured` line, per op and world; a missing row prints as '-'.
 PNG (matplotlib, Agg): one panel per family (point to point, all_gather, all_reduce,
@@ -28,6 +34,16 @@ import sys
 from units import MIB, human  # this folder
 
 COLUMNS = ["tool", "op", "world", "bytes", "batch", "median_us", "algbw_gbs", "busbw_gbs"]
+SMALL_COLUMNS = ["world", "line", "bytes", "us"]
+# The small-message table's columns after the size: (heading, line, bytes); bytes None = the row's size.
+SMALL_TABLE = [
+    ("barrier", "barrier", 0),
+    ("empty", "empty", 0),
+    ("one_shot", "one_shot", None),
+    ("lamport", "lamport", None),
+    ("nccl", "nccl", None),
+    ("torch_one_shot", "torch_one_shot", None),
+]
 P2P_GOAL, P2P_FROM = 0.95, 64 * MIB
 BW_GOAL, BW_FROM = 1.0, 256 * MIB
 LAT_BELOW = MIB
@@ -48,13 +64,32 @@ def number(text):
     return None if math.isnan(v) or math.isinf(v) else v
 
 
+def load_small(path, reader, small):
+    """Rows of a small-message CSV into small: {(world, line, bytes): us or None}."""
+    n = 0
+    for r in reader:
+        try:
+            key = (int(r["world"]), r["line"].strip(), int(r["bytes"]))
+        except (AttributeError, TypeError, ValueError):
+            continue  # not a row (a `skipped: ...` line)
+        if key in small:
+            print(f"plot_multi_gpu.py: {path}: {key} repeats an earlier row; the later one is kept")
+        small[key] = number(r["us"])
+        n += 1
+    print(f"plot_multi_gpu.py: {path}: {n} small-message rows")
+
+
 def load(paths):
-    """{(tool, op, world, bytes): {"us": .., "algbw": .., "busbw": .., "batch": ..}}."""
-    data = {}
+    """{(tool, op, world, bytes): {"us": .., "algbw": .., "busbw": .., "batch": ..}} and, from
+    the small-message CSVs, {(world, line, bytes): us}."""
+    data, small = {}, {}
     for path in paths:
         try:
             with open(path, newline="") as f:
                 reader = csv.DictReader(f)
+                if all(c in (reader.fieldnames or []) for c in SMALL_COLUMNS):
+                    load_small(path, reader, small)
+                    continue
                 missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
                 if missing:
                     print(f"plot_multi_gpu.py: {path}: no column(s) {', '.join(missing)}; skipped")
@@ -73,7 +108,7 @@ def load(paths):
                 print(f"plot_multi_gpu.py: {path}: {n} rows")
         except OSError as e:
             print(f"plot_multi_gpu.py: {path}: {e}")
-    return data
+    return data, small
 
 
 def get(data, tool, op, world, size, key="busbw"):
@@ -220,8 +255,35 @@ def collectives_summary(data):
     return out
 
 
-def summary(data):
-    lines = p2p_summary(data) + [""] + collectives_summary(data)
+def small_summary(small):
+    """Per world: us per call at each size, the floors beside them, lamport against the peers."""
+    worlds = sorted({w for (w, line, b) in small})
+    if not worlds:
+        return ["== small messages: no rows (small.csv, small_nccl.csv)"]
+    out = []
+    for world in worlds:
+        sizes = sorted({b for (w, line, b) in small if w == world and b > 0 and line != "host_call_us"})
+        out.append(f"== small messages, world {world}: us per call, graph-replayed (slowest rank, median "
+                   "of 5 trials; floors: one barrier, one empty kernel)")
+        if not sizes:
+            out.append(f"-- world {world}: no sized rows")
+            continue
+        rows = []
+        for s in sizes:
+            us = [small.get((world, line, s if b is None else b)) for _, line, b in SMALL_TABLE]
+            lamport, nccl, torch1 = us[3], us[4], us[5]
+            rows.append([human(s)] + [fmt(u, ".2f") for u in us]
+                        + [fmt(ratio(lamport, nccl), ".3f"), fmt(ratio(lamport, torch1), ".3f")])
+        out += table(["size"] + [h for h, _, _ in SMALL_TABLE] + ["lamport/nccl", "lamport/torch_one_shot"], rows)
+        host = small.get((world, "host_call_us", 8))
+        if host is not None:
+            out.append(f"host time per call (rank 0, 8 B barrier-free all_reduce, no graph): {host:.2f} us")
+    out.append("ratios below 1: the barrier-free all-reduce (lamport) is faster")
+    return out
+
+
+def summary(data, small):
+    lines = p2p_summary(data) + [""] + collectives_summary(data) + [""] + small_summary(small)
     lines.append("'!' = below goal; '-' = no row (or NaN)")
     return "\n".join(lines)
 
@@ -268,8 +330,8 @@ def main(argv):
     ap.add_argument("--png", help="write the plot here (needs matplotlib)")
     ap.add_argument("csv", nargs="+")
     a = ap.parse_args(argv)
-    data = load(a.csv)
-    text = summary(data)
+    data, small = load(a.csv)
+    text = summary(data, small)
     print(text)
     if a.summary:
         with open(a.summary, "w") as f:

@@ -10,7 +10,12 @@
 #               host/benches/multi_gpu.rs (cross-GPU put/get vs cuMemcpyPeerAsync,
 #               collectives one process per GPU) and peers/nccl_collectives.py (NCCL through
 #               torch.distributed, torch symmetric memory's one-/two-shot all-reduce);
-#               plot_multi_gpu.py joins their CSVs into summary.txt and multi_gpu.png
+#               then the small messages, every call graph-replayed, 8 B to 1 MiB:
+#               host/benches/small_messages.rs (floors, one-/two-shot, all-gather,
+#               barrier-free all-reduce; ranks as threads, rank r on GPU r % count) and
+#               nccl_collectives.py --small (NCCL all_reduce, torch symmetric memory's
+#               one-shot all-reduce); plot_multi_gpu.py joins their CSVs into summary.txt
+#               and multi_gpu.png
 #   all         checks, then bench (what fits in one command on 2 GPUs; on 8, run
 #               `checks`, `bench 2 4` and `bench 8` as three commands)
 # On a machine with ONE GPU it is a smoke test of the same code paths: the bench runs 2
@@ -19,9 +24,10 @@
 # Usage (repo root, device machine): bash host/benches/peers/run_multi_gpu.sh [PART [W...]]
 # Writes log.txt (as it goes), and summary.txt and multi_gpu.png (bench) to $OUT, and every
 # log and CSV of the part (tests.txt, demo.txt, provider.txt, bench-w*.txt,
-# w*/{p2p,collectives,nccl}.csv) in $OUT/all.tgz.
+# w*/{p2p,collectives,nccl,small,small_nccl}.csv) in $OUT/all.tgz.
 # Build first (here), then copy into .carry/ (names as used below):
 #   cargo bench -p symmem --bench multi_gpu --no-run                      -> bench-multi-gpu
+#   cargo bench -p symmem --bench small_messages --no-run                 -> bench-small
 #   cargo test --release -p symmem-tests --test suite_cuda --test rma_processes --no-run
 #                                                      -> suite-cuda, rma-processes
 #   cargo test --release -p symmem --lib --no-run                         -> symmem-lib
@@ -80,6 +86,22 @@ checks() {
   } 2>&1 | tee "$OUT/provider.txt" | log
 }
 
+# small W: host/benches/small_messages.rs at world W (ranks as threads, rank r on GPU
+# r % count; on one GPU they share it) -> w$W/small.csv (its stdout: the CSV rows).
+small() {
+  local W=$1 rc
+  if [ ! -x "$CARRY/bench-small" ]; then
+    echo "no $CARRY/bench-small (cargo bench -p symmem --bench small_messages --no-run):" \
+      "symmem's small-message lines skipped, world $W"
+    return
+  fi
+  mkdir -p "$OUT/w$W"
+  timeout 180 "$CARRY/bench-small" --worlds "$W" >"$OUT/w$W/small.csv"
+  rc=$?
+  cat "$OUT/w$W/small.csv"
+  echo "small w$W rc=$rc"
+}
+
 bench() {
   local worlds=("$@") csvs=()
   if [ ${#worlds[@]} -eq 0 ]; then
@@ -94,6 +116,12 @@ bench() {
         echo "== nccl + torch symmetric memory, world $W"
         timeout 400 python3 "$P/nccl_collectives.py" --world "$W" --out "$OUT/w$W/nccl.csv"
         echo "nccl w$W rc=$?"
+        echo "== small messages: symmem (bench-small), world $W"
+        small "$W"
+        echo "== small messages: nccl + torch symmetric memory one-shot, graph-replayed, world $W"
+        timeout 240 python3 "$P/nccl_collectives.py" --small --world "$W" --timeout 220 \
+          --out "$OUT/w$W/small_nccl.csv"
+        echo "small nccl w$W rc=$?"
       else
         echo "== multi_gpu bench, $W ranks sharing GPU 0 as threads (smoke test)"
         timeout 300 "$CARRY/bench-multi-gpu" --world "$W" --blocks 32,128 --launcher threads \
@@ -101,9 +129,16 @@ bench() {
         echo "== nccl + torch symmetric memory, world 1 (smoke test)"
         timeout 300 python3 "$P/nccl_collectives.py" --world 1 --out "$OUT/w$W/nccl.csv"
         echo "nccl w1 rc=$?"
+        echo "== small messages: symmem (bench-small), $W ranks sharing GPU 0 as threads (smoke test)"
+        small "$W"
+        echo "== small messages: nccl + torch symmetric memory one-shot, world 1 (smoke test)"
+        timeout 240 python3 "$P/nccl_collectives.py" --small --world 1 --timeout 220 \
+          --out "$OUT/w$W/small_nccl.csv"
+        echo "small nccl w1 rc=$?"
       fi
     } 2>&1 | tee "$OUT/bench-w$W.txt" | log
     csvs+=("$OUT/w$W/p2p.csv" "$OUT/w$W/collectives.csv" "$OUT/w$W/nccl.csv")
+    for f in small small_nccl; do [ -f "$OUT/w$W/$f.csv" ] && csvs+=("$OUT/w$W/$f.csv"); done
   done
   echo "== summary" | log
   python3 "$P/plot_multi_gpu.py" --summary "$OUT/summary.txt" --png "$OUT/multi_gpu.png" \
