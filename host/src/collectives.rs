@@ -261,8 +261,9 @@ impl<'w, B: Backend> Collectives<'w, B> {
     /// first signal can be overwritten by a late zeroing.
     ///
     /// Errors: [`Error::Unsupported`] for an empty grid or more than [`MAX_BLOCKS`]
-    /// blocks, [`Error::CollectiveMismatch`] if ranks chose different block counts (or
-    /// made different heap calls before), and the allocation's errors.
+    /// blocks, [`Error::OffNode`] naming a peer on another node (collectives across
+    /// nodes are not built yet), [`Error::CollectiveMismatch`] if ranks chose different
+    /// block counts (or made different heap calls before), and the allocation's errors.
     pub fn with_grid(world: &'w World<B>, grid: Grid) -> Result<Self> {
         Self::with_lamport_capacity(world, grid, LAMPORT_MAX_BYTES)
     }
@@ -281,6 +282,12 @@ impl<'w, B: Backend> Collectives<'w, B> {
             return Err(Error::Unsupported(
                 "more than collectives::MAX_BLOCKS blocks per rank",
             ));
+        }
+        // The kernels reach every peer with loads and stores: across nodes they need the
+        // engine, not built yet. Every rank of a world of several nodes has an off-node
+        // peer, so every rank stops here.
+        if let Some(rank) = (0..world.world_size()).find(|&r| !world.topology().reaches(r)) {
+            return Err(Error::OffNode { rank });
         }
         let words = signal_words(world.world_size(), grid.blocks as usize);
         let signals = world.zeros::<u64>(words)?;

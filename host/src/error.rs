@@ -124,6 +124,22 @@ pub enum Error {
         /// That rank's heap size.
         found: usize,
     },
+    /// Ranks asked for different node splits
+    /// ([`crate::Config::ranks_per_node`]).
+    NodeSplitMismatch {
+        /// The first rank that differs from rank 0.
+        rank: usize,
+        /// Rank 0's split.
+        expected: Option<usize>,
+        /// That rank's split.
+        found: Option<usize>,
+    },
+    /// A peer on another node ([`crate::topology`]), which this rank does not reach with
+    /// loads and stores: off-node peers need the engine that is not built yet.
+    OffNode {
+        /// The peer.
+        rank: usize,
+    },
     /// A peer left (exited, crashed or was killed) or did not answer in time.
     PeerLost {
         /// The rank that was lost, when known.
@@ -347,6 +363,18 @@ impl fmt::Display for Error {
             } => write!(
                 f,
                 "rank {rank} asked for a heap of {found} bytes, rank 0 for {expected}"
+            ),
+            Self::NodeSplitMismatch {
+                rank,
+                expected,
+                found,
+            } => write!(
+                f,
+                "rank {rank} splits nodes into {found:?} ranks, rank 0 into {expected:?}"
+            ),
+            Self::OffNode { rank } => write!(
+                f,
+                "rank {rank} is on another node: it is not reachable with loads and stores"
             ),
             Self::PeerLost {
                 rank: Some(rank),

@@ -32,6 +32,7 @@ mod liveness;
 mod memory;
 pub mod offset_alloc;
 mod provider;
+pub mod topology;
 mod world;
 
 pub use backend::Grid;

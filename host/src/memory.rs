@@ -267,13 +267,17 @@ impl<'a, T, B: Backend> SymSlice<'a, T, B> {
     }
 
     /// Device address of the view's first element on rank `rank`, as mapped in this
-    /// address space. Errors: [`Error::RankOutOfRange`].
+    /// address space. Errors: [`Error::RankOutOfRange`], [`Error::OffNode`] for a rank on
+    /// another node (its table entry is 0).
     pub fn peer_ptr(&self, rank: usize) -> Result<u64> {
         let entries = self.table.entries();
         let base = *entries.get(rank).ok_or(Error::RankOutOfRange {
             rank,
             world: entries.len(),
         })?;
+        if base == 0 {
+            return Err(Error::OffNode { rank });
+        }
         Ok(base + self.byte_offset())
     }
 

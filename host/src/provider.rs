@@ -82,6 +82,9 @@ impl<'w, T: bytemuck::Pod, B: Backend> Rendezvous<'w, T, B> {
         for (peer, handle) in handles.into_iter().enumerate() {
             if peer == world.rank() {
                 entries.push(local);
+            } else if !world.topology().reaches(peer) {
+                // Another node: not mapped, entry 0 (see `crate::topology`).
+                entries.push(0);
             } else {
                 let mapping = backend.import_device_memory(handle, len)?;
                 entries.push(mapping.base());
@@ -264,7 +267,7 @@ fn congruent(local: u64, entries: &[u64]) -> Result<()> {
     match entries
         .iter()
         .enumerate()
-        .find(|(_, e)| !(*e ^ local).is_multiple_of(16))
+        .find(|(_, e)| **e != 0 && !(*e ^ local).is_multiple_of(16))
     {
         Some((rank, &addr)) => Err(Error::PeerMisaligned { rank, addr }),
         None => Ok(()),

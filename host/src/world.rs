@@ -36,6 +36,7 @@ use crate::ledger::{self, Ledger, Proposal, Record};
 use crate::liveness::{AbortWord, Watchdog};
 use crate::memory::{AsDeviceSlice, AsSymSlice, DeviceBuffer, SymSlice};
 use crate::offset_alloc::{AllocError, MIN_ALIGN, OffsetAllocator};
+use crate::topology::Topology;
 use std::marker::PhantomData;
 use std::ops::RangeBounds;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -56,6 +57,12 @@ pub struct Config {
     /// [`Error::WaitTimedOut`]: the bound that keeps a lost or absent peer from hanging a
     /// kernel. Default [`DEFAULT_WAIT_DEADLINE`]; `Duration::ZERO` for none.
     pub wait_deadline: Duration,
+    /// Cuts every machine's ranks, in rank order, into nodes of this many ranks, so one
+    /// machine emulates several nodes (see [`crate::topology`]); the same on every rank.
+    /// `None` (the default): the environment variable
+    /// [`ENV_RANKS_PER_NODE`](crate::topology::ENV_RANKS_PER_NODE) if set, else one node
+    /// per machine.
+    pub ranks_per_node: Option<usize>,
 }
 
 /// The default [`Config::wait_deadline`]: 10 minutes, as PyTorch's NCCL watchdog. It
@@ -71,6 +78,7 @@ impl Default for Config {
             heap_bytes: 64 << 20,
             timeout: crate::bootstrap::DEFAULT_TIMEOUT,
             wait_deadline: DEFAULT_WAIT_DEADLINE,
+            ranks_per_node: None,
         }
     }
 }
@@ -254,6 +262,8 @@ pub struct World<B: Backend> {
     fault: Mutex<Option<Fault>>,
     rank: usize,
     world_size: usize,
+    /// Which peers this rank reaches with loads and stores.
+    topology: Topology,
     backend: B,
     bootstrap: Mutex<Box<dyn Bootstrap>>,
     heap: B::Heap,
@@ -334,6 +344,7 @@ impl<B: Backend> World<B> {
         if config.heap_bytes == 0 {
             return Err(Error::ZeroSize);
         }
+        let topology = Topology::exchange(&mut *bootstrap, config.ranks_per_node)?;
         let granule = backend.heap_granularity().max(MIN_ALIGN);
         let heap_len = config.heap_bytes.div_ceil(granule) * granule;
         let heap = backend.create_heap(heap_len)?;
@@ -344,6 +355,10 @@ impl<B: Backend> World<B> {
             if peer == rank {
                 bases.push(heap.base());
                 peer_heaps.push(None);
+            } else if !topology.reaches(peer) {
+                // Another node: not mapped, entry 0 (see `crate::topology`).
+                bases.push(0);
+                peer_heaps.push(None);
             } else {
                 let mapping = backend.import_heap(handle, heap_len)?;
                 bases.push(mapping.base());
@@ -352,6 +367,7 @@ impl<B: Backend> World<B> {
         }
         let max_align = bases
             .iter()
+            .filter(|&&b| b != 0)
             .map(|b| 1usize << b.trailing_zeros().min(30))
             .min()
             .unwrap_or(MIN_ALIGN);
@@ -383,6 +399,7 @@ impl<B: Backend> World<B> {
             fault: Mutex::new(None),
             rank,
             world_size,
+            topology,
             backend,
             bootstrap: Mutex::new(bootstrap),
             heap,
@@ -417,6 +434,10 @@ impl<B: Backend> World<B> {
     pub fn world_size(&self) -> usize {
         self.world_size
     }
+    /// Which ranks share this rank's node (see [`crate::topology`]).
+    pub fn topology(&self) -> &Topology {
+        &self.topology
+    }
     /// This rank's backend.
     pub fn backend(&self) -> &B {
         &self.backend
@@ -438,14 +459,18 @@ impl<B: Backend> World<B> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// [`Error::RankOutOfRange`] unless `rank` is a rank of this world, and
+    /// [`Error::OffNode`] unless this rank reaches it with loads and stores.
     fn check_rank(&self, rank: usize) -> Result<()> {
-        if rank < self.world_size {
-            Ok(())
-        } else {
+        if rank >= self.world_size {
             Err(Error::RankOutOfRange {
                 rank,
                 world: self.world_size,
             })
+        } else if !self.topology.reaches(rank) {
+            Err(Error::OffNode { rank })
+        } else {
+            Ok(())
         }
     }
 
@@ -497,7 +522,8 @@ impl<B: Backend> World<B> {
             .heap_bases
             .entries
             .iter()
-            .map(|b| b + offset as u64)
+            // An off-node peer's entry stays 0 (see `crate::topology`).
+            .map(|&b| if b == 0 { 0 } else { b + offset as u64 })
             .collect();
         let slot = match self.table_slot(&mut state) {
             Ok(slot) => slot,

@@ -54,6 +54,7 @@ fn child<B: Backend>(
         heap_bytes: 8 << 20,
         timeout: bootstrap.timeout(),
         wait_deadline: WAIT_DEADLINE,
+        ranks_per_node: None,
     };
     let world = World::new(Box::new(bootstrap), backend, &config)?;
     let (rank, size) = (world.rank(), world.world_size());

@@ -1,6 +1,10 @@
 //! The allocator-agnostic kernel: it takes a buffer and that buffer's peer-base table as
 //! two ordinary arguments and translates itself, so any provider of such a table (the
 //! symmetric heap, a rendezvous of plain allocations, NVSHMEM, torch) drives it.
+//!
+//! An entry of 0 is a peer this rank cannot reach with loads and stores (it is on another
+//! node: symmem's tables, like `nvshmem_ptr`, give no address for it); a kernel that
+//! translates by hand checks the entry before it uses it, as this one does.
 #![no_std]
 #![cfg_attr(
     any(target_arch = "amdgpu", target_arch = "nvptx64"),
@@ -33,9 +37,12 @@ pub unsafe fn ring_put(
 ) {
     // SAFETY: the caller's contract above.
     unsafe {
-        let offset = bases
-            .base(to as usize)
-            .wrapping_sub(bases.base(cur as usize));
+        let target = bases.base(to as usize);
+        if target == 0 {
+            // Not reachable with loads and stores (another node): nothing to write.
+            return;
+        }
+        let offset = target.wrapping_sub(bases.base(cur as usize));
         let remote = data.wrapping_byte_add(offset as usize);
         let dst = remote.add(cur as usize * n as usize).cast::<U32x4>();
         let src = src.cast::<U32x4>();

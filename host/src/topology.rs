@@ -1,0 +1,154 @@
+//! Which peers a rank reaches with loads and stores: the ranks on its node.
+//!
+//! A world learns its topology when it forms: every rank contributes its machine's host
+//! name and its node split ([`Config::ranks_per_node`](crate::Config::ranks_per_node), or
+//! the environment variable [`ENV_RANKS_PER_NODE`]). Ranks on one machine form one node,
+//! unless a split cuts that machine's ranks, in rank order, into nodes of that many
+//! ranks: one machine then emulates several nodes, as a test of the off-node paths.
+//!
+//! Peers on the rank's node are mapped and reached with loads and stores. A peer on
+//! another node is not mapped, and its entry in every peer table this world builds (the
+//! heap's, every symmetric buffer's, every [`Rendezvous`](crate::Rendezvous)'s) is 0, as
+//! NCCL's `ncclGetPeerPointer` and `nvshmem_ptr` give NULL for a peer they cannot map. A
+//! kernel that translates by hand checks the entry before using it.
+
+use crate::bootstrap::Bootstrap;
+use crate::error::{Error, Result};
+
+/// Environment variable that splits every machine's ranks into emulated nodes of this
+/// many ranks (see the module documentation), when [`crate::Config::ranks_per_node`] is
+/// `None`.
+pub const ENV_RANKS_PER_NODE: &str = "SYMMEM_RANKS_PER_NODE";
+
+/// The node of every rank of a world.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Topology {
+    rank: usize,
+    /// Node index of every rank, numbered in order of each node's first rank.
+    node: Vec<usize>,
+}
+
+impl Topology {
+    /// Collective: every rank of `bootstrap` calls it with its split (`None`: the
+    /// environment's [`ENV_RANKS_PER_NODE`], else one node per machine).
+    ///
+    /// Errors: [`Error::Unsupported`] for a split of 0 or an unparsable environment
+    /// value, [`Error::NodeSplitMismatch`] naming the first rank whose split differs from
+    /// rank 0's, and the bootstrap's.
+    pub(crate) fn exchange(bootstrap: &mut dyn Bootstrap, split: Option<usize>) -> Result<Self> {
+        let split = match split {
+            Some(s) => Some(s),
+            None => match std::env::var(ENV_RANKS_PER_NODE) {
+                Ok(v) => Some(v.parse().map_err(|_| {
+                    Error::Unsupported("SYMMEM_RANKS_PER_NODE is not a number of ranks")
+                })?),
+                Err(_) => None,
+            },
+        };
+        if split == Some(0) {
+            return Err(Error::Unsupported("a node of zero ranks"));
+        }
+        let host = host_name();
+        let mine = [
+            &split.map_or(0, |s| s as u64).to_le_bytes()[..],
+            host.as_bytes(),
+        ]
+        .concat();
+        let all = bootstrap.all_gather(&mine)?;
+        let decode = |bytes: &[u8]| -> (Option<usize>, Vec<u8>) {
+            let (s, host) = bytes.split_at(8.min(bytes.len()));
+            let s = s.try_into().map(u64::from_le_bytes).unwrap_or(0) as usize;
+            ((s > 0).then_some(s), host.to_vec())
+        };
+        let ranks: Vec<_> = all.iter().map(|b| decode(b)).collect();
+        if let Some(rank) = ranks.iter().position(|(s, _)| *s != ranks[0].0) {
+            return Err(Error::NodeSplitMismatch {
+                rank,
+                expected: ranks[0].0,
+                found: ranks[rank].0,
+            });
+        }
+        Ok(Self::from_hosts(
+            bootstrap.rank(),
+            &ranks.into_iter().map(|(_, h)| h).collect::<Vec<_>>(),
+            split,
+        ))
+    }
+
+    /// The topology of ranks on machines `hosts` (one name per rank), each machine's
+    /// ranks cut into nodes of `split` ranks when given.
+    fn from_hosts(rank: usize, hosts: &[Vec<u8>], split: Option<usize>) -> Self {
+        let mut keys: Vec<(&[u8], usize)> = Vec::new();
+        let mut seen_on_host = std::collections::HashMap::<&[u8], usize>::new();
+        let node = hosts
+            .iter()
+            .map(|h| {
+                let index = seen_on_host.entry(h).or_insert(0);
+                let key = (h.as_slice(), split.map_or(0, |s| *index / s));
+                *index += 1;
+                match keys.iter().position(|k| *k == key) {
+                    Some(n) => n,
+                    None => {
+                        keys.push(key);
+                        keys.len() - 1
+                    }
+                }
+            })
+            .collect();
+        Self { rank, node }
+    }
+
+    /// The node of `rank`.
+    pub fn node_of(&self, rank: usize) -> usize {
+        self.node[rank]
+    }
+
+    /// How many nodes the world spans.
+    pub fn nodes(&self) -> usize {
+        self.node.iter().max().map_or(0, |n| n + 1)
+    }
+
+    /// Whether this rank reaches `peer` with loads and stores (it is on this rank's
+    /// node; this rank itself included).
+    pub fn reaches(&self, peer: usize) -> bool {
+        self.node.get(peer) == self.node.get(self.rank)
+    }
+
+    /// The ranks on this rank's node, in order.
+    pub fn node_ranks(&self) -> Vec<usize> {
+        (0..self.node.len()).filter(|&r| self.reaches(r)).collect()
+    }
+}
+
+/// This machine's host name (the kernel's; empty if it cannot be read).
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hosts(names: &[&str]) -> Vec<Vec<u8>> {
+        names.iter().map(|n| n.as_bytes().to_vec()).collect()
+    }
+
+    #[test]
+    fn machines_are_nodes_and_a_split_cuts_each_machine_in_rank_order() {
+        let t = Topology::from_hosts(1, &hosts(&["a", "a", "b", "b"]), None);
+        assert_eq!(t.node, [0, 0, 1, 1]);
+        assert_eq!(t.nodes(), 2);
+        assert_eq!(t.node_ranks(), [0, 1]);
+        assert!(t.reaches(0) && t.reaches(1) && !t.reaches(2));
+        let t = Topology::from_hosts(3, &hosts(&["a"; 8]), Some(2));
+        assert_eq!(t.node, [0, 0, 1, 1, 2, 2, 3, 3]);
+        assert_eq!(t.node_ranks(), [2, 3]);
+        let t = Topology::from_hosts(0, &hosts(&["a", "b", "a", "b"]), Some(1));
+        assert_eq!(t.node, [0, 1, 2, 3]);
+        assert_eq!(t.node_ranks(), [0]);
+        let t = Topology::from_hosts(0, &hosts(&["a", "b", "a", "b", "a"]), Some(2));
+        assert_eq!(t.node, [0, 1, 0, 1, 2]);
+    }
+}
