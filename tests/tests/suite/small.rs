@@ -5,7 +5,7 @@
 
 use super::TestBackend;
 use std::sync::{Mutex, MutexGuard};
-use symmem::backend::BackendKind;
+use symmem::backend::{BackendKind, Grid};
 use symmem::collectives::{Algorithm, Bf16, Collectives, LAMPORT_MAX_BYTES, ReduceOp};
 use symmem::{Config, Error, World};
 
@@ -158,7 +158,8 @@ fn lamport_equals_one_shot_bit_for_bit_bf16() {
 }
 
 /// 1000 calls back to back, each with new inputs and a size of its own (so each call
-/// clears a different length of the buffer the call before used), every result checked.
+/// clears a different length of the buffer the call before used, and runs as one block
+/// or as several: on the CPU a grid of 3 blocks of 2 threads), every result checked.
 #[test]
 fn a_thousand_lamport_calls_rotate_their_buffers() {
     if super::skip() {
@@ -166,7 +167,11 @@ fn a_thousand_lamport_calls_rotate_their_buffers() {
     }
     let sizes = [1, 4099, 3, 16384, 17, 2, 9000, 5];
     run(3, |w| {
-        let c = Collectives::new(&w)?;
+        let c = if gpu() {
+            Collectives::new(&w)?
+        } else {
+            Collectives::with_grid(&w, Grid::new(3, 2))?
+        };
         let max = sizes.iter().max().copied().unwrap_or(1);
         let src = w.zeros::<f32>(max)?;
         let dst = w.zeros::<f32>(max)?;
