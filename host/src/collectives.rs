@@ -85,7 +85,7 @@ pub const MAX_BLOCKS: u32 = 1024;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Algorithm {
     /// Chosen by size, op and type: [`Algorithm::Lamport`] for sums of `f32` or `Bf16` of
-    /// at most [`lamport_auto_bytes`] (and the handle's capacity), [`Algorithm::OneShot`]
+    /// at most [`LAMPORT_AUTO_BYTES`] (and the handle's capacity), [`Algorithm::OneShot`]
     /// up to [`ONE_SHOT_MAX_BYTES`], [`Algorithm::TwoShot`] above (thresholds measured on
     /// the H200: `BENCHMARKS.md`, issue 16).
     #[default]
@@ -109,13 +109,12 @@ pub enum Algorithm {
 /// it (1.5 MiB at 8 ranks). [`Collectives::with_lamport_capacity`] sets another.
 pub const LAMPORT_MAX_BYTES: usize = 64 << 10;
 
-/// The largest all-reduce (bytes per rank) [`Algorithm::Auto`] runs barrier-free at
-/// `world` ranks: below it the barrier-free all-reduce was faster than the one-shot on
-/// the H200 (graph-replayed, ranks sharing the GPU): up to 16 KiB at 2 ranks, 128 KiB at
-/// 4 and 64 KiB at 8 (`BENCHMARKS.md`, issue 16).
-pub const fn lamport_auto_bytes(world: usize) -> usize {
-    if world <= 2 { 16 << 10 } else { 64 << 10 }
-}
+/// The largest all-reduce (bytes per rank) [`Algorithm::Auto`] runs barrier-free: up to
+/// it the barrier-free all-reduce was faster than the one-shot on the H200
+/// (graph-replayed, ranks sharing the GPU) at 2, 4 and 8 ranks; the crossover lies
+/// between 64 and 128 KiB at 2 and 8 ranks, and between 128 and 256 KiB at 4
+/// (`BENCHMARKS.md`, issue 16).
+pub const LAMPORT_AUTO_BYTES: usize = 64 << 10;
 
 /// The largest all-reduce (bytes per rank) [`Algorithm::Auto`] runs one-shot: from
 /// 128 KiB the two-shot was faster at every world size on the H200 (and within 4% at
@@ -453,9 +452,7 @@ impl<'w, B: Backend> Collectives<'w, B> {
             (Algorithm::Lamport, Some(kernel)) => {
                 return self.all_reduce_lamport(kernel, &d, &s, count);
             }
-            (Algorithm::Auto, Some(kernel))
-                if bytes <= lamport_auto_bytes(self.world.world_size()) =>
-            {
+            (Algorithm::Auto, Some(kernel)) if bytes <= LAMPORT_AUTO_BYTES => {
                 return self.all_reduce_lamport(kernel, &d, &s, count);
             }
             (Algorithm::Lamport, None) => {

@@ -17,7 +17,7 @@
 //! of call `k + 1`, which this rank writes after its call `k` (the clearing) completed.
 //!
 //! The call counter, and how many words each buffer holds, live in the workspace's
-//! header and advance on the device (the last block of a call to finish bumps them), so
+//! header and advance on the device (the last block of a call to arrive bumps them), so
 //! a launch recorded once in a graph is correct at every replay.
 //!
 //! **The sentinel** is the word `0x8000_0000` (`-0.0` as `f32`). Before sending, every
@@ -289,8 +289,8 @@ pub unsafe fn all_reduce<A: Arch, T: Lamport>(
 ) {
     let (world, rank) = (team.world(), team.rank());
     let header = ws.cast::<u64>();
-    // SAFETY: header words of the workspace; only the last block of a call writes them,
-    // after every block has read them (see the end).
+    // SAFETY: header words of the workspace; the last block of a call to arrive writes
+    // them, after every block has read them (just below).
     let (calls, used_before) = unsafe {
         let calls = u64::load(header.add(CALLS), Order::Relaxed, Scope::Device);
         let previous = ((calls + 2) % 3) as usize;
@@ -305,6 +305,36 @@ pub unsafe fn all_reduce<A: Arch, T: Lamport>(
     let n = words::<T>(count);
     let (tid, threads) = (arch.thread_id() as usize, arch.block_dim() as usize);
     let (block, blocks) = (arch.block_id() as usize, arch.grid_dim() as usize);
+
+    // 0. Several blocks: the last to arrive advances the counter and records the words
+    // this call sends (read only by later kernels of this rank: the kernel boundary
+    // orders them). Counting on arrival, not at the end, keeps the count's fence off the
+    // tail of the call: nothing of this call is written yet, so the release waits for
+    // nothing. (A block alone does it at the end, with no count: step 4.)
+    if blocks > 1 {
+        // Every thread's header reads come before the block's count. At system scope, so
+        // the releases of the waits below (their control-block records) stay behind a
+        // per-wave write-back on AMD (see `Arch::sync_block_release`).
+        arch.sync_block_release(Scope::System);
+        // SAFETY: a header word, only ever accessed atomically.
+        let arrived = tid == 0
+            && unsafe {
+                u64::fetch_op(
+                    header.add(DONE),
+                    crate::AtomicOp::Add,
+                    1,
+                    Order::AcqRel,
+                    Scope::Device,
+                )
+            } + 1
+                == blocks as u64;
+        if arrived {
+            // SAFETY: header words, written by this thread alone, after every block read
+            // them.
+            unsafe { advance(header, current, n, calls) };
+        }
+    }
+
     let (start, len) = share(n, 4, block, blocks);
     let vectors = len / 4;
     // A vector is moved whole where the local side is 16-aligned and the vector's 16
@@ -432,36 +462,30 @@ pub unsafe fn all_reduce<A: Arch, T: Lamport>(
         w += threads;
     }
 
-    // 4. The last block to finish advances the counter and records the words sent (read
-    // only by later kernels of this rank: the kernel boundary orders them). Alone, a
-    // block needs no count; otherwise every thread's work is released at device scope
-    // before the block's count (per wave on AMD: see `Arch::sync_block_release`).
-    let last = if blocks == 1 {
+    // 4. A block alone advances the counter once every thread has read the header.
+    if blocks == 1 {
         arch.sync_block();
-        tid == 0
-    } else {
-        arch.sync_block_release(Scope::Device);
-        // SAFETY: a header word; every block read the header before its increment.
-        tid == 0
-            && unsafe {
-                u64::fetch_op(
-                    header.add(DONE),
-                    crate::AtomicOp::Add,
-                    1,
-                    Order::AcqRel,
-                    Scope::Device,
-                )
-            } + 1
-                == blocks as u64
-    };
-    if last {
-        // SAFETY: header words, written by this thread alone.
-        unsafe {
-            let store =
-                |i: usize, v: u64| u64::store(header.add(i), v, Order::Relaxed, Scope::Device);
-            store(USED + current, n as u64);
-            store(DONE, 0);
-            store(CALLS, calls + 1);
+        if tid == 0 {
+            // SAFETY: header words, written by this thread alone, after the block read
+            // them.
+            unsafe { advance(header, current, n, calls) };
         }
+    }
+}
+
+/// Advances a workspace's call counter past call `calls`, which sent `n` words into
+/// buffer `current`, and resets the arrival count.
+///
+/// # Safety
+/// `header` is a workspace header no other thread reads or writes now.
+#[inline(always)]
+unsafe fn advance(header: *mut u64, current: usize, n: usize, calls: u64) {
+    // SAFETY: the caller's contract; read only by later kernels (ordered by the kernel
+    // boundary).
+    unsafe {
+        let store = |i: usize, v: u64| u64::store(header.add(i), v, Order::Relaxed, Scope::Device);
+        store(USED + current, n as u64);
+        store(DONE, 0);
+        store(CALLS, calls + 1);
     }
 }
