@@ -776,12 +776,7 @@ impl<'w, B: Backend> Collectives<'w, B> {
     }
 
     fn check_rank(&self, rank: usize) -> Result<()> {
-        let world = self.world.world_size();
-        if rank < world {
-            Ok(())
-        } else {
-            Err(Error::RankOutOfRange { rank, world })
-        }
+        self.world.check_rank(rank)
     }
 
     /// Before a collective call over the buffers `ids` (the signal array included):

@@ -461,7 +461,7 @@ impl<B: Backend> World<B> {
 
     /// [`Error::RankOutOfRange`] unless `rank` is a rank of this world, and
     /// [`Error::OffNode`] unless this rank reaches it with loads and stores.
-    fn check_rank(&self, rank: usize) -> Result<()> {
+    pub(crate) fn check_rank(&self, rank: usize) -> Result<()> {
         if rank >= self.world_size {
             Err(Error::RankOutOfRange {
                 rank,

@@ -147,6 +147,15 @@ pub mod processes {
         outcomes
     }
 
+    /// Why CUDA tests cannot run here (no driver, or no device), if they cannot.
+    pub fn cuda_missing() -> Option<String> {
+        match symmem::backend::cuda::Cuda::device_count() {
+            Ok(0) => Some("no CUDA device".into()),
+            Ok(_) => None,
+            Err(e) => Some(e.to_string()),
+        }
+    }
+
     /// Every rank's outcome and output, for a failure message.
     pub fn report(outcomes: &[Outcome]) -> String {
         outcomes

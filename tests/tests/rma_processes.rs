@@ -16,7 +16,7 @@ use symmem::bootstrap::Bootstrap;
 use symmem::bootstrap::unix::UnixBootstrap;
 use symmem::{Config, World};
 use symmem_tests::processes::{
-    CHILD, assert_no_shm_leftovers, child_mode, exit_child, report, spawn_ranks,
+    CHILD, assert_no_shm_leftovers, child_mode, cuda_missing, exit_child, report, spawn_ranks,
 };
 
 #[path = "suite/rma_ranks.rs"]
@@ -71,15 +71,6 @@ fn run_ranks(test: &str, mode: &str, n: usize, deadline: Duration) {
         );
     }
     assert_no_shm_leftovers();
-}
-
-/// Why the CUDA tests cannot run here, if they cannot.
-fn cuda_missing() -> Option<String> {
-    match Cuda::device_count() {
-        Ok(0) => Some("no CUDA device".into()),
-        Ok(_) => None,
-        Err(e) => Some(e.to_string()),
-    }
 }
 
 macro_rules! process_tests {

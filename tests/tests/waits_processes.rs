@@ -24,7 +24,8 @@ use symmem::bootstrap::unix::UnixBootstrap;
 use symmem::collectives::{Algorithm, Cmp, Collectives, ReduceOp, signal_words};
 use symmem::{Config, World};
 use symmem_tests::processes::{
-    CHILD, EXIT_PEER_LOST, assert_no_shm_leftovers, child_mode, exit_child, report, spawn_ranks,
+    CHILD, EXIT_PEER_LOST, assert_no_shm_leftovers, child_mode, cuda_missing, exit_child, report,
+    spawn_ranks,
 };
 
 /// The bootstrap timeout of the children: the bound on kill-to-exit is this plus 1 s.
@@ -173,11 +174,7 @@ fn kill_one(test: &str, backend: &str, wait: &str, n: usize, victim: usize) {
 fn missing(backend: &str) -> Option<String> {
     match backend {
         "cpu" => None,
-        "cuda" => match Cuda::device_count() {
-            Ok(0) => Some("no CUDA device".into()),
-            Ok(_) => None,
-            Err(e) => Some(e.to_string()),
-        },
+        "cuda" => cuda_missing(),
         #[cfg(feature = "hip")]
         "hip" => symmem::backend::hip::Hip::new(0)
             .err()

@@ -291,13 +291,11 @@ pub unsafe fn all_reduce<A: Arch, T: Lamport>(
     let header = ws.cast::<u64>();
     // SAFETY: header words of the workspace; the last block of a call to arrive writes
     // them, after every block has read them (just below).
-    let (calls, used_before) = unsafe {
-        let calls = u64::load(header.add(CALLS), Order::Relaxed, Scope::Device);
-        let previous = ((calls + 2) % 3) as usize;
-        let used = u64::load(header.add(USED + previous), Order::Relaxed, Scope::Device);
-        (calls, used as usize)
-    };
+    let calls = unsafe { u64::load(header.add(CALLS), Order::Relaxed, Scope::Device) };
     let (current, previous) = ((calls % 3) as usize, ((calls + 2) % 3) as usize);
+    // SAFETY: as above.
+    let used_before =
+        unsafe { u64::load(header.add(USED + previous), Order::Relaxed, Scope::Device) } as usize;
     let slot = |buffer: usize, s: usize| {
         ws.wrapping_add(HEADER_BYTES + (buffer * world + s) * capacity)
             .cast::<u32>()
