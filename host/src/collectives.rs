@@ -271,9 +271,18 @@ impl<'w, B: Backend> Collectives<'w, B> {
     /// `capacity` bytes per rank (rounded up to 16; it takes `3 * world * capacity`
     /// bytes of the heap). Collective: every rank passes the same `capacity`.
     ///
-    /// Errors: as [`Collectives::with_grid`].
+    /// Errors: as [`Collectives::with_grid`], and [`Error::TooLarge`] for a workspace
+    /// whose size overflows.
     pub fn with_lamport_capacity(world: &'w World<B>, grid: Grid, capacity: usize) -> Result<Self> {
-        let capacity = capacity.max(1).next_multiple_of(16);
+        let too_large = || Error::TooLarge {
+            requested: capacity,
+            capacity: world.heap_len(),
+        };
+        let capacity = capacity
+            .max(1)
+            .checked_next_multiple_of(16)
+            .ok_or_else(too_large)?;
+        let bytes = lamport::workspace_bytes(world.world_size(), capacity).ok_or_else(too_large)?;
         if grid.blocks == 0 || grid.threads == 0 {
             return Err(Error::Unsupported("an empty launch shape"));
         }
@@ -290,7 +299,6 @@ impl<'w, B: Backend> Collectives<'w, B> {
         }
         let words = signal_words(world.world_size(), grid.blocks as usize);
         let signals = world.zeros::<u64>(words)?;
-        let bytes = lamport::workspace_bytes(world.world_size(), capacity);
         let (lamport, _) = world.allocate_symmetric::<u8>(bytes)?;
         world.kernels().launch(
             symmem_kernels::symmem_lamport_reset,

@@ -48,9 +48,15 @@ const DONE: usize = 1;
 const USED: usize = 2;
 
 /// Bytes of a workspace for `world` ranks with slots of `capacity` bytes (a multiple of
-/// 16): the header and three buffers of `world` slots.
-pub const fn workspace_bytes(world: usize, capacity: usize) -> usize {
-    HEADER_BYTES + 3 * world * capacity
+/// 16): the header and three buffers of `world` slots; `None` if that overflows.
+pub const fn workspace_bytes(world: usize, capacity: usize) -> Option<usize> {
+    match capacity.checked_mul(world) {
+        Some(slots) => match slots.checked_mul(3) {
+            Some(buffers) => buffers.checked_add(HEADER_BYTES),
+            None => None,
+        },
+        None => None,
+    }
 }
 
 /// Slots a reader loads at once before testing any (see step 3 of [`all_reduce`]).

@@ -206,6 +206,12 @@ fn lamport_refuses_what_it_cannot_do() {
         let big = LAMPORT_MAX_BYTES / 4 + 1;
         let (src, dst) = (w.zeros::<f32>(big)?, w.zeros::<f32>(big)?);
         let ints = w.zeros::<i32>(4)?;
+        let huge = Collectives::with_lamport_capacity(&w, Grid::new(1, 1), usize::MAX);
+        assert!(
+            matches!(huge, Err(Error::TooLarge { .. })),
+            "{huge:?} (rank {})",
+            w.rank()
+        );
         w.barrier()?;
         for (what, r) in [
             (
