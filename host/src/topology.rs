@@ -98,9 +98,9 @@ impl Topology {
         Self { rank, node }
     }
 
-    /// The node of `rank`.
-    pub fn node_of(&self, rank: usize) -> usize {
-        self.node[rank]
+    /// The node of `rank`, if it is a rank of the world.
+    pub fn node_of(&self, rank: usize) -> Option<usize> {
+        self.node.get(rank).copied()
     }
 
     /// How many nodes the world spans.
@@ -139,6 +139,7 @@ mod tests {
     fn machines_are_nodes_and_a_split_cuts_each_machine_in_rank_order() {
         let t = Topology::from_hosts(1, &hosts(&["a", "a", "b", "b"]), None);
         assert_eq!(t.node, [0, 0, 1, 1]);
+        assert_eq!((t.node_of(2), t.node_of(4)), (Some(1), None));
         assert_eq!(t.nodes(), 2);
         assert_eq!(t.node_ranks(), [0, 1]);
         assert!(t.reaches(0) && t.reaches(1) && !t.reaches(2));
