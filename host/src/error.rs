@@ -134,8 +134,9 @@ pub enum Error {
         /// That rank's split.
         found: Option<usize>,
     },
-    /// A peer on another node ([`crate::topology`]), which this rank does not reach with
-    /// loads and stores: off-node peers need the engine that is not built yet.
+    /// A peer on another node ([`crate::topology`]), which this rank does not map: a host
+    /// call that needs its address (`translate`, `peer_ptr`, `read_peer`) is refused.
+    /// Kernels reach it through the off-node engine.
     OffNode {
         /// The peer.
         rank: usize,

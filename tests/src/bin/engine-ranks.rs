@@ -63,6 +63,10 @@ fn tables(w: &W) -> symmem::Result<()> {
             "peer_ptr({far})"
         );
         assert!(off(w.read_peer(&buf, far).map(drop)), "read_peer({far})");
+        assert!(
+            off(w.translate(buf.ptr(), far).map(drop)),
+            "translate({far})"
+        );
     }
     drop((buf, table, shared));
     w.barrier()
