@@ -24,8 +24,6 @@ pub mod bootstrap;
 pub mod code_objects;
 pub mod collectives;
 pub mod cpu_launch;
-#[cfg(feature = "mpi")]
-pub mod engine;
 mod error;
 pub mod graph;
 mod launch;

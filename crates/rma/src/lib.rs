@@ -35,7 +35,6 @@ pub mod atomic;
 mod bf16;
 pub mod collectives;
 pub mod copy;
-pub mod engine;
 pub mod lamport;
 pub mod signal;
 mod team;
