@@ -332,7 +332,7 @@ impl<'w, B: Backend> Collectives<'w, B> {
     }
 
     /// Waits for this rank's enqueued work (one counted synchronisation), then frees the
-    /// signal array (collective, like every free).
+    /// signal array and the barrier-free workspace (collective, like every free).
     pub fn finalize(self) -> Result<()> {
         self.world.backend().synchronize()
     }

@@ -91,8 +91,7 @@ impl<B: Backend> Graph<'_, B> {
     /// Errors: the world's failed device wait (it is poisoned), [`Error::Capturing`]
     /// while the world records another graph, and the backend's launch errors.
     pub fn replay(&self) -> Result<()> {
-        self.world.check_waits()?;
-        self.world.not_capturing("a replay")?;
+        self.world.ready_for("a replay")?;
         // SAFETY: every address the recorded launches use was checked at capture and is
         // still allocated: while this graph lives, its world frees no device memory and
         // releases no symmetric object (`Pins`).

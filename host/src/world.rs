@@ -493,8 +493,7 @@ impl<B: Backend> World<B> {
         len: usize,
         align: usize,
     ) -> Result<(SymmetricBuffer<'_, T, B>, PeerBases)> {
-        self.check_waits()?;
-        self.not_capturing("an allocation")?;
+        self.ready_for("an allocation")?;
         if !align.is_power_of_two() {
             return Err(Error::BadAlignment { align });
         }
@@ -827,8 +826,7 @@ impl<B: Backend> World<B> {
     /// [`Error::NoCodeObject`] naming the crate and the device's architecture when none
     /// of the objects runs here; the backend's load errors.
     pub fn load(&self, objects: &'static CodeObjects) -> Result<Module<'_, B>> {
-        self.check_waits()?;
-        self.not_capturing("a load")?;
+        self.ready_for("a load")?;
         if std::ptr::eq(objects, self.kernels.objects) {
             return Ok(self.kernels());
         }
@@ -848,6 +846,14 @@ impl<B: Backend> World<B> {
     /// as a user's.
     pub fn kernels(&self) -> Module<'_, B> {
         Module::new(self, Arc::clone(&self.kernels))
+    }
+
+    /// What every host call that touches the device checks first: the world's failed
+    /// device wait ([`World::check_waits`]), then [`Error::Capturing`] naming `call`
+    /// while [`World::capture`] records.
+    pub(crate) fn ready_for(&self, call: &'static str) -> Result<()> {
+        self.check_waits()?;
+        self.not_capturing(call)
     }
 
     /// [`Error::Capturing`] naming `call` while [`World::capture`] records.
@@ -877,10 +883,9 @@ impl<B: Backend> World<B> {
     /// Checks this rank's device waits: a wait that gave up (its deadline passed, or the
     /// host aborted) poisons the world, and so does a peer process found lost (a
     /// watchdog thread polls a pidfd of every peer process on this machine); this and
-    /// every later call get the error (launches,
-    /// barriers, allocations, reads and writes check it first; a read checks again after
-    /// it has waited for the device).
-    /// Reads host memory only: no device synchronisation.
+    /// every later call get the error (launches, barriers, allocations, reads and writes
+    /// check it first; a read checks again after it has waited for the device). Reads
+    /// host memory only: no device synchronisation.
     ///
     /// Errors: [`Error::WaitTimedOut`], [`Error::PeerLost`] (an abort: a peer lost).
     pub fn check_waits(&self) -> Result<()> {
@@ -1078,8 +1083,7 @@ impl<B: Backend> World<B> {
     pub fn read<T: bytemuck::Pod>(&self, view: &impl AsDeviceSlice<T, B>) -> Result<Vec<T>> {
         let view = view.as_device_slice();
         self.check_own(view.world())?;
-        self.check_waits()?;
-        self.not_capturing("a read")?;
+        self.ready_for("a read")?;
         let mut out = vec![T::zeroed(); view.len()];
         // SAFETY: a view of this world is live memory of this rank holding its elements.
         unsafe {
@@ -1141,8 +1145,7 @@ impl<B: Backend> World<B> {
     ) -> Result<()> {
         let view = view.as_device_slice();
         self.check_own(view.world())?;
-        self.check_waits()?;
-        self.not_capturing("a write")?;
+        self.ready_for("a write")?;
         let range = view.slice(at..at.saturating_add(data.len()))?;
         // SAFETY: the range is inside a live view of this rank's memory.
         unsafe { self.backend.upload(range.ptr(), bytemuck::cast_slice(data)) }
@@ -1152,8 +1155,7 @@ impl<B: Backend> World<B> {
     pub fn fill_zero<T>(&self, view: &impl AsDeviceSlice<T, B>) -> Result<()> {
         let view = view.as_device_slice();
         self.check_own(view.world())?;
-        self.check_waits()?;
-        self.not_capturing("a fill")?;
+        self.ready_for("a fill")?;
         // SAFETY: a live view of this rank's memory.
         unsafe { self.backend.memset(view.ptr(), 0, view.byte_len()) }
     }
