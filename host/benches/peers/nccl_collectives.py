@@ -319,48 +319,66 @@ def print_versions(dev, world):
     print(f"torch {torch.__version__}, NCCL {v}, world {world}, {torch.cuda.get_device_name(dev)}")
 
 
-def worker(rank, world, port, sizes, out):
+def run_rank(rank, world, port, rows_of, out, header, row_format, print_rows):
+    """One rank of a run: starts its process group, measures with `rows_of(r, failures)`
+    (the rows, kept on rank 0; a line whose check failed goes into `failures`), and on
+    rank 0 writes the rows to `out` as CSV (`header`, then `row_format % row` each) and
+    prints them with `print_rows(rows, world)`. Ends at once on an exception (tearing
+    down a process group that may be wedged could hang), with status 1 when a check
+    failed."""
     dev = start(rank, world, port)
     failures = []
     try:
         r = Rank(rank, world)
         if rank == 0:
             print_versions(dev, world)
-        ar_sizes = [s for s in sizes if divides("all_reduce", s, world)]
-        if ar_sizes:
-            r.setup_symm(max(ar_sizes))
-        rows = []
-        for tool, op in LINES:
-            for size in sizes:
-                base_op = "all_reduce" if op.startswith("all_reduce") else op
-                if not divides(base_op, size, world):
-                    if rank == 0:
-                        print(f"{tool} {op}: {size} bytes do not split into f32 elements "
-                              f"over {world} ranks; skipped")
-                    continue
-                row, failure = measure(r, tool, op, size)
-                if failure:
-                    failures.append(f"{tool} {op} {human(size)}")
-                if rank == 0:
-                    rows.append(row)
-                    print(f"{tool:>10} {op:<17} {human(size):>5}  batch {row[4]:>2}  "
-                          f"{row[5]:10.2f} us  algbw {row[6]:8.2f}  busbw {row[7]:8.2f} GB/s"
-                          + ("  WRONG" if failure else ""))
+        rows = rows_of(r, failures)
         if rank == 0:
             with open(out, "w") as f:
-                f.write(CSV_HEADER + "\n")
+                f.write(header + "\n")
                 for row in rows:
-                    f.write("%s,%s,%d,%d,%d,%.3f,%.2f,%.2f\n" % row)
-            print_table(rows, world)
+                    f.write(row_format % row)
+            print_rows(rows, world)
             print(f"wrote {out}")
         dist.barrier()
     except Exception:
         print(f"rank {rank}: FAILED:\n{traceback.format_exc()}", flush=True)
-        os._exit(1)  # at once: tearing down a process group that may be wedged could hang
+        os._exit(1)
     dist.destroy_process_group()
     if failures:  # the same list on every rank (agreed per check)
         print(f"rank {rank}: FAILED: wrong results in: {', '.join(failures)}", flush=True)
         sys.exit(1)
+
+
+def collective_rows(r, sizes, failures):
+    """Every (tool, op) line of LINES at every size (one that does not split into f32
+    elements over the ranks is skipped): the rows of rank 0."""
+    ar_sizes = [s for s in sizes if divides("all_reduce", s, r.world)]
+    if ar_sizes:
+        r.setup_symm(max(ar_sizes))
+    rows = []
+    for tool, op in LINES:
+        for size in sizes:
+            base_op = "all_reduce" if op.startswith("all_reduce") else op
+            if not divides(base_op, size, r.world):
+                if r.rank == 0:
+                    print(f"{tool} {op}: {size} bytes do not split into f32 elements "
+                          f"over {r.world} ranks; skipped")
+                continue
+            row, failure = measure(r, tool, op, size)
+            if failure:
+                failures.append(f"{tool} {op} {human(size)}")
+            if r.rank == 0:
+                rows.append(row)
+                print(f"{tool:>10} {op:<17} {human(size):>5}  batch {row[4]:>2}  "
+                      f"{row[5]:10.2f} us  algbw {row[6]:8.2f}  busbw {row[7]:8.2f} GB/s"
+                      + ("  WRONG" if failure else ""))
+    return rows
+
+
+def worker(rank, world, port, sizes, out):
+    run_rank(rank, world, port, lambda r, failures: collective_rows(r, sizes, failures), out,
+             CSV_HEADER, "%s,%s,%d,%d,%d,%.3f,%.2f,%.2f\n", print_table)
 
 
 def small_case(r, line, size):
@@ -483,41 +501,28 @@ def small_measure(r, line, size):
     return us, ("wrong result" if failed_anywhere else None)
 
 
+def small_rows(r, sizes, failures):
+    """Every line of SMALL_LINES at every size, graph-replayed: the rows of rank 0."""
+    if r.rank == 0:
+        print(f"small messages: {CALLS} calls per CUDA graph, {REPLAYS} replays per trial, "
+              f"median of {TRIALS} trials of the slowest rank")
+    r.setup_symm(max(sizes))
+    rows = []
+    for line in SMALL_LINES:
+        for size in sizes:
+            us, failure = small_measure(r, line, size)
+            if failure:
+                failures.append(f"{line} {human(size)}")
+            if r.rank == 0:
+                rows.append((r.world, line, size, us))
+                print(f"{line:>14} {human(size):>5}  {us:8.2f} us per call"
+                      + ("  WRONG" if failure else ""))
+    return rows
+
+
 def small_worker(rank, world, port, sizes, out):
-    dev = start(rank, world, port)
-    failures = []
-    try:
-        r = Rank(rank, world)
-        if rank == 0:
-            print_versions(dev, world)
-            print(f"small messages: {CALLS} calls per CUDA graph, {REPLAYS} replays per trial, "
-                  f"median of {TRIALS} trials of the slowest rank")
-        r.setup_symm(max(sizes))
-        rows = []
-        for line in SMALL_LINES:
-            for size in sizes:
-                us, failure = small_measure(r, line, size)
-                if failure:
-                    failures.append(f"{line} {human(size)}")
-                if rank == 0:
-                    rows.append((world, line, size, us))
-                    print(f"{line:>14} {human(size):>5}  {us:8.2f} us per call"
-                          + ("  WRONG" if failure else ""))
-        if rank == 0:
-            with open(out, "w") as f:
-                f.write(SMALL_HEADER + "\n")
-                for row in rows:
-                    f.write("%d,%s,%d,%.3f,\n" % row)
-            print_small_table(rows, world)
-            print(f"wrote {out}")
-        dist.barrier()
-    except Exception:
-        print(f"rank {rank}: FAILED:\n{traceback.format_exc()}", flush=True)
-        os._exit(1)  # at once: tearing down a process group that may be wedged could hang
-    dist.destroy_process_group()
-    if failures:  # the same list on every rank (agreed per check)
-        print(f"rank {rank}: FAILED: wrong results in: {', '.join(failures)}", flush=True)
-        sys.exit(1)
+    run_rank(rank, world, port, lambda r, failures: small_rows(r, sizes, failures), out,
+             SMALL_HEADER, "%d,%s,%d,%.3f,\n", print_small_table)
 
 
 def print_small_table(rows, world):
