@@ -260,8 +260,7 @@ impl<'w, B: Backend> Collectives<'w, B> {
     /// first signal can be overwritten by a late zeroing.
     ///
     /// Errors: [`Error::Unsupported`] for an empty grid or more than [`MAX_BLOCKS`]
-    /// blocks, [`Error::OffNode`] naming a peer on another node (collectives across
-    /// nodes are not built yet), [`Error::CollectiveMismatch`] if ranks chose different
+    /// blocks, [`Error::CollectiveMismatch`] if ranks chose different
     /// block counts (or made different heap calls before), and the allocation's errors.
     pub fn with_grid(world: &'w World<B>, grid: Grid) -> Result<Self> {
         Self::with_lamport_capacity(world, grid, LAMPORT_MAX_BYTES)
@@ -290,12 +289,6 @@ impl<'w, B: Backend> Collectives<'w, B> {
             return Err(Error::Unsupported(
                 "more than collectives::MAX_BLOCKS blocks per rank",
             ));
-        }
-        // The kernels reach every peer with loads and stores: across nodes they need the
-        // engine, not built yet. Every rank of a world of several nodes has an off-node
-        // peer, so every rank stops here.
-        if let Some(rank) = (0..world.world_size()).find(|&r| !world.topology().reaches(r)) {
-            return Err(Error::OffNode { rank });
         }
         let words = signal_words(world.world_size(), grid.blocks as usize);
         let signals = world.zeros::<u64>(words)?;
@@ -455,7 +448,10 @@ impl<'w, B: Backend> Collectives<'w, B> {
         })();
         let (d, s) = self.agreed(&[dst.id(), src.id()], checked)?;
         let bytes = count * size_of::<T>();
-        let lamport = T::all_reduce_lamport(op).filter(|_| bytes <= self.lamport_capacity);
+        // The barrier-free kernel stores into every peer's workspace directly: on one
+        // node only.
+        let lamport = T::all_reduce_lamport(op)
+            .filter(|_| bytes <= self.lamport_capacity && self.world.topology().nodes() == 1);
         let kernel = match (algorithm, lamport) {
             (Algorithm::Lamport, Some(kernel)) => {
                 return self.all_reduce_lamport(kernel, &d, &s, count);
@@ -465,7 +461,7 @@ impl<'w, B: Backend> Collectives<'w, B> {
             }
             (Algorithm::Lamport, None) => {
                 return Err(Error::Unsupported(
-                    "a barrier-free all-reduce other than a sum of f32 or bf16 within the handle's lamport_capacity",
+                    "a barrier-free all-reduce other than a sum of f32 or bf16 within the handle's lamport_capacity, on one node",
                 ));
             }
             (Algorithm::OneShot, _) => T::all_reduce_one_shot(op),

@@ -134,12 +134,33 @@ pub enum Error {
         /// That rank's split.
         found: Option<usize>,
     },
-    /// A peer on another node ([`crate::topology`]), which this rank does not reach with
-    /// loads and stores: off-node peers need the engine that is not built yet.
+    /// A peer on another node ([`crate::topology`]), which this rank does not map: a host
+    /// call that needs its address (`translate`, `peer_ptr`, `read_peer`) is refused.
+    /// Kernels reach it through the off-node engine.
     OffNode {
         /// The peer.
         rank: usize,
     },
+    /// The off-node engine failed: an MPI call returned an error (the proxy runs MPI with
+    /// `MPI_ERRORS_RETURN`), or a peer's request was malformed. The rank's waiting
+    /// kernels were aborted.
+    Engine {
+        /// The peer the failed operation involved, when there was one.
+        peer: Option<usize>,
+        /// What failed, with MPI's message.
+        what: String,
+    },
+    /// A kernel named a peer it cannot reach: its table entry is 0 and the world runs no
+    /// engine, or the address is outside the symmetric heap (the only memory off-node
+    /// peers reach). Nothing was sent; the kernel's later waits returned at once.
+    Unreachable {
+        /// The peer, when the request named one.
+        peer: Option<usize>,
+        /// The address in this rank's copy that the request named.
+        address: u64,
+    },
+    /// The world spans several nodes but cannot run the off-node engine here.
+    NoEngine(&'static str),
     /// A peer left (exited, crashed or was killed) or did not answer in time.
     PeerLost {
         /// The rank that was lost, when known.
@@ -376,6 +397,23 @@ impl fmt::Display for Error {
                 f,
                 "rank {rank} is on another node: it is not reachable with loads and stores"
             ),
+            Self::Engine {
+                peer: Some(peer),
+                what,
+            } => write!(f, "off-node engine, with rank {peer}: {what}"),
+            Self::Engine { peer: None, what } => write!(f, "off-node engine: {what}"),
+            Self::Unreachable { peer, address } => {
+                write!(f, "a kernel's request for address {address:#x}")?;
+                if let Some(peer) = peer {
+                    write!(f, " on rank {peer}")?;
+                }
+                write!(
+                    f,
+                    " cannot be made: the peer is not mapped and no engine reaches it, or the \
+                     address is outside the symmetric heap"
+                )
+            }
+            Self::NoEngine(why) => write!(f, "the world spans several nodes, but {why}"),
             Self::PeerLost {
                 rank: Some(rank),
                 waited,

@@ -24,6 +24,8 @@ pub mod bootstrap;
 pub mod code_objects;
 pub mod collectives;
 pub mod cpu_launch;
+#[cfg(feature = "mpi")]
+pub mod engine;
 mod error;
 pub mod graph;
 mod launch;

@@ -245,6 +245,13 @@ impl<B: Backend> HeapState<B> {
 
 /// One rank's world.
 pub struct World<B: Backend> {
+    /// The off-node engine (see [`crate::engine`]), when the world spans several nodes;
+    /// stopped when the world leaves, before the ring and heap it uses are freed.
+    #[cfg(feature = "mpi")]
+    engine: Option<crate::engine::Engine>,
+    /// The engine's request ring (host memory the device reaches).
+    #[cfg(feature = "mpi")]
+    _ring_memory: Option<B::Shared>,
     /// Unique in this process: handles name their world by it.
     serial: u64,
     /// symmem's own kernels (`symmem-kernels`), loaded like any kernel crate.
@@ -388,8 +395,27 @@ impl<B: Backend> World<B> {
         let abort =
             unsafe { AbortWord::new(&raw mut (*control.host_ptr().cast::<Control>()).abort) };
         let watchdog = Watchdog::start(&mut *bootstrap, abort)?;
+        #[cfg(feature = "mpi")]
+        let (engine, ring_memory) = if topology.nodes() > 1 {
+            let (engine, ring, memory) = start_engine(&*bootstrap, &backend, &heap, abort)?;
+            // SAFETY: the live control block's word, before any launch.
+            unsafe { (*control.host_ptr().cast::<Control>()).ring = ring };
+            (Some(engine), Some(memory))
+        } else {
+            (None, None)
+        };
+        #[cfg(not(feature = "mpi"))]
+        if topology.nodes() > 1 {
+            return Err(Error::NoEngine(
+                "symmem was built without the `mpi` feature, which the off-node engine needs",
+            ));
+        }
         bootstrap.barrier()?;
         Ok(Self {
+            #[cfg(feature = "mpi")]
+            engine,
+            #[cfg(feature = "mpi")]
+            _ring_memory: ring_memory,
             serial,
             kernels,
             modules: Mutex::new(Vec::new()),
@@ -459,19 +485,33 @@ impl<B: Backend> World<B> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// [`Error::RankOutOfRange`] unless `rank` is a rank of this world, and
-    /// [`Error::OffNode`] unless this rank reaches it with loads and stores.
+    /// [`Error::RankOutOfRange`] unless `rank` is a rank of this world (kernels reach a
+    /// peer on another node through the engine).
     pub(crate) fn check_rank(&self, rank: usize) -> Result<()> {
         if rank >= self.world_size {
             Err(Error::RankOutOfRange {
                 rank,
                 world: self.world_size,
             })
-        } else if !self.topology.reaches(rank) {
-            Err(Error::OffNode { rank })
         } else {
             Ok(())
         }
+    }
+
+    /// Waits until the engine has completed every request this rank's kernels posted
+    /// (the device is idle): nothing without an engine.
+    fn quiet_engine(&self) -> Result<()> {
+        #[cfg(feature = "mpi")]
+        if let Some(engine) = &self.engine {
+            // SAFETY: the live control block's deadline word, written once at creation.
+            let deadline = unsafe { (*self.control.host_ptr().cast::<Control>()).deadline_ns };
+            let deadline = match deadline {
+                0 => Duration::MAX,
+                ns => Duration::from_nanos(ns),
+            };
+            return engine.quiet(deadline);
+        }
+        Ok(())
     }
 
     /// Allocates `len` elements of `T` in every rank's heap, collectively, without
@@ -777,8 +817,14 @@ impl<B: Backend> World<B> {
 
     /// Translates the local `ptr` (inside a live symmetric allocation) to rank `to`'s
     /// copy, as mapped in this address space: the checked host-side form.
+    ///
+    /// Errors: [`Error::RankOutOfRange`], [`Error::OffNode`] for a rank on another node
+    /// (not mapped here), [`Error::NotSymmetric`].
     pub fn translate(&self, ptr: u64, to: usize) -> Result<u64> {
         self.check_rank(to)?;
+        if !self.topology.reaches(to) {
+            return Err(Error::OffNode { rank: to });
+        }
         self.locate(ptr)?;
         let bases = symmem_translate::PeerBases::new(&self.heap_bases.entries);
         let local = std::ptr::without_provenance_mut::<u8>(ptr as usize);
@@ -901,6 +947,14 @@ impl<B: Backend> World<B> {
         if status == 0 && lost.is_none() {
             return Ok(());
         }
+        #[cfg(feature = "mpi")]
+        if let Some(e) = self
+            .engine
+            .as_ref()
+            .and_then(crate::engine::Engine::failure)
+        {
+            return Err(e);
+        }
         let mut fault = self.fault.lock().unwrap_or_else(|p| p.into_inner());
         // The first record seen stays the world's error, even if a later wait of the
         // same kernel overwrote the block.
@@ -940,7 +994,10 @@ impl<B: Backend> World<B> {
     /// and this rank's synchronisation error. Nothing is released on an error.
     pub fn barrier(&self) -> Result<()> {
         self.not_capturing("a barrier")?;
-        let synced = self.backend.synchronize();
+        let synced = self
+            .backend
+            .synchronize()
+            .and_then(|()| self.quiet_engine());
         // The agreement also checks the device waits, now that the device is done.
         let agreed = self.agree(&[], synced.is_err(), synced.is_ok());
         synced.and(agreed)
@@ -960,7 +1017,21 @@ impl<B: Backend> World<B> {
 
     fn leave(&mut self) -> Result<()> {
         self.left = true;
-        let synced = self.backend.synchronize();
+        let synced = self
+            .backend
+            .synchronize()
+            .and_then(|()| self.quiet_engine());
+        #[cfg(feature = "mpi")]
+        if let Some(engine) = &mut self.engine {
+            // Once every rank is quiet, no request reaches any proxy any more: the
+            // proxies stop and free their windows together.
+            let quiet = self
+                .bootstrap
+                .get_mut()
+                .unwrap_or_else(|p| p.into_inner())
+                .barrier();
+            engine.stop(synced.is_ok() && quiet.is_ok() && self.abort.read().is_none());
+        }
         // No kernel of this rank waits any more, and a peer may end once the group has
         // ended: stop watching.
         self.watchdog = None;
@@ -1317,7 +1388,12 @@ impl Fault {
         use symmem_rma::watch::status;
         let peer = status::peer(self.status).map(|p| p as usize);
         let waited = Duration::from_nanos(status::waited_ns(self.status));
-        if let Some(lost) = self.lost {
+        if status::reason(self.status) == symmem_rma::watch::REASON_UNREACHABLE {
+            Error::Unreachable {
+                peer,
+                address: self.signal,
+            }
+        } else if let Some(lost) = self.lost {
             // The abort names the rank that was lost; the wait that saw it may have waited
             // for another (or no wait was running).
             // (A wait gives up on an abort only after the abort is set, so `lost` is
@@ -1333,4 +1409,42 @@ impl Fault {
             }
         }
     }
+}
+
+/// Starts the off-node engine of a world that spans several nodes: its proxy, its ring
+/// in host memory the device reaches, and the window over `heap`. Returns the engine, the
+/// ring's device address and the ring's memory.
+#[cfg(feature = "mpi")]
+fn start_engine<B: Backend>(
+    bootstrap: &dyn Bootstrap,
+    backend: &B,
+    heap: &B::Heap,
+    abort: AbortWord,
+) -> Result<(crate::engine::Engine, u64, B::Shared)> {
+    let mpi = bootstrap.mpi().ok_or(Error::NoEngine(
+        "the off-node engine needs the MPI bootstrap (ranks started by mpirun)",
+    ))?;
+    if !mpi.thread_multiple {
+        return Err(Error::MpiThreadLevel {
+            required: "MPI_THREAD_MULTIPLE",
+            provided: mpi.provided,
+        });
+    }
+    if backend.kind() != crate::backend::BackendKind::Cpu {
+        return Err(Error::NoEngine(
+            "the engine's staging path for GPU heaps is not built yet (CPU backend only)",
+        ));
+    }
+    let memory = backend.alloc_shared(crate::engine::ring_bytes())?;
+    let (engine, ring) = crate::engine::Engine::start(crate::engine::Start {
+        comm: mpi.comm,
+        region: &memory,
+        heap_device: heap.base(),
+        // The CPU backend's heap is host memory at the address kernels use.
+        heap_host: heap.base() as *mut u8,
+        heap_len: heap.len(),
+        direct: true,
+        abort,
+    })?;
+    Ok((engine, ring, memory))
 }

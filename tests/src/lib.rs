@@ -9,6 +9,7 @@
 //! ([`spawn_ranks`]), killing leftovers, so a hung rank fails the test instead of
 //! hanging it.
 
+pub mod mpi;
 pub mod objects;
 
 /// Spawning ranks as child processes, collecting their outcomes, ending a child.

@@ -77,11 +77,36 @@ impl AtomicOp {
 }
 
 mod sealed {
-    pub trait Sealed {}
-    impl Sealed for u32 {}
-    impl Sealed for i32 {}
-    impl Sealed for u64 {}
-    impl Sealed for i64 {}
+    /// An element's bit pattern in a `u64` (requests to off-node peers carry them).
+    pub trait Sealed: Sized {
+        /// Whether min and max compare signed.
+        const SIGNED: bool;
+        /// The bits, zero-extended.
+        fn to_bits(self) -> u64;
+        /// The element from the low bits.
+        fn from_bits(bits: u64) -> Self;
+    }
+    macro_rules! sealed {
+        ($($t:ty, $u:ty, $signed:expr;)*) => {$(
+            impl Sealed for $t {
+                const SIGNED: bool = $signed;
+                #[inline(always)]
+                fn to_bits(self) -> u64 {
+                    self as $u as u64
+                }
+                #[inline(always)]
+                fn from_bits(bits: u64) -> Self {
+                    bits as $u as $t
+                }
+            }
+        )*};
+    }
+    sealed! {
+        u32, u32, false;
+        i32, u32, true;
+        u64, u64, false;
+        i64, u64, true;
+    }
 }
 
 /// An integer type every target can operate on atomically: `u32`, `i32`, `u64`, `i64`.

@@ -35,6 +35,7 @@ pub mod atomic;
 mod bf16;
 pub mod collectives;
 pub mod copy;
+pub mod engine;
 pub mod lamport;
 pub mod signal;
 mod team;

@@ -2,6 +2,7 @@
 
 use crate::atomic::{AtomicInt, AtomicOp};
 use crate::copy;
+use crate::engine;
 use crate::signal::{Cmp, SignalOp};
 use crate::{Order, Scope};
 use symmem_arch::Arch;
@@ -14,6 +15,12 @@ use symmem_translate::PeerBases;
 /// allocation the table describes; the operation reaches the same offset on the peer
 /// by translation. Pointers named "local" are used as they are. Ranks (`to`, `from`)
 /// must be `< self.world()`: that is every unsafe method's first precondition.
+///
+/// **Peers on other nodes.** A peer whose table entry is 0 is not mapped here: every
+/// operation below (point operations, ranges, atomics, signals, the barrier, quiet)
+/// reaches it through the rank's off-node engine instead ([`crate::engine`]), with the
+/// same ordering guarantees, as long as the symmetric pointers lie in the world's
+/// symmetric heap (the memory peers expose). One branch on the entry picks the path.
 #[derive(Clone, Copy, Debug)]
 pub struct Team<'a> {
     bases: PeerBases<'a>,
@@ -69,6 +76,19 @@ impl<'a> Team<'a> {
         unsafe { self.bases.remote_unchecked(p, self.rank, to) }
     }
 
+    /// Rank `to`'s copy of symmetric `p`, or `None` when rank `to` is not mapped here
+    /// (its table entry is 0: the engine reaches it).
+    ///
+    /// # Safety
+    /// `to < self.world()`.
+    #[inline(always)]
+    unsafe fn reach<T>(&self, p: *mut T, to: usize) -> Option<*mut T> {
+        let bases = self.bases.as_slice();
+        // SAFETY: `rank < world` by construction; `to < world` by the caller.
+        let (there, here) = unsafe { (*bases.get_unchecked(to), *bases.get_unchecked(self.rank)) };
+        (there != 0).then(|| p.wrapping_byte_offset(there.wrapping_sub(here) as isize))
+    }
+
     // ---- point operations -------------------------------------------------------
 
     /// Reads the element at symmetric `p` on rank `from` (a plain load of `T`: one
@@ -79,7 +99,19 @@ impl<'a> Team<'a> {
     #[inline(always)]
     pub unsafe fn load<T: Copy>(&self, p: *const T, from: usize) -> T {
         // SAFETY: forwarded from the caller.
-        unsafe { self.translate(p.cast_mut(), from).read() }
+        match unsafe { self.reach(p.cast_mut(), from) } {
+            // SAFETY: forwarded from the caller.
+            Some(q) => unsafe { q.read() },
+            None => {
+                let mut v = core::mem::MaybeUninit::<T>::zeroed();
+                // SAFETY: a `T`'s bytes from the peer into `v`; an unsent request leaves
+                // them zero, and `T` is plain data (kernel arguments and heap elements).
+                unsafe {
+                    engine::get(v.as_mut_ptr().cast(), p.addr() as u64, size_of::<T>(), from);
+                    v.assume_init()
+                }
+            }
+        }
     }
 
     /// Writes `v` to the element at symmetric `p` on rank `to` (a plain store).
@@ -89,7 +121,74 @@ impl<'a> Team<'a> {
     #[inline(always)]
     pub unsafe fn store<T: Copy>(&self, p: *mut T, v: T, to: usize) {
         // SAFETY: forwarded from the caller.
-        unsafe { self.translate(p, to).write(v) }
+        match unsafe { self.reach(p, to) } {
+            // SAFETY: forwarded from the caller.
+            Some(q) => unsafe { q.write(v) },
+            // SAFETY: `v`'s bytes, kept until the put has read them.
+            None => unsafe {
+                engine::put(
+                    p.addr() as u64,
+                    (&raw const v).cast(),
+                    size_of::<T>(),
+                    to,
+                    true,
+                )
+            },
+        }
+    }
+
+    /// The engine's part of a block's put to off-node rank `to`: one request by thread 0
+    /// where the proxy reads `src` itself (then, with `wait`, thread 0 waits until `src`
+    /// may be reused), else each thread stages its share.
+    ///
+    /// # Safety
+    /// As [`Team::put_nbi_block`].
+    #[inline(never)]
+    unsafe fn put_off_node<A: Arch>(
+        &self,
+        arch: &A,
+        dst: *mut u8,
+        src: *const u8,
+        n: usize,
+        to: usize,
+        wait: bool,
+    ) {
+        let (start, len) = if engine::staged() {
+            engine_share(arch, n)
+        } else if arch.thread_id() == 0 {
+            (0, n)
+        } else {
+            (0, 0)
+        };
+        // SAFETY: forwarded; the share is inside the range.
+        unsafe {
+            engine::put(
+                dst.addr() as u64 + start as u64,
+                src.add(start),
+                len,
+                to,
+                wait,
+            )
+        }
+    }
+
+    /// The engine's part of a block's get from off-node rank `from`: each thread gets
+    /// its share, which is in `dst` when it returns.
+    ///
+    /// # Safety
+    /// As [`Team::get_nbi_block`].
+    #[inline(never)]
+    unsafe fn get_off_node<A: Arch>(
+        &self,
+        arch: &A,
+        dst: *mut u8,
+        src: *const u8,
+        n: usize,
+        from: usize,
+    ) {
+        let (start, len) = engine_share(arch, n);
+        // SAFETY: forwarded; the share is inside the range.
+        unsafe { engine::get(dst.add(start), src.addr() as u64 + start as u64, len, from) }
     }
 
     // ---- block-cooperative ranges -----------------------------------------------
@@ -113,7 +212,12 @@ impl<'a> Team<'a> {
         to: usize,
     ) {
         // SAFETY: forwarded from the caller.
-        unsafe { copy::copy_block(arch, self.translate(dst, to), src, n) }
+        match unsafe { self.reach(dst, to) } {
+            // SAFETY: forwarded from the caller.
+            Some(d) => unsafe { copy::copy_block(arch, d, src, n) },
+            // SAFETY: forwarded from the caller.
+            None => unsafe { self.put_off_node(arch, dst, src, n, to, false) },
+        }
     }
 
     /// Put: as [`Team::put_nbi_block`], then a block barrier, so on return the whole
@@ -132,7 +236,12 @@ impl<'a> Team<'a> {
         to: usize,
     ) {
         // SAFETY: forwarded from the caller.
-        unsafe { self.put_nbi_block(arch, dst, src, n, to) };
+        match unsafe { self.reach(dst, to) } {
+            // SAFETY: forwarded from the caller.
+            Some(d) => unsafe { copy::copy_block(arch, d, src, n) },
+            // SAFETY: forwarded from the caller.
+            None => unsafe { self.put_off_node(arch, dst, src, n, to, true) },
+        }
         arch.sync_block();
     }
 
@@ -152,7 +261,12 @@ impl<'a> Team<'a> {
         from: usize,
     ) {
         // SAFETY: forwarded from the caller.
-        unsafe { copy::copy_block(arch, dst, self.translate(src.cast_mut(), from), n) }
+        match unsafe { self.reach(src.cast_mut(), from) } {
+            // SAFETY: forwarded from the caller.
+            Some(s) => unsafe { copy::copy_block(arch, dst, s, n) },
+            // SAFETY: forwarded from the caller.
+            None => unsafe { self.get_off_node(arch, dst, src, n, from) },
+        }
     }
 
     /// Get: as [`Team::get_nbi_block`], then a block barrier, so on return all `n`
@@ -190,13 +304,57 @@ impl<'a> Team<'a> {
         to: usize,
     ) {
         // SAFETY: forwarded from the caller.
-        unsafe {
-            copy::copy_block(
-                arch,
-                self.translate(dst, to),
-                self.translate(src.cast_mut(), from),
-                n,
-            )
+        let (d, s) = unsafe { (self.reach(dst, to), self.reach(src.cast_mut(), from)) };
+        match (d, s) {
+            // SAFETY: forwarded from the caller.
+            (Some(d), Some(s)) => unsafe { copy::copy_block(arch, d, s, n) },
+            // SAFETY: forwarded: the source is mapped here.
+            (None, Some(s)) => unsafe { self.put_off_node(arch, dst, s, n, to, true) },
+            // SAFETY: forwarded: the destination is mapped here.
+            (Some(d), None) => unsafe { self.get_off_node(arch, d, src, n, from) },
+            // SAFETY: forwarded from the caller.
+            (None, None) => unsafe { self.relay_off_node(arch, dst, src, n, from, to) },
+        }
+    }
+
+    /// A copy between two off-node peers: each thread relays its share through
+    /// registers, 16 bytes at a time (rare: collectives never do it).
+    ///
+    /// # Safety
+    /// As [`Team::copy_nbi_block`].
+    #[inline(never)]
+    unsafe fn relay_off_node<A: Arch>(
+        &self,
+        arch: &A,
+        dst: *mut u8,
+        src: *const u8,
+        n: usize,
+        from: usize,
+        to: usize,
+    ) {
+        let (start, len) = engine_share(arch, n);
+        let mut done = 0;
+        while done < len {
+            let piece = (len - done).min(engine::INLINE_BYTES);
+            let at = (start + done) as u64;
+            let mut words = [0u64; 2];
+            // SAFETY: `piece <= 16` bytes through `words`; the rest is forwarded.
+            unsafe {
+                engine::get(
+                    words.as_mut_ptr().cast(),
+                    src.addr() as u64 + at,
+                    piece,
+                    from,
+                );
+                engine::put(
+                    dst.addr() as u64 + at,
+                    words.as_ptr().cast(),
+                    piece,
+                    to,
+                    true,
+                );
+            }
+            done += piece;
         }
     }
 
@@ -243,6 +401,9 @@ impl<'a> Team<'a> {
     #[inline(always)]
     pub fn quiet_block<A: Arch>(&self, arch: &A) {
         arch.fence(Scope::System);
+        if arch.thread_id() == 0 {
+            engine::quiet();
+        }
         arch.sync_block();
     }
 
@@ -270,7 +431,14 @@ impl<'a> Team<'a> {
         scope: Scope,
     ) -> T {
         // SAFETY: forwarded from the caller.
-        unsafe { T::fetch_op(self.translate(p, to), op, v, order, scope) }
+        match unsafe { self.reach(p, to) } {
+            // SAFETY: forwarded from the caller.
+            Some(q) => unsafe { T::fetch_op(q, op, v, order, scope) },
+            // SAFETY: forwarded from the caller.
+            None => unsafe {
+                engine::atomic(engine::atomic_code(op), p.addr() as u64, v, v, to, true)
+            },
+        }
     }
 
     /// Applies `op` with operand `v` to the element at symmetric `p` on rank `to`,
@@ -290,7 +458,14 @@ impl<'a> Team<'a> {
         scope: Scope,
     ) {
         // SAFETY: forwarded from the caller.
-        unsafe { T::op(self.translate(p, to), op, v, order, scope) }
+        match unsafe { self.reach(p, to) } {
+            // SAFETY: forwarded from the caller.
+            Some(q) => unsafe { T::op(q, op, v, order, scope) },
+            // SAFETY: forwarded from the caller.
+            None => unsafe {
+                engine::atomic(engine::atomic_code(op), p.addr() as u64, v, v, to, false);
+            },
+        }
     }
 
     /// Compare-and-swap on the element at symmetric `p` on rank `to`: stores `new` if
@@ -310,7 +485,14 @@ impl<'a> Team<'a> {
         scope: Scope,
     ) -> T {
         // SAFETY: forwarded from the caller.
-        unsafe { T::compare_exchange(self.translate(p, to), current, new, order, scope) }
+        match unsafe { self.reach(p, to) } {
+            // SAFETY: forwarded from the caller.
+            Some(q) => unsafe { T::compare_exchange(q, current, new, order, scope) },
+            // SAFETY: forwarded from the caller.
+            None => unsafe {
+                engine::atomic(engine::atomic::CAS, p.addr() as u64, new, current, to, true)
+            },
+        }
     }
 
     /// Atomic load of the element at symmetric `p` on rank `from`. `scope` as in
@@ -328,7 +510,21 @@ impl<'a> Team<'a> {
         scope: Scope,
     ) -> T {
         // SAFETY: forwarded from the caller.
-        unsafe { T::load(self.translate(p.cast_mut(), from), order, scope) }
+        match unsafe { self.reach(p.cast_mut(), from) } {
+            // SAFETY: forwarded from the caller.
+            Some(q) => unsafe { T::load(q, order, scope) },
+            // SAFETY: forwarded from the caller.
+            None => unsafe {
+                engine::atomic(
+                    engine::atomic::LOAD,
+                    p.addr() as u64,
+                    T::from_bits(0),
+                    T::from_bits(0),
+                    from,
+                    true,
+                )
+            },
+        }
     }
 
     /// Atomic store of `v` to the element at symmetric `p` on rank `to`. `scope` as in
@@ -346,7 +542,14 @@ impl<'a> Team<'a> {
         scope: Scope,
     ) {
         // SAFETY: forwarded from the caller.
-        unsafe { T::store(self.translate(p, to), v, order, scope) }
+        match unsafe { self.reach(p, to) } {
+            // SAFETY: forwarded from the caller.
+            Some(q) => unsafe { T::store(q, v, order, scope) },
+            // SAFETY: forwarded from the caller.
+            None => unsafe {
+                engine::atomic(engine::atomic::STORE, p.addr() as u64, v, v, to, false);
+            },
+        }
     }
 }
 
@@ -539,5 +742,19 @@ impl Team<'_> {
             r += threads;
         }
         arch.sync_block();
+    }
+}
+
+/// This thread's share of `n` bytes moved through the engine: contiguous pieces of at
+/// least 4 KiB (fewer, larger requests), 16-byte aligned starts.
+#[inline(always)]
+fn engine_share<A: Arch>(arch: &A, n: usize) -> (usize, usize) {
+    const MIN_PIECE: usize = 4 << 10;
+    let parts = n.div_ceil(MIN_PIECE).clamp(1, arch.block_dim() as usize);
+    let part = arch.thread_id() as usize;
+    if part < parts {
+        copy::share(n, copy::VECTOR_BYTES, part, parts)
+    } else {
+        (0, 0)
     }
 }

@@ -44,12 +44,18 @@ pub struct Control {
     pub value: u64,
     /// The value it last saw.
     pub seen: u64,
+    /// Address of this rank's off-node request ring ([`crate::engine::Ring`]); 0 when
+    /// the world runs no engine (every peer is on this node).
+    pub ring: u64,
 }
 
 /// Why a wait gave up: it outlived the deadline.
 pub const REASON_TIMEOUT: u64 = 1;
 /// Why a wait gave up: it saw the host's abort.
 pub const REASON_ABORT: u64 = 2;
+/// Why a wait gave up: a request named a peer this rank cannot reach (its table entry
+/// is 0 and there is no engine, or the address is outside the symmetric heap).
+pub const REASON_UNREACHABLE: u64 = 3;
 /// A waiting thread looks at the control block once per this many spins.
 pub const POLL_EVERY: u32 = 1 << 16;
 /// The peer of a wait that did not name one.
@@ -100,7 +106,7 @@ pub fn set_thread_control(control: *mut Control) {
 
 /// This rank's control block, or null.
 #[inline(always)]
-fn control() -> *mut Control {
+pub(crate) fn control() -> *mut Control {
     #[cfg(any(target_arch = "amdgpu", target_arch = "nvptx64"))]
     {
         // SAFETY: the host writes the global once, before any launch of the module.
@@ -237,8 +243,24 @@ fn look(start: u64, signal: u64, value: u64, seen: u64, peer: u64) -> u64 {
     } else {
         return start;
     };
-    // SAFETY: as above. The details first, then the status word that says they are there
-    // (release).
+    write_record(c, why, peer, waited, signal, value, seen);
+    GIVE_UP
+}
+
+/// Records in the live control block `c` that a wait or request gave up.
+#[inline(never)]
+#[cold]
+fn write_record(
+    c: *mut Control,
+    why: u64,
+    peer: u64,
+    waited: u64,
+    signal: u64,
+    value: u64,
+    seen: u64,
+) {
+    // SAFETY: `c` is this rank's live control block. The details first, then the status
+    // word that says they are there (release).
     unsafe {
         let store = |p: *mut u64, v: u64, order| u64::store(p, v, order, Scope::System);
         store(&raw mut (*c).signal, signal, Order::Relaxed);
@@ -250,7 +272,22 @@ fn look(start: u64, signal: u64, value: u64, seen: u64, peer: u64) -> u64 {
             Order::Release,
         );
     }
-    GIVE_UP
+}
+
+/// Records that a request for `peer` at `address` could not be made (`why`, with two
+/// words of detail), unless a record is there already; without a control block (a host
+/// test) there is nowhere to record it and the request is dropped all the same.
+#[inline(never)]
+#[cold]
+pub(crate) fn record(why: u64, peer: u64, address: u64, value: u64, seen: u64) {
+    let c = control();
+    if c.is_null() {
+        return;
+    }
+    // SAFETY: the live control block's status word.
+    if unsafe { u64::load(&raw const (*c).status, Order::Acquire, Scope::System) } == 0 {
+        write_record(c, why, peer, 0, address, value, seen);
+    }
 }
 
 #[cfg(test)]

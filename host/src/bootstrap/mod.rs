@@ -77,4 +77,21 @@ pub trait Bootstrap: Send {
     fn leave(&mut self) -> Result<()> {
         self.barrier()
     }
+    /// The MPI communicator of the group, when MPI runs it (the off-node engine needs
+    /// one).
+    #[cfg(feature = "mpi")]
+    fn mpi(&self) -> Option<MpiGroup> {
+        None
+    }
+}
+
+/// What the off-node engine needs from an MPI bootstrap.
+#[cfg(feature = "mpi")]
+pub struct MpiGroup {
+    /// The group's communicator.
+    pub comm: ::mpi::ffi::MPI_Comm,
+    /// Whether MPI provides `MPI_THREAD_MULTIPLE`.
+    pub thread_multiple: bool,
+    /// The thread level MPI provides, by its MPI name.
+    pub provided: &'static str,
 }

@@ -6,12 +6,18 @@
 //! world must therefore share a machine, as ranks sharing GPU memory do. A rank that
 //! dies makes `mpirun` end the job; socket waits are bounded by the timeout.
 //!
-//! symmem needs `MPI_THREAD_SERIALIZED`: a [`World`](crate::World) may be created,
-//! used and dropped on any thread (it is `Send` and `Sync`, and every bootstrap call
-//! goes through its mutex, so calls never overlap), while `MPI_THREAD_FUNNELED` would
-//! allow MPI calls from the thread that initialised MPI only. An MPI library that
-//! provides less makes [`MpiBootstrap::new`] fail with [`Error::MpiThreadLevel`], naming
-//! both levels.
+//! symmem asks for `MPI_THREAD_MULTIPLE` and needs `MPI_THREAD_SERIALIZED`: a
+//! [`World`](crate::World) may be created, used and dropped on any thread (it is `Send`
+//! and `Sync`, and every bootstrap call goes through its mutex, so calls never overlap),
+//! while `MPI_THREAD_FUNNELED` would allow MPI calls from the thread that initialised MPI
+//! only. An MPI library that provides less makes [`MpiBootstrap::new`] fail with
+//! [`Error::MpiThreadLevel`], naming both levels. A world that spans several nodes also
+//! runs the off-node engine's proxy thread, which calls MPI concurrently: it needs
+//! `MPI_THREAD_MULTIPLE`, and forming such a world fails the same way without it.
+//!
+//! Descriptors are handed only to peers on the same machine (by host name): a peer on
+//! another machine cannot map this one's memory anyway, and reaches it through the
+//! engine.
 //!
 //! Every rank learns every contribution's length before any is sent, so a length over
 //! the limit ([`ENV_MAX_FRAME_BYTES`](super::ENV_MAX_FRAME_BYTES)) is
@@ -31,6 +37,9 @@ use std::time::{Duration, Instant};
 /// One MPI rank's end of the world.
 pub struct MpiBootstrap {
     _universe: mpi::environment::Universe,
+    provided: mpi::Threading,
+    /// Whether each rank runs on this machine (descriptors go to those only).
+    same_machine: Vec<bool>,
     world: SimpleCommunicator,
     job: String,
     listener: UnixListener,
@@ -40,6 +49,8 @@ pub struct MpiBootstrap {
 
 /// The thread level symmem needs (see the module documentation).
 const REQUIRED: mpi::Threading = mpi::Threading::Serialized;
+/// The thread level symmem asks for: what the off-node engine needs.
+const WANTED: mpi::Threading = mpi::Threading::Multiple;
 
 /// The MPI name of a thread level.
 fn level_name(level: mpi::Threading) -> &'static str {
@@ -83,7 +94,7 @@ impl MpiBootstrap {
     /// is finalised again on every rank alike).
     pub fn new() -> Result<Self> {
         let max_frame = max_frame_from_env()?;
-        let (universe, provided) = mpi::initialize_with_threading(REQUIRED)
+        let (universe, provided) = mpi::initialize_with_threading(WANTED)
             .ok_or(Error::Bootstrap("MPI is already initialised".into()))?;
         if provided < REQUIRED {
             return Err(Error::MpiThreadLevel {
@@ -101,12 +112,21 @@ impl MpiBootstrap {
         }
         world.process_at_rank(0).broadcast_into(&mut stamp[..]);
         let job = format!("{:x}-{:x}", stamp[0], stamp[1]);
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        let host = host.trim().as_bytes();
+        let mut this = [0u8; 64];
+        this[..host.len().min(64)].copy_from_slice(&host[..host.len().min(64)]);
+        let mut hosts = vec![0u8; 64 * world.size() as usize];
+        world.all_gather_into(&this[..], &mut hosts[..]);
+        let same_machine = hosts.chunks(64).map(|h| h == this).collect();
         let addr = socket_name(&job, world.rank() as usize).map_err(os("socket name"))?;
         let listener = UnixListener::bind_addr(&addr).map_err(os("bind of the rank socket"))?;
         listener.set_nonblocking(true).map_err(os("rank socket"))?;
         world.barrier();
         Ok(Self {
             _universe: universe,
+            provided,
+            same_machine,
             world,
             job,
             listener,
@@ -133,7 +153,7 @@ impl MpiBootstrap {
         };
         let mut out: Vec<Option<std::os::fd::OwnedFd>> = (0..n).map(|_| None).collect();
         if let Some(fd) = &fd {
-            for peer in (0..n).filter(|&p| p != me) {
+            for peer in (0..n).filter(|&p| p != me && self.same_machine[p]) {
                 let addr = socket_name(&self.job, peer).map_err(os("socket name"))?;
                 let mut stream = UnixStream::connect_addr(&addr).map_err(|_| lost(peer))?;
                 let dup = fd.try_clone().map_err(os("dup of own fd"))?;
@@ -144,7 +164,8 @@ impl MpiBootstrap {
                 scm::send(&mut stream, Kind::Data, &item).map_err(|_| lost(peer))?;
             }
             let mut received = 0;
-            while received + 1 < n {
+            let expected = self.same_machine.iter().filter(|&&s| s).count();
+            while received + 1 < expected {
                 match self.listener.accept() {
                     Ok((mut stream, _)) => {
                         stream.set_nonblocking(false).map_err(os("rank socket"))?;
@@ -179,8 +200,9 @@ impl MpiBootstrap {
                     }
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                         if start.elapsed() > self.timeout {
-                            let missing =
-                                (0..n).find(|&p| p != me && out[p].is_none()).unwrap_or(0);
+                            let missing = (0..n)
+                                .find(|&p| p != me && self.same_machine[p] && out[p].is_none())
+                                .unwrap_or(0);
                             return Err(lost(missing));
                         }
                         std::thread::sleep(Duration::from_millis(1));
@@ -254,5 +276,12 @@ impl Bootstrap for MpiBootstrap {
     fn barrier(&mut self) -> Result<()> {
         self.world.barrier();
         Ok(())
+    }
+    fn mpi(&self) -> Option<super::MpiGroup> {
+        Some(super::MpiGroup {
+            comm: self.world.as_raw(),
+            thread_multiple: self.provided >= mpi::Threading::Multiple,
+            provided: level_name(self.provided),
+        })
     }
 }

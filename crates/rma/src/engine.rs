@@ -1,0 +1,546 @@
+//! The device end of the off-node engine: a request ring in host-mapped memory that a
+//! per-rank proxy thread drains with MPI one-sided operations.
+//!
+//! A peer whose entry in the peer table is 0 is not mapped here (it is on another node,
+//! see the host's `topology`); [`crate::Team`]'s put, get, atomics, signals and point
+//! operations post a request for it to this rank's [`Ring`] instead of touching its
+//! memory. The ring is found through the control block ([`crate::watch::Control::ring`]),
+//! as the wait bounds are, so a user's kernel reaches off-node peers without a parameter.
+//!
+//! **Protocol.** A thread takes a ticket `t` from the ring's counter (an atomic add in
+//! device memory); its slot is `t % capacity`, its lap `t / capacity`. Each slot's
+//! `turn` word is `lap * 4 + state`: the thread waits for [`state::FREE`] of its lap,
+//! fills the slot (and its staging bytes), then stores [`state::FULL`] with release
+//! semantics. The proxy takes slots in ticket order, performs each request to completion
+//! (put and get flushed, atomics applied by the target), then either frees the slot for
+//! the next lap or, when the request has a reply, stores [`state::DONE`]; the waiting
+//! thread reads the reply and frees the slot itself. After each request the proxy stores
+//! the number of completed tickets in [`Ring::completed`].
+//!
+//! **Ordering.** Requests complete one after the other in ticket order, so everything a
+//! thread posted before a signal is complete at its target before the signal is applied,
+//! and [`Team::quiet_block`](crate::Team::quiet_block) only has to wait until the proxy
+//! has completed every ticket taken so far.
+//!
+//! **Bounds.** Every wait here (a slot, a reply, a completion) is bounded like a signal
+//! wait ([`crate::watch`]): the deadline and the abort word end it, and then every later
+//! wait of the rank. A request that cannot be routed (no engine, or an address outside
+//! this rank's symmetric heap, which is the only memory peers expose) is recorded as
+//! [`crate::watch::REASON_UNREACHABLE`] and not sent.
+//!
+//! Host and device touch slot words with single atomic loads and stores only (the ring
+//! is host memory on GPUs, where device read-modify-writes are not atomic for the host);
+//! the ticket counter is device memory and only the device updates it.
+
+use crate::atomic::{AtomicInt, AtomicOp};
+use crate::watch::{self, Watch};
+use crate::{Order, Scope};
+
+/// A rank's request ring, written by the host when the world starts its engine.
+#[repr(C)]
+#[derive(Debug, Default)]
+pub struct Ring {
+    /// Address of `capacity` [`Slot`]s (host-mapped memory).
+    pub slots: u64,
+    /// Number of slots: a power of two.
+    pub capacity: u64,
+    /// Address of the `u64` ticket counter (device memory; host memory on the CPU).
+    pub tickets: u64,
+    /// How many tickets the proxy has completed (the proxy stores it after each one).
+    pub completed: u64,
+    /// This rank's symmetric heap: requests carry offsets into it.
+    pub heap_base: u64,
+    /// The heap's length in bytes.
+    pub heap_len: u64,
+    /// Address of `capacity * STAGING_BYTES` staging bytes (host-mapped), slot `i`'s at
+    /// `i * STAGING_BYTES`.
+    pub staging: u64,
+    /// Non-zero when the proxy reaches kernel memory itself (the CPU backend, or an MPI
+    /// that is GPU-aware): puts and gets name the kernel's own addresses. Zero: data is
+    /// staged through the slot's staging bytes.
+    pub direct: u64,
+}
+
+/// One request. Field meanings per [`kind`]; see the module documentation for `turn`.
+#[repr(C, align(64))]
+#[derive(Debug, Default)]
+pub struct Slot {
+    /// `lap * 4 + state` (see [`state`]).
+    pub turn: u64,
+    /// What to do: a [`request`] word.
+    pub request: u64,
+    /// The target rank.
+    pub peer: u64,
+    /// The byte offset in the target's symmetric heap.
+    pub offset: u64,
+    /// The local side of a put or get: a kernel address ([`Ring::direct`]), else unused
+    /// (the data is in the slot's staging bytes, or inline in `operand`/`compare`).
+    pub local: u64,
+    /// Bytes moved by a put or get.
+    pub len: u64,
+    /// An atomic's operand; an inline put's first 8 bytes.
+    pub operand: u64,
+    /// A compare-and-swap's expected value; an inline put's second 8 bytes.
+    pub compare: u64,
+    /// The reply: an atomic's old value; an inline get's first 8 bytes.
+    pub result: u64,
+    /// An inline get's second 8 bytes.
+    pub result_hi: u64,
+}
+
+/// Bytes of staging each slot owns.
+pub const STAGING_BYTES: usize = 64 << 10;
+/// Puts and gets of at most this many bytes travel inside the slot.
+pub const INLINE_BYTES: usize = 16;
+
+/// The states of a slot's `turn` word (added to `lap * 4`).
+pub mod state {
+    /// The slot is free for this lap's ticket.
+    pub const FREE: u64 = 0;
+    /// The request is filled in and waits for the proxy.
+    pub const FULL: u64 = 1;
+    /// The proxy completed the request and its reply is in the slot.
+    pub const DONE: u64 = 2;
+}
+
+/// What a request does: the low byte of its [`request`] word.
+pub mod kind {
+    /// Bytes from here to the target.
+    pub const PUT: u64 = 1;
+    /// Bytes from the target to here.
+    pub const GET: u64 = 2;
+    /// An atomic on one element of the target, applied by the target.
+    pub const ATOMIC: u64 = 3;
+}
+
+/// The atomic a request applies (bits 8-15 of its [`request`] word): an [`AtomicOp`]'s
+/// index in [`AtomicOp::ALL`], or one of these.
+pub mod atomic {
+    /// Compare-and-swap.
+    pub const CAS: u64 = 8;
+    /// Atomic load.
+    pub const LOAD: u64 = 9;
+    /// Atomic store.
+    pub const STORE: u64 = 10;
+}
+
+/// The packing of [`Slot::request`].
+pub mod request {
+    /// The request wants a reply: the proxy stores [`super::state::DONE`] and the thread
+    /// frees the slot.
+    pub const REPLY: u64 = 1 << 32;
+    /// The data is inline in the slot (`operand`/`compare` for a put, `result`/
+    /// `result_hi` for a get).
+    pub const INLINE: u64 = 1 << 33;
+    /// The data is in the slot's staging bytes.
+    pub const STAGED: u64 = 1 << 34;
+    /// An atomic's element is signed (min and max compare signed).
+    pub const SIGNED: u64 = 1 << 35;
+
+    /// A request word: `kind`, the atomic code, the element size in bytes, and flags.
+    pub const fn pack(kind: u64, atomic: u64, size: u64, flags: u64) -> u64 {
+        kind | (atomic << 8) | (size << 16) | flags
+    }
+    /// The request's kind.
+    pub const fn kind(word: u64) -> u64 {
+        word & 0xff
+    }
+    /// The request's atomic code.
+    pub const fn atomic(word: u64) -> u64 {
+        (word >> 8) & 0xff
+    }
+    /// The element size of an atomic.
+    pub const fn size(word: u64) -> u64 {
+        (word >> 16) & 0xff
+    }
+}
+
+/// The index of `op` in [`AtomicOp::ALL`].
+pub const fn atomic_code(op: AtomicOp) -> u64 {
+    match op {
+        AtomicOp::Add => 0,
+        AtomicOp::Sub => 1,
+        AtomicOp::Xchg => 2,
+        AtomicOp::And => 3,
+        AtomicOp::Or => 4,
+        AtomicOp::Xor => 5,
+        AtomicOp::Min => 6,
+        AtomicOp::Max => 7,
+    }
+}
+
+/// This rank's ring, if the world runs an engine.
+#[inline(always)]
+fn ring() -> *const Ring {
+    let c = watch::control();
+    if c.is_null() {
+        return core::ptr::null();
+    }
+    // SAFETY: the live control block; the host sets `ring` before any launch.
+    unsafe { u64::load(&raw const (*c).ring, Order::Relaxed, Scope::System) as *const Ring }
+}
+
+#[inline(always)]
+fn load(p: *const u64, order: Order) -> u64 {
+    // SAFETY: callers pass words of the live ring.
+    unsafe { u64::load(p, order, Scope::System) }
+}
+
+#[inline(always)]
+fn store(p: *mut u64, v: u64, order: Order) {
+    // SAFETY: callers pass words of the live ring.
+    unsafe { u64::store(p, v, order, Scope::System) }
+}
+
+/// Waits until `cond` holds for the word at `p` (acquire); false if the wait gave up.
+#[inline(always)]
+fn wait(p: *const u64, peer: u64, want: u64, cond: impl Fn(u64) -> bool) -> bool {
+    let mut w = Watch::new();
+    let mut spins = 0;
+    loop {
+        let v = load(p, Order::Acquire);
+        if cond(v) {
+            return true;
+        }
+        crate::spin(&mut spins);
+        if w.give_up(spins, p, want, v, peer) {
+            return false;
+        }
+    }
+}
+
+/// A request about to be posted: what the thread fills into its slot.
+#[derive(Clone, Copy)]
+pub(crate) struct Request {
+    pub(crate) request: u64,
+    pub(crate) peer: usize,
+    /// Address of the element or range in this rank's copy (translated to a heap
+    /// offset by [`post`]).
+    pub(crate) addr: u64,
+    pub(crate) local: u64,
+    pub(crate) len: u64,
+    pub(crate) operand: u64,
+    pub(crate) compare: u64,
+}
+
+/// A posted request.
+pub(crate) struct Ticket {
+    ring: *const Ring,
+    ticket: u64,
+    slot: *mut Slot,
+}
+
+/// Whether the engine moves data by staging (the proxy cannot reach kernel memory).
+/// Without an engine, false (the request will be refused by [`post`]).
+#[inline(always)]
+pub(crate) fn staged() -> bool {
+    let r = ring();
+    // SAFETY: the live ring.
+    !r.is_null() && load(unsafe { &raw const (*r).direct }, Order::Relaxed) == 0
+}
+
+/// Posts `req`, first copying `stage_len` bytes from `stage_src` into the slot's staging
+/// bytes; `None` if it could not be posted (recorded in the control block).
+///
+/// # Safety
+/// `stage_src..+stage_len` readable, `stage_len <= STAGING_BYTES`; `req`'s local side
+/// valid until the request completes.
+#[inline(always)]
+pub(crate) unsafe fn post(req: Request, stage_src: *const u8, stage_len: usize) -> Option<Ticket> {
+    let r = ring();
+    let peer = req.peer as u64;
+    if r.is_null() {
+        watch::record(watch::REASON_UNREACHABLE, peer, req.addr, 0, 0);
+        return None;
+    }
+    // SAFETY: the live ring's fields.
+    let (slots, capacity, tickets, base, len) = unsafe {
+        (
+            (*r).slots,
+            (*r).capacity,
+            (*r).tickets,
+            (*r).heap_base,
+            (*r).heap_len,
+        )
+    };
+    let offset = req.addr.wrapping_sub(base);
+    if offset >= len || len - offset < req.len.max(1) {
+        watch::record(watch::REASON_UNREACHABLE, peer, req.addr, base, len);
+        return None;
+    }
+    // SAFETY: the counter is a live device word only the device updates.
+    let ticket = unsafe {
+        u64::fetch_op(
+            tickets as *mut u64,
+            AtomicOp::Add,
+            1,
+            Order::Relaxed,
+            Scope::Device,
+        )
+    };
+    let index = ticket & (capacity - 1);
+    let lap = ticket / capacity;
+    let slot = (slots as *mut Slot).wrapping_add(index as usize);
+    // SAFETY: `slot` is in the ring.
+    let turn = unsafe { &raw mut (*slot).turn };
+    if !wait(turn, peer, lap * 4, |v| v == lap * 4 + state::FREE) {
+        return None;
+    }
+    if stage_len > 0 {
+        // SAFETY: the slot is this thread's until it stores FULL; its staging bytes
+        // follow from the ring's layout; the caller bounds `stage_len`.
+        unsafe {
+            let staging = ((*r).staging as *mut u8).add(index as usize * STAGING_BYTES);
+            crate::copy::copy_lanes(0, 1, staging, stage_src, stage_len);
+        }
+    }
+    // SAFETY: as above: the slot's words.
+    unsafe {
+        store(&raw mut (*slot).request, req.request, Order::Relaxed);
+        store(&raw mut (*slot).peer, peer, Order::Relaxed);
+        store(&raw mut (*slot).offset, offset, Order::Relaxed);
+        store(&raw mut (*slot).local, req.local, Order::Relaxed);
+        store(&raw mut (*slot).len, req.len, Order::Relaxed);
+        store(&raw mut (*slot).operand, req.operand, Order::Relaxed);
+        store(&raw mut (*slot).compare, req.compare, Order::Relaxed);
+    }
+    // Everything the thread did before (the staged bytes, its own stores to memory the
+    // request names) is visible to the proxy once it sees FULL.
+    store(turn, lap * 4 + state::FULL, Order::Release);
+    Some(Ticket {
+        ring: r,
+        ticket,
+        slot,
+    })
+}
+
+impl Ticket {
+    /// Waits for the proxy's reply and returns the slot's two result words, having first
+    /// copied `out_len` staged bytes to `out`; frees the slot. `None` if the wait gave
+    /// up.
+    ///
+    /// # Safety
+    /// The request was posted with [`request::REPLY`]; `out..+out_len` writable,
+    /// `out_len <= STAGING_BYTES`.
+    #[inline(always)]
+    pub(crate) unsafe fn reply(self, out: *mut u8, out_len: usize) -> Option<[u64; 2]> {
+        // SAFETY: the slot of a live ring.
+        let (turn, peer) = unsafe { (&raw mut (*self.slot).turn, (*self.slot).peer) };
+        // SAFETY: the live ring.
+        let capacity = unsafe { (*self.ring).capacity };
+        let lap = self.ticket / capacity;
+        if !wait(turn, peer, lap * 4 + state::DONE, |v| {
+            v == lap * 4 + state::DONE
+        }) {
+            return None;
+        }
+        // SAFETY: DONE hands the slot back to this thread; the words are the ring's.
+        let words = unsafe {
+            if out_len > 0 {
+                let index = (self.ticket & (capacity - 1)) as usize;
+                let staging = ((*self.ring).staging as *const u8).add(index * STAGING_BYTES);
+                crate::copy::copy_lanes(0, 1, out, staging, out_len);
+            }
+            [
+                load(&raw const (*self.slot).result, Order::Relaxed),
+                load(&raw const (*self.slot).result_hi, Order::Relaxed),
+            ]
+        };
+        store(turn, (lap + 1) * 4 + state::FREE, Order::Release);
+        Some(words)
+    }
+
+    /// Waits until the proxy has completed this request (and every earlier one).
+    #[inline(always)]
+    pub(crate) fn complete(self) {
+        wait_completed(self.ring, self.ticket + 1);
+    }
+}
+
+/// Waits until the proxy has completed `count` tickets.
+#[inline(always)]
+fn wait_completed(r: *const Ring, count: u64) {
+    // SAFETY: the live ring's word.
+    let completed = unsafe { &raw const (*r).completed };
+    wait(completed, watch::NO_PEER, count, |v| v >= count);
+}
+
+/// Waits until every request any thread of this rank posted so far is complete (the
+/// ring's part of a quiet); returns at once without an engine.
+#[inline(always)]
+pub(crate) fn quiet() {
+    let r = ring();
+    if r.is_null() {
+        return;
+    }
+    // SAFETY: the live ring's counter.
+    let taken = unsafe { u64::load((*r).tickets as *const u64, Order::Relaxed, Scope::Device) };
+    if taken > 0 {
+        wait_completed(r, taken);
+    }
+}
+
+/// An atomic on an element of an off-node peer; the old value when `reply`.
+///
+/// # Safety
+/// `addr` is the element's address in this rank's copy of a symmetric allocation.
+#[inline(always)]
+pub(crate) unsafe fn atomic<T: AtomicInt>(
+    code: u64,
+    addr: u64,
+    operand: T,
+    compare: T,
+    to: usize,
+    reply: bool,
+) -> T {
+    let flags =
+        if reply { request::REPLY } else { 0 } | if T::SIGNED { request::SIGNED } else { 0 };
+    let req = Request {
+        request: request::pack(kind::ATOMIC, code, size_of::<T>() as u64, flags),
+        peer: to,
+        addr,
+        local: 0,
+        len: size_of::<T>() as u64,
+        operand: operand.to_bits(),
+        compare: compare.to_bits(),
+    };
+    // SAFETY: nothing is staged.
+    let posted = unsafe { post(req, core::ptr::null(), 0) };
+    match posted {
+        // SAFETY: posted with REPLY; nothing staged.
+        Some(t) if reply => unsafe { t.reply(core::ptr::null_mut(), 0) }
+            .map_or(T::from_bits(0), |w| T::from_bits(w[0])),
+        _ => T::from_bits(0),
+    }
+}
+
+/// One thread's put of `n` bytes from local `src` to the element range at `addr` (this
+/// rank's copy) on off-node rank `to`. With `wait`, returns once `src` may be reused.
+///
+/// # Safety
+/// `src..+n` readable (and unchanged until the request completes unless `wait`);
+/// `addr..+n` in this rank's copy of a symmetric allocation.
+#[inline(always)]
+pub(crate) unsafe fn put(addr: u64, src: *const u8, n: usize, to: usize, wait: bool) {
+    if n == 0 {
+        return;
+    }
+    let base = Request {
+        request: request::pack(kind::PUT, 0, 0, 0),
+        peer: to,
+        addr,
+        local: 0,
+        len: n as u64,
+        operand: 0,
+        compare: 0,
+    };
+    if n <= INLINE_BYTES {
+        let mut words = [0u64; 2];
+        // SAFETY: `n` readable bytes into a 16-byte buffer.
+        unsafe { core::ptr::copy_nonoverlapping(src, words.as_mut_ptr().cast(), n) };
+        let req = Request {
+            request: base.request | request::INLINE,
+            operand: words[0],
+            compare: words[1],
+            ..base
+        };
+        // SAFETY: nothing staged; the data is in the request.
+        unsafe { post(req, core::ptr::null(), 0) };
+        return;
+    }
+    if !staged() {
+        let req = Request {
+            local: src.addr() as u64,
+            ..base
+        };
+        // SAFETY: forwarded: the proxy reads `src` directly.
+        if let Some(t) = unsafe { post(req, core::ptr::null(), 0) }
+            && wait
+        {
+            t.complete();
+        }
+        return;
+    }
+    let mut done = 0;
+    while done < n {
+        let len = (n - done).min(STAGING_BYTES);
+        let req = Request {
+            request: base.request | request::STAGED,
+            addr: addr + done as u64,
+            len: len as u64,
+            ..base
+        };
+        // SAFETY: `len <= STAGING_BYTES` readable bytes at `src + done`.
+        if unsafe { post(req, src.add(done), len) }.is_none() {
+            return;
+        }
+        done += len;
+    }
+}
+
+/// One thread's get of `n` bytes from the element range at `addr` (this rank's copy) on
+/// off-node rank `from` into local `dst`; the bytes are in `dst` on return.
+///
+/// # Safety
+/// `dst..+n` writable; `addr..+n` in this rank's copy of a symmetric allocation.
+#[inline(always)]
+pub(crate) unsafe fn get(dst: *mut u8, addr: u64, n: usize, from: usize) {
+    if n == 0 {
+        return;
+    }
+    let base = Request {
+        request: request::pack(kind::GET, 0, 0, request::REPLY),
+        peer: from,
+        addr,
+        local: 0,
+        len: n as u64,
+        operand: 0,
+        compare: 0,
+    };
+    if n <= INLINE_BYTES {
+        let req = Request {
+            request: base.request | request::INLINE,
+            ..base
+        };
+        // SAFETY: nothing staged.
+        if let Some(t) = unsafe { post(req, core::ptr::null(), 0) }
+            // SAFETY: posted with REPLY; nothing staged.
+            && let Some(words) = unsafe { t.reply(core::ptr::null_mut(), 0) }
+        {
+            // SAFETY: `n <= 16` bytes out of the two reply words into `dst`.
+            unsafe { core::ptr::copy_nonoverlapping(words.as_ptr().cast(), dst, n) };
+        }
+        return;
+    }
+    if !staged() {
+        let req = Request {
+            local: dst.addr() as u64,
+            ..base
+        };
+        // SAFETY: the proxy writes `dst` directly before it replies.
+        if let Some(t) = unsafe { post(req, core::ptr::null(), 0) } {
+            // SAFETY: posted with REPLY; nothing staged.
+            unsafe { t.reply(core::ptr::null_mut(), 0) };
+        }
+        return;
+    }
+    let mut done = 0;
+    while done < n {
+        let len = (n - done).min(STAGING_BYTES);
+        let req = Request {
+            request: base.request | request::STAGED,
+            addr: addr + done as u64,
+            len: len as u64,
+            ..base
+        };
+        // SAFETY: nothing staged on the way out.
+        let Some(t) = (unsafe { post(req, core::ptr::null(), 0) }) else {
+            return;
+        };
+        // SAFETY: posted with REPLY; `len` staged bytes come back into `dst + done`.
+        if unsafe { t.reply(dst.add(done), len) }.is_none() {
+            return;
+        }
+        done += len;
+    }
+}

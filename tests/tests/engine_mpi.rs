@@ -1,0 +1,64 @@
+//! The off-node engine under `mpirun`, with one machine split into emulated nodes
+//! (`SYMMEM_RANKS_PER_NODE`): every rank of `engine-ranks` (built with `--features
+//! mpi`; see its documentation for what it checks against host references) must print
+//! its `ok` line and exit 0.
+//!
+//! * `-np 4` with 2 ranks per node, and with 1 rank per node (every peer remote), the
+//!   latter also with the data staged through the ring as on a GPU heap
+//!   (`SYMMEM_ENGINE_STAGING=1`);
+//! * `-np 8` with 4 ranks per node.
+//!
+//! Without `mpirun` on PATH these tests fail, unless `SYMMEM_SKIP_MPI=1`.
+
+use std::time::Duration;
+use symmem_tests::mpi::{self, mpirun_available};
+
+fn run(np: usize, per_node: usize, staged: bool) {
+    if !mpirun_available() {
+        return;
+    }
+    let exe = mpi::build("symmem-tests", "mpi", "engine-ranks");
+    let split = format!("SYMMEM_RANKS_PER_NODE={per_node}");
+    let staging = format!("SYMMEM_ENGINE_STAGING={}", u8::from(staged));
+    let run = mpi::mpirun(
+        np,
+        &["-x", &split, "-x", &staging],
+        &exe,
+        &[],
+        Duration::from_secs(300),
+    );
+    let all = run.all();
+    assert!(
+        run.status.success(),
+        "mpirun -np {np} ({split}, {staging}): {}:\n{all}",
+        run.status
+    );
+    let nodes = np / per_node;
+    for rank in 0..np {
+        let line = format!(
+            "engine-ranks: rank {rank} of {np} on node {} of {nodes}: ok",
+            rank / per_node
+        );
+        assert!(run.stdout.contains(&line), "no `{line}`:\n{all}");
+    }
+}
+
+#[test]
+fn np4_two_nodes_of_two() {
+    run(4, 2, false);
+}
+
+#[test]
+fn np4_every_peer_on_another_node() {
+    run(4, 1, false);
+}
+
+#[test]
+fn np4_every_peer_on_another_node_staged() {
+    run(4, 1, true);
+}
+
+#[test]
+fn np8_two_nodes_of_four() {
+    run(8, 4, false);
+}
