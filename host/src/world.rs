@@ -1070,8 +1070,9 @@ impl<B: Backend> World<B> {
     }
 
     /// Translated put: `src` (this rank's elements) into rank `to`'s copy of `dst`, with
-    /// the backend's launch shape for the size (`symmem_put`). Nothing tells `to` that
-    /// the data arrived: follow with a [`World::barrier`].
+    /// the backend's launch shape for the size (`symmem_put`; for a rank on another node
+    /// `symmem_rma_put`, whose team reaches it through the engine). Nothing tells `to`
+    /// that the data arrived: follow with a [`World::barrier`].
     ///
     /// Errors: [`Error::RankOutOfRange`], [`Error::LengthMismatch`] unless `src` and
     /// `dst` have the same length, [`Error::NotAgreed`] before a barrier has confirmed
@@ -1086,23 +1087,30 @@ impl<B: Backend> World<B> {
         self.check_rank(to)?;
         same_length(dst.len(), src.len())?;
         let bytes = src.byte_len();
+        let (bases, dst, src, grid) = (
+            dst.peer_bases(),
+            &dst.local().as_bytes(),
+            &src.as_bytes(),
+            self.backend.grid_for_bytes(bytes),
+        );
+        let (world, rank) = (self.world_size as u32, self.rank as u32);
+        if !self.topology.reaches(to) {
+            return self.kernels().launch(
+                symmem_kernels::symmem_rma_put,
+                grid,
+                (dst, src, bases, world, rank, bytes as u64, to as u32),
+            );
+        }
         self.kernels().launch(
             symmem_kernels::symmem_put,
-            self.backend.grid_for_bytes(bytes),
-            (
-                &dst.local().as_bytes(),
-                &src.as_bytes(),
-                bytes as u64,
-                dst.peer_bases(),
-                self.world_size as u32,
-                self.rank as u32,
-                to as u32,
-            ),
+            grid,
+            (dst, src, bytes as u64, bases, world, rank, to as u32),
         )
     }
 
     /// Translated get: rank `from`'s copy of `src` into `dst` (this rank's elements),
-    /// as [`World::put`] (`symmem_get`). Rank `from` must have finished writing them.
+    /// as [`World::put`] (`symmem_get`, or `symmem_rma_get` for a rank on another node).
+    /// Rank `from` must have finished writing them.
     ///
     /// Errors: as [`World::put`].
     pub fn get<T: bytemuck::Pod + 'static>(
@@ -1115,18 +1123,24 @@ impl<B: Backend> World<B> {
         self.check_rank(from)?;
         same_length(dst.len(), src.len())?;
         let bytes = dst.byte_len();
+        let (bases, dst, src, grid) = (
+            src.peer_bases(),
+            &dst.as_bytes(),
+            &src.local().as_bytes(),
+            self.backend.grid_for_bytes(bytes),
+        );
+        let (world, rank) = (self.world_size as u32, self.rank as u32);
+        if !self.topology.reaches(from) {
+            return self.kernels().launch(
+                symmem_kernels::symmem_rma_get,
+                grid,
+                (dst, src, bases, world, rank, bytes as u64, from as u32),
+            );
+        }
         self.kernels().launch(
             symmem_kernels::symmem_get,
-            self.backend.grid_for_bytes(bytes),
-            (
-                &dst.as_bytes(),
-                &src.local().as_bytes(),
-                bytes as u64,
-                src.peer_bases(),
-                self.world_size as u32,
-                self.rank as u32,
-                from as u32,
-            ),
+            grid,
+            (dst, src, bytes as u64, bases, world, rank, from as u32),
         )
     }
 

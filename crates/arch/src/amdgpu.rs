@@ -16,6 +16,33 @@ unsafe extern "C" {
     fn symmem_amdgpu_fence_release_workgroup();
     fn symmem_amdgpu_fence_release_agent();
     fn symmem_amdgpu_fence_release_system();
+    fn symmem_amdgpu_call_outlined(
+        f: crate::Outlined,
+        a: u64,
+        b: u64,
+        c: u64,
+        d: u64,
+        e: u64,
+        g: u64,
+    ) -> u64;
+}
+
+/// [`crate::call_outlined`] on amdgcn: the IR library's call, `noinline` at the site.
+///
+/// # Safety
+/// Those of `f`.
+#[inline(always)]
+pub(crate) unsafe fn call_outlined(
+    f: crate::Outlined,
+    a: u64,
+    b: u64,
+    c: u64,
+    d: u64,
+    e: u64,
+    g: u64,
+) -> u64 {
+    // SAFETY: forwarded from the caller.
+    unsafe { symmem_amdgpu_call_outlined(f, a, b, c, d, e, g) }
 }
 
 /// The current work-item of a kernel launched on an AMD GPU.

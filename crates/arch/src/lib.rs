@@ -39,6 +39,30 @@ pub enum Scope {
     System,
 }
 
+/// A function run by [`call_outlined`]: six words in (in registers), one word out.
+pub type Outlined = unsafe extern "C" fn(u64, u64, u64, u64, u64, u64) -> u64;
+
+/// Calls `f(args)` as a call that stays a call, on every target.
+///
+/// For a rarely taken path whose code would otherwise join the caller's (its registers,
+/// its memory instructions, its releases): the caller keeps only the call. The arguments
+/// travel in registers, so the caller needs no stack for them. On amdgcn, where rustc
+/// ignores `#[inline(never)]`, the call goes through the IR library with `noinline` on
+/// the call site; elsewhere `f`'s own `#[inline(never)]` keeps it out of line.
+///
+/// # Safety
+/// Those of `f`, which must be `#[inline(never)]`.
+#[inline(always)]
+pub unsafe fn call_outlined(f: Outlined, [a, b, c, d, e, g]: [u64; 6]) -> u64 {
+    #[cfg(target_arch = "amdgpu")]
+    // SAFETY: forwarded from the caller.
+    let r = unsafe { amdgpu::call_outlined(f, a, b, c, d, e, g) };
+    #[cfg(not(target_arch = "amdgpu"))]
+    // SAFETY: forwarded from the caller.
+    let r = unsafe { f(a, b, c, d, e, g) };
+    r
+}
+
 /// Where a thread of a one-dimensional launch is, and how it synchronises.
 ///
 /// # Safety

@@ -111,29 +111,8 @@ pub unsafe fn put<A: Arch>(
     // entries are congruent modulo 16 (the provider contract, see `PeerBases`): the
     // translated destination has the local one's alignment.
     let aligned = (dst.addr() | src.addr()).is_multiple_of(VECTOR_BYTES);
-    // SAFETY: `to < world` (the caller's contract).
-    if unsafe { *bases.as_slice().get_unchecked(to) } == 0 {
-        // Off the node: the RMA layer's put reaches the peer through the engine.
-        // SAFETY: forwarded from the caller (`cur < world`).
-        return unsafe {
-            off_node(bases, cur, |t| {
-                symmem_rma::collectives::put(arch, t, dst, src, n, to)
-            })
-        };
-    }
     // SAFETY: forwarded from the caller; alignment carries over through translation.
     unsafe { copy_with(arch, bases.remote_unchecked(dst, cur, to), src, n, aligned) }
-}
-
-/// Runs `body` on the team of `bases` as rank `cur`: the path of a peer on another node.
-///
-/// # Safety
-/// `cur < bases.len()`.
-#[inline(never)]
-unsafe fn off_node(bases: PeerBases<'_>, cur: usize, body: impl FnOnce(&symmem_rma::Team<'_>)) {
-    if let Some(team) = symmem_rma::Team::new(bases, cur) {
-        body(&team);
-    }
 }
 
 /// Get: copies `n` bytes from rank `from`'s copy of the symmetric buffer whose local
@@ -151,16 +130,6 @@ pub unsafe fn get<A: Arch>(
     cur: usize,
     from: usize,
 ) {
-    // SAFETY: `from < world` (the caller's contract).
-    if unsafe { *bases.as_slice().get_unchecked(from) } == 0 {
-        // Off the node: the RMA layer's get reaches the peer through the engine.
-        // SAFETY: forwarded from the caller (`cur < world`).
-        return unsafe {
-            off_node(bases, cur, |t| {
-                symmem_rma::collectives::get(arch, t, dst, src, n, from)
-            })
-        };
-    }
     // SAFETY: forwarded from the caller.
     unsafe {
         copy(

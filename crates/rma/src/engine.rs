@@ -35,6 +35,7 @@
 use crate::atomic::{AtomicInt, AtomicOp};
 use crate::watch::{self, Watch};
 use crate::{Order, Scope};
+use symmem_arch::call_outlined;
 
 /// A rank's request ring, written by the host when the world starts its engine.
 #[repr(C)]
@@ -369,15 +370,23 @@ fn wait_completed(r: *const Ring, count: u64) {
 /// ring's part of a quiet); returns at once without an engine.
 #[inline(always)]
 pub(crate) fn quiet() {
+    // SAFETY: `quiet_ring` has no requirements.
+    unsafe { call_outlined(quiet_ring, [0; 6]) };
+}
+
+/// [`quiet`]'s body, out of line (see [`call_outlined`]; the arguments are unused).
+#[inline(never)]
+unsafe extern "C" fn quiet_ring(_: u64, _: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
     let r = ring();
     if r.is_null() {
-        return;
+        return 0;
     }
     // SAFETY: the live ring's counter.
     let taken = unsafe { u64::load((*r).tickets as *const u64, Order::Relaxed, Scope::Device) };
     if taken > 0 {
         wait_completed(r, taken);
     }
+    0
 }
 
 /// An atomic on an element of an off-node peer; the old value when `reply`.
@@ -393,24 +402,174 @@ pub(crate) unsafe fn atomic<T: AtomicInt>(
     to: usize,
     reply: bool,
 ) -> T {
+    let args = [
+        code,
+        addr,
+        operand.to_bits(),
+        compare.to_bits(),
+        to as u64,
+        reply as u64,
+    ];
+    // SAFETY: forwarded from the caller.
+    T::from_bits(unsafe { call_outlined(atomic_through_ring::<T>, args) })
+}
+
+/// [`atomic`]'s body, out of line (see [`call_outlined`]): the operand and the expected
+/// value as bits, the old value as bits.
+///
+/// # Safety
+/// As [`atomic`].
+#[inline(never)]
+unsafe extern "C" fn atomic_through_ring<T: AtomicInt>(
+    code: u64,
+    addr: u64,
+    operand: u64,
+    compare: u64,
+    to: u64,
+    reply: u64,
+) -> u64 {
+    let reply = reply != 0;
     let flags =
         if reply { request::REPLY } else { 0 } | if T::SIGNED { request::SIGNED } else { 0 };
     let req = Request {
         request: request::pack(kind::ATOMIC, code, size_of::<T>() as u64, flags),
-        peer: to,
+        peer: to as usize,
         addr,
         local: 0,
         len: size_of::<T>() as u64,
-        operand: operand.to_bits(),
-        compare: compare.to_bits(),
+        operand,
+        compare,
     };
     // SAFETY: nothing is staged.
     let posted = unsafe { post(req, core::ptr::null(), 0) };
     match posted {
         // SAFETY: posted with REPLY; nothing staged.
-        Some(t) if reply => unsafe { t.reply(core::ptr::null_mut(), 0) }
-            .map_or(T::from_bits(0), |w| T::from_bits(w[0])),
-        _ => T::from_bits(0),
+        Some(t) if reply => unsafe { t.reply(core::ptr::null_mut(), 0) }.map_or(0, |w| w[0]),
+        _ => 0,
+    }
+}
+
+/// Reads the `n <= 8` bytes at `addr` (this rank's copy of a symmetric allocation) on
+/// off-node rank `from`: one inline get, whose reply comes back in a register (byte `i`
+/// in bits `8 * i`); 0 if the request could not be made.
+///
+/// # Safety
+/// `addr..+n` in this rank's copy of a symmetric allocation, `n <= 8`.
+#[inline(always)]
+pub(crate) unsafe fn load_word(addr: u64, n: usize, from: usize) -> u64 {
+    // SAFETY: forwarded from the caller.
+    unsafe { call_outlined(load_through_ring, [addr, n as u64, from as u64, 0, 0, 0]) }
+}
+
+/// [`load_word`]'s body, out of line (see [`call_outlined`]; the last three arguments
+/// are unused).
+///
+/// # Safety
+/// As [`load_word`].
+#[inline(never)]
+unsafe extern "C" fn load_through_ring(
+    addr: u64,
+    n: u64,
+    from: u64,
+    _: u64,
+    _: u64,
+    _: u64,
+) -> u64 {
+    let req = Request {
+        request: request::pack(kind::GET, 0, 0, request::REPLY | request::INLINE),
+        peer: from as usize,
+        addr,
+        local: 0,
+        len: n,
+        operand: 0,
+        compare: 0,
+    };
+    // SAFETY: nothing staged.
+    match unsafe { post(req, core::ptr::null(), 0) } {
+        // SAFETY: posted with REPLY; nothing staged.
+        Some(t) => unsafe { t.reply(core::ptr::null_mut(), 0) }.map_or(0, |w| w[0]),
+        None => 0,
+    }
+}
+
+/// Writes the first `n <= 16` bytes of `words` (packed as by [`pack_inline`]) to `addr`
+/// (this rank's copy of a symmetric allocation) on off-node rank `to`: one inline put,
+/// which needs no wait (the data travels in the slot).
+///
+/// # Safety
+/// `addr..+n` in this rank's copy of a symmetric allocation, `n <= 16`.
+#[inline(always)]
+pub(crate) unsafe fn store_words(addr: u64, [lo, hi]: [u64; 2], n: usize, to: usize) {
+    let args = [addr, lo, hi, n as u64, to as u64, 0];
+    // SAFETY: forwarded from the caller.
+    unsafe { call_outlined(store_through_ring, args) };
+}
+
+/// [`store_words`]'s body, out of line (see [`call_outlined`]; the last argument is
+/// unused).
+///
+/// # Safety
+/// As [`store_words`].
+#[inline(never)]
+unsafe extern "C" fn store_through_ring(
+    addr: u64,
+    lo: u64,
+    hi: u64,
+    n: u64,
+    to: u64,
+    _: u64,
+) -> u64 {
+    let req = Request {
+        request: request::pack(kind::PUT, 0, 0, request::INLINE),
+        peer: to as usize,
+        addr,
+        local: 0,
+        len: n,
+        operand: lo,
+        compare: hi,
+    };
+    // SAFETY: nothing staged; the data is in the request.
+    unsafe { post(req, core::ptr::null(), 0) };
+    0
+}
+
+/// The `n <= 16` bytes at `src` as the two words of an inline request: byte `i` in bits
+/// `8 * (i % 8)` of word `i / 8` (the host reads them as little-endian bytes), the rest
+/// zero. Built in registers: a byte buffer on the stack would be private (scratch)
+/// memory in a GPU kernel.
+///
+/// # Safety
+/// `src..+n` readable, `n <= INLINE_BYTES`.
+#[inline(always)]
+unsafe fn pack_inline(src: *const u8, n: usize) -> [u64; 2] {
+    let (mut lo, mut hi) = (0u64, 0u64);
+    for i in 0..n {
+        // SAFETY: `i < n`.
+        let byte = u64::from(unsafe { src.add(i).read() });
+        if i < 8 {
+            lo |= byte << (8 * i);
+        } else {
+            hi |= byte << (8 * (i - 8));
+        }
+    }
+    [lo, hi]
+}
+
+/// Writes the first `n <= 16` bytes of an inline reply (packed as by [`pack_inline`]) to
+/// `dst`.
+///
+/// # Safety
+/// `dst..+n` writable, `n <= INLINE_BYTES`.
+#[inline(always)]
+unsafe fn unpack_inline([lo, hi]: [u64; 2], dst: *mut u8, n: usize) {
+    for i in 0..n {
+        let byte = if i < 8 {
+            lo >> (8 * i)
+        } else {
+            hi >> (8 * (i - 8))
+        };
+        // SAFETY: `i < n`.
+        unsafe { dst.add(i).write(byte as u8) };
     }
 }
 
@@ -422,8 +581,27 @@ pub(crate) unsafe fn atomic<T: AtomicInt>(
 /// `addr..+n` in this rank's copy of a symmetric allocation.
 #[inline(always)]
 pub(crate) unsafe fn put(addr: u64, src: *const u8, n: usize, to: usize, wait: bool) {
+    let args = [addr, src.addr() as u64, n as u64, to as u64, wait as u64, 0];
+    // SAFETY: forwarded from the caller.
+    unsafe { call_outlined(put_through_ring, args) };
+}
+
+/// [`put`]'s body, out of line (see [`call_outlined`]; the last argument is unused).
+///
+/// # Safety
+/// As [`put`].
+#[inline(never)]
+unsafe extern "C" fn put_through_ring(
+    addr: u64,
+    src: u64,
+    n: u64,
+    to: u64,
+    wait: u64,
+    _: u64,
+) -> u64 {
+    let (src, n, to, wait) = (src as *const u8, n as usize, to as usize, wait != 0);
     if n == 0 {
-        return;
+        return 0;
     }
     let base = Request {
         request: request::pack(kind::PUT, 0, 0, 0),
@@ -435,18 +613,17 @@ pub(crate) unsafe fn put(addr: u64, src: *const u8, n: usize, to: usize, wait: b
         compare: 0,
     };
     if n <= INLINE_BYTES {
-        let mut words = [0u64; 2];
-        // SAFETY: `n` readable bytes into a 16-byte buffer.
-        unsafe { core::ptr::copy_nonoverlapping(src, words.as_mut_ptr().cast(), n) };
+        // SAFETY: `n` readable bytes.
+        let [operand, compare] = unsafe { pack_inline(src, n) };
         let req = Request {
             request: base.request | request::INLINE,
-            operand: words[0],
-            compare: words[1],
+            operand,
+            compare,
             ..base
         };
         // SAFETY: nothing staged; the data is in the request.
         unsafe { post(req, core::ptr::null(), 0) };
-        return;
+        return 0;
     }
     if !staged() {
         let req = Request {
@@ -459,7 +636,7 @@ pub(crate) unsafe fn put(addr: u64, src: *const u8, n: usize, to: usize, wait: b
         {
             t.complete();
         }
-        return;
+        return 0;
     }
     let mut done = 0;
     while done < n {
@@ -472,10 +649,11 @@ pub(crate) unsafe fn put(addr: u64, src: *const u8, n: usize, to: usize, wait: b
         };
         // SAFETY: `len <= STAGING_BYTES` readable bytes at `src + done`.
         if unsafe { post(req, src.add(done), len) }.is_none() {
-            return;
+            return 0;
         }
         done += len;
     }
+    0
 }
 
 /// One thread's get of `n` bytes from the element range at `addr` (this rank's copy) on
@@ -485,8 +663,28 @@ pub(crate) unsafe fn put(addr: u64, src: *const u8, n: usize, to: usize, wait: b
 /// `dst..+n` writable; `addr..+n` in this rank's copy of a symmetric allocation.
 #[inline(always)]
 pub(crate) unsafe fn get(dst: *mut u8, addr: u64, n: usize, from: usize) {
+    let args = [dst.addr() as u64, addr, n as u64, from as u64, 0, 0];
+    // SAFETY: forwarded from the caller.
+    unsafe { call_outlined(get_through_ring, args) };
+}
+
+/// [`get`]'s body, out of line (see [`call_outlined`]; the last two arguments are
+/// unused).
+///
+/// # Safety
+/// As [`get`].
+#[inline(never)]
+unsafe extern "C" fn get_through_ring(
+    dst: u64,
+    addr: u64,
+    n: u64,
+    from: u64,
+    _: u64,
+    _: u64,
+) -> u64 {
+    let (dst, n, from) = (dst as *mut u8, n as usize, from as usize);
     if n == 0 {
-        return;
+        return 0;
     }
     let base = Request {
         request: request::pack(kind::GET, 0, 0, request::REPLY),
@@ -507,10 +705,10 @@ pub(crate) unsafe fn get(dst: *mut u8, addr: u64, n: usize, from: usize) {
             // SAFETY: posted with REPLY; nothing staged.
             && let Some(words) = unsafe { t.reply(core::ptr::null_mut(), 0) }
         {
-            // SAFETY: `n <= 16` bytes out of the two reply words into `dst`.
-            unsafe { core::ptr::copy_nonoverlapping(words.as_ptr().cast(), dst, n) };
+            // SAFETY: `n <= 16` writable bytes.
+            unsafe { unpack_inline(words, dst, n) };
         }
-        return;
+        return 0;
     }
     if !staged() {
         let req = Request {
@@ -522,7 +720,7 @@ pub(crate) unsafe fn get(dst: *mut u8, addr: u64, n: usize, from: usize) {
             // SAFETY: posted with REPLY; nothing staged.
             unsafe { t.reply(core::ptr::null_mut(), 0) };
         }
-        return;
+        return 0;
     }
     let mut done = 0;
     while done < n {
@@ -535,12 +733,13 @@ pub(crate) unsafe fn get(dst: *mut u8, addr: u64, n: usize, from: usize) {
         };
         // SAFETY: nothing staged on the way out.
         let Some(t) = (unsafe { post(req, core::ptr::null(), 0) }) else {
-            return;
+            return 0;
         };
         // SAFETY: posted with REPLY; `len` staged bytes come back into `dst + done`.
         if unsafe { t.reply(dst.add(done), len) }.is_none() {
-            return;
+            return 0;
         }
         done += len;
     }
+    0
 }

@@ -100,6 +100,17 @@ pub fn library(data_layout: &str) -> String {
          \x20 ret i64 %t\n}}"
         ),
     );
+    // A call that is never inlined: rustc drops `#[inline(never)]` on amdgcn, but the
+    // inliner honours `noinline` on a call site, and this one stays on the call when the
+    // helper itself is inlined and `%f` becomes a known function.
+    wl(
+        w,
+        format_args!(
+            "define linkonce_odr hidden i64 @symmem_amdgpu_call_outlined(ptr %f, i64 %a, i64 %b, i64 %c, i64 %d, i64 %e, i64 %g) #0 {{\n\
+         \x20 %r = call i64 %f(i64 %a, i64 %b, i64 %c, i64 %d, i64 %e, i64 %g) #1\n\
+         \x20 ret i64 %r\n}}"
+        ),
+    );
     // `symmem_amdgpu_fence_<scope>` is seq_cst; `symmem_amdgpu_fence_release_<scope>`
     // only the release half (the write-back and the wait, no invalidate).
     for (name, scope) in FENCE_SCOPES {
@@ -119,6 +130,7 @@ pub fn library(data_layout: &str) -> String {
         w,
         format_args!("attributes #0 = {{ alwaysinline nounwind }}"),
     );
+    wl(w, format_args!("attributes #1 = {{ noinline }}"));
     wl(w, format_args!("!0 = !{{}}"));
     ir
 }
