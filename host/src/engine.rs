@@ -18,8 +18,8 @@
 //! * **Staging.** Where the proxy cannot reach kernel memory (a GPU heap under an MPI
 //!   that is not GPU-aware), the device stages the bytes in the ring's host memory and
 //!   puts and gets travel as messages too, applied by the target's proxy.
-//!   `SYMMEM_ENGINE_STAGING=1` forces this path on the CPU backend, so CI exercises the
-//!   device's staging code.
+//!   `SYMMEM_ENGINE_STAGING=1` forces this path (and no window) on the CPU backend, so
+//!   CI exercises the device's staging code and the proxy's messages as a GPU uses them.
 //!
 //! Every MPI call's error is returned (`MPI_ERRORS_RETURN`): the proxy records it as
 //! [`Error::Engine`], sets the rank's abort word so every waiting kernel ends, and
@@ -30,12 +30,11 @@ use crate::error::{Error, Result};
 use crate::liveness::AbortWord;
 use mpi::ffi;
 use std::ffi::{c_int, c_void};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-use symmem_rma::AtomicOp;
-use symmem_rma::engine::{Ring, STAGING_BYTES, Slot, atomic as code, kind, request, state};
+use symmem_rma::engine::{Ring, STAGING_BYTES, Slot, apply_atomic, kind, request, state};
 
 /// Environment variable: `1` makes the CPU backend's engine stage data as a GPU's does.
 pub const ENV_ENGINE_STAGING: &str = "SYMMEM_ENGINE_STAGING";
@@ -52,10 +51,8 @@ const HEADER_WORDS: usize = 5;
 /// Words of a reply's header: result, result_hi.
 const REPLY_WORDS: usize = 2;
 
-/// The ring's layout in its shared region: the ring, the ticket counter, the slots, the
-/// staging bytes.
+/// The ring's layout in its shared region: the ring, the slots, the staging bytes.
 const RING_AT: usize = 0;
-const TICKETS_AT: usize = 128;
 const SLOTS_AT: usize = 256;
 const STAGING_AT: usize = SLOTS_AT + RING_SLOTS * size_of::<Slot>();
 
@@ -64,18 +61,94 @@ pub(crate) const fn ring_bytes() -> usize {
     STAGING_AT + RING_SLOTS * STAGING_BYTES
 }
 
+/// Whether the MPI library moves CUDA device memory itself (a CUDA-aware build): Open
+/// MPI's `MPIX_Query_cuda_support()` extension, looked up at run time, says so. An MPI
+/// without it is taken not to be: data is then staged through host memory.
+pub(crate) fn mpi_is_cuda_aware() -> bool {
+    // SAFETY: a lookup in the symbols the process has loaded.
+    let symbol = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"MPIX_Query_cuda_support".as_ptr()) };
+    if symbol.is_null() {
+        return false;
+    }
+    // SAFETY: Open MPI's extension: `int MPIX_Query_cuda_support(void)`, callable after
+    // MPI_Init.
+    let query: unsafe extern "C" fn() -> c_int = unsafe { std::mem::transmute(symbol) };
+    // SAFETY: as above.
+    unsafe { query() == 1 }
+}
+
+/// How the proxy reaches this rank's own heap, at byte offsets: the target's side of
+/// staged puts and gets and of every atomic. Each call is complete, and visible to this
+/// rank's kernels, when it returns; none waits behind this rank's own kernels.
+pub trait HeapAccess: Send {
+    /// Writes `bytes` at `offset`.
+    fn write(&mut self, offset: usize, bytes: &[u8]) -> Result<()>;
+    /// Reads `out.len()` bytes at `offset`.
+    fn read(&mut self, offset: usize, out: &mut [u8]) -> Result<()>;
+    /// Applies atomic request `request` to the element at `offset`
+    /// ([`symmem_rma::engine::apply_atomic`]); returns the old value's bits.
+    fn atomic(&mut self, offset: usize, request: u64, operand: u64, compare: u64) -> Result<u64>;
+}
+
+/// A heap in this process's address space (the CPU backend's memfd heap).
+pub(crate) struct HostHeap {
+    base: *mut u8,
+}
+
+impl HostHeap {
+    /// The heap at `base`.
+    ///
+    /// # Safety
+    /// `base` is the start of this rank's heap, mapped read-write in this process for
+    /// as long as the value lives; callers pass offsets inside it.
+    pub(crate) unsafe fn new(base: *mut u8) -> Self {
+        Self { base }
+    }
+}
+
+// SAFETY: the heap is shared memory, reachable from any thread of the process.
+unsafe impl Send for HostHeap {}
+
+impl HeapAccess for HostHeap {
+    fn write(&mut self, offset: usize, bytes: &[u8]) -> Result<()> {
+        // SAFETY: inside the heap (the proxy checks every request's range); peers'
+        // stores through the engine are ordered by the proxy, and the release fence
+        // publishes them.
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.base.add(offset), bytes.len())
+        };
+        std::sync::atomic::fence(Ordering::Release);
+        Ok(())
+    }
+    fn read(&mut self, offset: usize, out: &mut [u8]) -> Result<()> {
+        // SAFETY: inside the heap (checked by the proxy).
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.base.add(offset), out.as_mut_ptr(), out.len())
+        };
+        Ok(())
+    }
+    fn atomic(&mut self, offset: usize, request: u64, operand: u64, compare: u64) -> Result<u64> {
+        // SAFETY: an aligned element inside the heap (checked by the proxy), which
+        // kernels access only atomically.
+        Ok(unsafe { apply_atomic(self.base.add(offset), request, operand, compare) })
+    }
+}
+
 /// What the engine needs from the world that starts it.
 pub(crate) struct Start<'a, S: SharedRegion> {
     /// The bootstrap's communicator (duplicated here).
     pub(crate) comm: ffi::MPI_Comm,
     /// Host memory the device reaches, of [`ring_bytes`]; zeroed.
     pub(crate) region: &'a S,
-    /// The heap: where kernels see it and where this process reaches it.
+    /// The ring's ticket counter: a zeroed device word (see [`Ring::tickets`]).
+    pub(crate) tickets: u64,
+    /// The heap: where kernels see it, its length, and how the proxy reaches it.
     pub(crate) heap_device: u64,
-    pub(crate) heap_host: *mut u8,
     pub(crate) heap_len: usize,
-    /// Whether the proxy reaches kernel memory at the kernels' addresses.
-    pub(crate) direct: bool,
+    pub(crate) heap: Box<dyn HeapAccess>,
+    /// Where the window exposes the heap when the proxy reaches kernel memory at the
+    /// kernels' addresses (the CPU backend, a GPU-aware MPI); `None` when data is staged.
+    pub(crate) direct: Option<*mut u8>,
     pub(crate) abort: AbortWord,
 }
 
@@ -84,16 +157,16 @@ type Failure = (Option<usize>, String);
 
 /// A running engine; [`Engine::stop`] ends it.
 pub(crate) struct Engine {
-    /// The ring's `completed` and ticket words, as the host reads them.
+    /// The ring's `completed` word and its slots, as the host reads them.
     completed: *const u64,
-    tickets: *const u64,
+    slots: *const Slot,
     stop: Arc<AtomicBool>,
     failure: Arc<Mutex<Option<Failure>>>,
     thread: Option<JoinHandle<()>>,
 }
 
-// SAFETY: the two pointers are words of the world's shared region, which outlives the
-// engine (the world stops it first), read only atomically.
+// SAFETY: the pointers are into the world's shared region, which outlives the engine
+// (the world stops it first), read only atomically.
 unsafe impl Send for Engine {}
 // SAFETY: as above; every other field is thread-safe.
 unsafe impl Sync for Engine {}
@@ -101,11 +174,12 @@ unsafe impl Sync for Engine {}
 /// MPI handles and the ring, moved to the proxy thread.
 struct Proxy {
     comm: ffi::MPI_Comm,
-    win: ffi::MPI_Win,
+    /// The heap's window, where the proxy reaches kernel memory (`Ring::direct`).
+    win: Option<ffi::MPI_Win>,
     ring: *mut Ring,
     slots: *mut Slot,
     staging: *mut u8,
-    heap_host: *mut u8,
+    heap: Box<dyn HeapAccess>,
     heap_len: usize,
     abort: AbortWord,
     stop: Arc<AtomicBool>,
@@ -135,6 +209,60 @@ fn check(code: c_int, what: &'static str, peer: Option<usize>) -> Result<()> {
     })
 }
 
+/// Exposes `len` bytes at `base` (the heap, at the kernels' addresses) as a window on
+/// `comm` (collective), checks that its memory model is `MPI_WIN_UNIFIED` and locks it
+/// for every target.
+fn window(comm: ffi::MPI_Comm, base: *mut u8, len: usize) -> Result<ffi::MPI_Win> {
+    // SAFETY: plain MPI calls on a live communicator and the live heap.
+    unsafe {
+        let mut win = std::mem::MaybeUninit::uninit();
+        check(
+            ffi::MPI_Win_create(
+                base.cast(),
+                len as ffi::MPI_Aint,
+                1,
+                ffi::RSMPI_INFO_NULL,
+                comm,
+                win.as_mut_ptr(),
+            ),
+            "MPI_Win_create over the symmetric heap",
+            None,
+        )?;
+        let win = win.assume_init();
+        check(
+            ffi::MPI_Win_set_errhandler(win, ffi::RSMPI_ERRORS_RETURN),
+            "MPI_Win_set_errhandler",
+            None,
+        )?;
+        let mut model: *mut c_int = std::ptr::null_mut();
+        let mut found: c_int = 0;
+        check(
+            ffi::MPI_Win_get_attr(
+                win,
+                ffi::MPI_WIN_MODEL as c_int,
+                (&raw mut model).cast(),
+                &mut found,
+            ),
+            "MPI_Win_get_attr(MPI_WIN_MODEL)",
+            None,
+        )?;
+        if found == 0 || model.is_null() || *model != ffi::MPI_WIN_UNIFIED as c_int {
+            return Err(Error::Engine {
+                peer: None,
+                what: "the MPI window's memory model is not MPI_WIN_UNIFIED: kernels \
+                       would not see puts without MPI_Win_sync"
+                    .into(),
+            });
+        }
+        check(
+            ffi::MPI_Win_lock_all(ffi::MPI_MODE_NOCHECK as c_int, win),
+            "MPI_Win_lock_all",
+            None,
+        )?;
+        Ok(win)
+    }
+}
+
 impl Engine {
     /// Starts the engine: duplicates the communicator, creates the heap's window (both
     /// collective: every rank of the world calls this), lays out the ring in `region`
@@ -149,69 +277,28 @@ impl Engine {
         )?;
         // SAFETY: MPI_Comm_dup succeeded.
         let comm = unsafe { comm.assume_init() };
-        // SAFETY: plain MPI calls on the fresh communicator and the live heap.
-        let win = unsafe {
-            check(
-                ffi::MPI_Comm_set_errhandler(comm, ffi::RSMPI_ERRORS_RETURN),
-                "MPI_Comm_set_errhandler",
-                None,
-            )?;
-            let mut win = std::mem::MaybeUninit::uninit();
-            check(
-                ffi::MPI_Win_create(
-                    start.heap_host.cast(),
-                    start.heap_len as ffi::MPI_Aint,
-                    1,
-                    ffi::RSMPI_INFO_NULL,
-                    comm,
-                    win.as_mut_ptr(),
-                ),
-                "MPI_Win_create over the symmetric heap",
-                None,
-            )?;
-            let win = win.assume_init();
-            check(
-                ffi::MPI_Win_set_errhandler(win, ffi::RSMPI_ERRORS_RETURN),
-                "MPI_Win_set_errhandler",
-                None,
-            )?;
-            let mut model: *mut c_int = std::ptr::null_mut();
-            let mut found: c_int = 0;
-            check(
-                ffi::MPI_Win_get_attr(
-                    win,
-                    ffi::MPI_WIN_MODEL as c_int,
-                    (&raw mut model).cast(),
-                    &mut found,
-                ),
-                "MPI_Win_get_attr(MPI_WIN_MODEL)",
-                None,
-            )?;
-            if found == 0 || model.is_null() || *model != ffi::MPI_WIN_UNIFIED as c_int {
-                return Err(Error::Engine {
-                    peer: None,
-                    what: "the MPI window's memory model is not MPI_WIN_UNIFIED: kernels \
-                           would not see puts without MPI_Win_sync"
-                        .into(),
-                });
-            }
-            check(
-                ffi::MPI_Win_lock_all(ffi::MPI_MODE_NOCHECK as c_int, win),
-                "MPI_Win_lock_all",
-                None,
-            )?;
-            win
+        check(
+            // SAFETY: the fresh communicator.
+            unsafe { ffi::MPI_Comm_set_errhandler(comm, ffi::RSMPI_ERRORS_RETURN) },
+            "MPI_Comm_set_errhandler",
+            None,
+        )?;
+        // Forced staging goes without a window, as under an MPI that cannot reach GPU memory.
+        let staging_forced = std::env::var(ENV_ENGINE_STAGING).as_deref() == Ok("1");
+        let win = match start.direct.filter(|_| !staging_forced) {
+            Some(base) => Some(window(comm, base, start.heap_len)?),
+            None => None,
         };
         let host = start.region.host_ptr();
         let device = start.region.device_ptr();
         let ring = host.wrapping_add(RING_AT).cast::<Ring>();
-        let direct = start.direct && std::env::var(ENV_ENGINE_STAGING).as_deref() != Ok("1");
+        let direct = win.is_some();
         // SAFETY: the region is zeroed, of `ring_bytes()`, and no kernel uses it yet.
         unsafe {
             ring.write(Ring {
                 slots: device + SLOTS_AT as u64,
                 capacity: RING_SLOTS as u64,
-                tickets: device + TICKETS_AT as u64,
+                tickets: start.tickets,
                 completed: 0,
                 heap_base: start.heap_device,
                 heap_len: start.heap_len as u64,
@@ -227,7 +314,7 @@ impl Engine {
             ring,
             slots: host.wrapping_add(SLOTS_AT).cast(),
             staging: host.wrapping_add(STAGING_AT),
-            heap_host: start.heap_host,
+            heap: start.heap,
             heap_len: start.heap_len,
             abort: start.abort,
             stop: stop.clone(),
@@ -243,7 +330,7 @@ impl Engine {
         let engine = Self {
             // SAFETY: fields of the ring written above.
             completed: unsafe { &raw const (*ring).completed },
-            tickets: host.wrapping_add(TICKETS_AT).cast(),
+            slots: host.wrapping_add(SLOTS_AT).cast(),
             stop,
             failure,
             thread: Some(thread),
@@ -262,6 +349,10 @@ impl Engine {
 
     /// Waits until the proxy has completed every request kernels posted (call it after
     /// the device is idle); bounded by `deadline`.
+    ///
+    /// With the device idle, every ticket taken has its slot filled, and the proxy serves
+    /// tickets in order: it is done when the slot of the first ticket not completed holds
+    /// no request.
     pub(crate) fn quiet(&self, deadline: Duration) -> Result<()> {
         let start = Instant::now();
         loop {
@@ -269,13 +360,14 @@ impl Engine {
                 return Err(e);
             }
             // SAFETY: live words of the ring, read atomically.
-            let (done, taken) = unsafe {
-                (
-                    AtomicU64::from_ptr(self.completed.cast_mut()).load(Ordering::Acquire),
-                    AtomicU64::from_ptr(self.tickets.cast_mut()).load(Ordering::Acquire),
-                )
+            let (done, turn) = unsafe {
+                let done = AtomicU64::from_ptr(self.completed.cast_mut()).load(Ordering::Acquire);
+                let slot = self.slots.add((done % RING_SLOTS as u64) as usize);
+                let turn = AtomicU64::from_ptr((&raw const (*slot).turn).cast_mut());
+                (done, turn.load(Ordering::Acquire))
             };
-            if done >= taken {
+            let lap = done / RING_SLOTS as u64;
+            if turn != lap * 4 + state::FULL {
                 return Ok(());
             }
             if start.elapsed() > deadline {
@@ -283,7 +375,7 @@ impl Engine {
                     peer: None,
                     waited: start.elapsed(),
                     signal: 0,
-                    value: taken,
+                    value: done + 1,
                     seen: done,
                 });
             }
@@ -317,6 +409,8 @@ impl Drop for Engine {
 /// A request that waits for the target's reply.
 struct InFlight {
     ticket: u64,
+    /// An inline get: its data comes back as the reply's words, not staged bytes.
+    inline_get: bool,
     request: ffi::MPI_Request,
     reply: Vec<u8>,
     /// The header it sent, and its send request (kept alive until both complete).
@@ -333,6 +427,15 @@ struct Outgoing {
 
 fn words_to_bytes(words: &[u64]) -> Vec<u8> {
     words.iter().flat_map(|w| w.to_le_bytes()).collect()
+}
+
+/// The two words of an inline request as its 16 data bytes (little-endian, as the
+/// device packs them).
+fn inline_bytes(words: &[u64; 2]) -> [u8; 16] {
+    let mut out = [0u8; 16];
+    out[..8].copy_from_slice(&words[0].to_le_bytes());
+    out[8..].copy_from_slice(&words[1].to_le_bytes());
+    out
 }
 
 fn word(bytes: &[u8], i: usize) -> u64 {
@@ -382,8 +485,10 @@ impl Proxy {
                 for mut o in outgoing {
                     ffi::MPI_Wait(&mut o.request, ffi::RSMPI_STATUS_IGNORE);
                 }
-                ffi::MPI_Win_unlock_all(self.win);
-                ffi::MPI_Win_free(&mut self.win);
+                if let Some(mut win) = self.win {
+                    ffi::MPI_Win_unlock_all(win);
+                    ffi::MPI_Win_free(&mut win);
+                }
                 ffi::MPI_Comm_free(&mut self.comm);
             }
         }
@@ -412,7 +517,7 @@ impl Proxy {
     }
 
     /// Serves the requests peers sent to this rank; true if it served any.
-    fn serve(&self, outgoing: &mut Vec<Outgoing>) -> Result<bool> {
+    fn serve(&mut self, outgoing: &mut Vec<Outgoing>) -> Result<bool> {
         outgoing.retain_mut(|o| {
             let mut flag: c_int = 0;
             // SAFETY: a live request of this proxy.
@@ -491,7 +596,7 @@ impl Proxy {
     }
 
     /// Applies a request from rank `from` to this rank's heap; returns the reply.
-    fn apply(&self, message: &[u8], from: usize) -> Result<Vec<u8>> {
+    fn apply(&mut self, message: &[u8], from: usize) -> Result<Vec<u8>> {
         let [req, offset, len, operand, compare] = std::array::from_fn(|i| word(message, i));
         let payload = message.get(HEADER_WORDS * 8..).unwrap_or(&[]);
         let bad = || Error::Engine {
@@ -504,21 +609,26 @@ impl Proxy {
         if end > self.heap_len as u64 {
             return Err(bad());
         }
-        let at = self.heap_host.wrapping_add(offset as usize);
+        let (offset, len) = (offset as usize, len as usize);
         let mut reply = [0u64; REPLY_WORDS];
         match request::kind(req) {
-            kind::ATOMIC => reply[0] = apply_atomic(at, req, operand, compare),
+            kind::ATOMIC => {
+                if offset % len.max(1) != 0 || !matches!(len, 4 | 8) {
+                    return Err(Error::Engine {
+                        peer: Some(from),
+                        what: format!("a {len}-byte atomic at misaligned offset {offset:#x}"),
+                    });
+                }
+                reply[0] = self.heap.atomic(offset, req, operand, compare)?;
+            }
             kind::PUT => {
-                let n = payload.len().min(len as usize);
-                // SAFETY: inside the heap (checked); peers' stores through the engine
-                // are ordered by the proxy, and the release fence below publishes them.
-                unsafe { std::ptr::copy_nonoverlapping(payload.as_ptr(), at, n) };
-                std::sync::atomic::fence(Ordering::Release);
+                let n = payload.len().min(len);
+                self.heap.write(offset, &payload[..n])?;
             }
             kind::GET => {
                 let mut out = words_to_bytes(&reply);
-                // SAFETY: inside the heap (checked).
-                out.extend_from_slice(unsafe { std::slice::from_raw_parts(at, len as usize) });
+                out.resize(out.len() + len, 0);
+                self.heap.read(offset, &mut out[REPLY_WORDS * 8..])?;
                 return Ok(out);
             }
             other => {
@@ -549,11 +659,15 @@ impl Proxy {
             // SAFETY: the send completed before its reply could arrive.
             unsafe { ffi::MPI_Wait(&mut f.send, ffi::RSMPI_STATUS_IGNORE) };
             let f = inflight.take().expect("in flight");
-            self.finish(
-                f.ticket,
-                [word(&f.reply, 0), word(&f.reply, 1)],
-                &f.reply[REPLY_WORDS * 8..],
-            );
+            let (head_words, data) = f.reply.split_at(REPLY_WORDS * 8);
+            if f.inline_get {
+                let mut inline = [0u8; 16];
+                let n = data.len().min(16);
+                inline[..n].copy_from_slice(&data[..n]);
+                self.finish(f.ticket, [word(&inline, 0), word(&inline, 1)], &[]);
+            } else {
+                self.finish(f.ticket, [word(head_words, 0), word(head_words, 1)], data);
+            }
             *head += 1;
             return Ok(true);
         }
@@ -576,11 +690,13 @@ impl Proxy {
                 (*slot).compare,
             )
         };
-        let staged = req & request::STAGED != 0;
         let inline = req & request::INLINE != 0;
+        // Through the window where there is one and the data is not staged; otherwise the
+        // request (and inline or staged data) travels as a message.
+        let direct = req & request::STAGED == 0 && self.win.is_some();
+        let words = [operand, compare];
         match request::kind(req) {
-            kind::PUT if !staged => {
-                let words = [operand, compare];
+            kind::PUT if direct => {
                 let src = if inline {
                     words.as_ptr().cast::<u8>()
                 } else {
@@ -590,7 +706,7 @@ impl Proxy {
                 self.finish(*head, [0; 2], &[]);
                 *head += 1;
             }
-            kind::GET if !staged => {
+            kind::GET if direct => {
                 let mut words = [0u64; 2];
                 let dst = if inline {
                     words.as_mut_ptr().cast::<u8>()
@@ -603,10 +719,13 @@ impl Proxy {
             }
             _ => {
                 let mut sent = words_to_bytes(&[req, offset, len, operand, compare]);
+                let inline_data = inline_bytes(&words);
                 if request::kind(req) == kind::PUT {
-                    // SAFETY: the slot's staging bytes hold `len <= STAGING_BYTES`.
-                    sent.extend_from_slice(unsafe {
-                        std::slice::from_raw_parts(self.staging(*head), len as usize)
+                    sent.extend_from_slice(if inline {
+                        &inline_data[..(len as usize).min(16)]
+                    } else {
+                        // SAFETY: the slot's staging bytes hold `len <= STAGING_BYTES`.
+                        unsafe { std::slice::from_raw_parts(self.staging(*head), len as usize) }
                     });
                 }
                 let reply_len = REPLY_WORDS * 8
@@ -619,6 +738,7 @@ impl Proxy {
                 let null = unsafe { ffi::RSMPI_REQUEST_NULL };
                 let mut f = InFlight {
                     ticket: *head,
+                    inline_get: inline && request::kind(req) == kind::GET,
                     request: null,
                     reply: vec![0u8; reply_len],
                     sent,
@@ -663,6 +783,10 @@ impl Proxy {
     /// `MPI_Put` (`put`) or `MPI_Get` of `len` bytes between `local` and `offset` in
     /// `peer`'s heap window, then `MPI_Win_flush`: complete at both ends on return.
     fn rma(&self, put: bool, local: *mut u8, peer: usize, offset: u64, len: usize) -> Result<()> {
+        let win = self.win.ok_or_else(|| Error::Engine {
+            peer: Some(peer),
+            what: "a direct request, but the heap has no window (data is staged)".into(),
+        })?;
         const CHUNK: usize = 1 << 30;
         let mut done = 0;
         while done < len {
@@ -682,7 +806,7 @@ impl Proxy {
                         target,
                         n as c_int,
                         ffi::RSMPI_UINT8_T,
-                        self.win,
+                        win,
                     )
                 } else {
                     ffi::MPI_Get(
@@ -693,7 +817,7 @@ impl Proxy {
                         target,
                         n as c_int,
                         ffi::RSMPI_UINT8_T,
-                        self.win,
+                        win,
                     )
                 }
             };
@@ -702,7 +826,7 @@ impl Proxy {
         }
         // SAFETY: the proxy's window.
         check(
-            unsafe { ffi::MPI_Win_flush(peer as c_int, self.win) },
+            unsafe { ffi::MPI_Win_flush(peer as c_int, win) },
             "MPI_Win_flush",
             Some(peer),
         )
@@ -736,50 +860,5 @@ impl Proxy {
             AtomicU64::from_ptr(&raw mut (*self.ring).completed)
                 .store(ticket + 1, Ordering::Release);
         }
-    }
-}
-
-/// Applies an atomic request to the element at `at` (this rank's heap); returns the old
-/// value's bits.
-fn apply_atomic(at: *mut u8, req: u64, operand: u64, compare: u64) -> u64 {
-    let op = request::atomic(req);
-    let signed = req & request::SIGNED != 0;
-    macro_rules! on {
-        ($a:ty, $t:ty, $u:ty) => {{
-            // SAFETY: the element is in this rank's heap (checked by the caller) and
-            // aligned (the device checked its own copy, and heaps share alignment);
-            // kernels access it only atomically.
-            let a = unsafe { <$a>::from_ptr(at.cast()) };
-            let v = operand as $u as $t;
-            let o = Ordering::SeqCst;
-            let old = match op {
-                code::CAS => a
-                    .compare_exchange(compare as $u as $t, v, o, o)
-                    .unwrap_or_else(|x| x),
-                code::LOAD => a.load(o),
-                code::STORE => {
-                    a.store(v, o);
-                    0 as $t
-                }
-                i => match AtomicOp::ALL.get(i as usize) {
-                    Some(AtomicOp::Add) => a.fetch_add(v, o),
-                    Some(AtomicOp::Sub) => a.fetch_sub(v, o),
-                    Some(AtomicOp::Xchg) => a.swap(v, o),
-                    Some(AtomicOp::And) => a.fetch_and(v, o),
-                    Some(AtomicOp::Or) => a.fetch_or(v, o),
-                    Some(AtomicOp::Xor) => a.fetch_xor(v, o),
-                    Some(AtomicOp::Min) => a.fetch_min(v, o),
-                    Some(AtomicOp::Max) => a.fetch_max(v, o),
-                    None => 0 as $t,
-                },
-            };
-            old as $u as u64
-        }};
-    }
-    match (request::size(req), signed) {
-        (4, false) => on!(AtomicU32, u32, u32),
-        (4, true) => on!(AtomicI32, i32, u32),
-        (8, true) => on!(AtomicI64, i64, u64),
-        _ => on!(AtomicU64, u64, u64),
     }
 }

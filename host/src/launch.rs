@@ -225,6 +225,40 @@ impl<'w, B: Backend> Module<'w, B> {
 /// The most parameters a kernel has (the tuples `Params` is implemented for).
 const MAX_PARAMS: usize = 16;
 
+/// Enqueues `kernel` of `module` over `grid` on `backend` with arguments already lowered
+/// to the kernel's ABI (`abi`): [`Module::launch`] without the handle checks, for
+/// launches below the world (the engine's proxy applying a peer's atomic, and backend
+/// tests whose heaps and tables are made by hand).
+///
+/// # Safety
+/// Every address in `abi` satisfies `kernel`'s contract: memory `backend`'s kernels
+/// reach, of the lengths the other arguments give, alive until the launch completes.
+#[cfg(any(test, feature = "mpi"))]
+pub(crate) unsafe fn launch_lowered<B: Backend, P: Params>(
+    backend: &B,
+    module: &B::Module,
+    kernel: Kernel<P>,
+    grid: Grid,
+    abi: P::Abi,
+) -> Result<()> {
+    let host = HostBody { kernel, abi };
+    let mut pointers = [std::ptr::null::<()>(); MAX_PARAMS];
+    let mut count = 0;
+    P::visit(&host.abi, &mut |p| {
+        pointers[count] = p;
+        count += 1;
+    });
+    let launch = KernelLaunch {
+        name: kernel.name(),
+        args: &pointers[..count],
+        slots: P::SLOTS,
+        host: &host,
+    };
+    // SAFETY: one pointer per parameter into `host.abi`, which outlives the call; the
+    // addresses in it are the caller's contract.
+    unsafe { backend.launch(module, &launch, grid) }
+}
+
 /// A kernel's body with its lowered arguments, run by the CPU backend on each thread.
 struct HostBody<P: Params> {
     kernel: Kernel<P>,

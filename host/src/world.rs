@@ -249,9 +249,9 @@ pub struct World<B: Backend> {
     /// stopped when the world leaves, before the ring and heap it uses are freed.
     #[cfg(feature = "mpi")]
     engine: Option<crate::engine::Engine>,
-    /// The engine's request ring (host memory the device reaches).
+    /// The engine's request ring and ticket counter.
     #[cfg(feature = "mpi")]
-    _ring_memory: Option<B::Shared>,
+    _engine_memory: Option<EngineMemory<B>>,
     /// Unique in this process: handles name their world by it.
     serial: u64,
     /// symmem's own kernels (`symmem-kernels`), loaded like any kernel crate.
@@ -415,7 +415,7 @@ impl<B: Backend> World<B> {
             #[cfg(feature = "mpi")]
             engine,
             #[cfg(feature = "mpi")]
-            _ring_memory: ring_memory,
+            _engine_memory: ring_memory,
             serial,
             kernels,
             modules: Mutex::new(Vec::new()),
@@ -1425,16 +1425,27 @@ impl Fault {
     }
 }
 
+/// The memory an engine's ring lives in: its slots and staging bytes (host memory the
+/// device reaches), and its ticket counter (a device word).
+#[cfg(feature = "mpi")]
+type EngineMemory<B> = (<B as Backend>::Shared, <B as Backend>::DeviceMemory);
+
 /// Starts the off-node engine of a world that spans several nodes: its proxy, its ring
-/// in host memory the device reaches, and the window over `heap`. Returns the engine, the
-/// ring's device address and the ring's memory.
+/// and the window over `heap`. Returns the engine, the ring's device address and the
+/// ring's memory.
+///
+/// The proxy moves data between kernel memory and the window itself where it can reach
+/// kernel memory: always on the CPU backend, and on CUDA when the MPI says it is
+/// CUDA-aware ([`crate::engine::mpi_is_cuda_aware`]). Elsewhere data is staged through
+/// the ring and applied by the target's proxy ([`Backend::engine_heap`]).
 #[cfg(feature = "mpi")]
 fn start_engine<B: Backend>(
     bootstrap: &dyn Bootstrap,
     backend: &B,
     heap: &B::Heap,
     abort: AbortWord,
-) -> Result<(crate::engine::Engine, u64, B::Shared)> {
+) -> Result<(crate::engine::Engine, u64, EngineMemory<B>)> {
+    use crate::backend::BackendKind;
     let mpi = bootstrap.mpi().ok_or(Error::NoEngine(
         "the off-node engine needs the MPI bootstrap (ranks started by mpirun)",
     ))?;
@@ -1444,21 +1455,28 @@ fn start_engine<B: Backend>(
             provided: mpi.provided,
         });
     }
-    if backend.kind() != crate::backend::BackendKind::Cpu {
-        return Err(Error::NoEngine(
-            "the engine's staging path for GPU heaps is not built yet (CPU backend only)",
-        ));
-    }
-    let memory = backend.alloc_shared(crate::engine::ring_bytes())?;
+    let heap_access = backend.engine_heap(heap)?;
+    let direct = match backend.kind() {
+        BackendKind::Cpu => true,
+        BackendKind::Cuda => crate::engine::mpi_is_cuda_aware(),
+        _ => false,
+    };
+    let region = backend.alloc_shared(crate::engine::ring_bytes())?;
+    let tickets = backend.alloc_device(size_of::<u64>())?;
+    // SAFETY: the fresh 8-byte allocation; kernels launched later on this rank's stream
+    // see the zero.
+    unsafe { backend.memset(tickets.base(), 0, size_of::<u64>())? };
     let (engine, ring) = crate::engine::Engine::start(crate::engine::Start {
         comm: mpi.comm,
-        region: &memory,
+        region: &region,
+        tickets: tickets.base(),
         heap_device: heap.base(),
-        // The CPU backend's heap is host memory at the address kernels use.
-        heap_host: heap.base() as *mut u8,
         heap_len: heap.len(),
-        direct: true,
+        heap: heap_access,
+        // Where the window exposes the heap: the kernels' own address (host memory on
+        // the CPU backend, device memory under a CUDA-aware MPI).
+        direct: direct.then(|| std::ptr::with_exposed_provenance_mut(heap.base() as usize)),
         abort,
     })?;
-    Ok((engine, ring, memory))
+    Ok((engine, ring, (region, tickets)))
 }

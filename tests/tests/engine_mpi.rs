@@ -6,7 +6,11 @@
 //! * `-np 4` with 2 ranks per node, and with 1 rank per node (every peer remote), the
 //!   latter also with the data staged through the ring as on a GPU heap
 //!   (`SYMMEM_ENGINE_STAGING=1`);
-//! * `-np 8` with 4 ranks per node.
+//! * `-np 8` with 4 ranks per node;
+//! * on the CUDA backend (`engine-ranks --cuda`, the staging path of an MPI that is not
+//!   CUDA-aware), `-np 2` and `-np 4` with 1 rank per node and `-np 4` with 2: these
+//!   print `skipped: <reason>` and pass where no CUDA device answers (recorded runs on
+//!   the H200: `BENCHMARKS.md`).
 //!
 //! Without `mpirun` on PATH these tests fail, unless `SYMMEM_SKIP_MPI=1`.
 
@@ -14,6 +18,18 @@ use std::time::Duration;
 use symmem_tests::mpi::{self, mpirun_available};
 
 fn run(np: usize, per_node: usize, staged: bool) {
+    run_on(np, per_node, staged, &[]);
+}
+
+fn run_cuda(np: usize, per_node: usize) {
+    if let Err(e) = symmem::backend::cuda::Cuda::device_count() {
+        println!("skipped: no CUDA device ({e})");
+        return;
+    }
+    run_on(np, per_node, false, &["--cuda"]);
+}
+
+fn run_on(np: usize, per_node: usize, staged: bool, args: &[&str]) {
     if !mpirun_available() {
         return;
     }
@@ -24,7 +40,7 @@ fn run(np: usize, per_node: usize, staged: bool) {
         np,
         &["-x", &split, "-x", &staging],
         &exe,
-        &[],
+        args,
         Duration::from_secs(300),
     );
     let all = run.all();
@@ -61,4 +77,19 @@ fn np4_every_peer_on_another_node_staged() {
 #[test]
 fn np8_two_nodes_of_four() {
     run(8, 4, false);
+}
+
+#[test]
+fn cuda_np2_every_peer_on_another_node() {
+    run_cuda(2, 1);
+}
+
+#[test]
+fn cuda_np4_every_peer_on_another_node() {
+    run_cuda(4, 1);
+}
+
+#[test]
+fn cuda_np4_two_nodes_of_two() {
+    run_cuda(4, 2);
 }

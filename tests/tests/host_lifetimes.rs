@@ -173,6 +173,13 @@ impl Backend for Recording {
     fn alloc_shared(&self, bytes: usize) -> symmem::Result<Self::Shared> {
         self.cpu.alloc_shared(bytes)
     }
+    #[cfg(feature = "mpi")]
+    fn engine_heap(
+        &self,
+        heap: &Self::Heap,
+    ) -> symmem::Result<Box<dyn symmem::engine::HeapAccess>> {
+        self.cpu.engine_heap(&heap.0.lock().expect("cell").inner)
+    }
     unsafe fn watch(
         &self,
         module: &mut Self::Module,

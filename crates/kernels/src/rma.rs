@@ -153,3 +153,62 @@ pub unsafe fn symmem_rma_signal_wait_until(
         }
     }
 }
+
+/// The off-node engine's atomic on a GPU heap: the target's proxy launches it with one
+/// thread to apply a peer's atomic request ([`symmem_rma::engine::apply_atomic`]) to
+/// the element at `at`, and reads the old value's bits back from `old`.
+///
+/// # Safety
+/// `at` is an element of this rank's heap, valid and aligned for the request's element
+/// size; `old` is a writable 8-byte word.
+#[kernel]
+pub unsafe fn symmem_engine_atomic(
+    arch: &impl Arch,
+    at: *mut u8,
+    request: u64,
+    operand: u64,
+    compare: u64,
+    old: *mut u64,
+) {
+    if arch.global_id() == 0 {
+        // SAFETY: forwarded from the proxy, which checked the element is in the heap.
+        unsafe {
+            old.write(symmem_rma::engine::apply_atomic(
+                at, request, operand, compare,
+            ))
+        }
+    }
+}
+
+/// Put until delivered, `repeats` times: block 0 puts `n` bytes from local `src` to
+/// symmetric `dst` on rank `to` and waits until they are visible there (a put, then a
+/// quiet), again and again. The device loop of the put latency and bandwidth
+/// benchmarks; other blocks return at once.
+///
+/// # Safety
+/// As `symmem_rma_put`.
+#[kernel]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn symmem_rma_put_delivered(
+    arch: &impl Arch,
+    dst: *mut u8,
+    src: *const u8,
+    bases: PeerTable,
+    world: u32,
+    rank: u32,
+    n: u64,
+    to: u32,
+    repeats: u32,
+) {
+    if arch.block_id() != 0 {
+        return;
+    }
+    // SAFETY: as in `symmem_rma_put`.
+    unsafe {
+        let team = bases.team(world, rank);
+        for _ in 0..repeats {
+            team.put_nbi_block(arch, dst, src, n as usize, to as usize);
+            team.quiet_block(arch);
+        }
+    }
+}

@@ -410,6 +410,16 @@ impl Backend for Cpu {
         ))?;
         Ok(CpuShared { ptr, layout })
     }
+    #[cfg(feature = "mpi")]
+    fn engine_heap(&self, heap: &CpuMemory) -> Result<Box<dyn crate::engine::HeapAccess>> {
+        // SAFETY: the heap's mapping in this process; the world keeps it until the
+        // engine has stopped.
+        Ok(Box::new(unsafe {
+            crate::engine::HostHeap::new(
+                std::ptr::with_exposed_provenance_mut(heap.base() as usize),
+            )
+        }))
+    }
     unsafe fn watch(&self, module: &mut CpuModule, control: &CpuShared) -> Result<()> {
         module.control = control.host_ptr().expose_provenance();
         Ok(())

@@ -174,6 +174,13 @@ pub trait Backend: Send + Sync + 'static {
     fn load_module(&self, objects: &'static CodeObjects) -> Result<Self::Module>;
     /// Allocates `bytes` of zeroed host memory that this device reaches too.
     fn alloc_shared(&self, bytes: usize) -> Result<Self::Shared>;
+    /// The off-node engine's access to `heap` from its proxy thread (the target's side of
+    /// staged data and atomics): complete and visible to this rank's kernels when each
+    /// call returns, never queued behind them.
+    ///
+    /// Errors: [`crate::Error::NoEngine`] where the backend has none; the backend's errors.
+    #[cfg(feature = "mpi")]
+    fn engine_heap(&self, heap: &Self::Heap) -> Result<Box<dyn crate::engine::HeapAccess>>;
     /// Points the bounded waits of `module`'s kernels at the control block `control`
     /// (the module global `SYMMEM_CONTROL` on GPUs; the kernel threads' control on the
     /// CPU). A module without that global has no waits: nothing to do.

@@ -29,16 +29,16 @@ mod rma_ranks;
 use rma_ranks::{FILL, assert_bytes, filled, handles, local, patterned};
 use std::process::ExitCode;
 use symmem::backend::cpu::Cpu;
+use symmem::backend::cuda::Cuda;
 use symmem::backend::{Backend, Grid};
+use symmem::bootstrap::Bootstrap;
 use symmem::bootstrap::mpi::MpiBootstrap;
 use symmem::collectives::{Algorithm, ReduceOp};
 use symmem::{Config, Error, PeerBaseProvider, Rendezvous, World};
 
-type W = World<Cpu>;
-
 const SIZES: [usize; 5] = [0, 1, 17, 4095, 70_000];
 
-fn tables(w: &W) -> symmem::Result<()> {
+fn tables<B: Backend>(w: &World<B>) -> symmem::Result<()> {
     let me = w.rank();
     let t = w.topology();
     let check = |what: &str, entries: &[u64]| {
@@ -74,7 +74,7 @@ fn tables(w: &W) -> symmem::Result<()> {
 
 /// Every rank puts its stamp into its slot of every peer's buffer, then gets every
 /// peer's own slot back.
-fn host_put_get(w: &W) -> symmem::Result<()> {
+fn host_put_get<B: Backend>(w: &World<B>) -> symmem::Result<()> {
     let (me, n) = (w.rank(), w.world_size());
     let len = 3000;
     let buf = w.zeros::<u32>(n * len)?;
@@ -109,7 +109,7 @@ fn host_put_get(w: &W) -> symmem::Result<()> {
     w.barrier()
 }
 
-fn byte_collectives(w: &W) -> symmem::Result<()> {
+fn byte_collectives<B: Backend>(w: &World<B>) -> symmem::Result<()> {
     let cs = handles(w)?;
     let (me, n) = (w.rank(), w.world_size());
     let mut keep = Vec::new();
@@ -168,7 +168,7 @@ fn value(r: usize, i: usize) -> i32 {
     ((i as i32).wrapping_mul(0x3b9a_ca07) ^ (r as i32 * 977)).wrapping_add(i as i32 >> 3)
 }
 
-fn reductions(w: &W) -> symmem::Result<()> {
+fn reductions<B: Backend>(w: &World<B>) -> symmem::Result<()> {
     let cs = handles(w)?;
     let (me, n) = (w.rank(), w.world_size());
     for (k, &count) in [1usize, 17, 1000].iter().enumerate() {
@@ -220,7 +220,7 @@ fn reductions(w: &W) -> symmem::Result<()> {
     w.barrier()
 }
 
-fn examples(w: &W) -> symmem::Result<()> {
+fn examples<B: Backend>(w: &World<B>) -> symmem::Result<()> {
     let (me, n) = (w.rank(), w.world_size());
     let module = w.load(symmem_tests::objects::of("peer_put_kernels"))?;
     let data = w.zeros::<u32>(4 * n)?;
@@ -254,17 +254,46 @@ fn examples(w: &W) -> symmem::Result<()> {
 fn run() -> symmem::Result<String> {
     let config = Config {
         heap_bytes: 64 << 20,
+        // A device wait that cannot finish ends the run with its error, not a hang.
+        wait_deadline: std::time::Duration::from_secs(20),
         ..Config::default()
     };
-    let w = World::new(Box::new(MpiBootstrap::new()?), Cpu::new(), &config)?;
-    tables(&w)?;
-    host_put_get(&w)?;
-    rma_ranks::barrier_rounds(&w, 10)?;
-    rma_ranks::put_with_signal_rounds(&w, &SIZES)?;
-    rma_ranks::atomic_rounds(&w)?;
-    byte_collectives(&w)?;
-    reductions(&w)?;
-    examples(&w)?;
+    let bootstrap = Box::new(MpiBootstrap::new()?);
+    match std::env::args().nth(1).as_deref() {
+        Some("--cuda") => {
+            let backend = Cuda::for_rank(bootstrap.rank())?;
+            checks(World::new(bootstrap, backend, &config)?)
+        }
+        _ => checks(World::new(bootstrap, Cpu::new(), &config)?),
+    }
+}
+
+/// Every check, in order, on world `w`; then the world leaves.
+fn checks<B: Backend>(w: World<B>) -> symmem::Result<String> {
+    // Each phase's end goes to stderr with its time, so a run that stops says where.
+    let start = std::time::Instant::now();
+    let phase = |name: &str, result: symmem::Result<()>| {
+        eprintln!(
+            "engine-ranks: rank {}: {name} {} at {:.2?}",
+            w.rank(),
+            if result.is_ok() { "done" } else { "failed" },
+            start.elapsed()
+        );
+        result
+    };
+    phase("tables", tables(&w))?;
+    phase("host put/get", host_put_get(&w))?;
+    phase("barriers", rma_ranks::barrier_rounds(&w, 10))?;
+    phase(
+        "put with signal",
+        rma_ranks::put_with_signal_rounds(&w, &SIZES),
+    )?;
+    // Every thread's add to an off-node counter is one proxied request: small grids.
+    let grids = [Grid::new(2, 8), Grid::new(3, 2)];
+    phase("atomics", rma_ranks::atomic_rounds_on(&w, grids, 16))?;
+    phase("byte collectives", byte_collectives(&w))?;
+    phase("reductions", reductions(&w))?;
+    phase("examples", examples(&w))?;
     let t = w.topology();
     let line = format!(
         "engine-ranks: rank {} of {} on node {} of {}: ok",

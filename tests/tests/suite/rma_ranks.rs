@@ -242,7 +242,6 @@ pub fn put_with_signal_rounds<B: Backend>(w: &World<B>, sizes: &[usize]) -> symm
 /// counter, four rounds over two grids, give exactly `world * blocks * threads * iters`
 /// more on each every round.
 pub fn atomic_rounds<B: Backend>(w: &World<B>) -> symmem::Result<()> {
-    let (me, n) = (w.rank(), w.world_size());
     let gpu = on_gpu(w);
     let contended = if gpu {
         default_grid(w.backend().kind())
@@ -252,11 +251,22 @@ pub fn atomic_rounds<B: Backend>(w: &World<B>) -> symmem::Result<()> {
             threads: 8,
         }
     };
+    let grids = [contended, second_grid(gpu)];
+    atomic_rounds_on(w, grids, if gpu { 32 } else { 100 })
+}
+
+/// [`atomic_rounds`] with the two launches' grids and each thread's number of adds
+/// chosen by the caller (an off-node peer is reached one proxied request at a time).
+pub fn atomic_rounds_on<B: Backend>(
+    w: &World<B>,
+    grids: [Grid; 2],
+    iters: u32,
+) -> symmem::Result<()> {
+    let (me, n) = (w.rank(), w.world_size());
     let cs = [
-        Collectives::with_grid(w, contended)?,
-        Collectives::with_grid(w, second_grid(gpu))?,
+        Collectives::with_grid(w, grids[0])?,
+        Collectives::with_grid(w, grids[1])?,
     ];
-    let iters = if gpu { 32 } else { 100 };
     let counter = w.zeros::<u64>(3)?;
     // Every rank has allocated the counter (one-sided adds need that agreed), and the
     // zeroing is done everywhere before any add.

@@ -63,6 +63,8 @@
 //! `CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS`.
 
 mod driver;
+#[cfg(feature = "mpi")]
+pub(crate) mod engine_heap;
 mod staging;
 pub mod timing;
 
@@ -912,6 +914,14 @@ impl Backend for Cuda {
         })
     }
 
+    #[cfg(feature = "mpi")]
+    fn engine_heap(&self, heap: &CudaHeap) -> Result<Box<dyn crate::engine::HeapAccess>> {
+        Ok(Box::new(engine_heap::CudaEngineHeap::new(
+            self.ordinal,
+            heap.base(),
+        )?))
+    }
+
     unsafe fn watch(&self, module: &mut CudaModule, control: &CudaShared) -> Result<()> {
         self.ctx.make_current()?;
         let Some(global) = driver::module_get_global(module.loaded.module, c"SYMMEM_CONTROL")?
@@ -1019,10 +1029,8 @@ mod tests {
     //! `skipped: <reason>` (and pass) when [`Cuda::new`] fails.
 
     use super::*;
-    use crate::backend::HostKernel;
+    use crate::launch::launch_lowered;
     use std::process::Command;
-    use symmem_arch::host::HostThread;
-    use symmem_device::{Kernel, Params};
 
     /// The env var that turns a `cuda_gpu_child_*` test into the child half of a
     /// cross-process test (its value: the parent's export, hex-encoded).
@@ -1060,63 +1068,6 @@ mod tests {
             .step_by(2)
             .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
             .collect()
-    }
-
-    /// A kernel with its lowered arguments, for [`launch_lowered`]'s `KernelLaunch`
-    /// (the CPU half of a launch: these tests launch on a GPU, which never runs it).
-    struct LoweredBody<P: Params> {
-        kernel: Kernel<P>,
-        abi: P::Abi,
-    }
-
-    // SAFETY: the raw pointers in `abi` are device addresses every thread of the launch
-    // may use, as on the GPU (see `launch_lowered`'s contract).
-    unsafe impl<P: Params> Sync for LoweredBody<P> {}
-    // SAFETY: as above: the addresses mean the same on any thread.
-    unsafe impl<P: Params> Send for LoweredBody<P> {}
-
-    impl<P: Params> HostKernel for LoweredBody<P> {
-        fn run(&self, arch: &HostThread<'_>) {
-            // SAFETY: `launch_lowered`'s caller vouched for `abi`.
-            unsafe { self.kernel.run_on_host(arch, self.abi) }
-        }
-        fn to_owned(&self) -> Arc<dyn HostKernel> {
-            Arc::new(Self {
-                kernel: self.kernel,
-                abi: self.abi,
-            })
-        }
-    }
-
-    /// Enqueues `kernel` of `module` over `grid` on `cuda`'s stream with arguments
-    /// already lowered to the kernel's ABI (`abi`), the way `Module::launch` builds its
-    /// [`KernelLaunch`] (one pointer per parameter, from `Params::visit`) after checking
-    /// typed handles. For the tests below the world, whose heaps and tables are made by
-    /// hand from two `Cuda` instances.
-    ///
-    /// # Safety
-    /// Every address in `abi` satisfies `kernel`'s contract: device memory reachable
-    /// from `cuda`'s context, of the lengths the other arguments give, alive until the
-    /// launch completes.
-    pub(crate) unsafe fn launch_lowered<P: Params>(
-        cuda: &Cuda,
-        module: &CudaModule,
-        kernel: Kernel<P>,
-        grid: Grid,
-        abi: P::Abi,
-    ) -> Result<()> {
-        let body = LoweredBody { kernel, abi };
-        let mut args = Vec::with_capacity(P::SLOTS.len());
-        P::visit(&body.abi, &mut |p| args.push(p));
-        let launch = KernelLaunch {
-            name: kernel.name(),
-            args: &args,
-            slots: P::SLOTS,
-            host: &body,
-        };
-        // SAFETY: `args` holds one pointer per parameter into `body.abi`, which outlives
-        // the call; the addresses in it are the caller's contract.
-        unsafe { cuda.launch(module, &launch, grid) }
     }
 
     /// A device address as the pointer type a kernel parameter lowers to.

@@ -953,6 +953,14 @@ impl Backend for Hip {
         })
     }
 
+    #[cfg(feature = "mpi")]
+    fn engine_heap(&self, _: &HipHeap) -> Result<Box<dyn crate::engine::HeapAccess>> {
+        Err(Error::NoEngine(
+            "the off-node engine's staging path is built for the CPU and CUDA backends, \
+             not yet for HIP",
+        ))
+    }
+
     unsafe fn watch(&self, module: &mut HipModule, control: &HipShared) -> Result<()> {
         self.device.make_current()?;
         let Some((global, bytes)) =
@@ -1101,6 +1109,7 @@ mod tests {
 
     use super::*;
     use crate::backend::HostKernel;
+    use crate::launch::launch_lowered;
     use symmem_arch::host::HostThread;
     use symmem_device::{Kernel, Params};
 
@@ -1115,62 +1124,6 @@ mod tests {
                 None
             }
         }
-    }
-
-    /// A kernel with its lowered arguments, for [`launch_lowered`]'s `KernelLaunch`
-    /// (the CPU half of a launch: these tests launch on a GPU, which never runs it).
-    struct LoweredBody<P: Params> {
-        kernel: Kernel<P>,
-        abi: P::Abi,
-    }
-
-    // SAFETY: the raw pointers in `abi` are device addresses every thread of the launch
-    // may use, as on the GPU (see `launch_lowered`'s contract).
-    unsafe impl<P: Params> Sync for LoweredBody<P> {}
-    // SAFETY: as above: the addresses mean the same on any thread.
-    unsafe impl<P: Params> Send for LoweredBody<P> {}
-
-    impl<P: Params> HostKernel for LoweredBody<P> {
-        fn run(&self, arch: &HostThread<'_>) {
-            // SAFETY: `launch_lowered`'s caller vouched for `abi`.
-            unsafe { self.kernel.run_on_host(arch, self.abi) }
-        }
-        fn to_owned(&self) -> Arc<dyn HostKernel> {
-            Arc::new(Self {
-                kernel: self.kernel,
-                abi: self.abi,
-            })
-        }
-    }
-
-    /// Enqueues `kernel` of `module` over `grid` on `hip`'s stream with arguments
-    /// already lowered to the kernel's ABI (`abi`), the way `Module::launch` builds its
-    /// [`KernelLaunch`] (one pointer per parameter, from `Params::visit`). For the tests
-    /// below the world, whose heaps and tables are made by hand from two `Hip` instances.
-    ///
-    /// # Safety
-    /// Every address in `abi` satisfies `kernel`'s contract: device memory reachable
-    /// from `hip`'s device, of the lengths the other arguments give, alive until the
-    /// launch completes.
-    unsafe fn launch_lowered<P: Params>(
-        hip: &Hip,
-        module: &HipModule,
-        kernel: Kernel<P>,
-        grid: Grid,
-        abi: P::Abi,
-    ) -> Result<()> {
-        let body = LoweredBody { kernel, abi };
-        let mut args = Vec::with_capacity(P::SLOTS.len());
-        P::visit(&body.abi, &mut |p| args.push(p));
-        let launch = KernelLaunch {
-            name: kernel.name(),
-            args: &args,
-            slots: P::SLOTS,
-            host: &body,
-        };
-        // SAFETY: `args` holds one pointer per parameter into `body.abi`, which outlives
-        // the call; the addresses in it are the caller's contract.
-        unsafe { hip.launch(module, &launch, grid) }
     }
 
     /// A device address as the pointer type a kernel parameter lowers to.
