@@ -9,7 +9,9 @@
 //!   launch geometry; the fast geometry on a GPU is about one 16-byte vector per thread,
 //!   where the loop runs once.
 //! * `rma`: device RMA entry points (put, get, put with signal, the cross-rank barrier,
-//!   atomics under contention, a signal wait) over `symmem-rma`.
+//!   atomics under contention, a signal wait, the put-until-delivered loop of the engine
+//!   benchmark) over `symmem-rma`, and the off-node engine's atomic
+//!   (`symmem_engine_atomic`, launched by a target's proxy on a GPU heap).
 //! * `collectives`: all-gather, all-to-all, broadcast and the reductions, one kernel per
 //!   (operator, element type).
 //! * `probes`: one library operation each, for the codegen tests.
@@ -229,8 +231,9 @@ mod declarations {
         let count = names.len();
         names.dedup();
         assert_eq!(names.len(), count, "a kernel is recorded twice");
-        // 3 point-to-point + 6 rma + 3 data collectives + 27 reductions + 2 barrier-free
+        // 3 point-to-point + 7 rma (with the put-until-delivered benchmark loop) + the
+        // engine's atomic + 3 data collectives + 27 reductions + 2 barrier-free
         // all-reduces, their reset, the empty kernel + 4 probes.
-        assert_eq!(count, 47, "{names:?}");
+        assert_eq!(count, 49, "{names:?}");
     }
 }

@@ -1,0 +1,319 @@
+//! The off-node engine against MPI on the same bytes, in one run (`--features mpi`, under
+//! `mpirun` with the machine split into emulated nodes by `SYMMEM_RANKS_PER_NODE`).
+//!
+//! Rank 0 measures against the first rank on another node (`far`); every other rank
+//! serves (its proxy) and waits at the world's barriers. Lines (median of `SAMPLES`,
+//! host wall clock):
+//! - `put`: a kernel (`symmem_rma_put_delivered`, one block) puts `n` bytes from a device
+//!   buffer to `far`'s copy of a symmetric buffer and waits until they are delivered (the
+//!   engine's quiet), `repeats` times in one launch; the time per put. Reference
+//!   `mpi_put`: `MPI_Put` of `n` host bytes into `far`'s window plus `MPI_Win_flush`, the
+//!   same number of times. `ratio` = reference time / ours (bandwidth ours / MPI's).
+//! - `latency_8b`: the same with `n = 8` and one thread: from the device's put to the
+//!   value visible on `far`, per put. Reference: 8-byte `MPI_Put` + flush.
+//! - `all_reduce` (every rank): `Collectives::all_reduce` of f32 sums over the world,
+//!   `Algorithm::Auto`; reference `MPI_Allreduce` of the same count of host f32s. The
+//!   slowest rank's time (an `MPI_Allreduce` of the times).
+//!
+//! The CPU backend moves kernel memory through the window directly; `--cuda` puts every
+//! rank on GPU `rank % count`, whose heap data is staged through host memory and applied
+//! by the target's proxy when MPI is not CUDA-aware: the staging path, named as such in
+//! the output. `--max-all-reduce BYTES` caps the all-reduce sizes.
+//!
+//! Run: `SYMMEM_RANKS_PER_NODE=2 mpirun -np 4 target/release/deps/engine-<hash> [--cuda]`
+//! (build with `cargo bench -p symmem --features mpi --bench engine --no-run`).
+
+use mpi::ffi;
+use std::ffi::{c_int, c_void};
+use std::process::ExitCode;
+use std::time::Instant;
+use symmem::backend::cpu::Cpu;
+use symmem::backend::cuda::Cuda;
+use symmem::backend::{Backend, BackendKind, Grid};
+use symmem::bootstrap::Bootstrap;
+use symmem::bootstrap::mpi::MpiBootstrap;
+use symmem::collectives::{Algorithm, Collectives, ReduceOp};
+use symmem::{Config, Result, World};
+
+const KIB: usize = 1 << 10;
+const MIB: usize = 1 << 20;
+const PUT_SIZES: [usize; 3] = [4 * KIB, MIB, 64 * MIB];
+const ALL_REDUCE_SIZES: [usize; 6] = [4 * KIB, 64 * KIB, MIB, 4 * MIB, 16 * MIB, 64 * MIB];
+const SAMPLES: usize = 5;
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Median seconds of `op` over `SAMPLES` runs after one warm-up.
+fn seconds(op: &mut dyn FnMut() -> Result<()>) -> Result<f64> {
+    op()?;
+    let mut v = Vec::with_capacity(SAMPLES);
+    for _ in 0..SAMPLES {
+        let t = Instant::now();
+        op()?;
+        v.push(t.elapsed().as_secs_f64());
+    }
+    Ok(median(v))
+}
+
+fn check(code: c_int, what: &str) {
+    assert_eq!(code, ffi::MPI_SUCCESS as c_int, "{what} failed");
+}
+
+/// The reference: a window over `len` host bytes on a duplicate of `MPI_COMM_WORLD`,
+/// locked for every target (collective).
+struct Reference {
+    comm: ffi::MPI_Comm,
+    win: ffi::MPI_Win,
+    memory: Vec<u8>,
+}
+
+impl Reference {
+    fn new(len: usize) -> Self {
+        let mut memory = vec![0u8; len];
+        // SAFETY: plain MPI calls on live handles and the live buffer.
+        unsafe {
+            let mut comm = std::mem::MaybeUninit::uninit();
+            check(
+                ffi::MPI_Comm_dup(ffi::RSMPI_COMM_WORLD, comm.as_mut_ptr()),
+                "MPI_Comm_dup",
+            );
+            let comm = comm.assume_init();
+            let mut win = std::mem::MaybeUninit::uninit();
+            check(
+                ffi::MPI_Win_create(
+                    memory.as_mut_ptr().cast(),
+                    len as ffi::MPI_Aint,
+                    1,
+                    ffi::RSMPI_INFO_NULL,
+                    comm,
+                    win.as_mut_ptr(),
+                ),
+                "MPI_Win_create",
+            );
+            let win = win.assume_init();
+            check(
+                ffi::MPI_Win_lock_all(ffi::MPI_MODE_NOCHECK as c_int, win),
+                "MPI_Win_lock_all",
+            );
+            Self { comm, win, memory }
+        }
+    }
+
+    /// `MPI_Put` of `n` bytes to `to` plus `MPI_Win_flush`, `repeats` times.
+    fn put(&self, n: usize, to: usize, repeats: u32) {
+        for _ in 0..repeats {
+            // SAFETY: `n` bytes of the live buffer into `to`'s window of the same size.
+            unsafe {
+                check(
+                    ffi::MPI_Put(
+                        self.memory.as_ptr().cast::<c_void>(),
+                        n as c_int,
+                        ffi::RSMPI_UINT8_T,
+                        to as c_int,
+                        0,
+                        n as c_int,
+                        ffi::RSMPI_UINT8_T,
+                        self.win,
+                    ),
+                    "MPI_Put",
+                );
+                check(ffi::MPI_Win_flush(to as c_int, self.win), "MPI_Win_flush");
+            }
+        }
+    }
+
+    /// `MPI_Allreduce` (sum) of `count` f32s.
+    fn all_reduce(&self, src: &[f32], dst: &mut [f32], count: usize) {
+        // SAFETY: `count` f32s in both live buffers.
+        unsafe {
+            check(
+                ffi::MPI_Allreduce(
+                    src.as_ptr().cast(),
+                    dst.as_mut_ptr().cast(),
+                    count as c_int,
+                    ffi::RSMPI_FLOAT,
+                    ffi::RSMPI_SUM,
+                    self.comm,
+                ),
+                "MPI_Allreduce",
+            );
+        }
+    }
+
+    /// The largest of every rank's `v`.
+    fn max(&self, v: f64) -> f64 {
+        let mut out = 0f64;
+        // SAFETY: one double in and out.
+        unsafe {
+            check(
+                ffi::MPI_Allreduce(
+                    (&raw const v).cast(),
+                    (&raw mut out).cast(),
+                    1,
+                    ffi::RSMPI_DOUBLE,
+                    ffi::RSMPI_MAX,
+                    self.comm,
+                ),
+                "MPI_Allreduce(max)",
+            );
+        }
+        out
+    }
+}
+
+impl Drop for Reference {
+    fn drop(&mut self) {
+        // SAFETY: the window and communicator made in `new`; every rank drops it after
+        // the same last call (collective frees).
+        unsafe {
+            ffi::MPI_Win_unlock_all(self.win);
+            ffi::MPI_Win_free(&mut self.win);
+            ffi::MPI_Comm_free(&mut self.comm);
+        }
+    }
+}
+
+fn row(line: &str, path: &str, bytes: usize, ours: f64, reference: f64) {
+    let gbs = |s: f64| bytes as f64 / s / 1e9;
+    println!(
+        "{line:<12} {path:<8} {bytes:>10} B  ours {:>10.2} us {:>8.3} GB/s  mpi {:>10.2} us {:>8.3} GB/s  ratio {:.2}",
+        ours * 1e6,
+        gbs(ours),
+        reference * 1e6,
+        gbs(reference),
+        reference / ours
+    );
+}
+
+fn run<B: Backend>(w: World<B>, max_all_reduce: usize) -> Result<()> {
+    rows(&w, max_all_reduce)?;
+    w.finalize()
+}
+
+/// Every row; rank 0 prints them.
+fn rows<B: Backend>(w: &World<B>, max_all_reduce: usize) -> Result<()> {
+    let (me, n) = (w.rank(), w.world_size());
+    let t = w.topology();
+    let far = (0..n)
+        .find(|&r| !t.reaches(r))
+        .expect("a rank on another node");
+    let gpu = w.backend().kind() != BackendKind::Cpu;
+    let path = if gpu { "staged" } else { "direct" };
+    let reference = Reference::new(64 * MIB);
+    let dst = w.zeros::<u8>(64 * MIB)?;
+    let src = w.device_from_slice(&vec![7u8; 64 * MIB])?;
+    w.barrier()?;
+    if me == 0 {
+        println!(
+            "engine bench: {n} ranks, {} nodes, {} backend, rank 0 -> rank {far} ({path})",
+            t.nodes(),
+            if gpu { "cuda" } else { "cpu" }
+        );
+    }
+    let threads = if gpu { 256 } else { 4 };
+    for (size, repeats, grid) in PUT_SIZES
+        .iter()
+        .map(|&s| (s, (64 * MIB / s).clamp(1, 64) as u32, Grid::new(1, threads)))
+        .chain([(8, if gpu { 200 } else { 2000 }, Grid::new(1, 1))])
+    {
+        if me == 0 {
+            let kernels = w.kernels();
+            let ours = seconds(&mut || {
+                kernels.launch(
+                    symmem_kernels::symmem_rma_put_delivered,
+                    grid,
+                    (
+                        &dst,
+                        &src,
+                        dst.peer_bases(),
+                        n as u32,
+                        me as u32,
+                        size as u64,
+                        far as u32,
+                        repeats,
+                    ),
+                )?;
+                w.backend().synchronize()
+            })?;
+            let mpi = seconds(&mut || {
+                reference.put(size, far, repeats);
+                Ok(())
+            })?;
+            let line = if size == 8 { "latency_8b" } else { "put" };
+            let per = f64::from(repeats);
+            row(line, path, size, ours / per, mpi / per);
+        }
+        w.barrier()?;
+    }
+    let c = Collectives::new(w)?;
+    let rsrc = w.full::<f32>(16 * MIB, me as f32 + 0.5)?;
+    let rdst = w.zeros::<f32>(16 * MIB)?;
+    let hsrc = vec![me as f32 + 0.5; 16 * MIB];
+    let mut hdst = vec![0f32; 16 * MIB];
+    w.barrier()?;
+    for &bytes in ALL_REDUCE_SIZES.iter().filter(|&&b| b <= max_all_reduce) {
+        let count = bytes / 4;
+        // Each sample: every rank starts after a barrier; the slowest rank's time counts.
+        let slowest = |op: &mut dyn FnMut() -> Result<()>| -> Result<f64> {
+            let mut v = Vec::with_capacity(SAMPLES + 1);
+            for _ in 0..=SAMPLES {
+                w.barrier()?;
+                let t = Instant::now();
+                op()?;
+                v.push(reference.max(t.elapsed().as_secs_f64()));
+            }
+            Ok(median(v.split_off(1)))
+        };
+        let ours = slowest(&mut || {
+            c.all_reduce(&rdst, &rsrc, count, ReduceOp::Sum, Algorithm::Auto)?;
+            w.backend().synchronize()
+        })?;
+        let mpi = slowest(&mut || {
+            reference.all_reduce(&hsrc, &mut hdst, count);
+            Ok(())
+        })?;
+        let want = (0..n).map(|r| r as f32 + 0.5).sum::<f32>();
+        let got = w.read(&rdst.slice(0..count.min(4))?)?;
+        assert!(
+            got.iter().all(|&v| v == want),
+            "all_reduce {got:?} != {want}"
+        );
+        if me == 0 {
+            row("all_reduce", path, bytes, ours, mpi);
+        }
+    }
+    drop(reference);
+    w.barrier()
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    let max_all_reduce = args
+        .iter()
+        .position(|a| a == "--max-all-reduce")
+        .and_then(|i| args.get(i + 1)?.parse().ok())
+        .unwrap_or(64 * MIB);
+    let result = (|| {
+        let config = Config {
+            heap_bytes: 512 * MIB,
+            ..Config::default()
+        };
+        let bootstrap = Box::new(MpiBootstrap::new()?);
+        if args.iter().any(|a| a == "--cuda") {
+            let backend = Cuda::for_rank(bootstrap.rank())?;
+            run(World::new(bootstrap, backend, &config)?, max_all_reduce)
+        } else {
+            run(World::new(bootstrap, Cpu::new(), &config)?, max_all_reduce)
+        }
+    })();
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("engine bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
