@@ -134,6 +134,20 @@ fn is_memory(insn: &str) -> bool {
     .any(|p| m.starts_with(p))
 }
 
+/// A cache write-back or invalidate: part of a fence or of an atomic's ordering, not an
+/// access of its own.
+fn is_cache_maintenance(insn: &str) -> bool {
+    matches!(
+        mnemonic(insn),
+        "buffer_wbl2"
+            | "buffer_inv"
+            | "buffer_wbinvl1"
+            | "buffer_wbinvl1_vol"
+            | "buffer_gl0_inv"
+            | "buffer_gl1_inv"
+    )
+}
+
 /// An instruction that leaves straight-line code or ends the wave.
 fn is_control(insn: &str) -> bool {
     let m = mnemonic(insn);
@@ -266,9 +280,15 @@ fn amd_block_release_waits_in_every_wave_before_the_barrier() {
                 }
                 // Only write-backs that release an atomic or store (not a barrier); whether
                 // they are waited for is amd_every_write_back_is_waited_for's business.
+                // The fence's own cache maintenance (the invalidate of a seq_cst fence)
+                // is not an access it releases.
                 let Some(released) = f.body[at + 1..]
                     .iter()
-                    .position(|l| is_memory(l) || is_control(l) || mnemonic(l) == "s_barrier")
+                    .position(|l| {
+                        (is_memory(l) && !is_cache_maintenance(l))
+                            || is_control(l)
+                            || mnemonic(l) == "s_barrier"
+                    })
                     .map(|k| at + 1 + k)
                 else {
                     continue;

@@ -10,7 +10,11 @@
 //! * on the CUDA backend (`engine-ranks --cuda`, the staging path of an MPI that is not
 //!   CUDA-aware), `-np 2` and `-np 4` with 1 rank per node and `-np 4` with 2: these
 //!   print `skipped: <reason>` and pass where no CUDA device answers (recorded runs on
-//!   the H200: `BENCHMARKS.md`).
+//!   the H200: `BENCHMARKS.md`);
+//! * the kill test: `engine-kill` at `-np 4` with 2 ranks per node (`mpirun` with
+//!   recovery enabled, so that a dead rank does not take the job down): the last rank
+//!   kills itself while the others wait for it on the device, and every survivor, on its
+//!   node and on the other one, reports a typed error within its wait deadline.
 //!
 //! Without `mpirun` on PATH these tests fail, unless `SYMMEM_SKIP_MPI=1`.
 
@@ -92,4 +96,44 @@ fn cuda_np4_every_peer_on_another_node() {
 #[test]
 fn cuda_np4_two_nodes_of_two() {
     run_cuda(4, 2);
+}
+
+/// `engine-kill`'s wait deadline (its argument), and what a survivor may take beyond it.
+const KILL_DEADLINE_S: f64 = 5.0;
+const KILL_SLACK_S: f64 = 5.0;
+
+#[test]
+fn a_killed_rank_gives_every_other_node_a_typed_error() {
+    if !mpirun_available() {
+        return;
+    }
+    let exe = mpi::build("symmem-tests", "mpi", "engine-kill");
+    let (np, per_node) = (4, 2);
+    let split = format!("SYMMEM_RANKS_PER_NODE={per_node}");
+    let run = mpi::mpirun(
+        np,
+        &["--mca", "orte_enable_recovery", "1", "-x", &split],
+        &exe,
+        &[&KILL_DEADLINE_S.to_string()],
+        Duration::from_secs(60),
+    );
+    let all = run.all();
+    for rank in 0..np - 1 {
+        let prefix = format!("engine-kill: rank {rank}: typed error after ");
+        let line = run
+            .stdout
+            .lines()
+            .find(|l| l.starts_with(&prefix))
+            .unwrap_or_else(|| panic!("survivor {rank} reported no typed error:\n{all}"));
+        let seconds: f64 = line[prefix.len()..]
+            .split(' ')
+            .next()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("no time in `{line}`"));
+        assert!(
+            seconds <= KILL_DEADLINE_S + KILL_SLACK_S,
+            "survivor {rank} waited {seconds} s (deadline {KILL_DEADLINE_S} s): {line}"
+        );
+        println!("{line}");
+    }
 }

@@ -231,6 +231,13 @@ pub(crate) struct Ticket {
     slot: *mut Slot,
 }
 
+/// Whether this rank's world runs an off-node engine (the same answer for every thread
+/// of a launch).
+#[inline(always)]
+pub(crate) fn running() -> bool {
+    !ring().is_null()
+}
+
 /// Whether the engine moves data by staging (the proxy cannot reach kernel memory).
 /// Without an engine, false (the request will be refused by [`post`]).
 #[inline(always)]

@@ -457,16 +457,22 @@ impl<'a> Team<'a> {
     /// visible to every rank, and every thread of the block may rely on it (a
     /// system-scope fence per thread, then a block barrier: every wave waits for its
     /// own accesses before the barrier, as the block-level quiet of RCCL and rocSHMEM
-    /// does).
+    /// does). Where the world runs an off-node engine, thread 0 then waits until the
+    /// engine has completed every request posted so far (every thread's, as they all
+    /// passed the barrier), and a second barrier hands that on to the block.
     ///
     /// Block-cooperative: every thread of the block calls it.
     #[inline(always)]
     pub fn quiet_block<A: Arch>(&self, arch: &A) {
         arch.fence(Scope::System);
-        if arch.thread_id() == 0 {
-            engine::quiet();
-        }
         arch.sync_block();
+        // The same for every thread of the launch: whether the world has an engine.
+        if engine::running() {
+            if arch.thread_id() == 0 {
+                engine::quiet();
+            }
+            arch.sync_block();
+        }
     }
 
     // ---- atomics ---------------------------------------------------------------
