@@ -67,7 +67,7 @@
 
 use crate::backend::{Backend, BackendKind, Grid};
 use crate::error::{Error, Result};
-use crate::memory::{AsDeviceSlice, DeviceSlice};
+use crate::memory::{AsDeviceSlice, DeviceBuffer, DeviceSlice};
 use crate::world::{SymmetricBuffer, World};
 use symmem_device::{Kernel, PeerTable};
 use symmem_rma::lamport;
@@ -132,6 +132,19 @@ mod sealed {
 /// `rank`, `count`, the signal array.
 pub type ReductionParams<T> = (*mut T, *const T, PeerTable, u32, u32, u64, *mut u64);
 
+/// The parameters of the all-reduce across nodes: `dst`, `src`, the heap table, the
+/// table `src` is read through, `world`, `rank`, `count`, the signal array.
+pub type GatheredParams<T> = (
+    *mut T,
+    *const T,
+    PeerTable,
+    PeerTable,
+    u32,
+    u32,
+    u64,
+    *mut u64,
+);
+
 /// The parameters of the barrier-free all-reduce: `dst`, `src`, the heap table, `world`,
 /// `rank`, `count`, the workspace, its slot capacity in bytes.
 pub type LamportParams<T> = (*mut T, *const T, PeerTable, u32, u32, u64, *mut u8, u64);
@@ -146,14 +159,23 @@ pub trait Element: bytemuck::Pod + sealed::Sealed {
     fn all_reduce_two_shot(op: ReduceOp) -> Kernel<ReductionParams<Self>>;
     /// The reduce-scatter kernel for `op`.
     fn reduce_scatter(op: ReduceOp) -> Kernel<ReductionParams<Self>>;
+    /// The all-reduce kernel across nodes for `op`.
+    fn all_reduce_gathered(op: ReduceOp) -> Kernel<GatheredParams<Self>>;
     /// The barrier-free all-reduce kernel for `op`, if there is one (sums of `f32` and
     /// `Bf16`).
     fn all_reduce_lamport(op: ReduceOp) -> Option<Kernel<LamportParams<Self>>>;
 }
 
 macro_rules! element {
-    ($t:ty, $one_sum:ident $one_min:ident $one_max:ident, $two_sum:ident $two_min:ident $two_max:ident, $rs_sum:ident $rs_min:ident $rs_max:ident, $lamport:expr) => {
+    ($t:ty, $one_sum:ident $one_min:ident $one_max:ident, $two_sum:ident $two_min:ident $two_max:ident, $rs_sum:ident $rs_min:ident $rs_max:ident, $g_sum:ident $g_min:ident $g_max:ident, $lamport:expr) => {
         impl Element for $t {
+            fn all_reduce_gathered(op: ReduceOp) -> Kernel<GatheredParams<Self>> {
+                match op {
+                    ReduceOp::Sum => symmem_kernels::$g_sum,
+                    ReduceOp::Min => symmem_kernels::$g_min,
+                    ReduceOp::Max => symmem_kernels::$g_max,
+                }
+            }
             fn all_reduce_lamport(op: ReduceOp) -> Option<Kernel<LamportParams<Self>>> {
                 match op {
                     ReduceOp::Sum => $lamport,
@@ -190,6 +212,7 @@ element!(
     symmem_all_reduce_one_shot_sum_f32 symmem_all_reduce_one_shot_min_f32 symmem_all_reduce_one_shot_max_f32,
     symmem_all_reduce_two_shot_sum_f32 symmem_all_reduce_two_shot_min_f32 symmem_all_reduce_two_shot_max_f32,
     symmem_reduce_scatter_sum_f32 symmem_reduce_scatter_min_f32 symmem_reduce_scatter_max_f32,
+    symmem_all_reduce_gathered_sum_f32 symmem_all_reduce_gathered_min_f32 symmem_all_reduce_gathered_max_f32,
     Some(symmem_kernels::symmem_all_reduce_lamport_sum_f32)
 );
 element!(
@@ -197,6 +220,7 @@ element!(
     symmem_all_reduce_one_shot_sum_bf16 symmem_all_reduce_one_shot_min_bf16 symmem_all_reduce_one_shot_max_bf16,
     symmem_all_reduce_two_shot_sum_bf16 symmem_all_reduce_two_shot_min_bf16 symmem_all_reduce_two_shot_max_bf16,
     symmem_reduce_scatter_sum_bf16 symmem_reduce_scatter_min_bf16 symmem_reduce_scatter_max_bf16,
+    symmem_all_reduce_gathered_sum_bf16 symmem_all_reduce_gathered_min_bf16 symmem_all_reduce_gathered_max_bf16,
     Some(symmem_kernels::symmem_all_reduce_lamport_sum_bf16)
 );
 element!(
@@ -204,6 +228,7 @@ element!(
     symmem_all_reduce_one_shot_sum_i32 symmem_all_reduce_one_shot_min_i32 symmem_all_reduce_one_shot_max_i32,
     symmem_all_reduce_two_shot_sum_i32 symmem_all_reduce_two_shot_min_i32 symmem_all_reduce_two_shot_max_i32,
     symmem_reduce_scatter_sum_i32 symmem_reduce_scatter_min_i32 symmem_reduce_scatter_max_i32,
+    symmem_all_reduce_gathered_sum_i32 symmem_all_reduce_gathered_min_i32 symmem_all_reduce_gathered_max_i32,
     None
 );
 
@@ -217,6 +242,15 @@ pub struct Collectives<'w, B: Backend> {
     /// (`symmem_rma::lamport::workspace_bytes(world, lamport_capacity)` bytes).
     lamport: SymmetricBuffer<'w, u8, B>,
     lamport_capacity: usize,
+    /// The all-reduce across nodes' local copies of off-node ranks' data, and the table
+    /// its kernel reads them through; made by the first such all-reduce, grown as needed.
+    gathered: std::sync::Mutex<Gathered<'w, B>>,
+}
+
+/// See [`Collectives::all_reduce`] across nodes.
+struct Gathered<'w, B: Backend> {
+    copies: Option<DeviceBuffer<'w, u8, B>>,
+    table: Option<DeviceBuffer<'w, u64, B>>,
 }
 
 impl<B: Backend> std::fmt::Debug for Collectives<'_, B> {
@@ -306,6 +340,10 @@ impl<'w, B: Backend> Collectives<'w, B> {
             signals,
             lamport,
             lamport_capacity: capacity,
+            gathered: std::sync::Mutex::new(Gathered {
+                copies: None,
+                table: None,
+            }),
         })
     }
 
@@ -448,6 +486,9 @@ impl<'w, B: Backend> Collectives<'w, B> {
         })();
         let (d, s) = self.agreed(&[dst.id(), src.id()], checked)?;
         let bytes = count * size_of::<T>();
+        if self.world.topology().nodes() > 1 && algorithm != Algorithm::Lamport {
+            return self.all_reduce_across_nodes(&d, &s, count, op);
+        }
         // The barrier-free kernel stores into every peer's workspace directly: on one
         // node only.
         let lamport = T::all_reduce_lamport(op)
@@ -469,6 +510,76 @@ impl<'w, B: Backend> Collectives<'w, B> {
             (Algorithm::TwoShot | Algorithm::Auto, _) => T::all_reduce_two_shot(op),
         };
         self.launch(kernel, self.reducing(&d, &s, count))
+    }
+
+    /// The all-reduce of a world that spans nodes, hierarchical: every rank fetches each
+    /// off-node rank's whole `src` in bulk through the engine (one get per rank, after a
+    /// device barrier that says every `src` is final), then reduces in one pass, reading
+    /// the on-node ranks' `src` with loads and the off-node ones from its local copies
+    /// (`symmem_all_reduce_gathered_*`, whose second table points at them).
+    fn all_reduce_across_nodes<T: Element>(
+        &self,
+        dst: &DeviceSlice<'_, T, B>,
+        src: &DeviceSlice<'_, T, B>,
+        count: usize,
+        op: ReduceOp,
+    ) -> Result<()> {
+        let w = self.world;
+        let (me, n) = (w.rank(), w.world_size());
+        let bytes = count * size_of::<T>();
+        let far: Vec<usize> = (0..n).filter(|&r| !w.topology().reaches(r)).collect();
+        // Copies start where `src` does modulo 16, so they align as it does.
+        let skew = (src.ptr() % 16) as usize;
+        let slot = bytes.next_multiple_of(16);
+        let mut g = self.gathered.lock().unwrap_or_else(|p| p.into_inner());
+        let need = skew + far.len() * slot;
+        if g.copies.as_ref().is_none_or(|c| c.len() < need) {
+            g.copies = None;
+            g.copies = Some(w.device_zeros::<u8>(need.max(16))?);
+        }
+        if g.table.is_none() {
+            g.table = Some(w.device_zeros::<u64>(n)?);
+        }
+        let (Some(copies), Some(table_memory)) = (&g.copies, &g.table) else {
+            unreachable!("both made above");
+        };
+        self.barrier()?;
+        let heap = self.bases();
+        let src_offset = src.ptr() - heap.entries()[me];
+        let mut table = heap.entries().to_vec();
+        for (k, &r) in far.iter().enumerate() {
+            let copy = copies.slice(skew + k * slot..skew + k * slot + bytes)?;
+            w.kernels().launch(
+                symmem_kernels::symmem_rma_get,
+                w.backend().grid_for_bytes(bytes),
+                (
+                    &copy,
+                    &src.as_bytes(),
+                    heap,
+                    self.world_u32(),
+                    self.rank_u32(),
+                    bytes as u64,
+                    r as u32,
+                ),
+            )?;
+            // Rank r's `src + i` translates to `copy + i`.
+            table[r] = copy.ptr() - src_offset;
+        }
+        w.write(table_memory, 0, &table)?;
+        let sources = crate::PeerBases::new(table_memory.ptr(), table.into(), w.serial(), None);
+        self.launch(
+            T::all_reduce_gathered(op),
+            (
+                dst,
+                src,
+                heap,
+                &sources,
+                self.world_u32(),
+                self.rank_u32(),
+                count as u64,
+                &self.signals,
+            ),
+        )
     }
 
     /// Launches the barrier-free all-reduce `kernel` of `dst[0..count]` from

@@ -2,7 +2,8 @@
 //! same kernel with the same grid and counts; `sig` is the symmetric signal array of
 //! `symmem_rma::collectives::signal_words(world, grid_dim)` `u64`s, zeroed once.
 //! Reductions have one kernel per (operator, type):
-//! `symmem_{all_reduce_one_shot,all_reduce_two_shot,reduce_scatter}_{sum,min,max}_{f32,bf16,i32}`.
+//! `symmem_{all_reduce_one_shot,all_reduce_two_shot,reduce_scatter}_{sum,min,max}_{f32,bf16,i32}`,
+//! and the all-reduce across nodes, `symmem_all_reduce_gathered_{sum,min,max}_{f32,bf16,i32}`.
 
 use symmem_device::{Arch, PeerTable, kernel};
 use symmem_rma::Bf16;
@@ -138,6 +139,59 @@ reductions! {
     symmem_reduce_scatter_sum_i32 reduce_scatter Sum i32;
     symmem_reduce_scatter_min_i32 reduce_scatter Min i32;
     symmem_reduce_scatter_max_i32 reduce_scatter Max i32;
+}
+
+macro_rules! gathered {
+    ($($name:ident $op:ident $t:ty;)*) => {$(
+        /// The one-shot all-reduce across nodes: synchronises through `bases` (the heap
+        /// table) and reads every rank's `src` where `sources` translates it (the
+        /// off-node ranks' copies fetched here beforehand); see
+        /// `symmem_rma::collectives::all_reduce_one_shot_from`.
+        ///
+        /// # Safety
+        /// See that function.
+        #[kernel]
+        #[allow(clippy::too_many_arguments)]
+        pub unsafe fn $name(
+            arch: &impl Arch,
+            dst: *mut $t,
+            src: *const $t,
+            bases: PeerTable,
+            sources: PeerTable,
+            world: u32,
+            rank: u32,
+            count: u64,
+            sig: *mut u64,
+        ) {
+            // SAFETY: forwarded from the host launch.
+            unsafe {
+                let team = bases.team(world, rank);
+                let sources = sources.team(world, rank);
+                collectives::all_reduce_one_shot_from(
+                    arch,
+                    &team,
+                    &sources,
+                    ReduceOp::$op,
+                    dst,
+                    src,
+                    count as usize,
+                    sig,
+                )
+            }
+        }
+    )*};
+}
+
+gathered! {
+    symmem_all_reduce_gathered_sum_f32 Sum f32;
+    symmem_all_reduce_gathered_min_f32 Min f32;
+    symmem_all_reduce_gathered_max_f32 Max f32;
+    symmem_all_reduce_gathered_sum_bf16 Sum Bf16;
+    symmem_all_reduce_gathered_min_bf16 Min Bf16;
+    symmem_all_reduce_gathered_max_bf16 Max Bf16;
+    symmem_all_reduce_gathered_sum_i32 Sum i32;
+    symmem_all_reduce_gathered_min_i32 Min i32;
+    symmem_all_reduce_gathered_max_i32 Max i32;
 }
 
 macro_rules! lamport {

@@ -492,6 +492,31 @@ pub unsafe fn all_reduce_one_shot<A: Arch, T: Reducible>(
     count: usize,
     sig: *mut u64,
 ) {
+    // SAFETY: forwarded; the team's own table translates `src` for every rank.
+    unsafe { all_reduce_one_shot_from(arch, team, team, op, dst, src, count, sig) }
+}
+
+/// [`all_reduce_one_shot`] reading rank `r`'s `src` where table `sources` translates it,
+/// while `team` synchronises: the all-reduce across nodes, whose `sources` point at local
+/// copies of the off-node ranks' `src` (fetched in bulk through the engine before the
+/// launch) and at the on-node ranks' own.
+///
+/// # Safety
+/// As [`all_reduce_one_shot`]; `sources` has `team`'s rank and world size, and
+/// translates `src` to `count` readable elements for every rank, 16-byte aligned where
+/// `src` is, unchanged until every rank has passed the closing barrier.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn all_reduce_one_shot_from<A: Arch, T: Reducible>(
+    arch: &A,
+    team: &Team<'_>,
+    sources: &Team<'_>,
+    op: ReduceOp,
+    dst: *mut T,
+    src: *const T,
+    count: usize,
+    sig: *mut u64,
+) {
     let sig = block_sig(arch, team, sig);
     let (start, len) = block_share(arch, count, granule::<T>());
     let (tid, threads) = (arch.thread_id() as usize, arch.block_dim() as usize);
@@ -507,10 +532,10 @@ pub unsafe fn all_reduce_one_shot<A: Arch, T: Reducible>(
             len,
             aligned,
             |i| {
-                let v = fold_vector(team, op, src.add(i));
+                let v = fold_vector(sources, op, src.add(i));
                 dst.add(i).cast::<U32x4>().write(v);
             },
-            |i| dst.add(i).write(fold(team, op, src.add(i))),
+            |i| dst.add(i).write(fold(sources, op, src.add(i))),
         );
         team.barrier_block(arch, sig);
     }
