@@ -7,8 +7,10 @@
 //! - `put`: a kernel (`symmem_rma_put_delivered`, one block) puts `n` bytes from a device
 //!   buffer to `far`'s copy of a symmetric buffer and waits until they are delivered (the
 //!   engine's quiet), `repeats` times in one launch; the time per put. Reference
-//!   `mpi_put`: `MPI_Put` of `n` host bytes into `far`'s window plus `MPI_Win_flush`, the
-//!   same number of times. `ratio` = reference time / ours (bandwidth ours / MPI's).
+//!   `mpi_put`: `MPI_Put` of the same `n` bytes (on the CPU backend from the very kernel
+//!   buffer; on a GPU, whose memory this MPI cannot read, from a host copy) into `far`'s
+//!   window plus `MPI_Win_flush`, the same number of times. `ratio` = reference time /
+//!   ours (bandwidth ours / MPI's).
 //! - `latency_8b`: the same with `n = 8` and one thread: from the device's put to the
 //!   value visible on `far`, per put. Reference: 8-byte `MPI_Put` + flush.
 //! - `all_reduce` (every rank): `Collectives::all_reduce` of f32 sums over the world,
@@ -67,7 +69,8 @@ fn check(code: c_int, what: &str) {
 struct Reference {
     comm: ffi::MPI_Comm,
     win: ffi::MPI_Win,
-    memory: Vec<u8>,
+    /// The window's memory (kept alive with it).
+    _memory: Vec<u8>,
 }
 
 impl Reference {
@@ -98,18 +101,26 @@ impl Reference {
                 ffi::MPI_Win_lock_all(ffi::MPI_MODE_NOCHECK as c_int, win),
                 "MPI_Win_lock_all",
             );
-            Self { comm, win, memory }
+            Self {
+                comm,
+                win,
+                _memory: memory,
+            }
         }
     }
 
-    /// `MPI_Put` of `n` bytes to `to` plus `MPI_Win_flush`, `repeats` times.
-    fn put(&self, n: usize, to: usize, repeats: u32) {
+    /// `MPI_Put` of the `n` bytes at `origin` to `to` plus `MPI_Win_flush`, `repeats`
+    /// times.
+    ///
+    /// # Safety
+    /// `origin..origin + n` is readable host memory.
+    unsafe fn put(&self, origin: *const u8, n: usize, to: usize, repeats: u32) {
         for _ in 0..repeats {
-            // SAFETY: `n` bytes of the live buffer into `to`'s window of the same size.
+            // SAFETY: `n` readable bytes (the caller) into `to`'s window of the same size.
             unsafe {
                 check(
                     ffi::MPI_Put(
-                        self.memory.as_ptr().cast::<c_void>(),
+                        origin.cast::<c_void>(),
                         n as c_int,
                         ffi::RSMPI_UINT8_T,
                         to as c_int,
@@ -205,6 +216,15 @@ fn rows<B: Backend>(w: &World<B>, max_all_reduce: usize) -> Result<()> {
     let reference = Reference::new(64 * MIB);
     let dst = w.zeros::<u8>(64 * MIB)?;
     let src = w.device_from_slice(&vec![7u8; 64 * MIB])?;
+    // The reference puts the same bytes from memory outside its window, as ours come
+    // from a kernel buffer outside the heap: on the CPU backend that very buffer, on a
+    // GPU (whose memory this MPI cannot read) a host copy.
+    let host_copy = vec![7u8; 64 * MIB];
+    let origin: *const u8 = if gpu {
+        host_copy.as_ptr()
+    } else {
+        std::ptr::with_exposed_provenance(src.ptr() as usize)
+    };
     w.barrier()?;
     if me == 0 {
         println!(
@@ -213,7 +233,9 @@ fn rows<B: Backend>(w: &World<B>, max_all_reduce: usize) -> Result<()> {
             if gpu { "cuda" } else { "cpu" }
         );
     }
-    let threads = if gpu { 256 } else { 4 };
+    // One block: 256 threads on a GPU stage in parallel; on the CPU backend, where a
+    // block's threads are OS threads and a direct put is one request, one thread.
+    let threads = if gpu { 256 } else { 1 };
     for (size, repeats, grid) in PUT_SIZES
         .iter()
         .map(|&s| (s, (64 * MIB / s).clamp(1, 64) as u32, Grid::new(1, threads)))
@@ -239,7 +261,8 @@ fn rows<B: Backend>(w: &World<B>, max_all_reduce: usize) -> Result<()> {
                 w.backend().synchronize()
             })?;
             let mpi = seconds(&mut || {
-                reference.put(size, far, repeats);
+                // SAFETY: `origin` holds 64 MiB >= `size` readable host bytes.
+                unsafe { reference.put(origin, size, far, repeats) };
                 Ok(())
             })?;
             let line = if size == 8 { "latency_8b" } else { "put" };

@@ -69,13 +69,21 @@ pub enum Order {
 }
 
 /// Spins once in a wait loop: a CPU pause hint, and with the `std` feature on a host
-/// target, every 64th spin yields the OS thread (ranks run as threads there).
+/// target (ranks, and the off-node engine's proxies, run as threads there) every 64th
+/// spin yields the OS thread, and once a wait has lasted `SLEEP_AFTER_SPINS` spins it
+/// sleeps instead: a long wait leaves the core to the threads it waits for.
 #[inline(always)]
 pub(crate) fn spin(count: &mut u32) {
     *count = count.wrapping_add(1);
     core::hint::spin_loop();
     #[cfg(feature = "std")]
     if count.is_multiple_of(64) {
-        std::thread::yield_now();
+        /// Spins before a host wait starts sleeping (tens of microseconds of spinning).
+        const SLEEP_AFTER_SPINS: u32 = 1 << 14;
+        if *count >= SLEEP_AFTER_SPINS {
+            std::thread::sleep(std::time::Duration::from_micros(20));
+        } else {
+            std::thread::yield_now();
+        }
     }
 }
