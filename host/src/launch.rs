@@ -109,12 +109,22 @@ impl CodeObjects {
 /// Embeds the code objects that `symmem_build::KernelCrate` built for kernel crate
 /// `$name` (its crate name, `_` for `-`) in this crate's `build.rs`, as a
 /// [`CodeObjects`]: `static KERNELS: symmem::CodeObjects = symmem::include_kernels!("my_kernels");`
+/// With a second name, the objects of the variant built under that name
+/// (`KernelCrate::variant`), still the kernels of crate `$name`.
 #[macro_export]
 macro_rules! include_kernels {
     ($name:literal) => {
+        $crate::include_kernels!($name, $name)
+    };
+    ($name:literal, $variant:literal) => {
         $crate::CodeObjects::new(
             $name,
-            include!(concat!(env!("OUT_DIR"), "/symmem-kernels/", $name, ".rs")),
+            include!(concat!(
+                env!("OUT_DIR"),
+                "/symmem-kernels/",
+                $variant,
+                ".rs"
+            )),
         )
     };
 }

@@ -388,7 +388,12 @@ impl<B: Backend> World<B> {
         // SAFETY: a fresh zeroed block of `Control`'s size, aligned (page-locked or
         // 64-aligned allocations), that no kernel reads yet.
         unsafe { (*control.host_ptr().cast::<Control>()).deadline_ns = deadline };
-        let kernels = Loaded::new(&backend, &crate::code_objects::KERNELS, &control)?;
+        let objects = if topology.nodes() > 1 {
+            &crate::code_objects::KERNELS
+        } else {
+            &crate::code_objects::KERNELS_ON_NODE
+        };
+        let kernels = Loaded::new(&backend, objects, &control)?;
         // SAFETY: the block's first word, 8-aligned; `control` outlives the watchdog (the
         // field order of `World`, and `leave` stops it first), and words are accessed
         // atomically.

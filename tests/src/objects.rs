@@ -1,6 +1,7 @@
-//! Every kernel crate's embedded code objects the codegen tests read: symmem's own
-//! (`symmem::code_objects::KERNELS`) and every example's (built by `tests/build.rs`, as
-//! the examples' build scripts build them). A new example is found on disk.
+//! Every kernel crate's embedded code objects the codegen tests read: symmem's own, both
+//! builds (`symmem::code_objects::KERNELS_ON_NODE`, what worlds on one node run, and
+//! `KERNELS`, with the off-node engine), and every example's (built by `tests/build.rs`,
+//! as the examples' build scripts build them). A new example is found on disk.
 
 use symmem::CodeObjects;
 
@@ -9,12 +10,18 @@ include!(concat!(env!("OUT_DIR"), "/example_crates.rs"));
 
 static EXAMPLES: &[&CodeObjects] = include!(concat!(env!("OUT_DIR"), "/examples.rs"));
 
-/// symmem's own code objects, then every example's.
+/// symmem's own code objects (the one-node build first), then every example's.
 pub fn all() -> impl Iterator<Item = &'static CodeObjects> {
-    std::iter::once(&symmem::code_objects::KERNELS).chain(EXAMPLES.iter().copied())
+    [
+        &symmem::code_objects::KERNELS_ON_NODE,
+        &symmem::code_objects::KERNELS,
+    ]
+    .into_iter()
+    .chain(EXAMPLES.iter().copied())
 }
 
-/// The code objects of kernel crate `crate_name`. Panics if none is embedded.
+/// The code objects of kernel crate `crate_name` (for symmem's own, the one-node build:
+/// what worlds on one node run). Panics if none is embedded.
 pub fn of(crate_name: &str) -> &'static CodeObjects {
     all()
         .find(|o| o.crate_name() == crate_name)

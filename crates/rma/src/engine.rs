@@ -235,7 +235,7 @@ pub(crate) struct Ticket {
 /// of a launch).
 #[inline(always)]
 pub(crate) fn running() -> bool {
-    !ring().is_null()
+    !cfg!(symmem_on_node) && !ring().is_null()
 }
 
 /// Whether the engine moves data by staging (the proxy cannot reach kernel memory).
@@ -377,8 +377,10 @@ fn wait_completed(r: *const Ring, count: u64) {
 /// ring's part of a quiet); returns at once without an engine.
 #[inline(always)]
 pub(crate) fn quiet() {
-    // SAFETY: `quiet_ring` has no requirements.
-    unsafe { call_outlined(quiet_ring, [0; 6]) };
+    if running() {
+        // SAFETY: `quiet_ring` has no requirements.
+        unsafe { call_outlined(quiet_ring, [0; 6]) };
+    }
 }
 
 /// [`quiet`]'s body, out of line (see [`call_outlined`]; the arguments are unused).

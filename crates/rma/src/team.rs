@@ -125,7 +125,15 @@ impl<'a> Team<'a> {
         let bases = self.bases.as_slice();
         // SAFETY: `rank < world` by construction; `to < world` by the caller.
         let (there, here) = unsafe { (*bases.get_unchecked(to), *bases.get_unchecked(self.rank)) };
-        (there != 0).then(|| p.wrapping_byte_offset(there.wrapping_sub(here) as isize))
+        let there_too = p.wrapping_byte_offset(there.wrapping_sub(here) as isize);
+        // The build for worlds on one node (`--cfg symmem_on_node`, loaded by no other
+        // world) takes no branch: there every peer is mapped, and every table the host
+        // lets a kernel take (the heap's, a buffer's, a rendezvous's, an external one,
+        // which may hold no null entry there) has no 0 entry.
+        if cfg!(symmem_on_node) {
+            return Some(there_too);
+        }
+        (there != 0).then_some(there_too)
     }
 
     // ---- point operations -------------------------------------------------------
@@ -205,7 +213,7 @@ impl<'a> Team<'a> {
     ///
     /// # Safety
     /// As [`Team::put_nbi_block`].
-    #[inline(never)]
+    #[inline(always)]
     unsafe fn put_off_node<A: Arch>(
         &self,
         arch: &A,
@@ -239,7 +247,7 @@ impl<'a> Team<'a> {
     ///
     /// # Safety
     /// As [`Team::get_nbi_block`].
-    #[inline(never)]
+    #[inline(always)]
     unsafe fn get_off_node<A: Arch>(
         &self,
         arch: &A,
@@ -384,7 +392,7 @@ impl<'a> Team<'a> {
     ///
     /// # Safety
     /// As [`Team::copy_nbi_block`].
-    #[inline(never)]
+    #[inline(always)]
     unsafe fn relay_off_node<A: Arch>(
         &self,
         arch: &A,

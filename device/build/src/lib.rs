@@ -357,6 +357,15 @@ pub struct KernelCrate {
     path: PathBuf,
     targets: Vec<String>,
     nested_dir: Option<PathBuf>,
+    variant: Option<Variant>,
+}
+
+/// A second build of a kernel crate: `--cfg <cfg>` on every crate of the device build,
+/// code objects named `<name>`.
+#[derive(Clone, Debug)]
+struct Variant {
+    name: String,
+    cfg: String,
 }
 
 impl KernelCrate {
@@ -368,7 +377,21 @@ impl KernelCrate {
             path: path.as_ref().to_owned(),
             targets: DEFAULT_TARGETS.map(str::to_owned).to_vec(),
             nested_dir: None,
+            variant: None,
         }
+    }
+
+    /// Builds a variant of the crate instead of the crate as it is: every crate of the
+    /// device build gets `--cfg <cfg>` (so code can differ under `#[cfg(<cfg>)]`), and the
+    /// code objects and their table are named `name` (`include_kernels!` with the crate
+    /// name and `name` embeds them). Its nested builds have target directories of their
+    /// own, so the crate's two builds do not rebuild each other.
+    pub fn variant(mut self, name: &str, cfg: &str) -> Self {
+        self.variant = Some(Variant {
+            name: name.to_owned(),
+            cfg: cfg.to_owned(),
+        });
+        self
     }
 
     /// Builds for processors `cpus` (`gfx…` or `sm_…`, in this order, repeats
@@ -435,6 +458,10 @@ impl KernelCrate {
             manifest: manifest.clone(),
         })?;
         let crate_name = manifest::crate_name(&names.package);
+        let output_name = self
+            .variant
+            .as_ref()
+            .map_or_else(|| crate_name.clone(), |v| v.name.clone());
         let mut sources = vec![manifest.clone(), kernel_dir.join("src")];
         for path in &sources {
             cargo_line(&format!("rerun-if-changed={}", path.display()));
@@ -452,8 +479,8 @@ impl KernelCrate {
             let wrapper = Wrapper::write(&nested.join("wrappers"), &kernel_dir, &names)?;
             let mut deps = Vec::new();
             for target in &targets {
-                let built = wrapper.build(&toolchain, &tools, &nested, target)?;
-                let path = out.join(target.file_name(&crate_name));
+                let built = wrapper.build(&toolchain, &tools, &nested, target, &self.variant)?;
+                let path = out.join(target.file_name(&output_name));
                 copy(&built, &path)?;
                 if let Ok(d) = std::fs::read_to_string(built.with_extension("d")) {
                     deps.extend(depinfo::parse(&d));
@@ -478,7 +505,7 @@ impl KernelCrate {
                 }
             }
         }
-        let table = out.join(format!("{crate_name}.rs"));
+        let table = out.join(format!("{output_name}.rs"));
         write_if_changed(&table, table_source(&objects)?.as_bytes())?;
         Ok(Built {
             crate_name,
@@ -720,8 +747,12 @@ impl Wrapper {
         tools: &Tools,
         nested: &Path,
         target: &Target,
+        variant: &Option<Variant>,
     ) -> Result<PathBuf, BuildError> {
-        let target_dir = nested.join(&target.cpu);
+        let target_dir = match variant {
+            Some(v) => nested.join(format!("{}-{}", target.cpu, v.cfg)),
+            None => nested.join(&target.cpu),
+        };
         let mut cargo = Command::new(&toolchain.cargo);
         scrub_outer_environment(&mut cargo);
         // Every kernel keeps a body of its own: merged functions become aliases, and
@@ -731,6 +762,9 @@ impl Wrapper {
             format!("-Ctarget-cpu={}", target.cpu),
             "-Zmerge-functions=disabled".to_owned(),
         ];
+        if let Some(v) = variant {
+            flags.push(format!("--cfg={}", v.cfg));
+        }
         match target.family {
             Family::Amdgpu => {
                 flags.extend([
