@@ -11,6 +11,9 @@
 //!   CUDA-aware), `-np 2` and `-np 4` with 1 rank per node and `-np 4` with 2: these
 //!   print `skipped: <reason>` and pass where no CUDA device answers (recorded runs on
 //!   the H200: `BENCHMARKS.md`);
+//! * the `fused-allreduce-rmsnorm` example as its own program (`--features mpi`, `--mpi`),
+//!   its kernel unchanged, against its host reference: `-np 2` with every peer on another
+//!   node, `-np 4` with 2 ranks per node;
 //! * the kill test: `engine-kill` at `-np 4` with 2 ranks per node (`mpirun` with
 //!   recovery enabled, so that a dead rank does not take the job down): the last rank
 //!   kills itself while the others wait for it on the device, and every survivor, on its
@@ -136,4 +139,50 @@ fn a_killed_rank_gives_every_other_node_a_typed_error() {
         );
         println!("{line}");
     }
+}
+
+/// The fused example under `mpirun`: every rank must print its line (its elements match
+/// the example's host reference).
+fn fused_example(np: usize, per_node: usize) {
+    if !mpirun_available() {
+        return;
+    }
+    let exe = mpi::build("fused-allreduce-rmsnorm", "mpi", "fused-allreduce-rmsnorm");
+    let split = format!("SYMMEM_RANKS_PER_NODE={per_node}");
+    let run = mpi::mpirun(
+        np,
+        &["-x", &split],
+        &exe,
+        &["--mpi", "--backend", "cpu"],
+        Duration::from_secs(300),
+    );
+    let all = run.all();
+    assert!(
+        run.status.success(),
+        "mpirun -np {np} ({split}): {}:\n{all}",
+        run.status
+    );
+    let nodes = np / per_node;
+    for rank in 0..np {
+        let line = format!(
+            "fused-allreduce-rmsnorm: rank {rank} of {np} on node {} of {nodes} on cpu: ",
+            rank / per_node
+        );
+        assert!(
+            run.stdout
+                .lines()
+                .any(|l| l.starts_with(&line) && l.ends_with("match the host reference")),
+            "no `{line}...`:\n{all}"
+        );
+    }
+}
+
+#[test]
+fn fused_example_np2_every_peer_on_another_node() {
+    fused_example(2, 1);
+}
+
+#[test]
+fn fused_example_np4_two_nodes_of_two() {
+    fused_example(4, 2);
 }

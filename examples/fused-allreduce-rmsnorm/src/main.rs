@@ -4,6 +4,10 @@
 //!
 //! `fused-allreduce-rmsnorm [--ranks N] [--backend auto|cpu|cuda]`: N ranks as threads
 //! (default 2, at least 2); `auto` takes CUDA when a GPU answers, else the CPU backend.
+//! `--mpi` instead (built with `--features mpi`): one rank per process under `mpirun`,
+//! over MPI, across nodes too (`SYMMEM_RANKS_PER_NODE=1 mpirun -np 2 ... --mpi` emulates
+//! two nodes on one machine): the same kernel reads the other nodes' data through the
+//! off-node engine.
 
 use fused_allreduce_rmsnorm_kernels as kernels;
 use std::process::ExitCode;
@@ -169,23 +173,52 @@ fn run<B: Backend>(world: World<B>) -> Result<usize> {
     Ok(run_type::<f32, B>(&world)? + run_type::<Bf16, B>(&world)?)
 }
 
+/// One rank of a world over MPI (`--mpi`, under `mpirun`): this process's rank on `backend`.
+#[cfg(feature = "mpi")]
+fn mpi_rank(backend: &str) -> Result<String> {
+    use symmem::bootstrap::{Bootstrap, mpi::MpiBootstrap};
+    let bootstrap = Box::new(MpiBootstrap::new()?);
+    let config = Config::default();
+    let (rank, size) = (bootstrap.rank(), bootstrap.world_size());
+    let (checked, node, nodes) = match backend {
+        "cpu" => on_world(World::new(bootstrap, Cpu::new(), &config)?)?,
+        "cuda" => on_world(World::new(bootstrap, Cuda::for_rank(rank)?, &config)?)?,
+        _ => return Err(Error::Unsupported("backend (use auto, cpu or cuda)")),
+    };
+    Ok(format!(
+        "fused-allreduce-rmsnorm: rank {rank} of {size} on node {node} of {nodes} on {backend}: \
+         {checked} elements match the host reference"
+    ))
+}
+
+/// [`run`] on `world`, then its node and the number of nodes.
+#[cfg(feature = "mpi")]
+fn on_world<B: Backend>(world: World<B>) -> Result<(usize, usize, usize)> {
+    let t = world.topology();
+    let (node, nodes) = (t.node_of(world.rank()).unwrap_or(0), t.nodes());
+    Ok((run(world)?, node, nodes))
+}
+
 fn main() -> ExitCode {
     let mut ranks = 2;
     let mut backend = String::from("auto");
+    let mut mpi = false;
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
+        if flag == "--mpi" {
+            mpi = true;
+            continue;
+        }
         match (flag.as_str(), args.next()) {
             ("--ranks", Some(n)) => ranks = n.parse().unwrap_or(0),
             ("--backend", Some(b)) => backend = b,
             _ => {
-                eprintln!("usage: fused-allreduce-rmsnorm [--ranks N] [--backend auto|cpu|cuda]");
+                eprintln!(
+                    "usage: fused-allreduce-rmsnorm [--ranks N | --mpi] [--backend auto|cpu|cuda]"
+                );
                 return ExitCode::FAILURE;
             }
         }
-    }
-    if ranks < 2 {
-        eprintln!("fused-allreduce-rmsnorm: --ranks must be at least 2");
-        return ExitCode::FAILURE;
     }
     if backend == "auto" {
         backend = match Cuda::device_count() {
@@ -195,6 +228,28 @@ fn main() -> ExitCode {
                 "cpu".into()
             }
         };
+    }
+    if mpi {
+        #[cfg(feature = "mpi")]
+        return match mpi_rank(&backend) {
+            Ok(line) => {
+                println!("{line}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("fused-allreduce-rmsnorm: {e}");
+                ExitCode::FAILURE
+            }
+        };
+        #[cfg(not(feature = "mpi"))]
+        {
+            eprintln!("fused-allreduce-rmsnorm: --mpi needs the example built with --features mpi");
+            return ExitCode::FAILURE;
+        }
+    }
+    if ranks < 2 {
+        eprintln!("fused-allreduce-rmsnorm: --ranks must be at least 2");
+        return ExitCode::FAILURE;
     }
     let config = Config::default();
     let results = match backend.as_str() {
