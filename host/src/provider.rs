@@ -152,10 +152,12 @@ impl<'w, T, B: Backend> ExternalTable<'w, T, B> {
     /// Collective: uploads `entries` (entry `r` = the allocation's address on rank `r` as
     /// mapped in this process, each holding `len` elements of `T`) as this rank's device-resident
     /// table, after checking the contract: one entry per rank, `entries[rank] == local`,
-    /// no null entry, entries congruent modulo 16, and the same `len` on every rank.
+    /// 0 for exactly the peers on other nodes (as `nvshmem_ptr` gives null for them; see
+    /// [`crate::topology`]), entries congruent modulo 16, and the same `len` on every rank.
     ///
     /// Errors: [`Error::ZeroSize`]; [`Error::BadPeerTable`] for a table of the wrong length,
-    /// a null entry, or an own entry that is not `local`; [`Error::PeerMisaligned`];
+    /// a null entry for a peer on this node or a non-null one for a peer on another, or an
+    /// own entry that is not `local`; [`Error::PeerMisaligned`];
     /// [`Error::CollectiveMismatch`] if ranks pass different `len`s (the differing ranks
     /// named); [`Error::PeerFailed`] on the other ranks when one rank's table breaks the
     /// contract; [`Error::PeerLost`].
@@ -247,8 +249,18 @@ fn check_table<B: Backend>(
     if entries.len() != n {
         return bad(entries.len(), 0, "the table's length is not the world size");
     }
-    if let Some(r) = entries.iter().position(|&e| e == 0) {
-        return bad(r, 0, "a null address");
+    // A peer on another node is not mapped here: its entry is 0 (the engine reaches it),
+    // and only its.
+    let topology = world.topology();
+    if let Some(r) = (0..n).find(|&r| entries[r] == 0 && topology.reaches(r)) {
+        return bad(r, 0, "a null address for a peer on this node");
+    }
+    if let Some(r) = (0..n).find(|&r| entries[r] != 0 && !topology.reaches(r)) {
+        return bad(
+            r,
+            entries[r],
+            "an address for a peer on another node (not mapped here: its entry is 0)",
+        );
     }
     if entries[rank] != local {
         return bad(

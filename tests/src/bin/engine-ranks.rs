@@ -4,8 +4,9 @@
 //! host references, everything a kernel does to peers on its node and on other nodes
 //! (through the off-node engine):
 //!
-//! * the peer tables: an off-node peer's entry is 0 in the heap's, a symmetric buffer's
-//!   and a rendezvous's table, and host calls that need a mapping are `OffNode`;
+//! * the peer tables: an off-node peer's entry is 0 in the heap's, a symmetric buffer's,
+//!   a rendezvous's and an external table's (which refuses an address for such a peer),
+//!   and host calls that need a mapping are `OffNode`;
 //! * the host's translated put and get (`symmem_put`, `symmem_get`) to and from every
 //!   peer;
 //! * the suite's RMA bodies (`rma_ranks`): repeated device barriers and ordering puts,
@@ -34,7 +35,7 @@ use symmem::backend::{Backend, Grid};
 use symmem::bootstrap::Bootstrap;
 use symmem::bootstrap::mpi::MpiBootstrap;
 use symmem::collectives::{Algorithm, ReduceOp};
-use symmem::{Config, Error, PeerBaseProvider, Rendezvous, World};
+use symmem::{Config, Error, ExternalTable, PeerBaseProvider, Rendezvous, World};
 
 const SIZES: [usize; 5] = [0, 1, 17, 4095, 70_000];
 
@@ -55,6 +56,26 @@ fn tables<B: Backend>(w: &World<B>) -> symmem::Result<()> {
     check("buffer", table.entries());
     let shared = Rendezvous::new(w.device_zeros::<u32>(64)?)?;
     check("rendezvous", shared.table().entries());
+    // Another library's table of the same allocation, null for off-node peers as
+    // `nvshmem_ptr` gives it: accepted. An address for an off-node peer: refused.
+    let entries = table.entries().to_vec();
+    // SAFETY: the buffer's own table: each entry its address on that rank, as mapped here.
+    let external = unsafe { ExternalTable::<u32, B>::new(w, buf.ptr(), 64, &entries)? };
+    check("external", external.peer_bases().entries());
+    if let Some(far) = (0..w.world_size()).find(|&r| !t.reaches(r)) {
+        let mut wrong = entries.clone();
+        wrong[far] = entries[me];
+        // SAFETY: refused before anything is uploaded (checked below).
+        let refused = unsafe { ExternalTable::<u32, B>::new(w, buf.ptr(), 64, &wrong) };
+        assert!(
+            matches!(
+                refused,
+                Err(Error::BadPeerTable { rank, .. }) if rank == far
+            ) || matches!(refused, Err(Error::PeerFailed { .. })),
+            "an address for off-node rank {far}: {:?}",
+            refused.map(drop)
+        );
+    }
     w.barrier()?;
     if let Some(far) = (0..w.world_size()).find(|&r| !t.reaches(r)) {
         let off = |r: symmem::Result<()>| matches!(r, Err(Error::OffNode { rank }) if rank == far);
@@ -68,7 +89,7 @@ fn tables<B: Backend>(w: &World<B>) -> symmem::Result<()> {
             "translate({far})"
         );
     }
-    drop((buf, table, shared));
+    drop((buf, table, shared, external));
     w.barrier()
 }
 
