@@ -516,7 +516,8 @@ impl<'w, B: Backend> Collectives<'w, B> {
     /// off-node rank's whole `src` in bulk through the engine (one get per rank, after a
     /// device barrier that says every `src` is final), then reduces in one pass, reading
     /// the on-node ranks' `src` with loads and the off-node ones from its local copies
-    /// (`symmem_all_reduce_gathered_*`, whose second table points at them).
+    /// (`symmem_all_reduce_gathered_*`, whose second table points at them). Also the
+    /// reduce-scatter across nodes, with `src` this rank's chunk.
     fn all_reduce_across_nodes<T: Element>(
         &self,
         dst: &DeviceSlice<'_, T, B>,
@@ -634,6 +635,12 @@ impl<'w, B: Backend> Collectives<'w, B> {
             .symmetric(src, 0, self.times_world(count))
             .and_then(|s| Ok((local(dst, count)?, s)));
         let (d, s) = self.agreed(&[src.id()], checked)?;
+        if self.world.topology().nodes() > 1 {
+            // This rank's chunk, reduced over every rank: the all-reduce of that chunk.
+            let me = self.world.rank();
+            let chunk = s.slice(me * count..(me + 1) * count)?;
+            return self.all_reduce_across_nodes(&d, &chunk, count, op);
+        }
         self.launch(T::reduce_scatter(op), self.reducing(&d, &s, count))
     }
 
