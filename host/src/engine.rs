@@ -5,19 +5,22 @@
 //! and stops it when it leaves. It needs the MPI bootstrap at `MPI_THREAD_MULTIPLE` (the
 //! proxy calls MPI while the world's own thread runs bootstrap collectives).
 //!
-//! * **Window.** The rank's symmetric heap is an MPI window (`MPI_Win_create`, locked
-//!   for every target once with `MPI_Win_lock_all`), on a duplicate of the bootstrap's
-//!   communicator. Puts and gets to a peer are `MPI_Put`/`MPI_Get` on it, completed
-//!   with `MPI_Win_flush` before the next request: that is what makes a later signal,
-//!   quiet or barrier cover them.
+//! * **Window.** Where the proxy reaches kernel memory (the CPU backend, and CUDA under
+//!   an MPI that says it is CUDA-aware: `mpi_is_cuda_aware`), the rank's symmetric heap
+//!   is an MPI window (`MPI_Win_create`, locked for every target once with
+//!   `MPI_Win_lock_all`), on a duplicate of the bootstrap's communicator. Puts and gets
+//!   to a peer are `MPI_Put`/`MPI_Get` on it, completed with `MPI_Win_flush` before the
+//!   next request: that is what makes a later signal, quiet or barrier cover them.
 //! * **Atomics and signals** are applied by the *target's* proxy, with the same hardware
 //!   atomics the target's own kernels and on-node peers use. An MPI accumulate is atomic
 //!   only with other MPI accumulates, not with a kernel's atomics on the same word.
 //!   They travel as messages on the same communicator; the target replies with the old
 //!   value.
 //! * **Staging.** Where the proxy cannot reach kernel memory (a GPU heap under an MPI
-//!   that is not GPU-aware), the device stages the bytes in the ring's host memory and
-//!   puts and gets travel as messages too, applied by the target's proxy.
+//!   that is not GPU-aware), there is no window: the device stages the bytes in the
+//!   ring's host memory and puts and gets travel as messages too, applied by the target's
+//!   proxy through its [`HeapAccess`] (`Backend::engine_heap`: on CUDA, copies and a
+//!   one-thread atomic kernel on a stream of its own).
 //!   `SYMMEM_ENGINE_STAGING=1` forces this path (and no window) on the CPU backend, so
 //!   CI exercises the device's staging code and the proxy's messages as a GPU uses them.
 //!

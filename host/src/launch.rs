@@ -67,7 +67,7 @@ use std::sync::Arc;
 use symmem_device::{Cmp, Kernel, Param, Params, PeerTable};
 
 /// The code objects of one kernel crate, one per GPU target, embedded in the binary by
-/// [`include_kernels!`].
+/// [`include_kernels!`](crate::include_kernels).
 #[derive(Debug)]
 pub struct CodeObjects {
     crate_name: &'static str,
