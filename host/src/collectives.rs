@@ -564,7 +564,7 @@ impl<'w, B: Backend> Collectives<'w, B> {
                 ),
             )?;
             // Rank r's `src + i` translates to `copy + i`.
-            table[r] = copy.ptr() - src_offset;
+            table[r] = copy.ptr().wrapping_sub(src_offset);
         }
         w.write(table_memory, 0, &table)?;
         let sources = crate::PeerBases::new(table_memory.ptr(), table.into(), w.serial(), None);

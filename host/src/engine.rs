@@ -616,10 +616,14 @@ impl Proxy {
         let mut reply = [0u64; REPLY_WORDS];
         match request::kind(req) {
             kind::ATOMIC => {
-                if offset % len.max(1) != 0 || !matches!(len, 4 | 8) {
+                let size = request::size(req);
+                if offset % len.max(1) != 0 || !matches!(len, 4 | 8) || size != len as u64 {
                     return Err(Error::Engine {
                         peer: Some(from),
-                        what: format!("a {len}-byte atomic at misaligned offset {offset:#x}"),
+                        what: format!(
+                            "a {len}-byte atomic (element of {size} bytes) at offset \
+                             {offset:#x}: not an aligned 4- or 8-byte element"
+                        ),
                     });
                 }
                 reply[0] = self.heap.atomic(offset, req, operand, compare)?;
