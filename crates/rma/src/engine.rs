@@ -484,21 +484,7 @@ unsafe extern "C" fn load_through_ring(
     _: u64,
     _: u64,
 ) -> u64 {
-    let req = Request {
-        request: request::pack(kind::GET, 0, 0, request::REPLY | request::INLINE),
-        peer: from as usize,
-        addr,
-        local: 0,
-        len: n,
-        operand: 0,
-        compare: 0,
-    };
-    // SAFETY: nothing staged.
-    match unsafe { post(req, core::ptr::null(), 0) } {
-        // SAFETY: posted with REPLY; nothing staged.
-        Some(t) => unsafe { t.reply(core::ptr::null_mut(), 0) }.map_or(0, |w| w[0]),
-        None => 0,
-    }
+    get_inline(addr, n, from as usize).map_or(0, |w| w[0])
 }
 
 /// Writes the first `n <= 16` bytes of `words` (packed as by [`pack_inline`]) to `addr`
@@ -528,18 +514,46 @@ unsafe extern "C" fn store_through_ring(
     to: u64,
     _: u64,
 ) -> u64 {
+    put_inline(addr, [lo, hi], n, to as usize);
+    0
+}
+
+/// Posts a put of the first `n <= 16` bytes of `words` (packed as by [`pack_inline`]) to
+/// `addr` (this rank's copy) on off-node rank `to`, the data inside the request: nothing
+/// waits for it.
+#[inline(always)]
+fn put_inline(addr: u64, [operand, compare]: [u64; 2], n: u64, to: usize) {
     let req = Request {
         request: request::pack(kind::PUT, 0, 0, request::INLINE),
-        peer: to as usize,
+        peer: to,
         addr,
         local: 0,
         len: n,
-        operand: lo,
-        compare: hi,
+        operand,
+        compare,
     };
-    // SAFETY: nothing staged; the data is in the request.
+    // SAFETY: nothing staged, no local side: the data is in the request.
     unsafe { post(req, core::ptr::null(), 0) };
-    0
+}
+
+/// A get of the `n <= 16` bytes at `addr` (this rank's copy) on off-node rank `from`
+/// whose reply carries them: its two words, packed as by [`pack_inline`]; `None` if it
+/// could not be made.
+#[inline(always)]
+fn get_inline(addr: u64, n: u64, from: usize) -> Option<[u64; 2]> {
+    let req = Request {
+        request: request::pack(kind::GET, 0, 0, request::REPLY | request::INLINE),
+        peer: from,
+        addr,
+        local: 0,
+        len: n,
+        operand: 0,
+        compare: 0,
+    };
+    // SAFETY: nothing staged, no local side: the reply brings the data.
+    let t = unsafe { post(req, core::ptr::null(), 0) }?;
+    // SAFETY: posted with REPLY; nothing staged.
+    unsafe { t.reply(core::ptr::null_mut(), 0) }
 }
 
 /// The `n <= 16` bytes at `src` as the two words of an inline request: byte `i` in bits
@@ -623,15 +637,7 @@ unsafe extern "C" fn put_through_ring(
     };
     if n <= INLINE_BYTES {
         // SAFETY: `n` readable bytes.
-        let [operand, compare] = unsafe { pack_inline(src, n) };
-        let req = Request {
-            request: base.request | request::INLINE,
-            operand,
-            compare,
-            ..base
-        };
-        // SAFETY: nothing staged; the data is in the request.
-        unsafe { post(req, core::ptr::null(), 0) };
+        put_inline(addr, unsafe { pack_inline(src, n) }, n as u64, to);
         return 0;
     }
     if !staged() {
@@ -705,15 +711,7 @@ unsafe extern "C" fn get_through_ring(
         compare: 0,
     };
     if n <= INLINE_BYTES {
-        let req = Request {
-            request: base.request | request::INLINE,
-            ..base
-        };
-        // SAFETY: nothing staged.
-        if let Some(t) = unsafe { post(req, core::ptr::null(), 0) }
-            // SAFETY: posted with REPLY; nothing staged.
-            && let Some(words) = unsafe { t.reply(core::ptr::null_mut(), 0) }
-        {
+        if let Some(words) = get_inline(addr, n as u64, from) {
             // SAFETY: `n <= 16` writable bytes.
             unsafe { unpack_inline(words, dst, n) };
         }
