@@ -24,6 +24,12 @@
 //!   `SYMMEM_ENGINE_STAGING=1` forces this path (and no window) on the CPU backend, so
 //!   CI exercises the device's staging code and the proxy's messages as a GPU uses them.
 //!
+//! * **Helping.** On the CPU backend a kernel thread that waits on the ring runs rounds
+//!   of the proxy's work itself while no other thread does (`Ring::help`; the proxy is
+//!   behind a lock): its own request then completes without a hand-off to the proxy's
+//!   thread, which shares the rank's core under `mpirun`'s default binding. The proxy's
+//!   thread still serves peers and finishes what no kernel waits for.
+//!
 //! Every MPI call's error is returned (`MPI_ERRORS_RETURN`): the proxy records it as
 //! [`Error::Engine`], sets the rank's abort word so every waiting kernel ends, and
 //! serves nothing more; the world reports it from its next call.
@@ -152,6 +158,9 @@ pub(crate) struct Start<'a, S: SharedRegion> {
     /// Where the window exposes the heap when the proxy reaches kernel memory at the
     /// kernels' addresses (the CPU backend, a GPU-aware MPI); `None` when data is staged.
     pub(crate) direct: Option<*mut u8>,
+    /// Kernels run on host threads (the CPU backend): their waits help the proxy
+    /// ([`Ring::help`]).
+    pub(crate) kernels_on_host: bool,
     pub(crate) abort: AbortWord,
 }
 
@@ -166,6 +175,8 @@ pub(crate) struct Engine {
     stop: Arc<AtomicBool>,
     failure: Arc<Mutex<Option<Failure>>>,
     thread: Option<JoinHandle<()>>,
+    /// The proxy, shared with kernel threads that help it; kept until they are gone.
+    _proxy: Arc<Mutex<Proxy>>,
 }
 
 // SAFETY: the pointers are into the world's shared region, which outlives the engine
@@ -174,7 +185,8 @@ unsafe impl Send for Engine {}
 // SAFETY: as above; every other field is thread-safe.
 unsafe impl Sync for Engine {}
 
-/// MPI handles and the ring, moved to the proxy thread.
+/// MPI handles, the ring and the requests under way: the proxy thread's, and the
+/// helping kernel threads' while they hold its lock ([`help`]).
 struct Proxy {
     comm: ffi::MPI_Comm,
     /// The heap's window, where the proxy reaches kernel memory (`Ring::direct`).
@@ -185,8 +197,21 @@ struct Proxy {
     heap: Box<dyn HeapAccess>,
     heap_len: usize,
     abort: AbortWord,
-    stop: Arc<AtomicBool>,
     failure: Arc<Mutex<Option<Failure>>>,
+    /// The next ticket, the request waiting for its reply, the replies being sent.
+    queue: Queue,
+    /// The proxy met an error (recorded in `failure`) and serves nothing more.
+    failed: bool,
+    /// The window and communicator are freed: nothing more may run.
+    closed: bool,
+}
+
+/// Where the proxy is in its work.
+#[derive(Default)]
+struct Queue {
+    head: u64,
+    inflight: Option<InFlight>,
+    outgoing: Vec<Outgoing>,
 }
 
 // SAFETY: MPI runs at MPI_THREAD_MULTIPLE (checked before an engine starts), so its
@@ -296,6 +321,30 @@ impl Engine {
         let device = start.region.device_ptr();
         let ring = host.wrapping_add(RING_AT).cast::<Ring>();
         let direct = win.is_some();
+        let stop = Arc::new(AtomicBool::new(false));
+        let failure = Arc::new(Mutex::new(None));
+        let proxy = Arc::new(Mutex::new(Proxy {
+            comm,
+            win,
+            ring,
+            slots: host.wrapping_add(SLOTS_AT).cast(),
+            staging: host.wrapping_add(STAGING_AT),
+            heap: start.heap,
+            heap_len: start.heap_len,
+            abort: start.abort,
+            failure: failure.clone(),
+            queue: Queue::default(),
+            failed: false,
+            closed: false,
+        }));
+        let (help, help_context) = if start.kernels_on_host {
+            (
+                help as unsafe extern "C" fn(u64) as usize as u64,
+                Arc::as_ptr(&proxy) as u64,
+            )
+        } else {
+            (0, 0)
+        };
         // SAFETY: the region is zeroed, of `ring_bytes()`, and no kernel uses it yet.
         unsafe {
             ring.write(Ring {
@@ -307,25 +356,16 @@ impl Engine {
                 heap_len: start.heap_len as u64,
                 staging: device + STAGING_AT as u64,
                 direct: u64::from(direct),
+                help,
+                help_context,
             })
-        };
-        let stop = Arc::new(AtomicBool::new(false));
-        let failure = Arc::new(Mutex::new(None));
-        let proxy = Proxy {
-            comm,
-            win,
-            ring,
-            slots: host.wrapping_add(SLOTS_AT).cast(),
-            staging: host.wrapping_add(STAGING_AT),
-            heap: start.heap,
-            heap_len: start.heap_len,
-            abort: start.abort,
-            stop: stop.clone(),
-            failure: failure.clone(),
         };
         let thread = std::thread::Builder::new()
             .name("symmem-proxy".into())
-            .spawn(move || proxy.run())
+            .spawn({
+                let (proxy, stop) = (proxy.clone(), stop.clone());
+                move || run(&proxy, &stop)
+            })
             .map_err(|source| Error::Os {
                 what: "spawning the engine's proxy thread",
                 source,
@@ -337,6 +377,7 @@ impl Engine {
             stop,
             failure,
             thread: Some(thread),
+            _proxy: proxy,
         };
         Ok((engine, device + RING_AT as u64))
     }
@@ -448,44 +489,82 @@ fn word(bytes: &[u8], i: usize) -> u64 {
         .map_or(0, u64::from_le_bytes)
 }
 
-impl Proxy {
-    fn run(mut self) {
-        let mut head = 0u64;
-        let mut inflight: Option<InFlight> = None;
-        let mut outgoing: Vec<Outgoing> = Vec::new();
-        let mut idle_since = Instant::now();
-        let mut failed = false;
-        loop {
-            let mut busy = false;
-            if !failed {
-                let step = self
-                    .serve(&mut outgoing)
-                    .and_then(|served| {
-                        busy |= served;
-                        self.progress(&mut head, &mut inflight)
-                    })
-                    .map(|progressed| busy |= progressed);
-                if let Err(e) = step {
-                    failed = true;
-                    self.fail(e);
-                }
-            }
-            if self.stop.load(Ordering::Acquire) && (inflight.is_none() || failed) {
-                break;
-            }
-            if busy {
-                idle_since = Instant::now();
-            } else if idle_since.elapsed() < Duration::from_millis(2) {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(Duration::from_micros(50));
-            }
+fn lock(proxy: &Mutex<Proxy>) -> std::sync::MutexGuard<'_, Proxy> {
+    proxy.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The proxy thread: rounds of work until the engine stops with nothing in flight, then
+/// the collective frees.
+fn run(proxy: &Mutex<Proxy>, stop: &AtomicBool) {
+    let mut idle_since = Instant::now();
+    loop {
+        let (busy, settled) = {
+            let mut p = lock(proxy);
+            (p.step(true), p.failed || p.queue.inflight.is_none())
+        };
+        if stop.load(Ordering::Acquire) && settled {
+            break;
         }
-        if !failed {
-            // SAFETY: the proxy's own requests and handles; every rank is past the
-            // world's final barrier, so the collective frees match.
+        if busy {
+            idle_since = Instant::now();
+        } else if idle_since.elapsed() < Duration::from_millis(2) {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+    lock(proxy).close();
+}
+
+/// [`Ring::help`] on the CPU backend: a waiting kernel thread runs one round of the
+/// proxy's work, unless another thread is running one.
+///
+/// # Safety
+/// `context` is the address of the engine's live `Mutex<Proxy>`.
+unsafe extern "C" fn help(context: u64) {
+    // SAFETY: the engine keeps the proxy alive while kernels run (the caller).
+    let proxy = unsafe { &*(context as usize as *const Mutex<Proxy>) };
+    if let Ok(mut p) = proxy.try_lock() {
+        p.step(false);
+    }
+}
+
+impl Proxy {
+    /// One round: starts or finishes this rank's next request, and serves the requests
+    /// peers sent here (`always_serve`, else only when this rank's own request made no
+    /// progress: a helping kernel thread waits for its own); true if it did anything. An
+    /// error is recorded (and the rank's abort word set) and ends the proxy's work.
+    fn step(&mut self, always_serve: bool) -> bool {
+        if self.failed || self.closed {
+            return false;
+        }
+        let mut queue = std::mem::take(&mut self.queue);
+        let step = self
+            .progress(&mut queue.head, &mut queue.inflight)
+            .and_then(|progressed| {
+                let served = if always_serve || !progressed {
+                    self.serve(&mut queue.outgoing)?
+                } else {
+                    false
+                };
+                Ok(progressed || served)
+            });
+        self.queue = queue;
+        let busy = *step.as_ref().unwrap_or(&false);
+        if let Err(e) = step {
+            self.failed = true;
+            self.fail(e);
+        }
+        busy
+    }
+
+    /// Frees the window and the communicator (collective: every rank is past the
+    /// world's final barrier), unless the proxy failed; nothing runs after.
+    fn close(&mut self) {
+        if !self.failed && !self.closed {
+            // SAFETY: the proxy's own requests and handles.
             unsafe {
-                for mut o in outgoing {
+                for mut o in std::mem::take(&mut self.queue.outgoing) {
                     ffi::MPI_Wait(&mut o.request, ffi::RSMPI_STATUS_IGNORE);
                 }
                 if let Some(mut win) = self.win {
@@ -495,6 +574,7 @@ impl Proxy {
                 ffi::MPI_Comm_free(&mut self.comm);
             }
         }
+        self.closed = true;
     }
 
     fn fail(&self, e: Error) {

@@ -1481,6 +1481,7 @@ fn start_engine<B: Backend>(
         // Where the window exposes the heap: the kernels' own address (host memory on
         // the CPU backend, device memory under a CUDA-aware MPI).
         direct: direct.then(|| std::ptr::with_exposed_provenance_mut(heap.base() as usize)),
+        kernels_on_host: backend.kind() == BackendKind::Cpu,
         abort,
     })?;
     Ok((engine, ring, (region, tickets)))

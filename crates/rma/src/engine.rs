@@ -22,6 +22,12 @@
 //! and [`Team::quiet_block`](crate::Team::quiet_block) only has to wait until the proxy
 //! has completed every ticket taken so far.
 //!
+//! **Helping.** Where kernels run on host threads (the CPU backend), a thread that waits
+//! on the ring runs the proxy's work itself between looks ([`Ring::help`]): the same
+//! rounds, in the same ticket order, one thread at a time. Handing each request to the
+//! proxy's thread instead costs two context switches where the two share a core (as
+//! under `mpirun`'s default binding of a rank to one core).
+//!
 //! **Bounds.** Every wait here (a slot, a reply, a completion) is bounded like a signal
 //! wait ([`crate::watch`]): the deadline and the abort word end it, and then every later
 //! wait of the rank. A request that cannot be routed (no engine, or an address outside
@@ -60,6 +66,15 @@ pub struct Ring {
     /// that is GPU-aware): puts and gets name the kernel's own addresses. Zero: data is
     /// staged through the slot's staging bytes.
     pub direct: u64,
+    /// Non-zero where kernels run on host threads (the CPU backend): the address of an
+    /// `unsafe extern "C" fn(u64)` that runs one round of the proxy's work, given
+    /// [`Ring::help_context`], unless another thread is running one. The ring's waits
+    /// call it, so a waiting thread completes the requests itself instead of handing
+    /// them to the proxy's thread (a context switch each way where the two share a
+    /// core). Zero on GPUs, whose waits never read it.
+    pub help: u64,
+    /// The argument [`Ring::help`] takes.
+    pub help_context: u64,
 }
 
 /// One request. Field meanings per [`kind`]; see the module documentation for `turn`.
@@ -193,9 +208,11 @@ fn store(p: *mut u64, v: u64, order: Order) {
     unsafe { u64::store(p, v, order, Scope::System) }
 }
 
-/// Waits until `cond` holds for the word at `p` (acquire); false if the wait gave up.
+/// Waits until `cond` holds for the word at `p` of ring `r` (acquire); false if the wait
+/// gave up. Where kernels run on host threads, each round first helps the proxy
+/// ([`Ring::help`]).
 #[inline(always)]
-fn wait(p: *const u64, peer: u64, want: u64, cond: impl Fn(u64) -> bool) -> bool {
+fn wait(r: *const Ring, p: *const u64, peer: u64, want: u64, cond: impl Fn(u64) -> bool) -> bool {
     let mut w = Watch::new();
     let mut spins = 0;
     loop {
@@ -203,9 +220,30 @@ fn wait(p: *const u64, peer: u64, want: u64, cond: impl Fn(u64) -> bool) -> bool
         if cond(v) {
             return true;
         }
+        #[cfg(feature = "std")]
+        help(r);
+        #[cfg(not(feature = "std"))]
+        let _ = r;
         crate::spin(&mut spins);
         if w.give_up(spins, p, want, v, peer) {
             return false;
+        }
+    }
+}
+
+/// Runs a round of the proxy's work on this thread if the ring offers it
+/// ([`Ring::help`]).
+#[cfg(feature = "std")]
+#[inline(always)]
+fn help(r: *const Ring) {
+    // SAFETY: the live ring's words, set by the host before any launch.
+    let (help, context) = unsafe { ((*r).help, (*r).help_context) };
+    if help != 0 {
+        // SAFETY: the host stores the address of a function of this signature, which
+        // stays valid (with its context) while kernels run.
+        unsafe {
+            let help: unsafe extern "C" fn(u64) = core::mem::transmute(help as usize);
+            help(context);
         }
     }
 }
@@ -291,7 +329,7 @@ pub(crate) unsafe fn post(req: Request, stage_src: *const u8, stage_len: usize) 
     let slot = (slots as *mut Slot).wrapping_add(index as usize);
     // SAFETY: `slot` is in the ring.
     let turn = unsafe { &raw mut (*slot).turn };
-    if !wait(turn, peer, lap * 4, |v| v == lap * 4 + state::FREE) {
+    if !wait(r, turn, peer, lap * 4, |v| v == lap * 4 + state::FREE) {
         return None;
     }
     if stage_len > 0 {
@@ -337,7 +375,7 @@ impl Ticket {
         // SAFETY: the live ring.
         let capacity = unsafe { (*self.ring).capacity };
         let lap = self.ticket / capacity;
-        if !wait(turn, peer, lap * 4 + state::DONE, |v| {
+        if !wait(self.ring, turn, peer, lap * 4 + state::DONE, |v| {
             v == lap * 4 + state::DONE
         }) {
             return None;
@@ -370,7 +408,7 @@ impl Ticket {
 fn wait_completed(r: *const Ring, count: u64) {
     // SAFETY: the live ring's word.
     let completed = unsafe { &raw const (*r).completed };
-    wait(completed, watch::NO_PEER, count, |v| v >= count);
+    wait(r, completed, watch::NO_PEER, count, |v| v >= count);
 }
 
 /// Waits until every request any thread of this rank posted so far is complete (the
