@@ -20,7 +20,8 @@
 //! The CPU backend moves kernel memory through the window directly; `--cuda` puts every
 //! rank on GPU `rank % count`, whose heap data is staged through host memory and applied
 //! by the target's proxy when MPI is not CUDA-aware: the staging path, named as such in
-//! the output. `--max-all-reduce BYTES` caps the all-reduce sizes.
+//! the output. `--max-put BYTES` and `--max-all-reduce BYTES` cap the put and all-reduce
+//! sizes.
 //!
 //! Run: `SYMMEM_RANKS_PER_NODE=2 mpirun -np 4 target/release/deps/engine-<hash> [--cuda]`
 //! (build with `cargo bench -p symmem --features mpi --bench engine --no-run`).
@@ -64,12 +65,14 @@ fn check(code: c_int, what: &str) {
     assert_eq!(code, ffi::MPI_SUCCESS as c_int, "{what} failed");
 }
 
-/// The reference: a window over `len` host bytes on a duplicate of `MPI_COMM_WORLD`,
+/// The reference: a window of `len` host bytes on a duplicate of `MPI_COMM_WORLD`,
 /// locked for every target (collective).
 struct Reference {
     comm: ffi::MPI_Comm,
     win: Option<ffi::MPI_Win>,
-    /// The window's memory (kept alive with it).
+    /// How the window was made (printed with the results).
+    kind: &'static str,
+    /// The window's memory where the reference allocated it (kept alive with it).
     _memory: Vec<u8>,
 }
 
@@ -89,7 +92,8 @@ impl Reference {
                 "MPI_Comm_set_errhandler",
             );
             let mut win = std::mem::MaybeUninit::uninit();
-            let code = ffi::MPI_Win_create(
+            let mut kind = "MPI_Win_create";
+            let mut code = ffi::MPI_Win_create(
                 memory.as_mut_ptr().cast(),
                 len as ffi::MPI_Aint,
                 1,
@@ -97,8 +101,22 @@ impl Reference {
                 comm,
                 win.as_mut_ptr(),
             );
-            // Some MPI builds create no window over plain host memory (seen: Open MPI
-            // 4.1.6 on the H200 image, MPI_ERR_WIN); the put rows then have no reference.
+            // Some MPI builds create no window over memory they did not allocate (seen:
+            // Open MPI 4.1.6 on the H200 image, MPI_ERR_WIN with every one-sided
+            // component): the reference then puts into memory MPI allocates.
+            if code != ffi::MPI_SUCCESS as c_int {
+                memory = Vec::new();
+                kind = "MPI_Win_allocate (MPI_Win_create failed)";
+                let mut base: *mut c_void = std::ptr::null_mut();
+                code = ffi::MPI_Win_allocate(
+                    len as ffi::MPI_Aint,
+                    1,
+                    ffi::RSMPI_INFO_NULL,
+                    comm,
+                    (&raw mut base).cast(),
+                    win.as_mut_ptr(),
+                );
+            }
             let win = (code == ffi::MPI_SUCCESS as c_int).then(|| win.assume_init());
             match win {
                 Some(win) => check(
@@ -106,12 +124,14 @@ impl Reference {
                     "MPI_Win_lock_all",
                 ),
                 None => {
-                    eprintln!("engine bench: MPI_Win_create failed ({code}): no MPI_Put reference")
+                    kind = "none";
+                    eprintln!("engine bench: no MPI window ({code}): no MPI_Put reference")
                 }
             }
             Self {
                 comm,
                 win,
+                kind,
                 _memory: memory,
             }
         }
@@ -210,20 +230,24 @@ fn row(line: &str, path: &str, bytes: usize, ours: f64, reference: f64) {
     );
 }
 
-fn run<B: Backend>(w: World<B>, max_all_reduce: usize) -> Result<()> {
-    rows(&w, max_all_reduce)?;
+fn run<B: Backend>(w: World<B>, max_put: usize, max_all_reduce: usize) -> Result<()> {
+    rows(&w, max_put, max_all_reduce)?;
     w.finalize()
 }
 
 /// Every row; rank 0 prints them.
-fn rows<B: Backend>(w: &World<B>, max_all_reduce: usize) -> Result<()> {
+fn rows<B: Backend>(w: &World<B>, max_put: usize, max_all_reduce: usize) -> Result<()> {
     let (me, n) = (w.rank(), w.world_size());
     let t = w.topology();
     let far = (0..n)
         .find(|&r| !t.reaches(r))
         .expect("a rank on another node");
     let gpu = w.backend().kind() != BackendKind::Cpu;
-    let path = if gpu { "staged" } else { "direct" };
+    let path = match w.engine_path() {
+        Some(symmem::engine::EnginePath::Window) => "window",
+        Some(symmem::engine::EnginePath::Staged) => "staged",
+        None => "no engine",
+    };
     let reference = Reference::new(64 * MIB);
     let dst = w.zeros::<u8>(64 * MIB)?;
     let src = w.device_from_slice(&vec![7u8; 64 * MIB])?;
@@ -239,9 +263,11 @@ fn rows<B: Backend>(w: &World<B>, max_all_reduce: usize) -> Result<()> {
     w.barrier()?;
     if me == 0 {
         println!(
-            "engine bench: {n} ranks, {} nodes, {} backend, rank 0 -> rank {far} ({path})",
+            "engine bench: {n} ranks, {} nodes, {} backend, rank 0 -> rank {far} ({path}); \
+             reference window: {}",
             t.nodes(),
-            if gpu { "cuda" } else { "cpu" }
+            if gpu { "cuda" } else { "cpu" },
+            reference.kind
         );
     }
     // One block: 256 threads on a GPU stage in parallel; on the CPU backend, where a
@@ -249,6 +275,7 @@ fn rows<B: Backend>(w: &World<B>, max_all_reduce: usize) -> Result<()> {
     let threads = if gpu { 256 } else { 1 };
     for (size, repeats, grid) in PUT_SIZES
         .iter()
+        .filter(|&&s| s <= max_put)
         .map(|&s| (s, (64 * MIB / s).clamp(1, 64) as u32, Grid::new(1, threads)))
         .chain([(8, if gpu { 200 } else { 2000 }, Grid::new(1, 1))])
     {
@@ -329,11 +356,13 @@ fn rows<B: Backend>(w: &World<B>, max_all_reduce: usize) -> Result<()> {
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
-    let max_all_reduce = args
-        .iter()
-        .position(|a| a == "--max-all-reduce")
-        .and_then(|i| args.get(i + 1)?.parse().ok())
-        .unwrap_or(64 * MIB);
+    let cap = |flag: &str| {
+        args.iter()
+            .position(|a| a == flag)
+            .and_then(|i| args.get(i + 1)?.parse().ok())
+            .unwrap_or(64 * MIB)
+    };
+    let (max_put, max_all_reduce) = (cap("--max-put"), cap("--max-all-reduce"));
     let result = (|| {
         let config = Config {
             heap_bytes: 512 * MIB,
@@ -342,9 +371,17 @@ fn main() -> ExitCode {
         let bootstrap = Box::new(MpiBootstrap::new()?);
         if args.iter().any(|a| a == "--cuda") {
             let backend = Cuda::for_rank(bootstrap.rank())?;
-            run(World::new(bootstrap, backend, &config)?, max_all_reduce)
+            run(
+                World::new(bootstrap, backend, &config)?,
+                max_put,
+                max_all_reduce,
+            )
         } else {
-            run(World::new(bootstrap, Cpu::new(), &config)?, max_all_reduce)
+            run(
+                World::new(bootstrap, Cpu::new(), &config)?,
+                max_put,
+                max_all_reduce,
+            )
         }
     })();
     match result {

@@ -164,6 +164,16 @@ pub(crate) struct Start<'a, S: SharedRegion> {
     pub(crate) abort: AbortWord,
 }
 
+/// How a rank's engine moves put and get data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EnginePath {
+    /// Through an MPI window over the heap, from and to the kernels' own memory.
+    Window,
+    /// Staged through host memory and applied by the target's proxy (no window: a GPU
+    /// heap under an MPI that is not GPU-aware, or `SYMMEM_ENGINE_STAGING=1`).
+    Staged,
+}
+
 /// What the proxy failed with: the peer involved, and what happened.
 type Failure = (Option<usize>, String);
 
@@ -177,6 +187,7 @@ pub(crate) struct Engine {
     thread: Option<JoinHandle<()>>,
     /// The proxy, shared with kernel threads that help it; kept until they are gone.
     _proxy: Arc<Mutex<Proxy>>,
+    path: EnginePath,
 }
 
 // SAFETY: the pointers are into the world's shared region, which outlives the engine
@@ -378,8 +389,18 @@ impl Engine {
             failure,
             thread: Some(thread),
             _proxy: proxy,
+            path: if direct {
+                EnginePath::Window
+            } else {
+                EnginePath::Staged
+            },
         };
         Ok((engine, device + RING_AT as u64))
+    }
+
+    /// How the engine moves data.
+    pub(crate) fn path(&self) -> EnginePath {
+        self.path
     }
 
     /// The proxy's error, if it met one.

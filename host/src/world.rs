@@ -469,6 +469,12 @@ impl<B: Backend> World<B> {
     pub fn topology(&self) -> &Topology {
         &self.topology
     }
+    /// How this rank's off-node engine moves data; `None` where the world runs no engine
+    /// (it is on one node).
+    #[cfg(feature = "mpi")]
+    pub fn engine_path(&self) -> Option<crate::engine::EnginePath> {
+        self.engine.as_ref().map(crate::engine::Engine::path)
+    }
     /// This rank's backend.
     pub fn backend(&self) -> &B {
         &self.backend

@@ -70,6 +70,29 @@ const FD_FRAME_BYTES: usize = 8;
 // behind its mutex, and the bootstrap is only moved, never shared.
 unsafe impl Send for MpiBootstrap {}
 
+/// Waits for `request`, leaving the core to the rank's other threads: yielding, and
+/// after a millisecond sleeping between tests. An MPI wait spins without yielding, and
+/// under `mpirun`'s default binding (one core per rank from 2 ranks down) the off-node
+/// engine's proxy shares that core: it would get it back only at the scheduler's next
+/// tick, and every request a peer's kernel sent this rank would wait that long
+/// (measured: 4 ms per staged request on 2 cores, 8 ms on the H200's host).
+fn wait_yielding<'a, D: ?Sized, S: mpi::request::Scope<'a>>(
+    mut request: mpi::request::Request<'a, D, S>,
+) {
+    let start = Instant::now();
+    loop {
+        match request.test() {
+            Ok(_) => return,
+            Err(pending) => request = pending,
+        }
+        if start.elapsed() < Duration::from_millis(1) {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_micros(20));
+        }
+    }
+}
+
 fn os(what: &'static str) -> impl Fn(std::io::Error) -> Error {
     move |source| Error::Os { what, source }
 }
@@ -227,8 +250,14 @@ impl Bootstrap for MpiBootstrap {
     fn all_gather(&mut self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
         let n = self.world_size();
         let mut announced = vec![0u64; n];
-        self.world
-            .all_gather_into(&(mine.len() as u64), &mut announced[..]);
+        // Ranks arrive at different times: the early ones wait here, yielding.
+        let len = mine.len() as u64;
+        mpi::request::scope(|scope| {
+            wait_yielding(
+                self.world
+                    .immediate_all_gather_into(scope, &len, &mut announced[..]),
+            )
+        });
         // Every rank sees the same lengths, so every rank refuses the same one, before
         // anything is allocated and before any rank sends its bytes. MPI counts and
         // displacements are `i32`s: all contributions together must fit one too.
@@ -274,7 +303,7 @@ impl Bootstrap for MpiBootstrap {
             .collect())
     }
     fn barrier(&mut self) -> Result<()> {
-        self.world.barrier();
+        wait_yielding(self.world.immediate_barrier());
         Ok(())
     }
     fn mpi(&self) -> Option<super::MpiGroup> {
