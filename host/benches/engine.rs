@@ -3,7 +3,7 @@
 //!
 //! Rank 0 measures against the first rank on another node (`far`); every other rank
 //! serves (its proxy) and waits at the world's barriers. Lines (median of `SAMPLES`,
-//! host wall clock):
+//! host wall clock; a put line's samples alternate ours and the reference's):
 //! - `put`: a kernel (`symmem_rma_put_delivered`, one block) puts `n` bytes from a device
 //!   buffer to `far`'s copy of a symmetric buffer and waits until they are delivered (the
 //!   engine's quiet), `repeats` times in one launch; the time per put. Reference
@@ -42,23 +42,31 @@ const KIB: usize = 1 << 10;
 const MIB: usize = 1 << 20;
 const PUT_SIZES: [usize; 3] = [4 * KIB, MIB, 64 * MIB];
 const ALL_REDUCE_SIZES: [usize; 6] = [4 * KIB, 64 * KIB, MIB, 4 * MIB, 16 * MIB, 64 * MIB];
-const SAMPLES: usize = 5;
+const SAMPLES: usize = 9;
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
 }
 
-/// Median seconds of `op` over `SAMPLES` runs after one warm-up.
-fn seconds(op: &mut dyn FnMut() -> Result<()>) -> Result<f64> {
-    op()?;
-    let mut v = Vec::with_capacity(SAMPLES);
+/// Median seconds of `ours` and of `reference` over `SAMPLES` runs each after one
+/// warm-up, the two alternating (so drift on a shared machine reaches both alike).
+fn paired_seconds(
+    ours: &mut dyn FnMut() -> Result<()>,
+    reference: &mut dyn FnMut() -> Result<()>,
+) -> Result<(f64, f64)> {
+    ours()?;
+    reference()?;
+    let (mut a, mut b) = (Vec::with_capacity(SAMPLES), Vec::with_capacity(SAMPLES));
     for _ in 0..SAMPLES {
         let t = Instant::now();
-        op()?;
-        v.push(t.elapsed().as_secs_f64());
+        ours()?;
+        a.push(t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        reference()?;
+        b.push(t.elapsed().as_secs_f64());
     }
-    Ok(median(v))
+    Ok((median(a), median(b)))
 }
 
 fn check(code: c_int, what: &str) {
@@ -281,29 +289,32 @@ fn rows<B: Backend>(w: &World<B>, max_put: usize, max_all_reduce: usize) -> Resu
     {
         if me == 0 {
             let kernels = w.kernels();
-            let ours = seconds(&mut || {
-                kernels.launch(
-                    symmem_kernels::symmem_rma_put_delivered,
-                    grid,
-                    (
-                        &dst,
-                        &src,
-                        dst.peer_bases(),
-                        n as u32,
-                        me as u32,
-                        size as u64,
-                        far as u32,
-                        repeats,
-                    ),
-                )?;
-                w.backend().synchronize()
-            })?;
-            let mpi = if reference.win.is_some() {
-                seconds(&mut || {
+            let (ours, mpi) = paired_seconds(
+                &mut || {
+                    kernels.launch(
+                        symmem_kernels::symmem_rma_put_delivered,
+                        grid,
+                        (
+                            &dst,
+                            &src,
+                            dst.peer_bases(),
+                            n as u32,
+                            me as u32,
+                            size as u64,
+                            far as u32,
+                            repeats,
+                        ),
+                    )?;
+                    w.backend().synchronize()
+                },
+                &mut || {
                     // SAFETY: `origin` holds 64 MiB >= `size` readable host bytes.
                     unsafe { reference.put(origin, size, far, repeats) };
                     Ok(())
-                })?
+                },
+            )?;
+            let mpi = if reference.win.is_some() {
+                mpi
             } else {
                 f64::NAN
             };
