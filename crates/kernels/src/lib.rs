@@ -231,9 +231,10 @@ mod declarations {
         let count = names.len();
         names.dedup();
         assert_eq!(names.len(), count, "a kernel is recorded twice");
-        // 3 point-to-point + 7 rma (with the put-until-delivered benchmark loop) + the
-        // engine's atomic + 3 data collectives + 27 reductions + 9 all-reduces across
-        // nodes + 2 barrier-free all-reduces, their reset, the empty kernel + 4 probes.
-        assert_eq!(count, 58, "{names:?}");
+        // 3 point-to-point + 8 rma (with the put-until-delivered benchmark loop and the
+        // copy between two peers) + the engine's atomic + 3 data collectives + 27
+        // reductions + 9 all-reduces across nodes + 2 barrier-free all-reduces, their
+        // reset, the empty kernel + 4 probes.
+        assert_eq!(count, 59, "{names:?}");
     }
 }

@@ -1,6 +1,6 @@
-//! Point-to-point entry points over `symmem-rma`: grid-level put, get, put with signal,
-//! the cross-rank barrier, atomics under contention and a signal wait. Every block of a
-//! put moves its share (`symmem_rma::copy::share`).
+//! Point-to-point entry points over `symmem-rma`: grid-level put, get, copy between two
+//! peers, put with signal, the cross-rank barrier, atomics under contention and a signal
+//! wait. Every block of a put moves its share (`symmem_rma::copy::share`).
 
 use symmem_device::{Arch, PeerTable, kernel};
 use symmem_rma::{AtomicOp, Cmp, Order, Scope, collectives};
@@ -47,6 +47,39 @@ pub unsafe fn symmem_rma_get(
     unsafe {
         let team = bases.team(world, rank);
         collectives::get(arch, &team, dst, src, n as usize, from as usize)
+    }
+}
+
+/// Copy between two peers: `n` bytes from symmetric `src` on rank `from` to symmetric
+/// `dst` on rank `to` (this rank may be either or neither).
+///
+/// # Safety
+/// As `symmem_rma_put`, with `from < world`; see `symmem_rma::collectives::copy`.
+#[kernel]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn symmem_rma_copy(
+    arch: &impl Arch,
+    dst: *mut u8,
+    src: *const u8,
+    bases: PeerTable,
+    world: u32,
+    rank: u32,
+    n: u64,
+    from: u32,
+    to: u32,
+) {
+    // SAFETY: as in `symmem_rma_put`.
+    unsafe {
+        let team = bases.team(world, rank);
+        collectives::copy(
+            arch,
+            &team,
+            dst,
+            src,
+            n as usize,
+            from as usize,
+            to as usize,
+        )
     }
 }
 

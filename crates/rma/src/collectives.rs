@@ -273,6 +273,28 @@ pub unsafe fn get<A: Arch>(
     unsafe { team.get_block(arch, dst.add(start), src.add(start), len, from) }
 }
 
+/// Grid-level copy between two peers: `n` bytes from symmetric `src` on rank `from` to
+/// symmetric `dst` on rank `to`, each block moving its share; this rank may be either or
+/// neither. No synchronisation with the peers.
+///
+/// # Safety
+/// As [`Team::copy_nbi_block`], for the whole grid.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn copy<A: Arch>(
+    arch: &A,
+    team: &Team<'_>,
+    dst: *mut u8,
+    src: *const u8,
+    n: usize,
+    from: usize,
+    to: usize,
+) {
+    let (start, len) = block_share(arch, n, 16);
+    // SAFETY: the share lies in 0..n; forwarded from the caller.
+    unsafe { team.copy_block(arch, dst.add(start), src.add(start), len, from, to) }
+}
+
 /// Grid-level put with signal: every block puts its share of `n` bytes from local
 /// `src` to symmetric `dst` on rank `to`, then adds `value` to the signal at symmetric
 /// `sig` on rank `to` (release). Once the signal has grown by `grid_dim * value`, all

@@ -388,7 +388,8 @@ impl<'a> Team<'a> {
     }
 
     /// A copy between two off-node peers: each thread relays its share through
-    /// registers, 16 bytes at a time (rare: collectives never do it).
+    /// registers, 8 bytes at a time (an inline get, then an inline put; rare:
+    /// collectives never do it).
     ///
     /// # Safety
     /// As [`Team::copy_nbi_block`].
@@ -405,24 +406,12 @@ impl<'a> Team<'a> {
         let (start, len) = engine_share(arch, n);
         let mut done = 0;
         while done < len {
-            let piece = (len - done).min(engine::INLINE_BYTES);
+            let piece = (len - done).min(8);
             let at = (start + done) as u64;
-            let mut words = [0u64; 2];
-            // SAFETY: `piece <= 16` bytes through `words`; the rest is forwarded.
+            // SAFETY: `piece <= 8` bytes inside both ranges (forwarded).
             unsafe {
-                engine::get(
-                    words.as_mut_ptr().cast(),
-                    src.addr() as u64 + at,
-                    piece,
-                    from,
-                );
-                engine::put(
-                    dst.addr() as u64 + at,
-                    words.as_ptr().cast(),
-                    piece,
-                    to,
-                    true,
-                );
+                let word = engine::load_word(src.addr() as u64 + at, piece, from);
+                engine::store_words(dst.addr() as u64 + at, [word, 0], piece, to);
             }
             done += piece;
         }

@@ -8,7 +8,8 @@
 //!   a rendezvous's and an external table's (which refuses an address for such a peer),
 //!   and host calls that need a mapping are `OffNode`;
 //! * the host's translated put and get (`symmem_put`, `symmem_get`) to and from every
-//!   peer;
+//!   peer, and a kernel's copy between two peers (`symmem_rma_copy`), the copier on a
+//!   third node where each rank has its own;
 //! * the suite's RMA bodies (`rma_ranks`): repeated device barriers and ordering puts,
 //!   put-with-signal to every peer with a device-side wait, atomics under contention on
 //!   every peer's counter;
@@ -125,6 +126,50 @@ fn host_put_get<B: Backend>(w: &World<B>) -> symmem::Result<()> {
             w.read(&back)?,
             want,
             "get of rank {from}'s slot on rank {me}"
+        );
+    }
+    w.barrier()
+}
+
+/// A kernel's copy between two peers (`symmem_rma_copy`): rank `me` copies rank
+/// `me + 1`'s bytes into slot `me` of rank `me + 2`'s buffer (mod the world). With a node
+/// per rank the source, the destination and the copier are on three nodes (the engine
+/// relays through the copier); with 2 per node one end is on the copier's node.
+fn copies<B: Backend>(w: &World<B>) -> symmem::Result<()> {
+    let (me, n) = (w.rank(), w.world_size());
+    let len = 4099;
+    let src = w.zeros::<u8>(len)?;
+    w.write(&src, 0, &rma_ranks::patterned(me, len))?;
+    let out = w.full::<u8>(n * len, FILL)?;
+    w.barrier()?;
+    let (from, to) = ((me + 1) % n, (me + 2) % n);
+    let slot = out.slice(me * len..(me + 1) * len)?;
+    w.kernels().launch(
+        symmem_kernels::symmem_rma_copy,
+        w.backend().grid_for_bytes(len),
+        (
+            &slot,
+            &src,
+            src.peer_bases(),
+            n as u32,
+            me as u32,
+            len as u64,
+            from as u32,
+            to as u32,
+        ),
+    )?;
+    w.barrier()?;
+    let got = w.read(&out)?;
+    for r in 0..n {
+        let want = if (r + 2) % n == me {
+            rma_ranks::patterned((r + 1) % n, len)
+        } else {
+            vec![FILL; len]
+        };
+        assert_bytes(
+            &got[r * len..(r + 1) * len],
+            &want,
+            &format!("slot {r} (copied by rank {r}) on rank {me}"),
         );
     }
     w.barrier()
@@ -304,6 +349,7 @@ fn checks<B: Backend>(w: World<B>) -> symmem::Result<String> {
     };
     phase("tables", tables(&w))?;
     phase("host put/get", host_put_get(&w))?;
+    phase("copies between peers", copies(&w))?;
     phase("barriers", rma_ranks::barrier_rounds(&w, 10))?;
     phase(
         "put with signal",
