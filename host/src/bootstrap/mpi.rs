@@ -75,7 +75,7 @@ unsafe impl Send for MpiBootstrap {}
 /// under `mpirun`'s default binding (one core per rank from 2 ranks down) the off-node
 /// engine's proxy shares that core: it would get it back only at the scheduler's next
 /// tick, and every request a peer's kernel sent this rank would wait that long
-/// (measured: 4 ms per staged request on 2 cores, 8 ms on the H200's host).
+/// (measured: 4 ms per staged request on 2 cores).
 fn wait_yielding<'a, D: ?Sized, S: mpi::request::Scope<'a>>(
     mut request: mpi::request::Request<'a, D, S>,
 ) {
