@@ -192,7 +192,8 @@ fn main() {
         timeout: Duration::from_secs(120),
         ..Config::default()
     };
-    let results = symmem::launch(RANKS, &config, |_| Ok(Cpu::new()), rank_body).expect("launch");
+    let results =
+        symmem::spawn_ranks(RANKS, &config, |_| Ok(Cpu::new()), rank_body).expect("launch");
     let numbers: Vec<Numbers> = results
         .into_iter()
         .enumerate()

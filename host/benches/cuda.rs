@@ -332,7 +332,7 @@ fn config() -> Config {
 
 fn in_process(sizes: &[usize]) -> Result<Vec<Row>> {
     let pat = pattern(PATTERN);
-    let results = symmem::launch(
+    let results = symmem::spawn_ranks(
         2,
         &config(),
         |_| Cuda::new(0),

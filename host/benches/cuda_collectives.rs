@@ -183,14 +183,18 @@ fn main() -> ExitCode {
     let mut table = Vec::new();
     for n_ranks in [2usize, 4] {
         for grid in grids(n_ranks) {
-            let results =
-                match symmem::launch(n_ranks, &config, |_| Cuda::new(0), |w| rank_rows(&w, grid)) {
-                    Ok(r) => r,
-                    Err(e) => {
-                        eprintln!("world {n_ranks}: {e}");
-                        return ExitCode::FAILURE;
-                    }
-                };
+            let results = match symmem::spawn_ranks(
+                n_ranks,
+                &config,
+                |_| Cuda::new(0),
+                |w| rank_rows(&w, grid),
+            ) {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("world {n_ranks}: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
             let mut rank0 = None;
             for (rank, r) in results.into_iter().enumerate() {
                 match r {

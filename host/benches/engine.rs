@@ -252,8 +252,8 @@ fn rows<B: Backend>(w: &World<B>, max_put: usize, max_all_reduce: usize) -> Resu
         .expect("a rank on another node");
     let gpu = w.backend().kind() != BackendKind::Cpu;
     let path = match w.engine_path() {
-        Some(symmem::engine::EnginePath::Window) => "window",
-        Some(symmem::engine::EnginePath::Staged) => "staged",
+        Some(symmem::transport::EnginePath::Window) => "window",
+        Some(symmem::transport::EnginePath::Staged) => "staged",
         None => "no engine",
     };
     let reference = Reference::new(64 * MIB);

@@ -76,7 +76,7 @@ fn report<B: Backend>(name: &str, ranks: usize, make: impl Fn(usize) -> symmem::
         timeout: Duration::from_secs(60),
         ..Config::default()
     };
-    let results = symmem::launch(ranks, &config, make, rank_body).expect("launch");
+    let results = symmem::spawn_ranks(ranks, &config, make, rank_body).expect("launch");
     let numbers: Vec<Numbers> = results
         .into_iter()
         .enumerate()

@@ -508,7 +508,7 @@ fn on_threads(
     config: &Config,
     body: impl Fn(&World<Cuda>) -> Result<Vec<Row>> + Sync,
 ) -> Result<Vec<Row>> {
-    let results = symmem::launch(n, config, Cuda::for_rank, |world| {
+    let results = symmem::spawn_ranks(n, config, Cuda::for_rank, |world| {
         if world.rank() == 0 {
             println!("rank 0: {:?}", world.backend());
         }

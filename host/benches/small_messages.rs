@@ -165,7 +165,7 @@ fn main() -> ExitCode {
     };
     println!("world,line,bytes,us,floor_ratio");
     for n in worlds {
-        let results = match symmem::launch(n, &config, Cuda::for_rank, |w| rank_rows(&w)) {
+        let results = match symmem::spawn_ranks(n, &config, Cuda::for_rank, |w| rank_rows(&w)) {
             Ok(r) => r,
             Err(e) => {
                 eprintln!("world {n}: {e}");

@@ -65,10 +65,11 @@
 //! device, like any symmetric buffer; [`Collectives::finalize`] waits for this rank's
 //! enqueued work first.
 
-use crate::backend::{Backend, BackendKind, Grid};
+use crate::backend::{Backend, Grid};
 use crate::error::{Error, Result};
+use crate::memory::SymmetricBuffer;
 use crate::memory::{AsDeviceSlice, DeviceBuffer, DeviceSlice};
-use crate::world::{SymmetricBuffer, World};
+use crate::world::World;
 use symmem_device::{Kernel, PeerTable};
 use symmem_rma::lamport;
 
@@ -264,26 +265,13 @@ impl<B: Backend> std::fmt::Debug for Collectives<'_, B> {
     }
 }
 
-/// The launch shape [`Collectives::new`] uses on a backend: on a CPU, one thread per
-/// rank (threads of one rank would share cache lines; see the CPU backend); on a GPU, 8
-/// blocks of 256 threads, few enough that several ranks' grids fit on one GPU at once.
-pub fn default_grid(kind: BackendKind) -> Grid {
-    match kind {
-        BackendKind::Cpu => Grid {
-            blocks: 1,
-            threads: 1,
-        },
-        BackendKind::Cuda | BackendKind::Hip => Grid {
-            blocks: 8,
-            threads: 256,
-        },
-    }
-}
-
 impl<'w, B: Backend> Collectives<'w, B> {
-    /// A handle with the backend's [`default_grid`]. Collective: every rank calls it.
+    /// A handle with the backend's launch shape for collectives
+    /// ([`Backend::collective_grid`]: one thread per rank on a CPU, where threads of one
+    /// rank would share cache lines; 8 blocks of 256 threads on a GPU, few enough that
+    /// several ranks' grids fit on one GPU at once). Collective: every rank calls it.
     pub fn new(world: &'w World<B>) -> Result<Self> {
-        Self::with_grid(world, default_grid(world.backend().kind()))
+        Self::with_grid(world, world.backend().collective_grid())
     }
 
     /// A handle whose kernels all run with `grid` (`1..=`[`MAX_BLOCKS`] blocks, at least

@@ -60,103 +60,19 @@
 //! # }
 //! ```
 
-use crate::backend::{Backend, Grid, KernelLaunch};
+use crate::backend::code_objects::{CodeObjects, Loaded};
+use crate::backend::{Backend, Grid, launch_lowered};
 use crate::error::{Error, Result};
-use crate::world::{PeerBases, World};
+use crate::table::PeerBases;
+use crate::world::World;
 use std::sync::Arc;
 use symmem_device::{Cmp, Kernel, Param, Params, PeerTable};
-
-/// The code objects of one kernel crate, one per GPU target, embedded in the binary by
-/// [`include_kernels!`](crate::include_kernels).
-#[derive(Debug)]
-pub struct CodeObjects {
-    crate_name: &'static str,
-    objects: &'static [(&'static str, &'static [u8])],
-}
-
-impl CodeObjects {
-    /// The code objects `objects` (`(processor, bytes)`: `.hsaco` ELF for `gfx*`, PTX
-    /// text for `sm_*`) of kernel crate `crate_name` (its name with `_` for `-`).
-    pub const fn new(
-        crate_name: &'static str,
-        objects: &'static [(&'static str, &'static [u8])],
-    ) -> Self {
-        Self {
-            crate_name,
-            objects,
-        }
-    }
-
-    /// The kernel crate they were built from.
-    pub const fn crate_name(&self) -> &'static str {
-        self.crate_name
-    }
-
-    /// Every `(processor, bytes)` pair, in build order.
-    pub fn objects(&self) -> &'static [(&'static str, &'static [u8])] {
-        self.objects
-    }
-
-    /// The object built for `processor` (`gfx942`, `sm_90`), if there is one.
-    pub fn find(&self, processor: &str) -> Option<&'static [u8]> {
-        self.objects
-            .iter()
-            .find(|(p, _)| *p == processor)
-            .map(|(_, bytes)| *bytes)
-    }
-}
-
-/// Embeds the code objects that `symmem_build::KernelCrate` built for kernel crate
-/// `$name` (its crate name, `_` for `-`) in this crate's `build.rs`, as a
-/// [`CodeObjects`]: `static KERNELS: symmem::CodeObjects = symmem::include_kernels!("my_kernels");`
-/// With a second name, the objects of the variant built under that name
-/// (`KernelCrate::variant`), still the kernels of crate `$name`.
-#[macro_export]
-macro_rules! include_kernels {
-    ($name:literal) => {
-        $crate::include_kernels!($name, $name)
-    };
-    ($name:literal, $variant:literal) => {
-        $crate::CodeObjects::new(
-            $name,
-            include!(concat!(
-                env!("OUT_DIR"),
-                "/symmem-kernels/",
-                $variant,
-                ".rs"
-            )),
-        )
-    };
-}
 
 /// A kernel crate's code objects loaded on one rank's device. Its kernels are launched
 /// with [`Module::launch`]; it lives as long as the world.
 pub struct Module<'w, B: Backend> {
     world: &'w World<B>,
     loaded: Arc<Loaded<B>>,
-}
-
-/// A loaded module, owned by its world (kept until the world goes, as a loaded module's
-/// kernels may still run).
-pub(crate) struct Loaded<B: Backend> {
-    pub(crate) objects: &'static CodeObjects,
-    pub(crate) module: B::Module,
-}
-
-impl<B: Backend> Loaded<B> {
-    /// Loads `objects` and points its kernels' bounded waits at `control`, the world's
-    /// control block (which the world keeps alive as long as the module).
-    pub(crate) fn new(
-        backend: &B,
-        objects: &'static CodeObjects,
-        control: &B::Shared,
-    ) -> Result<Arc<Self>> {
-        let mut module = backend.load_module(objects)?;
-        // SAFETY: `control` is the world's control block, initialised by it and freed
-        // only after the world's last synchronisation, after every launch of the module.
-        unsafe { backend.watch(&mut module, control)? };
-        Ok(Arc::new(Self { objects, module }))
-    }
 }
 
 impl<'w, B: Backend> Module<'w, B> {
@@ -207,91 +123,44 @@ impl<'w, B: Backend> Module<'w, B> {
         if !lowering.tables.is_empty() {
             self.world.check_one_sided(&lowering.tables)?;
         }
-        let mut pointers = [std::ptr::null::<()>(); MAX_PARAMS];
-        let mut count = 0;
-        P::visit(&abi, &mut |p| {
-            pointers[count] = p;
-            count += 1;
-        });
-        let host = HostBody { kernel, abi };
-        let launch = KernelLaunch {
-            name: kernel.name(),
-            args: &pointers[..count],
-            slots: P::SLOTS,
-            host: &host,
-        };
-        // SAFETY: `args` holds one pointer per parameter to a value of its ABI type, in
-        // order (`Params::visit`), alive until `launch` returns; every pointer argument
-        // came from a typed handle of this world (`KernelArg`'s contract), and `host`
-        // runs the same body with the same values.
-        unsafe {
-            self.world
-                .backend()
-                .launch(&self.loaded.module, &launch, grid)
+        // SAFETY: every pointer argument came from a typed handle of this world
+        // (`KernelArg`'s contract), checked above.
+        unsafe { launch_lowered(self.world.backend(), &self.loaded.module, kernel, grid, abi) }
+    }
+}
+
+impl<B: Backend> World<B> {
+    /// Loads the code objects of a kernel crate (made with [`crate::include_kernels!`])
+    /// for this rank's device, once per world: the object built for its architecture.
+    /// Every kernel is loaded now, so no launch waits for a load.
+    ///
+    /// Errors: the world's failed device wait ([`World::check_waits`]),
+    /// [`Error::NoCodeObject`] naming the crate and the device's architecture when none
+    /// of the objects runs here; the backend's load errors.
+    pub fn load(&self, objects: &'static CodeObjects) -> Result<Module<'_, B>> {
+        self.ready_for("a load")?;
+        if std::ptr::eq(objects, self.own_kernels().objects) {
+            return Ok(self.kernels());
         }
+        let mut modules = self
+            .loaded_modules()
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let loaded = match modules.iter().find(|m| std::ptr::eq(m.objects, objects)) {
+            Some(loaded) => Arc::clone(loaded),
+            None => {
+                let loaded = Loaded::new(self.backend(), objects, self.control())?;
+                modules.push(Arc::clone(&loaded));
+                loaded
+            }
+        };
+        Ok(Module::new(self, loaded))
     }
-}
 
-/// The most parameters a kernel has (the tuples `Params` is implemented for).
-const MAX_PARAMS: usize = 16;
-
-/// Enqueues `kernel` of `module` over `grid` on `backend` with arguments already lowered
-/// to the kernel's ABI (`abi`): [`Module::launch`] without the handle checks, for
-/// launches below the world (the engine's proxy applying a peer's atomic, and backend
-/// tests whose heaps and tables are made by hand).
-///
-/// # Safety
-/// Every address in `abi` satisfies `kernel`'s contract: memory `backend`'s kernels
-/// reach, of the lengths the other arguments give, alive until the launch completes.
-#[cfg(any(test, feature = "mpi"))]
-pub(crate) unsafe fn launch_lowered<B: Backend, P: Params>(
-    backend: &B,
-    module: &B::Module,
-    kernel: Kernel<P>,
-    grid: Grid,
-    abi: P::Abi,
-) -> Result<()> {
-    let host = HostBody { kernel, abi };
-    let mut pointers = [std::ptr::null::<()>(); MAX_PARAMS];
-    let mut count = 0;
-    P::visit(&host.abi, &mut |p| {
-        pointers[count] = p;
-        count += 1;
-    });
-    let launch = KernelLaunch {
-        name: kernel.name(),
-        args: &pointers[..count],
-        slots: P::SLOTS,
-        host: &host,
-    };
-    // SAFETY: one pointer per parameter into `host.abi`, which outlives the call; the
-    // addresses in it are the caller's contract.
-    unsafe { backend.launch(module, &launch, grid) }
-}
-
-/// A kernel's body with its lowered arguments, run by the CPU backend on each thread.
-struct HostBody<P: Params> {
-    kernel: Kernel<P>,
-    abi: P::Abi,
-}
-
-// SAFETY: the raw pointers in `abi` address memory that every thread of the launch may
-// use as the kernel's contract allows (as on a GPU, where all threads share them).
-unsafe impl<P: Params> Sync for HostBody<P> {}
-// SAFETY: as above: the addresses mean the same on any thread of the process.
-unsafe impl<P: Params> Send for HostBody<P> {}
-
-impl<P: Params> crate::backend::HostKernel for HostBody<P> {
-    fn run(&self, arch: &symmem_arch::host::HostThread<'_>) {
-        // SAFETY: `abi` was lowered from checked handles (see `Module::launch`), and the
-        // CPU backend runs every thread of the launch with the same `abi`.
-        unsafe { self.kernel.run_on_host(arch, self.abi) }
-    }
-    fn to_owned(&self) -> std::sync::Arc<dyn crate::backend::HostKernel> {
-        std::sync::Arc::new(Self {
-            kernel: self.kernel,
-            abi: self.abi,
-        })
+    /// symmem's own kernels (`symmem-kernels`), launched through the same checked path
+    /// as a user's.
+    pub fn kernels(&self) -> Module<'_, B> {
+        Module::new(self, Arc::clone(self.own_kernels()))
     }
 }
 
@@ -304,22 +173,11 @@ pub struct Lowering<'a, B: Backend> {
 }
 
 impl<B: Backend> Lowering<'_, B> {
-    /// The launching world's serial number.
-    pub(crate) fn world_serial(&self) -> u64 {
-        self.world.serial()
-    }
-
     /// Checks that a handle of world `owner` may be passed to this launch.
     ///
     /// Errors: [`Error::ForeignHandle`] if it belongs to another world.
     pub fn check_owner(&self, owner: &World<B>) -> Result<()> {
         self.world.check_own(owner)
-    }
-
-    /// Notes that the launch reaches peers through the table of collective object `id`
-    /// (created at heap offset `offset`, for error messages).
-    pub(crate) fn through_table(&mut self, id: u64, offset: usize) {
-        self.tables.push((id, offset));
     }
 }
 
@@ -400,7 +258,12 @@ unsafe impl<B: Backend> KernelArg<B, Cmp> for Cmp {
 unsafe impl<B: Backend> KernelArg<B, PeerTable> for &PeerBases {
     #[inline]
     fn lower(&self, lowering: &mut Lowering<'_, B>) -> Result<*const u64> {
-        self.check_usable(lowering)?;
+        if self.world_serial() != lowering.world.serial() {
+            return Err(Error::ForeignHandle);
+        }
+        if let Some(object) = self.object()? {
+            lowering.tables.push(object);
+        }
         Ok(std::ptr::without_provenance(self.device_ptr() as usize))
     }
 }

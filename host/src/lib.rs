@@ -10,7 +10,7 @@
 //!
 //! ```
 //! use symmem::{Config, backend::cpu::Cpu};
-//! let results = symmem::launch(2, &Config::default(), |_| Ok(Cpu::new()), |world| {
+//! let results = symmem::spawn_ranks(2, &Config::default(), |_| Ok(Cpu::new()), |world| {
 //!     let (buffer, bases) = world.allocate_symmetric::<u32>(1024)?;
 //!     assert_eq!(bases.entries()[world.rank()], buffer.ptr());
 //!     world.barrier()
@@ -21,35 +21,35 @@
 
 pub mod backend;
 pub mod bootstrap;
-pub mod code_objects;
 pub mod collectives;
-pub mod cpu_launch;
-#[cfg(feature = "mpi")]
-pub mod engine;
+mod control;
 mod error;
 pub mod graph;
+mod io;
 mod launch;
 mod ledger;
 mod liveness;
 mod memory;
 pub mod offset_alloc;
 mod provider;
+mod table;
 pub mod topology;
+pub mod transport;
 mod world;
 
-pub use backend::Grid;
+pub use backend::{CodeObjects, Grid};
 /// The bound on every element type of device memory (plain old data).
 pub use bytemuck::Pod;
 pub use error::{Error, Result};
 pub use graph::Graph;
-pub use launch::{CodeObjects, KernelArg, KernelArgs, Lowering, Module};
-pub use memory::{AsDeviceSlice, AsSymSlice, DeviceBuffer, DeviceSlice, SymSlice};
+pub use launch::{KernelArg, KernelArgs, Lowering, Module};
+pub use memory::{
+    AsDeviceSlice, AsSymSlice, DeviceBuffer, DeviceSlice, RawSymmetric, SymSlice, SymmetricBuffer,
+};
 pub use provider::{ExternalTable, Rendezvous};
 pub use symmem_device::{Kernel, Params, PeerTable};
-pub use world::{
-    Config, DEFAULT_WAIT_DEADLINE, PeerBaseProvider, PeerBases, RawSymmetric, SymmetricBuffer,
-    World,
-};
+pub use table::{PeerBaseProvider, PeerBases};
+pub use world::{Config, DEFAULT_WAIT_DEADLINE, World};
 
 use backend::Backend;
 use bootstrap::local::LocalBootstrap;
@@ -58,7 +58,7 @@ use bootstrap::local::LocalBootstrap;
 /// backend from `make_backend(rank)` and its own [`World`], and returns each rank's
 /// result, indexed by rank. World creation errors are returned as the rank's `Err`
 /// result through `body` never being called for it; a rank's panic is re-raised here.
-pub fn launch<B, R, MakeBackend, Body>(
+pub fn spawn_ranks<B, R, MakeBackend, Body>(
     world_size: usize,
     config: &Config,
     make_backend: MakeBackend,

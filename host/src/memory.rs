@@ -1,12 +1,15 @@
-//! Typed device memory: plain allocations ([`DeviceBuffer`]), views of any device memory
-//! of a world ([`DeviceSlice`]), and views of symmetric memory with their peer table
-//! ([`SymSlice`]). Every safe function of the crate takes these handles (element type,
+//! Typed device memory: symmetric buffers ([`SymmetricBuffer`], made by
+//! [`World::allocate_symmetric`] and its kin), plain allocations ([`DeviceBuffer`]), views
+//! of any device memory of a world ([`DeviceSlice`]), and views of symmetric memory with
+//! their peer table ([`SymSlice`]). Every safe function of the crate takes these handles (element type,
 //! length, owning world), never a raw address, and counts in elements.
 
 use crate::backend::{Backend, DeviceRegion};
 use crate::error::{Error, Result};
 use crate::launch::{KernelArg, Lowering};
-use crate::world::{PeerBases, World};
+use crate::offset_alloc::MIN_ALIGN;
+use crate::table::{PeerBaseProvider, PeerBases};
+use crate::world::World;
 use std::marker::PhantomData;
 use std::ops::{Bound, RangeBounds};
 
@@ -389,5 +392,225 @@ unsafe impl<T: 'static, B: Backend> KernelArg<B, *const T> for DeviceSlice<'_, T
     #[inline]
     fn lower(&self, lowering: &mut Lowering<'_, B>) -> Result<*const T> {
         Ok(std::ptr::without_provenance(self.lowered(lowering)?))
+    }
+}
+
+impl<B: Backend> World<B> {
+    /// Allocates `len` elements of `T` in every rank's heap, collectively, without
+    /// touching the memory; returns the buffer and its device-resident peer table.
+    ///
+    /// The table is computed from the heap bases and uploaded asynchronously: no
+    /// device-to-host copy or synchronisation. Alignment is at least 256 bytes.
+    pub fn allocate_symmetric<T: bytemuck::Pod>(
+        &self,
+        len: usize,
+    ) -> Result<(SymmetricBuffer<'_, T, B>, PeerBases)> {
+        self.allocate_aligned(len, MIN_ALIGN)
+    }
+
+    /// As [`World::allocate_symmetric`], with alignment `align` (a power of two; at
+    /// least 256 is used).
+    pub fn allocate_aligned<T: bytemuck::Pod>(
+        &self,
+        len: usize,
+        align: usize,
+    ) -> Result<(SymmetricBuffer<'_, T, B>, PeerBases)> {
+        self.ready_for("an allocation")?;
+        if !align.is_power_of_two() {
+            return Err(Error::BadAlignment { align });
+        }
+        if align > self.max_align() {
+            return Err(Error::AlignmentTooLarge {
+                align,
+                max: self.max_align(),
+            });
+        }
+        let bytes = len.checked_mul(size_of::<T>()).ok_or(Error::TooLarge {
+            requested: usize::MAX,
+            capacity: self.heap_len(),
+        })?;
+        let allocation = self.allocate_raw(bytes, align.max(align_of::<T>()))?;
+        let table = allocation.table;
+        let buffer = SymmetricBuffer {
+            world: self,
+            serial: allocation.serial,
+            id: allocation.id,
+            offset: allocation.offset,
+            len,
+            table: table.clone(),
+            _t: PhantomData,
+        };
+        Ok((buffer, table))
+    }
+
+    /// `empty`: [`World::allocate_symmetric`] without its table in the result.
+    pub fn empty<T: bytemuck::Pod>(&self, len: usize) -> Result<SymmetricBuffer<'_, T, B>> {
+        self.allocate_symmetric(len).map(|(buffer, _)| buffer)
+    }
+
+    /// A symmetric buffer of `len` zeroed elements (zeroed on the device, asynchronously).
+    pub fn zeros<T: bytemuck::Pod>(&self, len: usize) -> Result<SymmetricBuffer<'_, T, B>> {
+        let buffer = self.empty(len)?;
+        self.fill_zero(&buffer)?;
+        Ok(buffer)
+    }
+
+    /// A symmetric buffer of `len` copies of `value`.
+    pub fn full<T: bytemuck::Pod>(
+        &self,
+        len: usize,
+        value: T,
+    ) -> Result<SymmetricBuffer<'_, T, B>> {
+        self.from_slice(&vec![value; len])
+    }
+
+    /// A symmetric buffer holding a copy of `data` on this rank (each rank passes its own).
+    pub fn from_slice<T: bytemuck::Pod>(&self, data: &[T]) -> Result<SymmetricBuffer<'_, T, B>> {
+        let buffer = self.empty(data.len())?;
+        self.write(&buffer, 0, data)?;
+        Ok(buffer)
+    }
+
+    /// The peer table of `buffer`.
+    pub fn peer_bases<T: bytemuck::Pod>(&self, buffer: &SymmetricBuffer<'_, T, B>) -> PeerBases {
+        buffer.table.clone()
+    }
+
+    /// Allocates plain device memory for `len` elements of `T` on this rank (not
+    /// collective, not symmetric; share it with [`crate::Rendezvous`]). Its contents are
+    /// undefined. Errors: [`Error::ZeroSize`], the backend's out-of-memory error.
+    pub fn alloc<T: bytemuck::Pod>(&self, len: usize) -> Result<DeviceBuffer<'_, T, B>> {
+        self.not_capturing("an allocation")?;
+        DeviceBuffer::new(self, len)
+    }
+
+    /// [`World::alloc`], zeroed (asynchronously).
+    pub fn device_zeros<T: bytemuck::Pod>(&self, len: usize) -> Result<DeviceBuffer<'_, T, B>> {
+        let buffer = self.alloc(len)?;
+        self.fill_zero(&buffer)?;
+        Ok(buffer)
+    }
+
+    /// [`World::alloc`] holding a copy of `data` (uploaded asynchronously).
+    pub fn device_from_slice<T: bytemuck::Pod>(
+        &self,
+        data: &[T],
+    ) -> Result<DeviceBuffer<'_, T, B>> {
+        let buffer = self.alloc(data.len())?;
+        self.write(&buffer, 0, data)?;
+        Ok(buffer)
+    }
+
+    /// Lets go of a buffer given up with [`SymmetricBuffer::into_raw`], as dropping it
+    /// would (collective: its memory is reused only after a barrier at which every rank
+    /// has let go of it). Errors: `NotAllocated` for a buffer freed already or not of
+    /// this world.
+    pub fn free_raw(&self, raw: RawSymmetric) -> Result<()> {
+        self.retire_allocation(raw.offset, raw.serial, raw.table)
+    }
+}
+
+/// A symmetric buffer given up by [`SymmetricBuffer::into_raw`]: a heap offset and its
+/// table slot, to be freed with [`World::free_raw`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RawSymmetric {
+    serial: u64,
+    offset: usize,
+    table: u64,
+}
+
+/// `len` elements of `T` at the same heap offset on every rank. Dropping it lets go of
+/// it; its memory is reused after a barrier at which every rank has (see the module
+/// documentation).
+pub struct SymmetricBuffer<'w, T, B: Backend> {
+    world: &'w World<B>,
+    serial: u64,
+    id: u64,
+    offset: usize,
+    len: usize,
+    table: PeerBases,
+    _t: PhantomData<T>,
+}
+
+impl<'w, T, B: Backend> SymmetricBuffer<'w, T, B> {
+    /// The world it belongs to.
+    pub fn world(&self) -> &'w World<B> {
+        self.world
+    }
+    /// Device address of this rank's copy.
+    pub fn ptr(&self) -> u64 {
+        self.world.heap_base() + self.offset as u64
+    }
+    /// Elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// True for zero elements.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// Bytes.
+    pub fn byte_len(&self) -> usize {
+        self.len * size_of::<T>()
+    }
+    /// Offset in the heap, the same on every rank.
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+    /// The device-resident peer table.
+    pub fn peer_bases(&self) -> &PeerBases {
+        &self.table
+    }
+    /// Its ledger id, the same on every rank whose ledgers agree.
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+    /// The whole buffer as a view (this rank's copy and the table).
+    pub fn as_slice(&self) -> SymSlice<'_, T, B> {
+        SymSlice::new(self.world, self.ptr(), self.len, &self.table)
+    }
+
+    /// Elements `range` of the buffer, on every rank. Errors: [`Error::OutOfBounds`].
+    pub fn slice(&self, range: impl RangeBounds<usize>) -> Result<SymSlice<'_, T, B>> {
+        self.as_slice().slice(range)
+    }
+
+    /// Gives up ownership without freeing; see [`World::free_raw`].
+    pub fn into_raw(self) -> RawSymmetric {
+        let raw = RawSymmetric {
+            serial: self.serial,
+            offset: self.offset,
+            table: self.table.device_ptr(),
+        };
+        std::mem::forget(self);
+        raw
+    }
+}
+
+impl<T, B: Backend> AsSymSlice<T, B> for SymmetricBuffer<'_, T, B> {
+    fn as_sym_slice(&self) -> SymSlice<'_, T, B> {
+        self.as_slice()
+    }
+}
+
+impl<T, B: Backend> PeerBaseProvider for SymmetricBuffer<'_, T, B> {
+    fn table(&self) -> &PeerBases {
+        &self.table
+    }
+    fn local_ptr(&self) -> u64 {
+        self.ptr()
+    }
+    fn byte_len(&self) -> usize {
+        self.len * size_of::<T>()
+    }
+}
+
+impl<T, B: Backend> Drop for SymmetricBuffer<'_, T, B> {
+    fn drop(&mut self) {
+        self.table.mark_dropped();
+        // The offset came from this world's allocator and is let go of once: cannot fail.
+        let _ = self
+            .world
+            .retire_allocation(self.offset, self.serial, self.table.device_ptr());
     }
 }

@@ -21,7 +21,8 @@ use crate::backend::{Backend, DeviceRegion};
 use crate::error::{Error, Result};
 use crate::ledger::Record;
 use crate::memory::{AsSymSlice, DeviceBuffer, SymSlice};
-use crate::world::{ObjectTag, PeerBaseProvider, PeerBases, World};
+use crate::table::{ObjectTag, PeerBaseProvider, PeerBases};
+use crate::world::World;
 use std::marker::PhantomData;
 
 /// What a provider holds for its world, let go of as one collective object on drop.

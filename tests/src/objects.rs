@@ -1,5 +1,5 @@
 //! Every kernel crate's embedded code objects the codegen tests read: symmem's own, both
-//! builds (`symmem::code_objects::KERNELS_ON_NODE`, what worlds on one node run, and
+//! builds (`symmem::backend::code_objects::KERNELS_ON_NODE`, what worlds on one node run, and
 //! `KERNELS`, with the off-node engine), and every example's (built by `tests/build.rs`,
 //! as the examples' build scripts build them). A new example is found on disk.
 
@@ -13,8 +13,8 @@ static EXAMPLES: &[&CodeObjects] = include!(concat!(env!("OUT_DIR"), "/examples.
 /// symmem's own code objects (the one-node build first), then every example's.
 pub fn all() -> impl Iterator<Item = &'static CodeObjects> {
     [
-        &symmem::code_objects::KERNELS_ON_NODE,
-        &symmem::code_objects::KERNELS,
+        &symmem::backend::code_objects::KERNELS_ON_NODE,
+        &symmem::backend::code_objects::KERNELS,
     ]
     .into_iter()
     .chain(EXAMPLES.iter().copied())

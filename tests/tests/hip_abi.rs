@@ -322,7 +322,7 @@ fn hip_abi_parser_reads_a_known_kernel() {
     // Guards the parser itself: symmem_copy is (dst, src, n) = 3 x 8 bytes.
     let name = symmem_kernels::symmem_copy.name();
     for target in AMD_TARGETS {
-        let image = symmem::code_objects::KERNELS
+        let image = symmem::backend::code_objects::KERNELS
             .find(target)
             .unwrap_or_else(|| panic!("no embedded {target} code object"));
         let kernels = parse_kernels(&notes(image));

@@ -31,7 +31,7 @@ fn run_raw<R: Send>(
     config: &Config,
     body: impl Fn(W) -> symmem::Result<R> + Sync,
 ) -> Vec<symmem::Result<R>> {
-    symmem::launch(n, config, |_| Ok(Cpu::new()), body).expect("launch")
+    symmem::spawn_ranks(n, config, |_| Ok(Cpu::new()), body).expect("launch")
 }
 
 /// Runs `body` on `n` thread-ranks, failing the test on any error.
@@ -392,7 +392,7 @@ fn rank_out_of_range() {
         );
         world.barrier()
     });
-    let r = symmem::launch(0, &config(), |_| Ok(Cpu::new()), |_| Ok(()));
+    let r = symmem::spawn_ranks(0, &config(), |_| Ok(Cpu::new()), |_| Ok(()));
     assert!(
         matches!(r, Err(Error::RankOutOfRange { rank: 0, world: 0 })),
         "{r:?}"
@@ -903,7 +903,7 @@ fn peer_lost_when_a_rank_panics() {
 #[test]
 fn peer_lost_when_a_rank_cannot_create_its_backend() {
     let start = Instant::now();
-    let results = symmem::launch(
+    let results = symmem::spawn_ranks(
         3,
         &config(),
         |rank| {
@@ -1293,7 +1293,7 @@ fn views_of_different_lengths_are_refused() {
 #[test]
 fn world_load_of_symmem_kernels_on_the_cpu() {
     run(2, |world| {
-        let module = world.load(&symmem::code_objects::KERNELS)?;
+        let module = world.load(&symmem::backend::code_objects::KERNELS)?;
         assert_eq!(module.crate_name(), "symmem_kernels");
         assert_eq!(world.kernels().crate_name(), "symmem_kernels");
         let dst = world.zeros::<u8>(32)?;
@@ -1305,7 +1305,7 @@ fn world_load_of_symmem_kernels_on_the_cpu() {
         )?;
         assert_eq!(world.read(&dst)?, vec![5; 32]);
         // Loading twice is the same module.
-        let again = world.load(&symmem::code_objects::KERNELS)?;
+        let again = world.load(&symmem::backend::code_objects::KERNELS)?;
         again.launch(
             symmem_kernels::symmem_copy,
             Grid::new(1, 8),

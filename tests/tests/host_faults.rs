@@ -23,12 +23,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, mpsc};
 use std::time::{Duration, Instant};
 use symmem::Error;
+use symmem::Grid;
 use symmem::backend::cpu::Cpu;
+use symmem::backend::cpu::threads;
 use symmem::backend::{Backend, Shareable};
 use symmem::bootstrap::local::LocalBootstrap;
 use symmem::bootstrap::unix::{self, UnixBootstrap};
 use symmem::bootstrap::{Bootstrap, DEFAULT_MAX_FRAME_BYTES};
-use symmem::cpu_launch::{self, Grid};
 use symmem_arch::Arch;
 use symmem_tests::processes::{
     CHILD, EXIT_ERROR, EXIT_PEER_LOST, Outcome, child_mode, exit_child, report, spawn_ranks,
@@ -103,7 +104,7 @@ fn child_thread_refused() -> ! {
             rlim_max: saved.rlim_max,
         },
     );
-    let result = cpu_launch::launch(
+    let result = threads::run(
         Grid {
             blocks: 1,
             threads: 16,
@@ -149,7 +150,7 @@ fn launch_with_a_panicking_thread_reraises() {
             threads: 4,
         };
         let launched = std::panic::catch_unwind(|| {
-            cpu_launch::launch(grid, |arch| {
+            threads::run(grid, |arch| {
                 if arch.block_id() == 1 && arch.thread_id() == 2 {
                     panic!("kernel body panic");
                 }

@@ -173,12 +173,17 @@ impl Backend for Recording {
     fn alloc_shared(&self, bytes: usize) -> symmem::Result<Self::Shared> {
         self.cpu.alloc_shared(bytes)
     }
-    #[cfg(feature = "mpi")]
-    fn engine_heap(
+    fn heap_access(
         &self,
         heap: &Self::Heap,
-    ) -> symmem::Result<Box<dyn symmem::engine::HeapAccess>> {
-        self.cpu.engine_heap(&heap.0.lock().expect("cell").inner)
+    ) -> symmem::Result<Box<dyn symmem::backend::HeapAccess>> {
+        self.cpu.heap_access(&heap.0.lock().expect("cell").inner)
+    }
+    fn heap_host_ptr(&self, heap: &Self::Heap) -> Option<*mut u8> {
+        self.cpu.heap_host_ptr(&heap.0.lock().expect("cell").inner)
+    }
+    fn kernels_on_host(&self) -> bool {
+        self.cpu.kernels_on_host()
     }
     unsafe fn watch(
         &self,
@@ -196,6 +201,9 @@ impl Backend for Recording {
     ) -> symmem::Result<()> {
         // SAFETY: forwarded from the caller.
         unsafe { self.cpu.launch(module, launch, grid) }
+    }
+    fn collective_grid(&self) -> Grid {
+        self.cpu.collective_grid()
     }
     fn grid_for_bytes(&self, bytes: usize) -> Grid {
         self.cpu.grid_for_bytes(bytes)
@@ -256,7 +264,7 @@ fn exported_memory_outlives_every_peer_mapping() {
         ..Config::default()
     };
     LOG.lock().expect("log").clear();
-    let results = symmem::launch(
+    let results = symmem::spawn_ranks(
         world,
         &config,
         |rank| {

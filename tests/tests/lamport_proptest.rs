@@ -71,7 +71,7 @@ fn run<T: Elem>(world: usize, calls: &[Call]) -> Vec<Vec<(Vec<u32>, Vec<u32>)>> 
         heap_bytes: 8 << 20,
         ..Config::default()
     };
-    symmem::launch(
+    symmem::spawn_ranks(
         world,
         &config,
         |_| Ok(Cpu::new()),

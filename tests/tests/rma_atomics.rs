@@ -4,7 +4,7 @@
 
 mod rma_common;
 use rma_common::*;
-use symmem::cpu_launch::Grid;
+use symmem::Grid;
 use symmem_rma::{AtomicOp, Order, Scope};
 
 const GRID: Grid = Grid {

@@ -10,7 +10,7 @@
 
 mod rma_common;
 use rma_common::*;
-use symmem::cpu_launch::Grid;
+use symmem::Grid;
 use symmem_rma::Bf16;
 use symmem_rma::collectives::{self, ReduceOp, Reducible, signal_words};
 

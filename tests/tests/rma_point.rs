@@ -5,7 +5,7 @@
 
 mod rma_common;
 use rma_common::*;
-use symmem::cpu_launch::Grid;
+use symmem::Grid;
 use symmem_rma::{AtomicInt, AtomicOp, Order, Scope, Team, U32x4};
 
 const ONE: Grid = Grid {

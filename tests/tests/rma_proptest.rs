@@ -6,7 +6,7 @@
 mod rma_common;
 use proptest::prelude::*;
 use rma_common::*;
-use symmem::cpu_launch::Grid;
+use symmem::Grid;
 use symmem_rma::{AtomicOp, Order, Scope};
 
 const HEAP: usize = 256;

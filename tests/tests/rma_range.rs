@@ -5,7 +5,7 @@
 
 mod rma_common;
 use rma_common::*;
-use symmem::cpu_launch::Grid;
+use symmem::Grid;
 use symmem_rma::collectives;
 
 /// (destination offset, source offset): relative alignment 16 (aligned and not), 8,

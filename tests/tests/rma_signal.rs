@@ -5,7 +5,7 @@
 
 mod rma_common;
 use rma_common::*;
-use symmem::cpu_launch::Grid;
+use symmem::Grid;
 use symmem_arch::Arch;
 use symmem_rma::collectives::{self, signal_words};
 use symmem_rma::{Cmp, SignalOp};

@@ -21,7 +21,7 @@ fn threads_split_into_nodes_need_the_engine() {
     // Ranks as threads have no MPI, so no engine: forming a world of several nodes is a
     // typed error on every rank (the entries and the engine are tested under mpirun, in
     // `engine_mpi.rs`).
-    let results = symmem::launch(
+    let results = symmem::spawn_ranks(
         4,
         &config(Some(2)),
         |_| Ok(Cpu::new()),
@@ -37,7 +37,7 @@ fn threads_split_into_nodes_need_the_engine() {
 #[test]
 fn one_node_in_all() {
     for (split, nodes) in [(Some(3), 1), (None, 1)] {
-        let results = symmem::launch(
+        let results = symmem::spawn_ranks(
             3,
             &config(split),
             |_| Ok(Cpu::new()),
@@ -78,7 +78,7 @@ fn ranks_that_disagree_on_the_split_are_named() {
 
 #[test]
 fn a_split_of_zero_is_refused() {
-    let results = symmem::launch(
+    let results = symmem::spawn_ranks(
         2,
         &config(Some(0)),
         |_| Ok(Cpu::new()),

@@ -79,7 +79,7 @@ proptest! {
             ranks_per_node: None,
         };
         let start = Instant::now();
-        let results = symmem::launch(n, &config, |_| Ok(Cpu::new()), |world| {
+        let results = symmem::spawn_ranks(n, &config, |_| Ok(Cpu::new()), |world| {
             rank_body(world, &schedule, stopper, stop)
         })
         .expect("launch");

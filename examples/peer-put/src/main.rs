@@ -108,8 +108,8 @@ fn main() -> ExitCode {
     }
     let config = Config::default();
     let results = match backend.as_str() {
-        "cpu" => symmem::launch(ranks, &config, |_| Ok(Cpu::new()), run),
-        "cuda" => symmem::launch(ranks, &config, Cuda::for_rank, run),
+        "cpu" => symmem::spawn_ranks(ranks, &config, |_| Ok(Cpu::new()), run),
+        "cuda" => symmem::spawn_ranks(ranks, &config, Cuda::for_rank, run),
         _ => Err(Error::Unsupported("backend (use auto, cpu or cuda)")),
     };
     match results.and_then(|r| r.into_iter().collect::<Result<Vec<_>>>()) {

@@ -10,6 +10,7 @@
 //! descriptor (a memfd on the CPU backend, a POSIX handle from the CUDA VMM API), which
 //! every bootstrap knows how to hand to peers.
 
+pub mod code_objects;
 pub mod cpu;
 pub mod cuda;
 #[cfg(feature = "hip")]
@@ -17,12 +18,27 @@ pub mod hip;
 mod ipc;
 
 use crate::error::Result;
-use crate::launch::CodeObjects;
 use std::os::fd::OwnedFd;
 use symmem_arch::host::HostThread;
-use symmem_device::Slot;
+use symmem_device::{Kernel, Params, Slot};
 
-pub use crate::cpu_launch::Grid;
+pub use code_objects::CodeObjects;
+
+/// A one-dimensional launch shape.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Grid {
+    /// Blocks in the grid (at least 1).
+    pub blocks: u32,
+    /// Threads per block (at least 1).
+    pub threads: u32,
+}
+
+impl Grid {
+    /// `blocks` blocks of `threads` threads.
+    pub const fn new(blocks: u32, threads: u32) -> Self {
+        Self { blocks, threads }
+    }
+}
 
 /// Which runtime a backend drives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -84,6 +100,21 @@ pub trait HostKernel: Send + Sync {
     fn run(&self, arch: &HostThread<'_>);
     /// The same body with the same arguments, owned (what a CPU graph records).
     fn to_owned(&self) -> std::sync::Arc<dyn HostKernel>;
+}
+
+/// How the off-node engine's target side reaches this rank's own heap, at byte offsets
+/// (`Backend::heap_access`): where staged puts land, where staged gets are read, and
+/// where every atomic a peer sends through the engine is applied. Each call is
+/// complete, and visible to this rank's kernels, when it returns; none waits behind this
+/// rank's own kernels (which may be spinning on the very word it is about to write).
+pub trait HeapAccess: Send {
+    /// Writes `bytes` at `offset`.
+    fn write(&mut self, offset: usize, bytes: &[u8]) -> Result<()>;
+    /// Reads `out.len()` bytes at `offset`.
+    fn read(&mut self, offset: usize, out: &mut [u8]) -> Result<()>;
+    /// Applies atomic request `request` to the element at `offset`
+    /// ([`symmem_rma::engine::apply_atomic`]); returns the old value's bits.
+    fn atomic(&mut self, offset: usize, request: u64, operand: u64, compare: u64) -> Result<u64>;
 }
 
 /// One launch of a kernel, as the backends see it: built by
@@ -179,8 +210,14 @@ pub trait Backend: Send + Sync + 'static {
     /// call returns, never queued behind them.
     ///
     /// Errors: [`crate::Error::NoEngine`] where the backend has none; the backend's errors.
-    #[cfg(feature = "mpi")]
-    fn engine_heap(&self, heap: &Self::Heap) -> Result<Box<dyn crate::engine::HeapAccess>>;
+    fn heap_access(&self, heap: &Self::Heap) -> Result<Box<dyn HeapAccess>>;
+    /// Where the host reaches `heap` at the very addresses kernels use (the CPU backend,
+    /// whose heap is host memory); `None` where kernel memory is device memory. An
+    /// off-node transport that reaches host memory moves data there directly.
+    fn heap_host_ptr(&self, heap: &Self::Heap) -> Option<*mut u8>;
+    /// True where kernels run on this process's threads (the CPU backend): a kernel's
+    /// wait for the off-node engine may then do the engine's work itself.
+    fn kernels_on_host(&self) -> bool;
     /// Points the bounded waits of `module`'s kernels at the control block `control`
     /// (the module global `SYMMEM_CONTROL` on GPUs; the kernel threads' control on the
     /// CPU). A module without that global has no waits: nothing to do.
@@ -205,6 +242,8 @@ pub trait Backend: Send + Sync + 'static {
     ) -> Result<()>;
     /// The launch shape this backend uses to move `bytes` with a grid-stride kernel.
     fn grid_for_bytes(&self, bytes: usize) -> Grid;
+    /// The launch shape of a collective's kernels by default (`Collectives::new`).
+    fn collective_grid(&self) -> Grid;
     /// Waits until all enqueued work is done: one counted synchronisation.
     fn synchronize(&self) -> Result<()>;
     /// How many times this rank has waited for its device (downloads and synchronises).
@@ -228,4 +267,68 @@ pub trait Backend: Send + Sync + 'static {
     /// Every address the recorded launches use is still allocated and holds what their
     /// kernels' contracts ask for.
     unsafe fn replay(&self, graph: &Self::Graph) -> Result<()>;
+}
+
+/// The most parameters a kernel has (the tuples `Params` is implemented for).
+const MAX_PARAMS: usize = 16;
+
+/// Enqueues `kernel` of `module` over `grid` on `backend` with arguments already lowered
+/// to the kernel's ABI (`abi`): the one way a kernel reaches a backend. `Module::launch`
+/// calls it after checking every handle; below the world (the engine's target side
+/// applying a peer's atomic, backend tests whose heaps and tables are made by hand) it is
+/// called directly.
+///
+/// # Safety
+/// Every address in `abi` satisfies `kernel`'s contract: memory `backend`'s kernels
+/// reach, of the lengths the other arguments give, alive until the launch completes.
+pub(crate) unsafe fn launch_lowered<B: Backend, P: Params>(
+    backend: &B,
+    module: &B::Module,
+    kernel: Kernel<P>,
+    grid: Grid,
+    abi: P::Abi,
+) -> Result<()> {
+    let host = HostBody { kernel, abi };
+    let mut pointers = [std::ptr::null::<()>(); MAX_PARAMS];
+    let mut count = 0;
+    P::visit(&host.abi, &mut |p| {
+        pointers[count] = p;
+        count += 1;
+    });
+    let launch = KernelLaunch {
+        name: kernel.name(),
+        args: &pointers[..count],
+        slots: P::SLOTS,
+        host: &host,
+    };
+    // SAFETY: one pointer per parameter into `host.abi`, in order (`Params::visit`),
+    // which outlives the call; the addresses in it are the caller's contract, and `host`
+    // runs the same body with the same values.
+    unsafe { backend.launch(module, &launch, grid) }
+}
+
+/// A kernel's body with its lowered arguments, run by the CPU backend on each thread.
+struct HostBody<P: Params> {
+    kernel: Kernel<P>,
+    abi: P::Abi,
+}
+
+// SAFETY: the raw pointers in `abi` address memory that every thread of the launch may
+// use as the kernel's contract allows (as on a GPU, where all threads share them).
+unsafe impl<P: Params> Sync for HostBody<P> {}
+// SAFETY: as above: the addresses mean the same on any thread of the process.
+unsafe impl<P: Params> Send for HostBody<P> {}
+
+impl<P: Params> HostKernel for HostBody<P> {
+    fn run(&self, arch: &HostThread<'_>) {
+        // SAFETY: `abi` satisfies the kernel's contract (`launch_lowered`'s caller), and
+        // the CPU backend runs every thread of the launch with the same `abi`.
+        unsafe { self.kernel.run_on_host(arch, self.abi) }
+    }
+    fn to_owned(&self) -> std::sync::Arc<dyn HostKernel> {
+        std::sync::Arc::new(Self {
+            kernel: self.kernel,
+            abi: self.abi,
+        })
+    }
 }

@@ -228,7 +228,7 @@ fn run_threads(o: &Options) -> Result<()> {
         make: impl Fn(usize) -> Result<B> + Sync,
     ) -> Result<()> {
         let device = make(0)?.device_name();
-        let results = symmem::launch(o.ranks, config, make, |world| run_rank(world, o.bytes))?;
+        let results = symmem::spawn_ranks(o.ranks, config, make, |world| run_rank(world, o.bytes))?;
         let mut table = None;
         for result in results {
             if let Some(reports) = result? {

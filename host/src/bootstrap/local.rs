@@ -12,6 +12,8 @@
 use super::{Bootstrap, DEFAULT_TIMEOUT};
 use crate::backend::Shareable;
 use crate::error::{Error, Result};
+use crate::transport::Transport;
+use crate::transport::local::{Fabric, LocalTransport};
 use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -31,6 +33,8 @@ struct State {
 }
 
 struct Group {
+    /// What the ranks' off-node transports share, when their world spans emulated nodes.
+    fabric: Arc<Fabric>,
     world: usize,
     timeout: Duration,
     state: Mutex<State>,
@@ -61,6 +65,7 @@ impl LocalBootstrap {
     /// Waits give up after `timeout` with `PeerLost`.
     pub fn group(world: usize, timeout: Duration) -> Vec<LocalBootstrap> {
         let group = Arc::new(Group {
+            fabric: Fabric::new(world),
             world,
             timeout,
             state: Mutex::new(State {
@@ -179,6 +184,12 @@ impl Drop for LocalBootstrap {
 impl Bootstrap for LocalBootstrap {
     fn rank(&self) -> usize {
         self.rank
+    }
+    fn transport(&self) -> Result<Box<dyn Transport>> {
+        Ok(Box::new(LocalTransport::new(
+            self.group.fabric.clone(),
+            self.rank,
+        )))
     }
     fn world_size(&self) -> usize {
         self.group.world

@@ -11,7 +11,7 @@
 //! [`Error::FrameTooLarge`](crate::Error::FrameTooLarge) before anything is allocated
 //! for it.
 //!
-//! * [`local`]: ranks as threads of one process (`launch`).
+//! * [`local`]: ranks as threads of one process ([`crate::spawn_ranks`]).
 //! * [`unix`]: ranks as processes on one machine over a UNIX socket (`spawn`).
 //! * `mpi` (cargo feature `mpi`): ranks started by `mpirun`, over `MPI_COMM_WORLD`.
 
@@ -23,6 +23,7 @@ pub mod unix;
 
 use crate::backend::Shareable;
 use crate::error::Result;
+use crate::transport::Transport;
 use std::time::Duration;
 
 /// How long a rank waits for its peers before it reports them lost, by default.
@@ -77,21 +78,16 @@ pub trait Bootstrap: Send {
     fn leave(&mut self) -> Result<()> {
         self.barrier()
     }
-    /// The MPI communicator of the group, when MPI runs it (the off-node engine needs
-    /// one).
-    #[cfg(feature = "mpi")]
-    fn mpi(&self) -> Option<MpiGroup> {
-        None
+    /// The off-node transport this group's ranks reach each other with when their world
+    /// spans several nodes ([`crate::transport`]): the local wire for thread-ranks, MPI
+    /// for ranks `mpirun` started.
+    ///
+    /// Errors: [`Error::NoEngine`](crate::Error::NoEngine) where the group has none (the
+    /// default); the transport's own (an MPI below `MPI_THREAD_MULTIPLE`).
+    fn transport(&self) -> Result<Box<dyn Transport>> {
+        Err(crate::Error::NoEngine(
+            "its bootstrap has no off-node transport: start the ranks as threads \
+             (`spawn_ranks`) or with `mpirun` (cargo feature `mpi`)",
+        ))
     }
-}
-
-/// What the off-node engine needs from an MPI bootstrap.
-#[cfg(feature = "mpi")]
-pub struct MpiGroup {
-    /// The group's communicator.
-    pub comm: ::mpi::ffi::MPI_Comm,
-    /// Whether MPI provides `MPI_THREAD_MULTIPLE`.
-    pub thread_multiple: bool,
-    /// The thread level MPI provides, by its MPI name.
-    pub provided: &'static str,
 }

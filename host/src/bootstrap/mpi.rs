@@ -306,11 +306,11 @@ impl Bootstrap for MpiBootstrap {
         wait_yielding(self.world.immediate_barrier());
         Ok(())
     }
-    fn mpi(&self) -> Option<super::MpiGroup> {
-        Some(super::MpiGroup {
-            comm: self.world.as_raw(),
-            thread_multiple: self.provided >= mpi::Threading::Multiple,
-            provided: level_name(self.provided),
-        })
+    fn transport(&self) -> Result<Box<dyn crate::transport::Transport>> {
+        Ok(Box::new(crate::transport::mpi::MpiTransport::new(
+            self.world.as_raw(),
+            self.provided >= mpi::Threading::Multiple,
+            level_name(self.provided),
+        )?))
     }
 }

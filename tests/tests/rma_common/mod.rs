@@ -1,6 +1,6 @@
 //! Shared scaffolding for the `rma_*` tests: a world of CPU ranks whose symmetric heaps
 //! live at distinct addresses, each rank's kernel body run on its own launch of
-//! `symmem::cpu_launch`, all ranks concurrently.
+//! `symmem::backend::cpu::threads`, all ranks concurrently.
 //!
 //! All heaps are carved out of ONE allocation (at uneven distances, so every peer delta
 //! differs): translation is a pointer offset from the local heap, and staying inside one
@@ -8,7 +8,8 @@
 //! rules too, not just "works on x86").
 #![allow(dead_code)]
 
-use symmem::cpu_launch::{Grid, launch};
+use symmem::Grid;
+use symmem::backend::cpu::threads;
 use symmem_arch::host::HostThread;
 use symmem_rma::{PeerBases, Team, U32x4};
 
@@ -111,7 +112,7 @@ impl World {
                 let body = &body;
                 s.spawn(move || {
                     let team = Team::new(PeerBases::new(bases), rank).expect("rank in range");
-                    launch(grid, |arch| body(arch, &team, rank)).expect("kernel threads");
+                    threads::run(grid, |arch| body(arch, &team, rank)).expect("kernel threads");
                 });
             }
         });
@@ -123,7 +124,7 @@ impl World {
         F: Fn(&HostThread<'_>, &Team<'_>) + Sync,
     {
         let team = Team::new(PeerBases::new(self.bases()), rank).expect("rank in range");
-        launch(grid, |arch| body(arch, &team)).expect("kernel threads");
+        threads::run(grid, |arch| body(arch, &team)).expect("kernel threads");
     }
 }
 

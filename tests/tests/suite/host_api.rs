@@ -30,7 +30,7 @@ fn config() -> Config {
 /// Runs `body` on `n` thread-ranks and returns each rank's result, failing the test on
 /// any error.
 fn run<R: Send>(n: usize, body: impl Fn(W) -> symmem::Result<R> + Sync) -> Vec<R> {
-    let results = symmem::launch(n, &config(), super::make_backend, body).expect("launch");
+    let results = symmem::spawn_ranks(n, &config(), super::make_backend, body).expect("launch");
     assert_eq!(results.len(), n);
     results
         .into_iter()

@@ -27,7 +27,7 @@ fn config() -> Config {
 }
 
 fn run(n: usize, body: impl Fn(W) -> symmem::Result<()> + Sync) {
-    let results = symmem::launch(n, &config(), super::make_backend, body).expect("launch");
+    let results = symmem::spawn_ranks(n, &config(), super::make_backend, body).expect("launch");
     for (rank, r) in results.into_iter().enumerate() {
         r.unwrap_or_else(|e| panic!("world of {n}, rank {rank}: {e} ({e:?})"));
     }

@@ -66,7 +66,7 @@ fn config() -> Config {
 /// Runs `body` on `n` thread-ranks, failing the test on any error.
 fn run<R: Send>(n: usize, body: impl Fn(W) -> symmem::Result<R> + Sync) -> Vec<R> {
     let _one = exclusive();
-    let results = symmem::launch(n, &config(), super::make_backend, body).expect("launch");
+    let results = symmem::spawn_ranks(n, &config(), super::make_backend, body).expect("launch");
     assert_eq!(results.len(), n);
     results
         .into_iter()

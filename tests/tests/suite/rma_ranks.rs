@@ -8,7 +8,7 @@
 
 use bytemuck::Pod;
 use symmem::backend::{Backend, BackendKind, Grid};
-use symmem::collectives::{Cmp, Collectives, default_grid};
+use symmem::collectives::{Cmp, Collectives};
 use symmem::{DeviceBuffer, DeviceSlice, SymmetricBuffer, World};
 
 /// Guard byte after every checked range, and the fill of every destination.
@@ -244,7 +244,7 @@ pub fn put_with_signal_rounds<B: Backend>(w: &World<B>, sizes: &[usize]) -> symm
 pub fn atomic_rounds<B: Backend>(w: &World<B>) -> symmem::Result<()> {
     let gpu = on_gpu(w);
     let contended = if gpu {
-        default_grid(w.backend().kind())
+        w.backend().collective_grid()
     } else {
         Grid {
             blocks: 2,

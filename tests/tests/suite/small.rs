@@ -28,7 +28,7 @@ fn run<R: Send>(n: usize, body: impl Fn(W) -> symmem::Result<R> + Sync) -> Vec<R
         heap_bytes: 32 << 20,
         ..Config::default()
     };
-    let results = symmem::launch(n, &config, super::make_backend, body).expect("launch");
+    let results = symmem::spawn_ranks(n, &config, super::make_backend, body).expect("launch");
     results
         .into_iter()
         .enumerate()

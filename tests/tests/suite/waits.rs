@@ -25,7 +25,7 @@ fn a_rank_that_skips_a_collective_times_out_the_others_and_poisons_their_worlds(
             ..Config::default()
         };
         let start = Instant::now();
-        let results = symmem::launch(n, &cfg, super::make_backend, |world: W| {
+        let results = symmem::spawn_ranks(n, &cfg, super::make_backend, |world: W| {
             let coll = Collectives::new(&world)?;
             if world.rank() == skipper {
                 return Ok((world.barrier(), Ok(())));
@@ -67,7 +67,7 @@ fn a_rank_that_skips_a_collective_times_out_the_others_and_poisons_their_worlds(
             }
         }
         // A new world in the same process: its collectives complete.
-        let ok = symmem::launch(n, &cfg, super::make_backend, |world: W| {
+        let ok = symmem::spawn_ranks(n, &cfg, super::make_backend, |world: W| {
             let coll = Collectives::new(&world)?;
             coll.barrier()?;
             world.barrier()

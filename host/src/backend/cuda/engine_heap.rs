@@ -1,6 +1,6 @@
-//! The off-node engine's access to a CUDA heap from the proxy thread (cargo feature
-//! `mpi`): the target's side of staged puts and gets and of every atomic, for an MPI
-//! that cannot reach device memory itself.
+//! The off-node engine's access to a CUDA heap from the proxy thread: the target's side
+//! of staged puts and gets and of every atomic, for a transport that cannot reach device
+//! memory itself.
 //!
 //! It drives a [`Cuda`] instance of its own on the rank's device (the same primary
 //! context, its own non-blocking stream and staging ring), so nothing it does waits
@@ -10,8 +10,7 @@
 //! the rank's kernels use on the same word (a host write could tear or race with them).
 
 use super::{Cuda, CudaDeviceMemory, CudaModule};
-use crate::backend::{Backend, DeviceRegion, Grid};
-use crate::engine::HeapAccess;
+use crate::backend::{Backend, DeviceRegion, Grid, HeapAccess};
 use crate::error::Result;
 
 /// The proxy's way into one rank's CUDA heap.
@@ -27,7 +26,7 @@ impl CudaEngineHeap {
     /// Access to the heap at device address `base` on device `ordinal`.
     pub(crate) fn new(ordinal: usize, base: u64) -> Result<Self> {
         let cuda = Cuda::new(ordinal)?;
-        let module = cuda.load_module(&crate::code_objects::KERNELS)?;
+        let module = cuda.load_module(&crate::backend::code_objects::KERNELS)?;
         let old = cuda.alloc_device(size_of::<u64>())?;
         Ok(Self {
             old,
@@ -58,7 +57,7 @@ impl HeapAccess for CudaEngineHeap {
         // a device word of this instance; both outlive the launch, which the download
         // below waits for.
         unsafe {
-            crate::launch::launch_lowered(
+            crate::backend::launch_lowered(
                 &self.cuda,
                 &self.module,
                 symmem_kernels::symmem_engine_atomic,

@@ -63,15 +63,16 @@
 //! `CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS`.
 
 mod driver;
-#[cfg(feature = "mpi")]
-pub(crate) mod engine_heap;
+mod engine_heap;
 mod staging;
 pub mod timing;
 
 use super::ipc::IpcExport;
-use super::{Backend, BackendKind, DeviceRegion, Grid, KernelLaunch, Shareable, SharedRegion};
+use super::{
+    Backend, BackendKind, CodeObjects, DeviceRegion, Grid, HeapAccess, KernelLaunch, Shareable,
+    SharedRegion,
+};
 use crate::error::{Error, Result};
-use crate::launch::CodeObjects;
 use cudarc::driver::sys::CUdevice_attribute;
 use std::collections::HashMap;
 use std::ffi::{CString, c_int, c_void};
@@ -914,12 +915,19 @@ impl Backend for Cuda {
         })
     }
 
-    #[cfg(feature = "mpi")]
-    fn engine_heap(&self, heap: &CudaHeap) -> Result<Box<dyn crate::engine::HeapAccess>> {
+    fn heap_access(&self, heap: &CudaHeap) -> Result<Box<dyn HeapAccess>> {
         Ok(Box::new(engine_heap::CudaEngineHeap::new(
             self.ordinal,
             heap.base(),
         )?))
+    }
+
+    fn heap_host_ptr(&self, _: &CudaHeap) -> Option<*mut u8> {
+        None
+    }
+
+    fn kernels_on_host(&self) -> bool {
+        false
     }
 
     unsafe fn watch(&self, module: &mut CudaModule, control: &CudaShared) -> Result<()> {
@@ -970,6 +978,11 @@ impl Backend for Cuda {
 
     fn grid_for_bytes(&self, bytes: usize) -> Grid {
         grid_for_bytes(bytes as u64)
+    }
+
+    fn collective_grid(&self) -> Grid {
+        // Few enough blocks that several ranks' grids fit on one GPU at once.
+        Grid::new(8, 256)
     }
 
     fn synchronize(&self) -> Result<()> {
@@ -1029,7 +1042,7 @@ mod tests {
     //! `skipped: <reason>` (and pass) when [`Cuda::new`] fails.
 
     use super::*;
-    use crate::launch::launch_lowered;
+    use crate::backend::launch_lowered;
     use std::process::Command;
 
     /// The env var that turns a `cuda_gpu_child_*` test into the child half of a
@@ -1203,7 +1216,7 @@ mod tests {
             other => panic!("expected NoCodeObject, got {other:?}"),
         }
         // symmem's own objects: sm_90 must be there for the H200, with every kernel.
-        let kernels = &crate::code_objects::KERNELS;
+        let kernels = &crate::backend::code_objects::KERNELS;
         assert_eq!(kernels.crate_name(), "symmem_kernels");
         if kernels.objects().is_empty() {
             // host/build.rs builds the kernels for every target; only a stubbed build
@@ -1309,8 +1322,12 @@ mod tests {
     /// rank 0's, each through a two-entry table; the allocation path never syncs.
     fn put_through_imported_heap(r0: Cuda, r1: Cuda) {
         let g = r0.heap_granularity();
-        let k0 = r0.load_module(&crate::code_objects::KERNELS).unwrap();
-        let k1 = r1.load_module(&crate::code_objects::KERNELS).unwrap();
+        let k0 = r0
+            .load_module(&crate::backend::code_objects::KERNELS)
+            .unwrap();
+        let k1 = r1
+            .load_module(&crate::backend::code_objects::KERNELS)
+            .unwrap();
         println!(
             "granularity {g}, driver {}, code object {}",
             r0.driver_version(),
@@ -1478,7 +1495,9 @@ mod tests {
     /// # Safety
     /// `src..src + len` is device memory `cuda`'s kernels may read.
     unsafe fn copy_kernel_read(cuda: &Cuda, src: u64, len: usize) -> Vec<u8> {
-        let module = cuda.load_module(&crate::code_objects::KERNELS).unwrap();
+        let module = cuda
+            .load_module(&crate::backend::code_objects::KERNELS)
+            .unwrap();
         let dst = cuda.alloc_device(len).unwrap();
         let mut got = vec![0u8; len];
         // SAFETY: `dst` holds `len` bytes; `src` is the caller's.

@@ -79,9 +79,11 @@ mod runtime;
 pub use runtime::{BINDINGS_HIP_VERSION, FFI_FACTS, FfiFact, Relation};
 
 use super::ipc::IpcExport;
-use super::{Backend, BackendKind, DeviceRegion, Grid, KernelLaunch, Shareable, SharedRegion};
+use super::{
+    Backend, BackendKind, CodeObjects, DeviceRegion, Grid, HeapAccess, KernelLaunch, Shareable,
+    SharedRegion,
+};
 use crate::error::{Error, Result};
-use crate::launch::CodeObjects;
 use std::collections::HashMap;
 use std::ffi::{CString, c_int};
 use std::fmt;
@@ -953,8 +955,15 @@ impl Backend for Hip {
         })
     }
 
-    #[cfg(feature = "mpi")]
-    fn engine_heap(&self, _: &HipHeap) -> Result<Box<dyn crate::engine::HeapAccess>> {
+    fn heap_host_ptr(&self, _: &HipHeap) -> Option<*mut u8> {
+        None
+    }
+
+    fn kernels_on_host(&self) -> bool {
+        false
+    }
+
+    fn heap_access(&self, _: &HipHeap) -> Result<Box<dyn HeapAccess>> {
         Err(Error::NoEngine(
             "the off-node engine's staging path is built for the CPU and CUDA backends, \
              not yet for HIP",
@@ -1021,6 +1030,11 @@ impl Backend for Hip {
 
     fn grid_for_bytes(&self, bytes: usize) -> Grid {
         grid_for_bytes(bytes as u64)
+    }
+
+    fn collective_grid(&self) -> Grid {
+        // Few enough blocks that several ranks' grids fit on one GPU at once.
+        Grid::new(8, 256)
     }
 
     fn synchronize(&self) -> Result<()> {
@@ -1109,7 +1123,7 @@ mod tests {
 
     use super::*;
     use crate::backend::HostKernel;
-    use crate::launch::launch_lowered;
+    use crate::backend::launch_lowered;
     use symmem_arch::host::HostThread;
     use symmem_device::{Kernel, Params};
 
@@ -1181,7 +1195,7 @@ mod tests {
             }
         }
         // symmem's own objects: gfx942 and gfx950 ELF images.
-        let kernels = &crate::code_objects::KERNELS;
+        let kernels = &crate::backend::code_objects::KERNELS;
         if kernels.objects().is_empty() {
             println!("skipped: this build embeds no code objects of symmem_kernels");
             return;
@@ -1357,7 +1371,7 @@ mod tests {
     /// ABI, is `tests/tests/hip_abi.rs`'s check).
     #[test]
     fn hip_code_objects_name_their_kernels() {
-        let kernels = &crate::code_objects::KERNELS;
+        let kernels = &crate::backend::code_objects::KERNELS;
         if kernels.objects().is_empty() {
             println!("skipped: this build embeds no code objects of symmem_kernels");
             return;
@@ -1410,8 +1424,12 @@ mod tests {
     fn hip_gpu_two_ranks_put_and_get() {
         let Some(r0) = device_or_skip() else { return };
         let r1 = Hip::new(0).unwrap();
-        let k0 = r0.load_module(&crate::code_objects::KERNELS).unwrap();
-        let k1 = r1.load_module(&crate::code_objects::KERNELS).unwrap();
+        let k0 = r0
+            .load_module(&crate::backend::code_objects::KERNELS)
+            .unwrap();
+        let k1 = r1
+            .load_module(&crate::backend::code_objects::KERNELS)
+            .unwrap();
         println!("{k0:?}");
         let g = r0.heap_granularity();
         let h0 = r0.create_heap(g).unwrap();
@@ -1509,7 +1527,9 @@ mod tests {
     #[test]
     fn hip_gpu_capture_and_replay() {
         let Some(r0) = device_or_skip() else { return };
-        let module = r0.load_module(&crate::code_objects::KERNELS).unwrap();
+        let module = r0
+            .load_module(&crate::backend::code_objects::KERNELS)
+            .unwrap();
         let bytes = 4096 + 5;
         let src = r0.alloc_device(bytes).unwrap();
         let dst = r0.alloc_device(bytes).unwrap();
@@ -1579,7 +1599,9 @@ mod tests {
                 ..
             })
         ));
-        let module = r0.load_module(&crate::code_objects::KERNELS).unwrap();
+        let module = r0
+            .load_module(&crate::backend::code_objects::KERNELS)
+            .unwrap();
         assert!(module.kernel_count() > 0);
         struct Nothing;
         impl HostKernel for Nothing {

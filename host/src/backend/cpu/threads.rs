@@ -1,4 +1,5 @@
-//! Runs kernel bodies on CPU threads: the CPU backend's launch.
+//! The CPU thread runner: runs a kernel body once per thread of a grid, each thread an
+//! OS thread (what the CPU backend does for a launch).
 //!
 //! Every thread of the launch is a real OS thread (scoped, so the body may borrow), each
 //! with a [`HostThread`] arch handle; the threads of a block share a barrier. All threads
@@ -7,32 +8,17 @@
 //! A launch is all or nothing. Every thread is started first and waits at a gate; only
 //! when all exist do they run the body. If the OS refuses a thread (a thread limit, no
 //! memory for its stack), the threads already started leave at the gate without running
-//! the body and [`launch`] returns the error: no thread is left waiting at a block barrier
+//! the body and [`run`] returns the error: no thread is left waiting at a block barrier
 //! for a sibling that was never started, and no peer sees half a launch. A thread whose
 //! body panics breaks every barrier of the launch, so threads waiting there leave too,
-//! and `launch` re-raises that panic.
+//! and `run` re-raises that panic.
 
+use crate::backend::Grid;
 use crate::error::{Error, Result};
 use std::any::Any;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use symmem_arch::host::{BlockBarrier, HostThread};
-
-/// A one-dimensional launch shape.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Grid {
-    /// Blocks in the grid (at least 1).
-    pub blocks: u32,
-    /// Threads per block (at least 1).
-    pub threads: u32,
-}
-
-impl Grid {
-    /// `blocks` blocks of `threads` threads.
-    pub const fn new(blocks: u32, threads: u32) -> Self {
-        Self { blocks, threads }
-    }
-}
 
 /// Locks `mutex`; every update under these locks is a single assignment, so a poisoned
 /// lock still holds consistent state.
@@ -146,7 +132,7 @@ pub const MAX_THREADS: u64 = 1024;
 /// Errors: `Unsupported` for a grid with zero blocks or threads, or more than
 /// [`MAX_THREADS`] threads; `Os` when the OS refuses to start a thread, in which case no
 /// thread has run the body.
-pub fn launch<F>(grid: Grid, body: F) -> Result<()>
+pub fn run<F>(grid: Grid, body: F) -> Result<()>
 where
     F: Fn(&HostThread<'_>) + Sync,
 {
@@ -155,7 +141,7 @@ where
     }
     if u64::from(grid.blocks) * u64::from(grid.threads) > MAX_THREADS {
         return Err(Error::Unsupported(
-            "a CPU-backend launch of more than cpu_launch::MAX_THREADS threads",
+            "a CPU-backend launch of more than backend::cpu::threads::MAX_THREADS threads",
         ));
     }
     let barriers: Vec<BreakableBarrier> = (0..grid.blocks)

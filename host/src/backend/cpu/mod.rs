@@ -18,12 +18,13 @@
 //! `RLIMIT_NOFILE` to the hard limit once (as Go's runtime and the JVM do at start) and
 //! tries again; past the hard limit an allocation is [`Error::FdLimit`], naming it.
 
+pub mod threads;
+
 use super::{
-    Backend, BackendKind, DeviceRegion, Grid, HostKernel, KernelLaunch, Shareable, SharedRegion,
+    Backend, BackendKind, CodeObjects, DeviceRegion, Grid, HeapAccess, HostKernel, KernelLaunch,
+    Shareable, SharedRegion,
 };
-use crate::cpu_launch;
 use crate::error::{Error, Result};
-use crate::launch::CodeObjects;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -61,7 +62,7 @@ pub struct CpuGraph {
 
 /// Runs `host` over `grid` on threads whose waits watch `control`.
 fn run_launch(host: &dyn HostKernel, control: usize, grid: Grid) -> Result<()> {
-    cpu_launch::launch(grid, |arch| {
+    threads::run(grid, |arch| {
         // Each kernel thread's waits watch the rank's control block (the caller of
         // `watch` keeps it alive for every launch).
         symmem_rma::watch::set_thread_control(std::ptr::with_exposed_provenance_mut(control));
@@ -410,15 +411,18 @@ impl Backend for Cpu {
         ))?;
         Ok(CpuShared { ptr, layout })
     }
-    #[cfg(feature = "mpi")]
-    fn engine_heap(&self, heap: &CpuMemory) -> Result<Box<dyn crate::engine::HeapAccess>> {
+    fn heap_access(&self, heap: &CpuMemory) -> Result<Box<dyn HeapAccess>> {
         // SAFETY: the heap's mapping in this process; the world keeps it until the
         // engine has stopped.
         Ok(Box::new(unsafe {
-            crate::engine::HostHeap::new(
-                std::ptr::with_exposed_provenance_mut(heap.base() as usize),
-            )
+            HostHeap::new(std::ptr::with_exposed_provenance_mut(heap.base() as usize))
         }))
+    }
+    fn heap_host_ptr(&self, heap: &CpuMemory) -> Option<*mut u8> {
+        Some(std::ptr::with_exposed_provenance_mut(heap.base() as usize))
+    }
+    fn kernels_on_host(&self) -> bool {
+        true
     }
     unsafe fn watch(&self, module: &mut CpuModule, control: &CpuShared) -> Result<()> {
         module.control = control.host_ptr().expose_provenance();
@@ -452,6 +456,11 @@ impl Backend for Cpu {
             threads: 1,
         }
     }
+    fn collective_grid(&self) -> Grid {
+        // One thread per rank: threads of one rank would share cache lines (see
+        // `grid_for_bytes`).
+        Grid::new(1, 1)
+    }
     fn synchronize(&self) -> Result<()> {
         // Launches run to completion before `launch` returns: nothing to wait for.
         self.syncs.fetch_add(1, Ordering::Relaxed);
@@ -484,5 +493,52 @@ impl Backend for Cpu {
             .launches
             .iter()
             .try_for_each(|l| run_launch(&*l.host, l.control, l.grid))
+    }
+}
+
+/// A heap in this process's address space (the CPU backend's memfd heap), as the
+/// off-node engine's target side reaches it ([`Backend::heap_access`]).
+struct HostHeap {
+    base: *mut u8,
+}
+
+impl HostHeap {
+    /// The heap at `base`.
+    ///
+    /// # Safety
+    /// `base` is the start of this rank's heap, mapped read-write in this process for
+    /// as long as the value lives; callers pass offsets inside it.
+    unsafe fn new(base: *mut u8) -> Self {
+        Self { base }
+    }
+}
+
+// SAFETY: the heap is shared memory, reachable from any thread of the process.
+unsafe impl Send for HostHeap {}
+
+impl HeapAccess for HostHeap {
+    fn write(&mut self, offset: usize, bytes: &[u8]) -> Result<()> {
+        // SAFETY: inside the heap (the proxy checks every request's range); peers'
+        // stores through the engine are ordered by the proxy, and the release fence
+        // publishes them.
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.base.add(offset), bytes.len())
+        };
+        std::sync::atomic::fence(Ordering::Release);
+        Ok(())
+    }
+    fn read(&mut self, offset: usize, out: &mut [u8]) -> Result<()> {
+        // SAFETY: inside the heap (checked by the proxy).
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.base.add(offset), out.as_mut_ptr(), out.len())
+        };
+        Ok(())
+    }
+    fn atomic(&mut self, offset: usize, request: u64, operand: u64, compare: u64) -> Result<u64> {
+        // SAFETY: an aligned element inside the heap (checked by the proxy), which
+        // kernels access only atomically.
+        Ok(unsafe {
+            symmem_rma::engine::apply_atomic(self.base.add(offset), request, operand, compare)
+        })
     }
 }

@@ -1,0 +1,176 @@
+//! The local wire: the proxied transport between emulated nodes of one process (ranks as
+//! threads, [`crate::spawn_ranks`], split into nodes by `Config::ranks_per_node`).
+//!
+//! The ranks' proxies share one [`Fabric`]: a window per rank (its heap at the kernels'
+//! addresses, the CPU backend's shared memory) for one-sided puts and gets, an inbox per
+//! rank for requests, and a reply slot per rank for the one request it has in flight. A
+//! put is a copy into the target's heap followed by a release fence, complete when it
+//! returns, as `MPI_Put` + `MPI_Win_flush` are; everything else travels through the
+//! inboxes and is applied by the target's proxy, exactly as over MPI. So the whole
+//! off-node path (the device's ring, the proxy, staging, helping, the hierarchical
+//! collectives) runs in plain `cargo test`, no `mpirun` needed; on a GPU backend the
+//! heap is device memory and data is staged, as under an MPI that is not GPU-aware.
+
+use super::proxy::{Wire, start_proxy, window_base};
+use super::{Attach, Link, Transport};
+use crate::backend::BackendKind;
+use crate::error::{Error, Result};
+use std::collections::VecDeque;
+use std::sync::atomic::{Ordering, fence};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// A request between proxies: the rank that sent it, and its message.
+type Request = (usize, Vec<u8>);
+
+/// What the proxies of one group of thread-ranks share.
+pub(crate) struct Fabric {
+    /// Each rank's heap window, `(address, bytes)`, while its transport is attached with
+    /// one.
+    windows: Mutex<Vec<Option<(usize, usize)>>>,
+    /// Requests sent to each rank, `(from, message)`, in the order they were sent.
+    inboxes: Vec<Mutex<VecDeque<Request>>>,
+    /// The reply to each rank's request in flight, once its target has sent it.
+    replies: Vec<Mutex<Option<Vec<u8>>>>,
+}
+
+/// Locks `mutex`; every update under these locks is a single push, pop or assignment,
+/// so a lock a panicking thread poisoned still holds consistent state.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Fabric {
+    /// The fabric of a group of `world` ranks.
+    pub(crate) fn new(world: usize) -> Arc<Self> {
+        Arc::new(Self {
+            windows: Mutex::new(vec![None; world]),
+            inboxes: (0..world).map(|_| Mutex::default()).collect(),
+            replies: (0..world).map(|_| Mutex::default()).collect(),
+        })
+    }
+}
+
+/// One thread-rank's local transport, before it is attached.
+pub struct LocalTransport {
+    fabric: Arc<Fabric>,
+    rank: usize,
+}
+
+impl LocalTransport {
+    /// Rank `rank`'s transport on `fabric`.
+    pub(crate) fn new(fabric: Arc<Fabric>, rank: usize) -> Self {
+        Self { fabric, rank }
+    }
+}
+
+impl Transport for LocalTransport {
+    fn name(&self) -> &'static str {
+        "local"
+    }
+
+    fn reaches_device_memory(&self, _: BackendKind) -> bool {
+        false
+    }
+
+    /// Registers the heap's window where data is not staged, then starts the proxy. Every
+    /// rank attaches before its world's first barrier, so every window is there before
+    /// any kernel can put.
+    fn attach(self: Box<Self>, attach: Attach<'_>) -> Result<Box<dyn Link>> {
+        let window = window_base(&attach.heap);
+        if let Some(base) = window {
+            lock(&self.fabric.windows)[self.rank] =
+                Some((base.expose_provenance(), attach.heap.len));
+        }
+        let wire = LocalWire {
+            fabric: self.fabric,
+            rank: self.rank,
+            window: window.is_some(),
+        };
+        start_proxy(Box::new(wire), attach)
+    }
+}
+
+/// One rank's proxy's end of the fabric.
+struct LocalWire {
+    fabric: Arc<Fabric>,
+    rank: usize,
+    /// This rank registered a window, so peers did too (the same backend and setting on
+    /// every rank).
+    window: bool,
+}
+
+impl LocalWire {
+    /// `peer`'s heap window at `offset`, for `len` bytes.
+    fn at(&self, peer: usize, offset: u64, len: usize) -> Result<*mut u8> {
+        let window = lock(&self.fabric.windows).get(peer).copied().flatten();
+        let (base, bytes) = window.ok_or_else(|| Error::Engine {
+            peer: Some(peer),
+            what: "a one-sided request, but the peer's heap has no window".into(),
+        })?;
+        let inside = offset
+            .checked_add(len as u64)
+            .is_some_and(|end| end <= bytes as u64);
+        if !inside {
+            return Err(Error::Engine {
+                peer: Some(peer),
+                what: format!(
+                    "a one-sided request for {len} bytes at heap offset {offset:#x} is \
+                     outside the peer's heap of {bytes} bytes"
+                ),
+            });
+        }
+        Ok(std::ptr::with_exposed_provenance_mut::<u8>(base).wrapping_add(offset as usize))
+    }
+}
+
+impl Wire for LocalWire {
+    fn has_window(&self) -> bool {
+        self.window
+    }
+
+    unsafe fn put(&mut self, peer: usize, offset: u64, src: *const u8, len: usize) -> Result<()> {
+        let dst = self.at(peer, offset, len)?;
+        // SAFETY: `src` is readable for `len` bytes (the caller's contract); `dst` lies in
+        // the peer's heap, mapped in this process while its transport is attached, which
+        // it is until every rank is quiet.
+        unsafe { std::ptr::copy(src, dst, len) };
+        // Publishes the bytes before whatever this proxy does next (a signal's request).
+        fence(Ordering::Release);
+        Ok(())
+    }
+
+    unsafe fn get(&mut self, peer: usize, offset: u64, dst: *mut u8, len: usize) -> Result<()> {
+        let src = self.at(peer, offset, len)?;
+        fence(Ordering::Acquire);
+        // SAFETY: as in `put`, the other way round.
+        unsafe { std::ptr::copy(src, dst, len) };
+        Ok(())
+    }
+
+    fn request(&mut self, peer: usize, message: Vec<u8>, _reply_len: usize) -> Result<()> {
+        let inbox = self.fabric.inboxes.get(peer).ok_or_else(|| Error::Engine {
+            peer: Some(peer),
+            what: "a request to a rank outside the group".into(),
+        })?;
+        lock(inbox).push_back((self.rank, message));
+        Ok(())
+    }
+
+    fn reply(&mut self) -> Result<Option<Vec<u8>>> {
+        Ok(lock(&self.fabric.replies[self.rank]).take())
+    }
+
+    fn next_request(&mut self) -> Result<Option<Request>> {
+        Ok(lock(&self.fabric.inboxes[self.rank]).pop_front())
+    }
+
+    fn send_reply(&mut self, to: usize, reply: Vec<u8>) -> Result<()> {
+        *lock(&self.fabric.replies[to]) = Some(reply);
+        Ok(())
+    }
+
+    fn close(&mut self, _clean: bool) {
+        // Every rank is quiet: no peer's proxy reaches this heap any more.
+        lock(&self.fabric.windows)[self.rank] = None;
+    }
+}

@@ -1,0 +1,143 @@
+//! Off-node transports: how what a kernel does to a peer on another node reaches it.
+//!
+//! Within a node a peer's memory is mapped and kernels reach it with loads and stores.
+//! A peer on another node has entry 0 in every peer table, and the RMA layer
+//! (`symmem_rma::engine`) hands each put, get, atomic and signal to such a peer to the
+//! rank's off-node transport instead. A world that spans nodes asks its bootstrap for
+//! one ([`crate::bootstrap::Bootstrap::transport`]), attaches it to its heap when it
+//! forms, and stops it when it leaves; it knows nothing else of it.
+//!
+//! Two shapes of transport fit this contract:
+//!
+//! * **Proxied** (today's, NVSHMEM's IBRC/UCX, rocSHMEM's reverse offload): kernels post
+//!   requests to a ring in host memory the device reaches, and a proxy thread of the rank
+//!   drains it over a [`Wire`] ([`proxy`]). Two wires exist: [`mpi`] (MPI one-sided
+//!   operations and messages, ranks started by `mpirun`; cargo feature `mpi`) and
+//!   [`local`] (between emulated nodes of one process, over the ranks' shared memory: the
+//!   whole off-node path in plain `cargo test`).
+//! * **Device-initiated** (NVSHMEM's IBGDA, NCCL's GIN): kernels drive the network
+//!   themselves and no proxy runs. Such a transport attaches the same way; its
+//!   [`Link::device_handle`] is what its device code finds in the control block instead of
+//!   a ring, and [`Link::quiet`] waits for the network's completions instead of a ring's.
+
+pub mod local;
+#[cfg(feature = "mpi")]
+pub mod mpi;
+mod proxy;
+
+use crate::backend::{BackendKind, DeviceRegion, HeapAccess, SharedRegion};
+use crate::error::{Error, Result};
+use std::time::Duration;
+
+pub use crate::control::AbortWord;
+pub use proxy::{Wire, start_proxy, window_base};
+
+/// Environment variable: `1` makes a proxied transport stage put and get data through
+/// the ring and apply it at the target, as it must for a GPU heap its wire cannot reach,
+/// even where the wire could reach the heap (the CPU backend): so a CPU run exercises the
+/// device's staging code and the target's side as a GPU uses them.
+pub const ENV_ENGINE_STAGING: &str = "SYMMEM_ENGINE_STAGING";
+
+/// How a rank's transport moves put and get data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EnginePath {
+    /// One-sided, from and to the kernels' own memory (an MPI window over the heap; the
+    /// peer's shared-memory heap for the local wire).
+    Window,
+    /// Staged through host memory and applied by the target's side through its
+    /// [`HeapAccess`] (a GPU heap the wire cannot reach, or [`ENV_ENGINE_STAGING`]).
+    Staged,
+}
+
+/// Memory a transport allocates for its device side, from the rank's backend.
+pub trait TransportMemory {
+    /// Zeroed host memory of `bytes` that this rank's kernels reach too.
+    fn alloc_shared(&self, bytes: usize) -> Result<Box<dyn SharedRegion>>;
+    /// Zeroed device memory of `bytes`, zeroed before any later launch of this rank runs.
+    fn alloc_device_zeroed(&self, bytes: usize) -> Result<Box<dyn DeviceRegion>>;
+}
+
+impl<B: crate::backend::Backend> TransportMemory for B {
+    fn alloc_shared(&self, bytes: usize) -> Result<Box<dyn SharedRegion>> {
+        Ok(Box::new(crate::backend::Backend::alloc_shared(
+            self, bytes,
+        )?))
+    }
+    fn alloc_device_zeroed(&self, bytes: usize) -> Result<Box<dyn DeviceRegion>> {
+        let memory = self.alloc_device(bytes)?;
+        // SAFETY: the fresh allocation of `bytes`; kernels launched later on this rank's
+        // stream see the zeroes.
+        unsafe { self.memset(memory.base(), 0, bytes)? };
+        Ok(Box::new(memory))
+    }
+}
+
+/// This rank's heap, as a transport attaches to it.
+pub struct Heap {
+    /// Where kernels see the heap (the base of every offset a request names).
+    pub device_base: u64,
+    /// Bytes of heap.
+    pub len: usize,
+    /// Where the transport's host side reaches the heap at the kernels' addresses (host
+    /// memory on the CPU backend; device memory for a wire that moves it itself); `None`
+    /// when data must be staged.
+    pub direct: Option<*mut u8>,
+    /// The target's side of staged data and atomics ([`crate::backend::Backend::heap_access`]).
+    pub access: Box<dyn HeapAccess>,
+}
+
+/// What a world gives the transport it attaches.
+pub struct Attach<'a> {
+    /// This rank's heap.
+    pub heap: Heap,
+    /// Where the transport allocates its device side's memory.
+    pub memory: &'a dyn TransportMemory,
+    /// Kernels run on this process's threads: their waits may do the transport's work
+    /// (`symmem_rma::engine::Ring::help`).
+    pub kernels_on_host: bool,
+    /// The rank's abort word: a transport that fails sets it, so every waiting kernel ends.
+    pub abort: AbortWord,
+}
+
+/// An off-node transport before it is attached: what a bootstrap offers.
+pub trait Transport: Send {
+    /// Its name ("mpi", "local"), for messages.
+    fn name(&self) -> &'static str;
+    /// Whether it moves data in and out of `kind`'s device memory itself (a CUDA-aware
+    /// MPI does for CUDA); where it does not, a GPU heap's data is staged.
+    fn reaches_device_memory(&self, kind: BackendKind) -> bool;
+    /// Attaches this rank's heap and starts the transport. Collective: every rank of the
+    /// world calls it, in the same order relative to the bootstrap's other collectives.
+    ///
+    /// Errors: the transport's own (an MPI that cannot make a window, a thread that
+    /// cannot start).
+    fn attach(self: Box<Self>, attach: Attach<'_>) -> Result<Box<dyn Link>>;
+}
+
+/// A running off-node transport of one rank.
+///
+/// Ordering and completion, as kernels see them through the RMA layer: requests from one
+/// rank to one peer take effect at the peer in the order the rank's kernels posted them;
+/// a request that returns a value (a get, a fetching atomic) is complete at the target
+/// when the kernel has its value; every other request is complete at the target when
+/// [`Link::quiet`] returns (what a barrier, a signal's release and a quiet build on).
+pub trait Link: Send + Sync {
+    /// What kernels find the transport by (the control block's `ring` word): a proxied
+    /// transport's ring; a device-initiated one's device state.
+    fn device_handle(&self) -> u64;
+    /// How put and get data moves.
+    fn path(&self) -> EnginePath;
+    /// Waits until every request this rank's kernels posted so far is complete at its
+    /// target (call it once the device is idle); bounded by `deadline`.
+    ///
+    /// Errors: the transport's failure ([`Link::failure`]), [`Error::WaitTimedOut`].
+    fn quiet(&self, deadline: Duration) -> Result<()>;
+    /// The error the transport met, if it met one (it then serves nothing more, and has
+    /// set the rank's abort word).
+    fn failure(&self) -> Option<Error>;
+    /// Stops the transport and frees what it shares with peers (collectively: every rank
+    /// stops it after the world's last barrier). `clean` says every rank was quiet and
+    /// no peer was lost; without it the transport records that it stopped after a loss,
+    /// and [`Link::failure`] says so from then on.
+    fn stop(&mut self, clean: bool);
+}

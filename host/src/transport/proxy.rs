@@ -1,0 +1,632 @@
+//! The proxied transport: a proxy thread per rank drains the rank's request ring
+//! (`symmem_rma::engine`) over a [`Wire`], the network between ranks' proxies.
+//!
+//! * **Direct.** Where the wire reaches peers' heaps one-sidedly ([`Wire::has_window`]:
+//!   an MPI window over the heap, the local wire's shared-memory heaps) and this rank's
+//!   heap is at the kernels' addresses, puts and gets to a peer are [`Wire::put`] and
+//!   [`Wire::get`], complete at the target before the next request: that is what makes a
+//!   later signal, quiet or barrier cover them.
+//! * **Atomics and signals** are applied by the *target's* proxy, with the same hardware
+//!   atomics the target's own kernels and on-node peers use (an MPI accumulate is atomic
+//!   only with other MPI accumulates, not with a kernel's atomics on the same word). They
+//!   travel as requests ([`Wire::request`]); the target replies with the old value.
+//! * **Staging.** Where the wire cannot reach kernel memory (a GPU heap under an MPI
+//!   that is not GPU-aware), there is no window: the device stages the bytes in the
+//!   ring's host memory and puts and gets travel as requests too, applied by the target's
+//!   proxy through its [`HeapAccess`] (on CUDA, copies and a one-thread atomic kernel on
+//!   a stream of its own). [`super::ENV_ENGINE_STAGING`] forces this path.
+//! * **Helping.** Where kernels run on host threads, a kernel thread that waits on the
+//!   ring runs rounds of the proxy's work itself while no other thread does
+//!   (`Ring::help`; the proxy is behind a lock): its own request then completes without a
+//!   hand-off to the proxy's thread, which may share the rank's core (`mpirun`'s default
+//!   binding). The proxy's thread still serves peers and finishes what no kernel waits
+//!   for.
+//!
+//! A wire's error is recorded as [`Error::Engine`], sets the rank's abort word so every
+//! waiting kernel ends, and the proxy serves nothing more; the world reports it from its
+//! next call.
+
+use super::{Attach, EnginePath, Link};
+use crate::backend::{DeviceRegion, HeapAccess, SharedRegion};
+use crate::control::AbortWord;
+use crate::error::{Error, Result};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use symmem_rma::engine::{Ring, STAGING_BYTES, Slot, kind, request, state};
+
+/// The network between ranks' proxies: one-sided access to peers' heaps where it has
+/// it, and requests with replies between proxies.
+///
+/// Every method is called by this rank's proxy only, one call at a time. Requests from
+/// this rank are one at a time: [`Wire::request`] is called again only after
+/// [`Wire::reply`] returned the previous one's reply.
+pub trait Wire: Send {
+    /// Whether [`Wire::put`] and [`Wire::get`] reach peers' heaps.
+    fn has_window(&self) -> bool;
+    /// Writes `len` bytes at `src` to byte `offset` of `peer`'s heap: complete at the
+    /// target, visible to its kernels, when it returns.
+    ///
+    /// # Safety
+    /// `src..src + len` is readable memory of this process (a kernel's buffer or the
+    /// ring's inline words); `offset..offset + len` lies inside the peer's heap.
+    unsafe fn put(&mut self, peer: usize, offset: u64, src: *const u8, len: usize) -> Result<()>;
+    /// Reads `len` bytes at byte `offset` of `peer`'s heap into `dst`: complete when it
+    /// returns.
+    ///
+    /// # Safety
+    /// `dst..dst + len` is writable memory of this process; the range lies inside the
+    /// peer's heap.
+    unsafe fn get(&mut self, peer: usize, offset: u64, dst: *mut u8, len: usize) -> Result<()>;
+    /// Sends `message` to `peer`'s proxy, whose reply will be `reply_len` bytes; returns
+    /// without waiting for it.
+    fn request(&mut self, peer: usize, message: Vec<u8>, reply_len: usize) -> Result<()>;
+    /// The reply to the request in flight, once it has arrived; `None` before.
+    fn reply(&mut self) -> Result<Option<Vec<u8>>>;
+    /// The next request a peer's proxy sent to this rank, `(from, message)`; `None` when
+    /// there is none now.
+    fn next_request(&mut self) -> Result<Option<(usize, Vec<u8>)>>;
+    /// Sends `reply` to the request `to` sent; returns without waiting for delivery.
+    fn send_reply(&mut self, to: usize, reply: Vec<u8>) -> Result<()>;
+    /// Releases the wire, after every rank's proxy has stopped serving (every rank is
+    /// quiet and past a barrier). With `clean` what the ranks share is freed
+    /// collectively; without (this proxy failed), it is left, as a peer may never take
+    /// part.
+    fn close(&mut self, clean: bool);
+}
+
+/// Slots in a rank's ring.
+const RING_SLOTS: usize = 64;
+
+/// Words of a request message's header: request, offset, len, operand, compare.
+const HEADER_WORDS: usize = 5;
+/// Words of a reply's header: result, result_hi.
+const REPLY_WORDS: usize = 2;
+
+/// The ring's layout in its shared region: the ring, the slots, the staging bytes.
+const RING_AT: usize = 0;
+const SLOTS_AT: usize = 256;
+const STAGING_AT: usize = SLOTS_AT + RING_SLOTS * size_of::<Slot>();
+/// Bytes of the shared region a ring needs.
+const RING_BYTES: usize = STAGING_AT + RING_SLOTS * STAGING_BYTES;
+
+/// What the proxy failed with: the peer involved, and what happened.
+type Failure = (Option<usize>, String);
+
+/// A running proxied transport: the [`Link`] of every [`Wire`].
+struct Engine {
+    /// The ring's `completed` word and its slots, as the host reads them.
+    completed: *const u64,
+    slots: *const Slot,
+    stop: Arc<AtomicBool>,
+    failure: Arc<Mutex<Option<Failure>>>,
+    thread: Option<JoinHandle<()>>,
+    /// The proxy, shared with kernel threads that help it; kept until they are gone.
+    _proxy: Arc<Mutex<Proxy>>,
+    path: EnginePath,
+    ring: u64,
+    // Field order is drop order: the proxy has stopped (`Drop`) before the ring's
+    // memory goes.
+    _region: Box<dyn SharedRegion>,
+    _tickets: Box<dyn DeviceRegion>,
+}
+
+// SAFETY: the pointers are into `_region`, which the engine owns and frees last, read
+// only atomically.
+unsafe impl Send for Engine {}
+// SAFETY: as above; every other field is thread-safe.
+unsafe impl Sync for Engine {}
+
+/// The ring and the requests under way: the proxy thread's, and the helping kernel
+/// threads' while they hold its lock ([`help`]).
+struct Proxy {
+    wire: Box<dyn Wire>,
+    /// Puts and gets go through the wire's window (else they are staged).
+    direct: bool,
+    ring: *mut Ring,
+    slots: *mut Slot,
+    staging: *mut u8,
+    heap: Box<dyn HeapAccess>,
+    heap_len: usize,
+    abort: AbortWord,
+    failure: Arc<Mutex<Option<Failure>>>,
+    /// The next ticket, and the request waiting for its reply.
+    head: u64,
+    inflight: Option<InFlight>,
+    /// The proxy met an error (recorded in `failure`) and serves nothing more.
+    failed: bool,
+    /// The wire is closed: nothing more may run.
+    closed: bool,
+}
+
+// SAFETY: the wire is the proxy's alone; the ring and the heap outlive the proxy (the
+// engine joins it before freeing the ring, the world stops the engine before its heap).
+unsafe impl Send for Proxy {}
+
+/// A request that waits for the target's reply.
+struct InFlight {
+    ticket: u64,
+    /// An inline get: its data comes back as the reply's words, not staged bytes.
+    inline_get: bool,
+}
+
+impl Engine {
+    /// Starts a proxied transport over `wire` (made collectively by the caller; its
+    /// window, if any, over `attach.heap`): allocates and lays out the ring and starts
+    /// the proxy thread.
+    fn start(wire: Box<dyn Wire>, attach: Attach<'_>) -> Result<Self> {
+        let Attach {
+            heap,
+            memory,
+            kernels_on_host,
+            abort,
+        } = attach;
+        let region = memory.alloc_shared(RING_BYTES)?;
+        let tickets = memory.alloc_device_zeroed(size_of::<u64>())?;
+        let direct = wire.has_window();
+        let host = region.host_ptr();
+        let device = region.device_ptr();
+        let ring = host.wrapping_add(RING_AT).cast::<Ring>();
+        let stop = Arc::new(AtomicBool::new(false));
+        let failure = Arc::new(Mutex::new(None));
+        let proxy = Arc::new(Mutex::new(Proxy {
+            wire,
+            direct,
+            ring,
+            slots: host.wrapping_add(SLOTS_AT).cast(),
+            staging: host.wrapping_add(STAGING_AT),
+            heap: heap.access,
+            heap_len: heap.len,
+            abort,
+            failure: failure.clone(),
+            head: 0,
+            inflight: None,
+            failed: false,
+            closed: false,
+        }));
+        let (help, help_context) = if kernels_on_host {
+            (
+                help as unsafe extern "C" fn(u64) as usize as u64,
+                Arc::as_ptr(&proxy) as u64,
+            )
+        } else {
+            (0, 0)
+        };
+        // SAFETY: the region is zeroed, of `RING_BYTES`, and no kernel uses it yet.
+        unsafe {
+            ring.write(Ring {
+                slots: device + SLOTS_AT as u64,
+                capacity: RING_SLOTS as u64,
+                tickets: tickets.base(),
+                completed: 0,
+                heap_base: heap.device_base,
+                heap_len: heap.len as u64,
+                staging: device + STAGING_AT as u64,
+                direct: u64::from(direct),
+                help,
+                help_context,
+            })
+        };
+        let thread = std::thread::Builder::new()
+            .name("symmem-proxy".into())
+            .spawn({
+                let (proxy, stop) = (proxy.clone(), stop.clone());
+                move || run(&proxy, &stop)
+            })
+            .map_err(|source| Error::Os {
+                what: "spawning the engine's proxy thread",
+                source,
+            })?;
+        Ok(Self {
+            // SAFETY: fields of the ring written above.
+            completed: unsafe { &raw const (*ring).completed },
+            slots: host.wrapping_add(SLOTS_AT).cast(),
+            stop,
+            failure,
+            thread: Some(thread),
+            _proxy: proxy,
+            path: if direct {
+                EnginePath::Window
+            } else {
+                EnginePath::Staged
+            },
+            ring: device + RING_AT as u64,
+            _region: region,
+            _tickets: tickets,
+        })
+    }
+}
+
+/// Starts a proxied transport over `wire`, which the caller made collectively (with a
+/// window over `attach.heap` where [`window_base`] gives one): allocates the ring in
+/// memory the rank's kernels reach and starts the proxy thread. What a [`Wire`]'s
+/// [`super::Transport::attach`] returns.
+///
+/// Errors: the ring's allocation, [`Error::Os`] when the thread cannot start.
+pub fn start_proxy(wire: Box<dyn Wire>, attach: Attach<'_>) -> Result<Box<dyn Link>> {
+    Ok(Box::new(Engine::start(wire, attach)?))
+}
+
+/// Where a wire may expose `heap` for one-sided puts and gets: where the host reaches
+/// it at the kernels' addresses, unless staging is forced ([`super::ENV_ENGINE_STAGING`]).
+pub fn window_base(heap: &super::Heap) -> Option<*mut u8> {
+    let staging_forced = std::env::var(super::ENV_ENGINE_STAGING).as_deref() == Ok("1");
+    heap.direct.filter(|_| !staging_forced)
+}
+
+impl Link for Engine {
+    fn device_handle(&self) -> u64 {
+        self.ring
+    }
+
+    fn path(&self) -> EnginePath {
+        self.path
+    }
+
+    fn failure(&self) -> Option<Error> {
+        let failure = self.failure.lock().unwrap_or_else(|p| p.into_inner());
+        failure.as_ref().map(|(peer, what)| Error::Engine {
+            peer: *peer,
+            what: what.clone(),
+        })
+    }
+
+    /// With the device idle, every ticket taken has its slot filled, and the proxy serves
+    /// tickets in order: it is done when the slot of the first ticket not completed holds
+    /// no request.
+    fn quiet(&self, deadline: Duration) -> Result<()> {
+        let start = Instant::now();
+        loop {
+            if let Some(e) = self.failure() {
+                return Err(e);
+            }
+            // SAFETY: live words of the ring, read atomically.
+            let (done, turn) = unsafe {
+                let done = AtomicU64::from_ptr(self.completed.cast_mut()).load(Ordering::Acquire);
+                let slot = self.slots.add((done % RING_SLOTS as u64) as usize);
+                let turn = AtomicU64::from_ptr((&raw const (*slot).turn).cast_mut());
+                (done, turn.load(Ordering::Acquire))
+            };
+            let lap = done / RING_SLOTS as u64;
+            if turn != lap * 4 + state::FULL {
+                return Ok(());
+            }
+            if start.elapsed() > deadline {
+                return Err(Error::WaitTimedOut {
+                    peer: None,
+                    waited: start.elapsed(),
+                    signal: 0,
+                    value: done + 1,
+                    seen: done,
+                });
+            }
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+
+    fn stop(&mut self, clean: bool) {
+        if !clean {
+            self.failure
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get_or_insert((None, "stopped after a peer was lost".into()));
+        }
+        self.stop.store(true, Ordering::Release);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        self.stop(false);
+    }
+}
+
+fn words_to_bytes(words: &[u64]) -> Vec<u8> {
+    words.iter().flat_map(|w| w.to_le_bytes()).collect()
+}
+
+/// The two words of an inline request as its 16 data bytes (little-endian, as the
+/// device packs them).
+fn inline_bytes(words: &[u64; 2]) -> [u8; 16] {
+    let mut out = [0u8; 16];
+    out[..8].copy_from_slice(&words[0].to_le_bytes());
+    out[8..].copy_from_slice(&words[1].to_le_bytes());
+    out
+}
+
+fn word(bytes: &[u8], i: usize) -> u64 {
+    bytes
+        .get(i * 8..i * 8 + 8)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u64::from_le_bytes)
+}
+
+fn lock(proxy: &Mutex<Proxy>) -> std::sync::MutexGuard<'_, Proxy> {
+    proxy.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The proxy thread: rounds of work until the engine stops with nothing in flight, then
+/// the wire closes.
+fn run(proxy: &Mutex<Proxy>, stop: &AtomicBool) {
+    let mut idle_since = Instant::now();
+    loop {
+        let (busy, settled) = {
+            let mut p = lock(proxy);
+            (p.step(true), p.failed || p.inflight.is_none())
+        };
+        if stop.load(Ordering::Acquire) && settled {
+            break;
+        }
+        if busy {
+            idle_since = Instant::now();
+        } else if idle_since.elapsed() < Duration::from_millis(2) {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+    lock(proxy).close();
+}
+
+/// [`Ring::help`] where kernels run on host threads: a waiting kernel thread runs one
+/// round of the proxy's work, unless another thread is running one.
+///
+/// # Safety
+/// `context` is the address of the engine's live `Mutex<Proxy>`.
+unsafe extern "C" fn help(context: u64) {
+    // SAFETY: the engine keeps the proxy alive while kernels run (the caller).
+    let proxy = unsafe { &*(context as usize as *const Mutex<Proxy>) };
+    if let Ok(mut p) = proxy.try_lock() {
+        p.step(false);
+    }
+}
+
+impl Proxy {
+    /// One round: starts or finishes this rank's next request, and serves the requests
+    /// peers sent here (`always_serve`, else only when this rank's own request made no
+    /// progress: a helping kernel thread waits for its own); true if it did anything. An
+    /// error is recorded (and the rank's abort word set) and ends the proxy's work.
+    fn step(&mut self, always_serve: bool) -> bool {
+        if self.failed || self.closed {
+            return false;
+        }
+        let step = self.progress().and_then(|progressed| {
+            let served = if always_serve || !progressed {
+                self.serve()?
+            } else {
+                false
+            };
+            Ok(progressed || served)
+        });
+        let busy = *step.as_ref().unwrap_or(&false);
+        if let Err(e) = step {
+            self.failed = true;
+            self.fail(e);
+        }
+        busy
+    }
+
+    /// Closes the wire (collectively, unless the proxy failed: then what ranks share is
+    /// left, as a peer may never take part); nothing runs after.
+    fn close(&mut self) {
+        if !self.closed {
+            self.wire.close(!self.failed);
+        }
+        self.closed = true;
+    }
+
+    fn fail(&self, e: Error) {
+        let (peer, what) = match e {
+            Error::Engine { peer, what } => (peer, what),
+            other => (None, other.to_string()),
+        };
+        self.failure
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert((peer, what));
+        self.abort.abort(peer);
+    }
+
+    fn slot(&self, ticket: u64) -> *mut Slot {
+        self.slots
+            .wrapping_add((ticket % RING_SLOTS as u64) as usize)
+    }
+
+    fn staging(&self, ticket: u64) -> *mut u8 {
+        self.staging
+            .wrapping_add((ticket % RING_SLOTS as u64) as usize * STAGING_BYTES)
+    }
+
+    /// Serves the requests peers sent to this rank; true if it served any.
+    fn serve(&mut self) -> Result<bool> {
+        let mut served = false;
+        while let Some((from, message)) = self.wire.next_request()? {
+            served = true;
+            let reply = self.apply(&message, from)?;
+            self.wire.send_reply(from, reply)?;
+        }
+        Ok(served)
+    }
+
+    /// Applies a request from rank `from` to this rank's heap; returns the reply.
+    fn apply(&mut self, message: &[u8], from: usize) -> Result<Vec<u8>> {
+        let [req, offset, len, operand, compare] = std::array::from_fn(|i| word(message, i));
+        let payload = message.get(HEADER_WORDS * 8..).unwrap_or(&[]);
+        let bad = || Error::Engine {
+            peer: Some(from),
+            what: format!(
+                "a request for {len} bytes at heap offset {offset:#x} is outside the heap"
+            ),
+        };
+        let end = offset.checked_add(len).ok_or_else(bad)?;
+        if end > self.heap_len as u64 {
+            return Err(bad());
+        }
+        let (offset, len) = (offset as usize, len as usize);
+        let mut reply = [0u64; REPLY_WORDS];
+        match request::kind(req) {
+            kind::ATOMIC => {
+                let size = request::size(req);
+                if offset % len.max(1) != 0 || !matches!(len, 4 | 8) || size != len as u64 {
+                    return Err(Error::Engine {
+                        peer: Some(from),
+                        what: format!(
+                            "a {len}-byte atomic (element of {size} bytes) at offset \
+                             {offset:#x}: not an aligned 4- or 8-byte element"
+                        ),
+                    });
+                }
+                reply[0] = self.heap.atomic(offset, req, operand, compare)?;
+            }
+            kind::PUT => {
+                let n = payload.len().min(len);
+                self.heap.write(offset, &payload[..n])?;
+            }
+            kind::GET => {
+                let mut out = words_to_bytes(&reply);
+                out.resize(out.len() + len, 0);
+                self.heap.read(offset, &mut out[REPLY_WORDS * 8..])?;
+                return Ok(out);
+            }
+            other => {
+                return Err(Error::Engine {
+                    peer: Some(from),
+                    what: format!("an unknown request kind {other}"),
+                });
+            }
+        }
+        Ok(words_to_bytes(&reply))
+    }
+
+    /// Starts or finishes the request at `head`; true if it did anything.
+    fn progress(&mut self) -> Result<bool> {
+        if let Some(f) = &self.inflight {
+            let Some(reply) = self.wire.reply()? else {
+                return Ok(false);
+            };
+            let (ticket, inline_get) = (f.ticket, f.inline_get);
+            self.inflight = None;
+            let (head_words, data) = reply.split_at((REPLY_WORDS * 8).min(reply.len()));
+            if inline_get {
+                let mut inline = [0u8; 16];
+                let n = data.len().min(16);
+                inline[..n].copy_from_slice(&data[..n]);
+                self.finish(ticket, [word(&inline, 0), word(&inline, 1)], &[]);
+            } else {
+                self.finish(ticket, [word(head_words, 0), word(head_words, 1)], data);
+            }
+            self.head += 1;
+            return Ok(true);
+        }
+        let head = self.head;
+        let slot = self.slot(head);
+        let lap = head / RING_SLOTS as u64;
+        // SAFETY: the slot's turn word, read atomically.
+        let turn = unsafe { AtomicU64::from_ptr(&raw mut (*slot).turn) }.load(Ordering::Acquire);
+        if turn != lap * 4 + state::FULL {
+            return Ok(false);
+        }
+        // SAFETY: FULL hands the slot to the proxy; its words were written before.
+        let (req, peer, offset, local, len, operand, compare) = unsafe {
+            (
+                (*slot).request,
+                (*slot).peer as usize,
+                (*slot).offset,
+                (*slot).local,
+                (*slot).len,
+                (*slot).operand,
+                (*slot).compare,
+            )
+        };
+        let inline = req & request::INLINE != 0;
+        // Through the window where there is one and the data is not staged; otherwise the
+        // request (and inline or staged data) travels to the target's proxy.
+        let direct = req & request::STAGED == 0 && self.direct;
+        let words = [operand, compare];
+        match request::kind(req) {
+            kind::PUT if direct => {
+                let src = if inline {
+                    words.as_ptr().cast::<u8>()
+                } else {
+                    local as *const u8
+                };
+                // SAFETY: the kernel's range (its contract), or the slot's inline words;
+                // the engine's request lies in the peer's heap (the device checked it
+                // against the heap's length).
+                unsafe { self.wire.put(peer, offset, src, len as usize)? };
+                self.finish(head, [0; 2], &[]);
+                self.head += 1;
+            }
+            kind::GET if direct => {
+                let mut words = [0u64; 2];
+                let dst = if inline {
+                    words.as_mut_ptr().cast::<u8>()
+                } else {
+                    local as *mut u8
+                };
+                // SAFETY: as above, for a writable range.
+                unsafe { self.wire.get(peer, offset, dst, len as usize)? };
+                self.finish(head, words, &[]);
+                self.head += 1;
+            }
+            _ => {
+                let mut sent = words_to_bytes(&[req, offset, len, operand, compare]);
+                let inline_data = inline_bytes(&words);
+                if request::kind(req) == kind::PUT {
+                    sent.extend_from_slice(if inline {
+                        &inline_data[..(len as usize).min(16)]
+                    } else {
+                        // SAFETY: the slot's staging bytes hold `len <= STAGING_BYTES`.
+                        unsafe { std::slice::from_raw_parts(self.staging(head), len as usize) }
+                    });
+                }
+                let reply_len = REPLY_WORDS * 8
+                    + if request::kind(req) == kind::GET {
+                        len as usize
+                    } else {
+                        0
+                    };
+                self.wire.request(peer, sent, reply_len)?;
+                self.inflight = Some(InFlight {
+                    ticket: head,
+                    inline_get: inline && request::kind(req) == kind::GET,
+                });
+            }
+        }
+        Ok(true)
+    }
+
+    /// Completes ticket `ticket`: stores the reply (words, and staged bytes) and hands the
+    /// slot back (DONE for a request with a reply, else FREE for the next lap), then
+    /// counts it completed.
+    fn finish(&self, ticket: u64, words: [u64; 2], staged: &[u8]) {
+        let slot = self.slot(ticket);
+        let lap = ticket / RING_SLOTS as u64;
+        // SAFETY: the proxy owns the slot until it stores the new turn; the staged bytes
+        // fit the slot's staging (they answer its own request).
+        unsafe {
+            let req = (*slot).request;
+            if !staged.is_empty() {
+                std::ptr::copy_nonoverlapping(
+                    staged.as_ptr(),
+                    self.staging(ticket),
+                    staged.len().min(STAGING_BYTES),
+                );
+            }
+            (*slot).result = words[0];
+            (*slot).result_hi = words[1];
+            let next = if req & request::REPLY != 0 {
+                lap * 4 + state::DONE
+            } else {
+                (lap + 1) * 4 + state::FREE
+            };
+            AtomicU64::from_ptr(&raw mut (*slot).turn).store(next, Ordering::Release);
+            AtomicU64::from_ptr(&raw mut (*self.ring).completed)
+                .store(ticket + 1, Ordering::Release);
+        }
+    }
+}

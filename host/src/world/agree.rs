@@ -1,0 +1,116 @@
+//! Agreements: ranks compare their ledgers (see [`crate::ledger`]) at barriers and
+//! collectives, name the ranks that differ, and release what every rank let go of.
+
+use super::World;
+use crate::backend::Backend;
+use crate::error::{Error, Result};
+use crate::ledger::{self, Proposal};
+
+impl<B: Backend> World<B> {
+    /// An agreement (see [`crate::ledger`]): every rank calls it at the same point of its
+    /// program with the same `call` words. `failed` says this rank's part of the call
+    /// failed. With `release`, objects every rank has let go of are released.
+    ///
+    /// A world poisoned by a failed device wait ([`World::check_waits`]) still takes
+    /// part, as failed, so its peers are not left waiting for it, and returns that error.
+    ///
+    /// Errors: the failed wait's, the poisoning [`Error::CollectiveMismatch`] (at once,
+    /// without an exchange, when an earlier agreement failed: every rank knows that), a
+    /// call-parameter `CollectiveMismatch`, [`Error::PeerFailed`], and the bootstrap's.
+    pub(crate) fn agree(&self, call: &[u64], failed: bool, release: bool) -> Result<()> {
+        let waits = self.check_waits();
+        // A live graph may replay launches on dropped objects: keep them all.
+        let release = release && waits.is_ok() && self.lock_pins().graphs == 0;
+        let agreed = self.exchange_agreement(call, failed || waits.is_err(), release);
+        waits.and(agreed)
+    }
+
+    /// [`World::agree`]'s exchange.
+    fn exchange_agreement(&self, call: &[u64], failed: bool, release: bool) -> Result<()> {
+        let proposal = {
+            let state = self.lock_state();
+            state.ledger.check()?;
+            let dropped: Vec<u64> = if release {
+                state.retired.iter().map(|r| r.id).collect()
+            } else {
+                Vec::new()
+            };
+            state.ledger.propose(call, failed, &dropped)
+        };
+        let mut bootstrap = self.bootstrap.lock().unwrap_or_else(|p| p.into_inner());
+        let all = self.noting_loss(bootstrap.all_gather(&proposal.encode()))?;
+        let proposals = all
+            .iter()
+            .enumerate()
+            .map(|(rank, bytes)| Proposal::decode(rank, bytes))
+            .collect::<Result<Vec<_>>>()?;
+        let verdict = ledger::decide(&proposals);
+        let mut state = self.lock_state();
+        let outcome = state.ledger.apply(&verdict, self.rank);
+        if verdict.released.is_empty() {
+            return outcome;
+        }
+        let (released, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut state.retired)
+            .into_iter()
+            .partition(|r| verdict.released.binary_search(&r.id).is_ok());
+        state.retired = kept;
+        let mut exported = Vec::new();
+        for mut r in released {
+            if let Some((offset, _, table)) = r.allocation {
+                // Allocated since its creation and released once: cannot fail.
+                let _ = state.allocator.free(offset);
+                state.tables.free.push(table);
+            }
+            r.mappings.clear();
+            if r.exported {
+                exported.append(&mut r.memories);
+            }
+        }
+        drop(state);
+        if !exported.is_empty() {
+            // Every rank released the same objects, so every rank takes this barrier:
+            // after it, no peer maps this rank's exported memory any more.
+            self.noting_loss(bootstrap.barrier())?;
+        }
+        drop(exported);
+        outcome
+    }
+
+    /// Checks that every allocation in `ids` (id, heap offset) is agreed before a
+    /// one-sided operation uses it. Errors: the poisoning `CollectiveMismatch`, or
+    /// [`Error::NotAgreed`] naming the first allocation no agreement has confirmed.
+    pub(crate) fn check_one_sided(&self, ids: &[(u64, usize)]) -> Result<()> {
+        let state = self.lock_state();
+        state.ledger.check()?;
+        match ids.iter().find(|(id, _)| !state.ledger.is_agreed(*id)) {
+            Some(&(_, offset)) => Err(Error::NotAgreed { offset }),
+            None => Ok(()),
+        }
+    }
+
+    /// The agreement of a collective call on parameters `call`, given this rank's own
+    /// check of its part, `checked`: a rank whose check failed still takes part (the
+    /// others get [`Error::PeerFailed`]) and returns its own error.
+    pub(crate) fn agree_on<R>(&self, call: &[u64], checked: Result<R>) -> Result<R> {
+        let agreed = self.agree(call, checked.is_err(), false);
+        let value = checked?;
+        agreed.map(|()| value)
+    }
+
+    /// Before a collective call that uses the objects `ids`, with this rank's own check
+    /// of its arguments, `checked`: agrees as [`World::agree_on`] (every rank reaches
+    /// this with the same objects, so every rank does) if any was created since the last
+    /// agreement; otherwise only checks that the world is not poisoned.
+    pub(crate) fn check_collective<R>(&self, ids: &[u64], checked: Result<R>) -> Result<R> {
+        let fresh = {
+            let state = self.lock_state();
+            state.ledger.check()?;
+            ids.iter().any(|&id| !state.ledger.is_agreed(id))
+        };
+        if fresh {
+            self.agree_on(&[], checked)
+        } else {
+            checked
+        }
+    }
+}

@@ -1,0 +1,112 @@
+//! Faults: a device wait that gave up, an abort after a peer was lost, a failed
+//! transport. The first one seen poisons the world, and every later call reports it.
+
+use super::World;
+use crate::backend::{Backend, SharedRegion};
+use crate::error::{Error, Result};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use symmem_rma::watch::Control;
+
+impl<B: Backend> World<B> {
+    /// Checks this rank's device waits: a wait that gave up (its deadline passed, or the
+    /// host aborted) poisons the world, and so does a peer process found lost (a
+    /// watchdog thread polls a pidfd of every peer process on this machine); this and
+    /// every later call get the error (launches, barriers, allocations, reads and writes
+    /// check it first; a read checks again after it has waited for the device). Reads
+    /// host memory only: no device synchronisation.
+    ///
+    /// Errors: [`Error::WaitTimedOut`], [`Error::PeerLost`] (an abort: a peer lost).
+    pub fn check_waits(&self) -> Result<()> {
+        let control = self.control.host_ptr().cast::<Control>();
+        // SAFETY: the live control block; words are read atomically (the device writes
+        // each with one system-scope store).
+        let read = |p: *mut u64| unsafe { AtomicU64::from_ptr(p) }.load(Ordering::Acquire);
+        // SAFETY: a field address of the live block.
+        let status = read(unsafe { &raw mut (*control).status });
+        let lost = self.abort.read();
+        // Neither word ever goes back to 0: while both are 0 no wait has failed and no
+        // peer is lost, and every launch pays two loads, no lock.
+        if status == 0 && lost.is_none() {
+            return Ok(());
+        }
+        if let Some(e) = self.transport.as_ref().and_then(|t| t.failure()) {
+            return Err(e);
+        }
+        let mut fault = self.fault.lock().unwrap_or_else(|p| p.into_inner());
+        // The first record seen stays the world's error, even if a later wait of the
+        // same kernel overwrote the block.
+        let fault = *fault.get_or_insert_with(|| {
+            // SAFETY: as above.
+            let (signal, value, seen) = unsafe {
+                (
+                    read(&raw mut (*control).signal),
+                    read(&raw mut (*control).value),
+                    read(&raw mut (*control).seen),
+                )
+            };
+            Fault {
+                status,
+                lost,
+                signal,
+                value,
+                seen,
+            }
+        });
+        Err(fault.error())
+    }
+
+    /// Waits until the off-node transport has completed every request this rank's
+    /// kernels posted (the device is idle): nothing without a transport.
+    pub(super) fn quiet_transport(&self) -> Result<()> {
+        if let Some(transport) = &self.transport {
+            // SAFETY: the live control block's deadline word, written once at creation.
+            let deadline = unsafe { (*self.control.host_ptr().cast::<Control>()).deadline_ns };
+            let deadline = match deadline {
+                0 => Duration::MAX,
+                ns => Duration::from_nanos(ns),
+            };
+            return transport.quiet(deadline);
+        }
+        Ok(())
+    }
+}
+
+/// A device wait that gave up, as its control block recorded it.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Fault {
+    status: u64,
+    /// The abort, if any, and the rank it names.
+    lost: Option<Option<usize>>,
+    signal: u64,
+    value: u64,
+    seen: u64,
+}
+
+impl Fault {
+    fn error(self) -> Error {
+        use symmem_rma::watch::status;
+        let peer = status::peer(self.status).map(|p| p as usize);
+        let waited = Duration::from_nanos(status::waited_ns(self.status));
+        if status::reason(self.status) == symmem_rma::watch::REASON_UNREACHABLE {
+            Error::Unreachable {
+                peer,
+                address: self.signal,
+            }
+        } else if let Some(lost) = self.lost {
+            // The abort names the rank that was lost; the wait that saw it may have waited
+            // for another (or no wait was running).
+            // (A wait gives up on an abort only after the abort is set, so `lost` is
+            // always there when the status says so.)
+            Error::PeerLost { rank: lost, waited }
+        } else {
+            Error::WaitTimedOut {
+                peer,
+                waited,
+                signal: self.signal,
+                value: self.value,
+                seen: self.seen,
+            }
+        }
+    }
+}

@@ -1,0 +1,275 @@
+//! A world's heap: allocation, peer tables, retiring what ranks let go of (released by
+//! an agreement: `super::agree`), and finding and translating symmetric addresses.
+
+use super::World;
+use crate::backend::{Backend, DeviceRegion};
+use crate::error::{Error, Result};
+use crate::ledger::{Ledger, Record};
+use crate::offset_alloc::{AllocError, OffsetAllocator};
+use crate::table::{ObjectTag, PeerBases};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, MutexGuard};
+
+const TABLES_PER_CHUNK: usize = 1024;
+
+/// Device-resident storage for peer tables: chunks of fixed-size slots.
+pub(super) struct TableArena<M> {
+    pub(super) chunks: Vec<M>,
+    pub(super) free: Vec<u64>,
+}
+
+/// A live allocation: the serial number its buffer carries, its ledger id and the bytes
+/// asked for.
+#[derive(Clone, Copy)]
+pub(super) struct Live {
+    pub(super) serial: u64,
+    pub(super) id: u64,
+    pub(super) bytes: usize,
+}
+
+/// A collective object this rank has let go of, kept until an agreement at which every
+/// rank has let go of it.
+pub(super) struct Retired<B: Backend> {
+    /// Its ledger id.
+    pub(super) id: u64,
+    /// A heap range (offset, bytes) and its table slot, still allocated meanwhile.
+    pub(super) allocation: Option<(usize, usize, u64)>,
+    /// Peers' memory mapped here; unmapped first.
+    pub(super) mappings: Vec<B::Mapping>,
+    /// This rank's memory (tables, a rendezvous' exported allocation); freed last.
+    pub(super) memories: Vec<B::DeviceMemory>,
+    /// True if peers mapped `memories`: then they are freed only after a further
+    /// barrier, once every rank has unmapped.
+    pub(super) exported: bool,
+}
+
+/// Serial numbers of allocations and worlds, unique across every world of the process,
+/// so a stale or foreign [`RawSymmetric`], buffer or table is recognised.
+static SERIALS: AtomicU64 = AtomicU64::new(1);
+
+/// A fresh serial number (see [`SERIALS`]).
+pub(super) fn next_serial() -> u64 {
+    SERIALS.fetch_add(1, Ordering::Relaxed)
+}
+
+pub(super) struct HeapState<B: Backend> {
+    pub(super) allocator: OffsetAllocator,
+    pub(super) live: std::collections::HashMap<usize, Live>,
+    pub(super) tables: TableArena<B::DeviceMemory>,
+    pub(super) ledger: Ledger,
+    pub(super) retired: Vec<Retired<B>>,
+}
+
+impl<B: Backend> HeapState<B> {
+    /// The state of a fresh heap of `bytes`.
+    pub(super) fn new(bytes: usize) -> Self {
+        Self {
+            allocator: OffsetAllocator::new(bytes),
+            live: std::collections::HashMap::new(),
+            tables: TableArena {
+                chunks: Vec::new(),
+                free: Vec::new(),
+            },
+            ledger: Ledger::new(),
+            retired: Vec::new(),
+        }
+    }
+
+    /// Bytes of heap held by retired allocations.
+    fn pending_bytes(&self) -> usize {
+        self.retired
+            .iter()
+            .filter_map(|r| r.allocation.map(|(_, bytes, _)| bytes))
+            .sum()
+    }
+}
+
+fn alloc_error(e: AllocError, pending: usize) -> Error {
+    match e {
+        AllocError::ZeroSize => Error::ZeroSize,
+        AllocError::BadAlignment { align } => Error::BadAlignment { align },
+        AllocError::OutOfMemory {
+            requested,
+            available,
+        } => Error::OutOfHeap {
+            requested,
+            available,
+            pending,
+        },
+        AllocError::TooLarge {
+            requested,
+            capacity,
+        } => Error::TooLarge {
+            requested,
+            capacity,
+        },
+        AllocError::NotAllocated { offset } => Error::NotAllocated { offset },
+    }
+}
+
+/// One symmetric allocation, as the heap made it: the serial number its handle carries,
+/// its ledger id, its heap offset and its peer table.
+pub(crate) struct Allocation {
+    pub(crate) serial: u64,
+    pub(crate) id: u64,
+    pub(crate) offset: usize,
+    pub(crate) table: PeerBases,
+}
+
+impl<B: Backend> World<B> {
+    pub(super) fn lock_state(&self) -> MutexGuard<'_, HeapState<B>> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Allocates `bytes` at alignment `align` (checked by the caller) in every rank's
+    /// heap, collectively: records it in the ledger, uploads its peer table (no
+    /// device-to-host synchronisation) and returns the allocation.
+    pub(crate) fn allocate_raw(&self, bytes: usize, align: usize) -> Result<Allocation> {
+        let mut state = self.lock_state();
+        let offset = match state.allocator.alloc(bytes, align) {
+            Ok(offset) => offset,
+            Err(e) => return Err(alloc_error(e, state.pending_bytes())),
+        };
+        let id = self.create(
+            &mut state.ledger,
+            Record::Allocation,
+            &[bytes as u64, align as u64, offset as u64],
+        );
+        let entries: Arc<[u64]> = self
+            .heap_bases
+            .entries()
+            .iter()
+            // An off-node peer's entry stays 0 (see `crate::topology`).
+            .map(|&b| if b == 0 { 0 } else { b + offset as u64 })
+            .collect();
+        let slot = match self.table_slot(&mut state) {
+            Ok(slot) => slot,
+            Err(e) => {
+                // Undo locally; the ledger keeps the attempt so all ranks stay in step.
+                let _ = state.allocator.free(offset);
+                return Err(e);
+            }
+        };
+        let serial = next_serial();
+        state.live.insert(offset, Live { serial, id, bytes });
+        drop(state);
+        // SAFETY: a table slot holds `world_size` u64s, and no launch uses it before this.
+        unsafe { self.backend.upload(slot, bytemuck::cast_slice(&entries))? };
+        let table = PeerBases::new(slot, entries, self.serial, Some(ObjectTag::new(id, offset)));
+        Ok(Allocation {
+            serial,
+            id,
+            offset,
+            table,
+        })
+    }
+
+    fn table_slot(&self, state: &mut HeapState<B>) -> Result<u64> {
+        if state.tables.free.is_empty() {
+            let stride = (self.world_size * 8).next_multiple_of(64);
+            let chunk = self.backend.alloc_device(stride * TABLES_PER_CHUNK)?;
+            state.tables.free.extend(
+                (0..TABLES_PER_CHUNK)
+                    .rev()
+                    .map(|i| chunk.base() + (i * stride) as u64),
+            );
+            state.tables.chunks.push(chunk);
+        }
+        Ok(state.tables.free.pop().expect("refilled above"))
+    }
+
+    /// Records a collective object in `ledger`; returns its id. In a world of one rank
+    /// it is agreed at once (there is nobody to disagree with).
+    fn create(&self, ledger: &mut Ledger, record: Record, words: &[u64]) -> u64 {
+        let id = ledger.create(record, words);
+        if self.world_size == 1 {
+            ledger.agree_alone();
+        }
+        id
+    }
+
+    /// Records a collective object that is not a heap allocation (a provider); returns
+    /// its id.
+    pub(crate) fn create_object(&self, record: Record) -> u64 {
+        self.create(&mut self.lock_state().ledger, record, &[])
+    }
+
+    /// Lets go of the allocation at `offset` if it is the one numbered `serial`: it is
+    /// no longer symmetric here, and goes back to the heap at the first barrier at which
+    /// every rank has let go of it.
+    pub(crate) fn retire_allocation(&self, offset: usize, serial: u64, table: u64) -> Result<()> {
+        let mut state = self.lock_state();
+        let live = match state.live.get(&offset) {
+            Some(live) if live.serial == serial => *live,
+            _ => return Err(Error::NotAllocated { offset }),
+        };
+        state.live.remove(&offset);
+        state.retired.push(Retired {
+            id: live.id,
+            allocation: Some((offset, live.bytes, table)),
+            mappings: Vec::new(),
+            memories: Vec::new(),
+            exported: false,
+        });
+        Ok(())
+    }
+
+    /// Lets go of provider object `id` and what it holds: `mappings` of peers' memory,
+    /// and this rank's `memories` (peers mapped them if `exported`). They are released at
+    /// the first barrier at which every rank has let go of `id`.
+    pub(crate) fn retire_object(
+        &self,
+        id: u64,
+        mappings: Vec<B::Mapping>,
+        memories: Vec<B::DeviceMemory>,
+        exported: bool,
+    ) {
+        self.lock_state().retired.push(Retired {
+            id,
+            allocation: None,
+            mappings,
+            memories,
+            exported,
+        });
+    }
+
+    /// True when `ptr` is inside a live symmetric allocation of this rank's heap.
+    pub fn is_symmetric(&self, ptr: u64) -> bool {
+        self.locate(ptr).is_ok()
+    }
+
+    /// The live allocation (heap offset, length) that holds `ptr`.
+    fn locate(&self, ptr: u64) -> Result<(usize, usize)> {
+        let base = self.heap.base();
+        let offset = ptr
+            .checked_sub(base)
+            .filter(|&o| o < self.heap.len() as u64);
+        let state = self.lock_state();
+        offset
+            .and_then(|o| {
+                let (start, _) = state.allocator.allocation(o as usize)?;
+                let live = state.live.get(&start)?;
+                (o as usize - start < live.bytes).then_some((start, live.bytes))
+            })
+            .ok_or(Error::NotSymmetric { addr: ptr })
+    }
+
+    /// Translates the local `ptr` (inside a live symmetric allocation) to rank `to`'s
+    /// copy, as mapped in this address space: the checked host-side form.
+    ///
+    /// Errors: [`Error::RankOutOfRange`], [`Error::OffNode`] for a rank on another node
+    /// (not mapped here), [`Error::NotSymmetric`].
+    pub fn translate(&self, ptr: u64, to: usize) -> Result<u64> {
+        self.check_rank(to)?;
+        if !self.topology.reaches(to) {
+            return Err(Error::OffNode { rank: to });
+        }
+        self.locate(ptr)?;
+        let bases = symmem_translate::PeerBases::new(self.heap_bases.entries());
+        let local = std::ptr::without_provenance_mut::<u8>(ptr as usize);
+        bases
+            .remote(local, self.heap.len(), self.world_size, self.rank, to)
+            .map(|p| p.addr() as u64)
+            .map_err(|_| Error::NotSymmetric { addr: ptr })
+    }
+}

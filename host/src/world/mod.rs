@@ -1,0 +1,506 @@
+//! A rank's world: its backend, its bootstrap, its symmetric heap and every peer's heap
+//! mapped into this address space.
+//!
+//! ## Collective calls and what happens when ranks disagree
+//! Allocation is collective: every rank makes the same calls in the same order, and
+//! because the heap allocator is deterministic, the same call sequence gives the same
+//! offset on every rank, so no message is needed to build a peer table (which keeps
+//! allocation fast and free of device-to-host syncs). Each rank records every collective
+//! object in its ledger (the `ledger` module: sizes, alignments, offsets), and ranks
+//! compare ledgers at every [`World::barrier`], at the first collective that uses an
+//! object created since, and when a provider is made. Ranks whose ledgers differ from
+//! the majority's are named in [`Error::CollectiveMismatch`], which every rank gets
+//! before any byte moves; the world then refuses every symmetric operation. A one-sided
+//! operation (a put or get) on an allocation that no barrier or collective has confirmed
+//! yet is [`Error::NotAgreed`]: call `barrier` after allocating, as NVSHMEM's and
+//! OpenSHMEM's allocations do inside.
+//!
+//! ## When memory is reused
+//! Dropping a symmetric buffer (or a [`crate::Rendezvous`], an [`crate::ExternalTable`],
+//! or [`World::free_raw`]) never blocks and frees nothing yet: a peer may still be
+//! writing into this rank's copy. The memory goes back to the heap (and a rendezvous'
+//! memory to the device) at the first [`World::barrier`] at which every rank has dropped
+//! it, after every rank's enqueued work has completed (`barrier` waits for this rank's
+//! device first, as `shmem_barrier_all` does); exported memory is freed only after every
+//! peer has unmapped it. Ranks may drop in any order: the barrier agrees on the *set* of
+//! dropped objects and releases them in creation order, so the heap stays the same on
+//! every rank. Dropping the `World` (or [`World::finalize`]) is the last barrier: it
+//! waits for this rank's device, unmaps its peers' memory, waits for every rank to do
+//! the same, and frees, so nothing leaks and nothing is freed under a peer's mapping.
+
+mod agree;
+mod faults;
+mod heap;
+
+use crate::backend::code_objects::{KERNELS, KERNELS_ON_NODE, Loaded};
+use crate::backend::{Backend, DeviceRegion, Shareable, SharedRegion};
+use crate::bootstrap::Bootstrap;
+use crate::control::AbortWord;
+use crate::error::{Error, Result};
+use crate::liveness::Watchdog;
+use crate::offset_alloc::MIN_ALIGN;
+use crate::table::PeerBases;
+use crate::topology::Topology;
+use crate::transport::{Attach, EnginePath, Heap, Link};
+use faults::Fault;
+use heap::HeapState;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+use symmem_rma::watch::Control;
+
+/// How a world is made.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Bytes of symmetric heap per rank (rounded up to the backend's granularity); the
+    /// same on every rank.
+    pub heap_bytes: usize,
+    /// How long a rank waits for peers before reporting them lost.
+    pub timeout: Duration,
+    /// How long one wait inside a kernel (a signal wait, a barrier, a collective's
+    /// exchange) may spin before it gives up and the world fails with
+    /// [`Error::WaitTimedOut`]: the bound that keeps a lost or absent peer from hanging a
+    /// kernel. Default [`DEFAULT_WAIT_DEADLINE`]; `Duration::ZERO` for none.
+    pub wait_deadline: Duration,
+    /// Cuts every machine's ranks, in rank order, into nodes of this many ranks, so one
+    /// machine emulates several nodes (see [`crate::topology`]); the same on every rank.
+    /// `None` (the default): the environment variable
+    /// [`ENV_RANKS_PER_NODE`](crate::topology::ENV_RANKS_PER_NODE) if set, else one node
+    /// per machine.
+    pub ranks_per_node: Option<usize>,
+}
+
+/// The default [`Config::wait_deadline`]: 10 minutes, as PyTorch's NCCL watchdog. It
+/// must never fire in a healthy run, where one wait lasts as long as the slowest rank
+/// takes to reach the same point (a straggler's compute, a checkpoint, a first-time
+/// compile), which can be minutes; a lost peer is still reported, only late. Tests and
+/// latency-critical services set it shorter.
+pub const DEFAULT_WAIT_DEADLINE: Duration = Duration::from_secs(600);
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            heap_bytes: 64 << 20,
+            timeout: crate::bootstrap::DEFAULT_TIMEOUT,
+            wait_deadline: DEFAULT_WAIT_DEADLINE,
+            ranks_per_node: None,
+        }
+    }
+}
+
+/// One rank's world.
+pub struct World<B: Backend> {
+    /// The off-node transport (see [`crate::transport`]), when the world spans several
+    /// nodes; stopped when the world leaves, before the heap it reaches is freed.
+    transport: Option<Box<dyn Link>>,
+    /// Unique in this process: handles name their world by it.
+    serial: u64,
+    /// symmem's own kernels (`symmem-kernels`), loaded like any kernel crate.
+    kernels: Arc<Loaded<B>>,
+    /// Kernel crates loaded with [`World::load`], kept while the world lives.
+    modules: Mutex<Vec<Arc<Loaded<B>>>>,
+    /// Watches peer processes on this machine (see [`crate::liveness`]); stopped when the
+    /// world leaves, and declared before `control`, whose abort word it writes.
+    watchdog: Option<Watchdog>,
+    /// The abort word of `control`.
+    abort: AbortWord,
+    /// This rank's control block of bounded device waits (`symmem_rma::watch`).
+    control: B::Shared,
+    /// The first failed device wait, once seen: the world is poisoned by it.
+    fault: Mutex<Option<Fault>>,
+    rank: usize,
+    world_size: usize,
+    /// Which peers this rank reaches with loads and stores.
+    topology: Topology,
+    backend: B,
+    bootstrap: Mutex<Box<dyn Bootstrap>>,
+    heap: B::Heap,
+    /// Peers' heaps mapped here; `None` at this rank's own index.
+    peer_heaps: Vec<Option<B::Mapping>>,
+    heap_bases: PeerBases,
+    /// The largest alignment every heap base has (so offsets aligned to it give
+    /// addresses aligned to it on every rank).
+    max_align: usize,
+    _heap_bases_memory: B::DeviceMemory,
+    state: Mutex<HeapState<B>>,
+    /// Set once the world has left (finalize or drop).
+    left: bool,
+    /// Set while [`World::capture`] records.
+    pub(crate) capturing: AtomicBool,
+    /// Live graphs, and what they keep allocated (see [`crate::graph`]).
+    pub(crate) pins: Mutex<Pins<B>>,
+}
+
+/// What a world's live graphs keep: while `graphs > 0`, device memory its handles let go
+/// of is held in `kept`, and no symmetric object is released, so a replay never touches
+/// memory that was reused.
+pub(crate) struct Pins<B: Backend> {
+    pub(crate) graphs: usize,
+    pub(crate) kept: Vec<B::DeviceMemory>,
+}
+
+impl<B: Backend> World<B> {
+    /// Forms a world collectively: every rank of `bootstrap` calls this with the same
+    /// `config`. Creates this rank's heap, exchanges handles, maps every peer's heap at
+    /// an address of its own and uploads the heap-base table.
+    ///
+    /// Errors: `HeapSizeMismatch` if ranks ask for different sizes, `PeerLost` if a
+    /// rank does not take part in time, and the backend's own errors.
+    pub fn new(mut bootstrap: Box<dyn Bootstrap>, backend: B, config: &Config) -> Result<Self> {
+        let (rank, world_size) = (bootstrap.rank(), bootstrap.world_size());
+        let sizes = bootstrap.all_gather(&(config.heap_bytes as u64).to_le_bytes())?;
+        for (peer, size) in sizes.iter().enumerate() {
+            let size = size
+                .get(..8)
+                .and_then(|b| b.try_into().ok())
+                .map(u64::from_le_bytes);
+            let first = sizes[0]
+                .get(..8)
+                .and_then(|b| b.try_into().ok())
+                .map(u64::from_le_bytes);
+            if size != first {
+                return Err(Error::HeapSizeMismatch {
+                    rank: peer,
+                    expected: first.unwrap_or(0) as usize,
+                    found: size.unwrap_or(0) as usize,
+                });
+            }
+        }
+        if config.heap_bytes == 0 {
+            return Err(Error::ZeroSize);
+        }
+        let topology = Topology::exchange(&mut *bootstrap, config.ranks_per_node)?;
+        let granule = backend.heap_granularity().max(MIN_ALIGN);
+        let heap_len = config.heap_bytes.div_ceil(granule) * granule;
+        let heap = backend.create_heap(heap_len)?;
+        let handles = bootstrap.all_gather_shareable(backend.export_heap(&heap)?)?;
+        let mut peer_heaps = Vec::with_capacity(world_size);
+        let mut bases = Vec::with_capacity(world_size);
+        for (peer, handle) in handles.into_iter().enumerate() {
+            if peer == rank {
+                bases.push(heap.base());
+                peer_heaps.push(None);
+            } else if !topology.reaches(peer) {
+                // Another node: not mapped, entry 0 (see `crate::topology`).
+                bases.push(0);
+                peer_heaps.push(None);
+            } else {
+                let mapping = backend.import_heap(handle, heap_len)?;
+                bases.push(mapping.base());
+                peer_heaps.push(Some(mapping));
+            }
+        }
+        let max_align = bases
+            .iter()
+            .filter(|&&b| b != 0)
+            .map(|b| 1usize << b.trailing_zeros().min(30))
+            .min()
+            .unwrap_or(MIN_ALIGN);
+        let heap_bases_memory = backend.alloc_device(world_size * 8)?;
+        // SAFETY: the allocation just made holds `world_size` u64s.
+        unsafe { backend.upload(heap_bases_memory.base(), bytemuck::cast_slice(&bases))? };
+        let serial = heap::next_serial();
+        let heap_bases = PeerBases::new(heap_bases_memory.base(), bases.into(), serial, None);
+        let control = backend.alloc_shared(size_of::<Control>())?;
+        let deadline = u64::try_from(config.wait_deadline.as_nanos()).unwrap_or(u64::MAX);
+        // SAFETY: a fresh zeroed block of `Control`'s size, aligned (page-locked or
+        // 64-aligned allocations), that no kernel reads yet.
+        unsafe { (*control.host_ptr().cast::<Control>()).deadline_ns = deadline };
+        let objects = if topology.nodes() > 1 {
+            &KERNELS
+        } else {
+            &KERNELS_ON_NODE
+        };
+        let kernels = Loaded::new(&backend, objects, &control)?;
+        // SAFETY: the block's first word, 8-aligned; `control` outlives the watchdog (the
+        // field order of `World`, and `leave` stops it first), and words are accessed
+        // atomically.
+        let abort =
+            unsafe { AbortWord::new(&raw mut (*control.host_ptr().cast::<Control>()).abort) };
+        let watchdog = Watchdog::start(&mut *bootstrap, abort)?;
+        let transport = if topology.nodes() > 1 {
+            let link = start_transport(&*bootstrap, &backend, &heap, abort)?;
+            // SAFETY: the live control block's word, before any launch.
+            unsafe { (*control.host_ptr().cast::<Control>()).ring = link.device_handle() };
+            Some(link)
+        } else {
+            None
+        };
+        bootstrap.barrier()?;
+        Ok(Self {
+            transport,
+            serial,
+            kernels,
+            modules: Mutex::new(Vec::new()),
+            watchdog,
+            abort,
+            control,
+            fault: Mutex::new(None),
+            rank,
+            world_size,
+            topology,
+            backend,
+            bootstrap: Mutex::new(bootstrap),
+            heap,
+            peer_heaps,
+            heap_bases,
+            max_align,
+            _heap_bases_memory: heap_bases_memory,
+            state: Mutex::new(HeapState::new(heap_len)),
+            left: false,
+            capturing: AtomicBool::new(false),
+            pins: Mutex::new(Pins {
+                graphs: 0,
+                kept: Vec::new(),
+            }),
+        })
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// Ranks in the world.
+    pub fn world_size(&self) -> usize {
+        self.world_size
+    }
+
+    /// Which ranks share this rank's node (see [`crate::topology`]).
+    pub fn topology(&self) -> &Topology {
+        &self.topology
+    }
+
+    /// How this rank's off-node engine moves data; `None` where the world runs no engine
+    /// (it is on one node).
+    pub fn engine_path(&self) -> Option<EnginePath> {
+        self.transport.as_ref().map(|t| t.path())
+    }
+
+    /// This rank's backend.
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    /// Bytes of symmetric heap per rank.
+    pub fn heap_len(&self) -> usize {
+        self.heap.len()
+    }
+
+    /// The device-resident heap-base table: entry `r` is rank `r`'s heap as mapped here.
+    pub fn heap_bases(&self) -> &PeerBases {
+        &self.heap_bases
+    }
+
+    /// Free bytes left in this rank's heap.
+    pub fn heap_free(&self) -> usize {
+        self.lock_state().allocator.free_bytes()
+    }
+
+    /// Device address of this rank's heap.
+    pub(crate) fn heap_base(&self) -> u64 {
+        self.heap.base()
+    }
+    /// The largest alignment every heap base has: what an allocation may ask for.
+    pub(crate) fn max_align(&self) -> usize {
+        self.max_align
+    }
+    /// symmem's own kernels, as loaded for this world.
+    pub(crate) fn own_kernels(&self) -> &Arc<Loaded<B>> {
+        &self.kernels
+    }
+    /// Kernel crates loaded with `World::load`.
+    pub(crate) fn loaded_modules(&self) -> &Mutex<Vec<Arc<Loaded<B>>>> {
+        &self.modules
+    }
+    /// This rank's control block of bounded device waits.
+    pub(crate) fn control(&self) -> &B::Shared {
+        &self.control
+    }
+
+    /// [`Error::RankOutOfRange`] unless `rank` is a rank of this world (kernels reach a
+    /// peer on another node through the engine).
+    pub(crate) fn check_rank(&self, rank: usize) -> Result<()> {
+        if rank >= self.world_size {
+            Err(Error::RankOutOfRange {
+                rank,
+                world: self.world_size,
+            })
+        } else {
+            Ok(())
+        }
+    }
+
+    /// What every host call that touches the device checks first: the world's failed
+    /// device wait ([`World::check_waits`]), then [`Error::Capturing`] naming `call`
+    /// while [`World::capture`] records.
+    pub(crate) fn ready_for(&self, call: &'static str) -> Result<()> {
+        self.check_waits()?;
+        self.not_capturing(call)
+    }
+
+    /// [`Error::Capturing`] naming `call` while [`World::capture`] records.
+    pub(crate) fn not_capturing(&self, call: &'static str) -> Result<()> {
+        if self.capturing.load(Ordering::Acquire) {
+            Err(Error::Capturing { call })
+        } else {
+            Ok(())
+        }
+    }
+
+    pub(crate) fn lock_pins(&self) -> MutexGuard<'_, Pins<B>> {
+        self.pins.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Frees `memory` of a dropped [`DeviceBuffer`], or keeps it while a graph lives.
+    pub(crate) fn free_device_memory(&self, memory: B::DeviceMemory) {
+        let mut pins = self.lock_pins();
+        if pins.graphs > 0 {
+            pins.kept.push(memory);
+        } else {
+            drop(pins);
+            drop(memory);
+        }
+    }
+
+    /// Unique in this process: what handles name their world by.
+    pub(crate) fn serial(&self) -> u64 {
+        self.serial
+    }
+
+    /// [`Error::ForeignHandle`] unless `owner` is this world.
+    pub(crate) fn check_own(&self, owner: &World<B>) -> Result<()> {
+        if std::ptr::eq(owner, self) {
+            Ok(())
+        } else {
+            Err(Error::ForeignHandle)
+        }
+    }
+
+    /// Collective: waits until this rank's enqueued work has completed (one counted
+    /// synchronisation), then for every rank, checking that every rank made the same
+    /// collective calls; then releases what every rank has dropped (see the module
+    /// documentation). On return, everything every rank enqueued before is complete.
+    ///
+    /// Errors: [`Error::CollectiveMismatch`] naming the ranks that differ from the
+    /// majority (every rank gets it, and the world refuses symmetric operations from
+    /// then on), [`Error::PeerFailed`] if another rank's device failed, [`Error::PeerLost`],
+    /// and this rank's synchronisation error. Nothing is released on an error.
+    pub fn barrier(&self) -> Result<()> {
+        self.not_capturing("a barrier")?;
+        let synced = self
+            .backend
+            .synchronize()
+            .and_then(|()| self.quiet_transport());
+        // The agreement also checks the device waits, now that the device is done.
+        let agreed = self.agree(&[], synced.is_err(), synced.is_ok());
+        synced.and(agreed)
+    }
+
+    /// The last barrier, with its errors: waits for this rank's device, unmaps every
+    /// peer's memory, leaves the group (a peer still waiting for this rank in a
+    /// collective gets [`Error::PeerLost`] naming it) and waits until every rank has
+    /// left, then frees this rank's memory, which no peer maps any more. Dropping the
+    /// world does the same and ignores the errors.
+    ///
+    /// Errors: this rank's synchronisation error, [`Error::PeerLost`] if a rank did not
+    /// leave in time (everything is freed anyway).
+    pub fn finalize(mut self) -> Result<()> {
+        self.leave()
+    }
+
+    fn leave(&mut self) -> Result<()> {
+        self.left = true;
+        let synced = self
+            .backend
+            .synchronize()
+            .and_then(|()| self.quiet_transport());
+        if let Some(transport) = &mut self.transport {
+            // Once every rank is quiet, no request reaches any peer's transport any more:
+            // the transports stop and free what they share together.
+            let quiet = self
+                .bootstrap
+                .get_mut()
+                .unwrap_or_else(|p| p.into_inner())
+                .barrier();
+            transport.stop(synced.is_ok() && quiet.is_ok() && self.abort.read().is_none());
+        }
+        // No kernel of this rank waits any more, and a peer may end once the group has
+        // ended: stop watching.
+        self.watchdog = None;
+        // This rank's work is complete, so it touches no peer's memory any more.
+        self.peer_heaps.clear();
+        let state = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
+        state.retired.iter_mut().for_each(|r| r.mappings.clear());
+        // Every rank leaves only after the same two steps: once all have left, no work
+        // of any rank reaches this rank's memory and no peer maps it.
+        let left = self
+            .bootstrap
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .leave();
+        synced.and(left)
+    }
+
+    /// All-gathers `mine` over the bootstrap (a host-side collective).
+    pub fn all_gather_bytes(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
+        let mut bootstrap = self.bootstrap.lock().unwrap_or_else(|p| p.into_inner());
+        self.noting_loss(bootstrap.all_gather(mine))
+    }
+
+    pub(crate) fn all_gather_shareable(&self, mine: Shareable) -> Result<Vec<Shareable>> {
+        let mut bootstrap = self.bootstrap.lock().unwrap_or_else(|p| p.into_inner());
+        self.noting_loss(bootstrap.all_gather_shareable(mine))
+    }
+
+    /// Passes on the result of a bootstrap call; a peer it found lost also aborts this
+    /// rank's device waits (their kernels finish instead of waiting for it).
+    fn noting_loss<R>(&self, result: Result<R>) -> Result<R> {
+        if let Err(Error::PeerLost { rank, .. }) = &result {
+            self.abort.abort(*rank);
+        }
+        result
+    }
+}
+
+impl<B: Backend> Drop for World<B> {
+    fn drop(&mut self) {
+        if !self.left {
+            // Errors are ignored here: `finalize` returns them.
+            let _ = self.leave();
+        }
+    }
+}
+
+/// Starts the off-node transport of a world that spans several nodes: the one its
+/// bootstrap offers, attached to `heap`.
+///
+/// The transport moves data between kernel memory and peers itself where it reaches
+/// kernel memory: the backend's heap is host memory ([`Backend::heap_host_ptr`]), or the
+/// transport moves the backend's device memory
+/// ([`crate::transport::Transport::reaches_device_memory`]: a CUDA-aware MPI). Elsewhere
+/// data is staged through host memory and applied by the target ([`Backend::heap_access`]).
+fn start_transport<B: Backend>(
+    bootstrap: &dyn Bootstrap,
+    backend: &B,
+    heap: &B::Heap,
+    abort: AbortWord,
+) -> Result<Box<dyn Link>> {
+    let transport = bootstrap.transport()?;
+    let direct = backend.heap_host_ptr(heap).or_else(|| {
+        transport
+            .reaches_device_memory(backend.kind())
+            .then(|| std::ptr::with_exposed_provenance_mut(heap.base() as usize))
+    });
+    transport.attach(Attach {
+        heap: Heap {
+            device_base: heap.base(),
+            len: heap.len(),
+            direct,
+            access: backend.heap_access(heap)?,
+        },
+        memory: backend,
+        kernels_on_host: backend.kernels_on_host(),
+        abort,
+    })
+}
