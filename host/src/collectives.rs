@@ -555,7 +555,8 @@ impl<'w, B: Backend> Collectives<'w, B> {
             table[r] = copy.ptr().wrapping_sub(src_offset);
         }
         w.write(table_memory, 0, &table)?;
-        let sources = crate::PeerBases::new(table_memory.ptr(), table.into(), w.serial(), None);
+        let sources =
+            crate::table::PeerBases::new(table_memory.ptr(), table.into(), w.serial(), None);
         self.launch(
             T::all_reduce_gathered(op),
             (
@@ -795,7 +796,7 @@ impl<'w, B: Backend> Collectives<'w, B> {
         self.world.kernels().launch(kernel, self.grid, args)
     }
 
-    fn bases(&self) -> &'w crate::PeerBases {
+    fn bases(&self) -> &'w crate::table::PeerBases {
         self.world.heap_bases()
     }
 
@@ -818,7 +819,7 @@ impl<'w, B: Backend> Collectives<'w, B> {
     ) -> (
         DeviceSlice<'a, u8, B>,
         DeviceSlice<'a, u8, B>,
-        &'w crate::PeerBases,
+        &'w crate::table::PeerBases,
         u32,
         u32,
         u64,
@@ -845,7 +846,7 @@ impl<'w, B: Backend> Collectives<'w, B> {
     ) -> (
         &'a DeviceSlice<'a, T, B>,
         &'a DeviceSlice<'a, T, B>,
-        &'w crate::PeerBases,
+        &'w crate::table::PeerBases,
         u32,
         u32,
         u64,
@@ -872,7 +873,7 @@ impl<'w, B: Backend> Collectives<'w, B> {
     ) -> (
         DeviceSlice<'a, u8, B>,
         DeviceSlice<'a, u8, B>,
-        &'w crate::PeerBases,
+        &'w crate::table::PeerBases,
         u32,
         u32,
     ) {

@@ -17,6 +17,15 @@
 //! }).unwrap();
 //! assert!(results.iter().all(Result::is_ok));
 //! ```
+//!
+//! The crate stands on floors, each importing only from floors below it (checked by
+//! `host/tests/layers.rs`): errors, the offset allocator and peer tables; the
+//! [`backend`] contract (code objects, [`Grid`], the CPU thread runner, what the off-node
+//! engine needs from a heap) and its CPU, CUDA and HIP implementations; off-node
+//! [`transport`]s; [`bootstrap`], [`topology`] and liveness; the [`World`] (forming and
+//! leaving, the heap, agreement, faults); typed memory, [`Module`] and checked launch,
+//! host I/O, providers and [`graph`]s; [`collectives`], built on launch as a user's code
+//! is.
 #![deny(missing_docs)]
 
 pub mod backend;

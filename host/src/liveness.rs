@@ -117,14 +117,14 @@ impl Watchdog {
         if watched.is_empty() {
             return Ok(None);
         }
-        let (stop, wake) = UnixStream::pair().map_err(|source| crate::Error::Os {
+        let (stop, wake) = UnixStream::pair().map_err(|source| crate::error::Error::Os {
             what: "watchdog socket pair",
             source,
         })?;
         let thread = std::thread::Builder::new()
             .name("symmem-watchdog".into())
             .spawn(move || watch(wake, &watched, abort))
-            .map_err(|source| crate::Error::Os {
+            .map_err(|source| crate::error::Error::Os {
                 what: "watchdog thread",
                 source,
             })?;

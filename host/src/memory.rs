@@ -356,7 +356,7 @@ macro_rules! local_copy_is_a_device_slice {
     )*};
 }
 
-local_copy_is_a_device_slice!(SymSlice<'_, T, B>, crate::SymmetricBuffer<'_, T, B>);
+local_copy_is_a_device_slice!(SymSlice<'_, T, B>, SymmetricBuffer<'_, T, B>);
 
 // SAFETY: a view's memory is live device memory of this rank holding `T`s, kept for as
 // long as enqueued work can run: a `DeviceBuffer` frees only after the device is done

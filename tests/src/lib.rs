@@ -11,6 +11,7 @@
 
 pub mod mpi;
 pub mod objects;
+pub mod off_node;
 
 /// Spawning ranks as child processes, collecting their outcomes, ending a child.
 pub mod processes {

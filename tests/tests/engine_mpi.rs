@@ -60,7 +60,7 @@ fn run_on(np: usize, per_node: usize, staged: bool, args: &[&str]) {
     let nodes = np / per_node;
     for rank in 0..np {
         let line = format!(
-            "engine-ranks: rank {rank} of {np} on node {} of {nodes}: ok",
+            "off-node checks: rank {rank} of {np} on node {} of {nodes}: ok",
             rank / per_node
         );
         assert!(run.stdout.contains(&line), "no `{line}`:\n{all}");

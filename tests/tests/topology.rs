@@ -1,11 +1,14 @@
 //! Topology with ranks as threads: one node in all forms a world; a split into several
-//! nodes needs the off-node engine (MPI), so it is a typed error here; ranks that
-//! disagree on the split are named. The off-node entries and the engine itself are
-//! tested under `mpirun` (`engine_mpi.rs`).
+//! nodes forms one whose off-node peers are reached through the local transport (a
+//! bootstrap with no transport is a typed error); ranks that disagree on the split are
+//! named. The off-node entries and the engine itself are tested over the local transport
+//! (`off_node_local.rs`) and under `mpirun` (`engine_mpi.rs`).
 
+use symmem::backend::Shareable;
 use symmem::backend::cpu::Cpu;
 use symmem::bootstrap::Bootstrap;
 use symmem::bootstrap::local::LocalBootstrap;
+use symmem::transport::EnginePath;
 use symmem::{Config, Error, World};
 
 fn config(split: Option<usize>) -> Config {
@@ -17,21 +20,60 @@ fn config(split: Option<usize>) -> Config {
 }
 
 #[test]
-fn threads_split_into_nodes_need_the_engine() {
-    // Ranks as threads have no MPI, so no engine: forming a world of several nodes is a
-    // typed error on every rank (the entries and the engine are tested under mpirun, in
-    // `engine_mpi.rs`).
+fn threads_split_into_nodes_reach_each_other_through_the_local_transport() {
+    // Ranks as threads carry off-node requests over the local transport (its checks:
+    // `off_node_local.rs`): the world forms, with 0 for the other node's entries.
     let results = symmem::spawn_ranks(
         4,
         &config(Some(2)),
         |_| Ok(Cpu::new()),
-        |w: World<Cpu>| Ok(w.topology().nodes()),
+        |w: World<Cpu>| {
+            let far = w.heap_bases().entries().iter().filter(|&&e| e == 0).count();
+            Ok((w.topology().nodes(), w.engine_path(), far))
+        },
     )
     .expect("launch");
-    assert!(
-        results.iter().all(|r| matches!(r, Err(Error::NoEngine(_)))),
-        "{results:?}"
-    );
+    for r in results {
+        assert_eq!(
+            r.expect("a world of two nodes"),
+            (2, Some(EnginePath::Window), 2)
+        );
+    }
+}
+
+/// A thread-rank's bootstrap that offers no off-node transport (as ranks as processes
+/// have none).
+struct NoTransport(LocalBootstrap);
+
+impl Bootstrap for NoTransport {
+    fn rank(&self) -> usize {
+        self.0.rank()
+    }
+    fn world_size(&self) -> usize {
+        self.0.world_size()
+    }
+    fn all_gather(&mut self, mine: &[u8]) -> symmem::Result<Vec<Vec<u8>>> {
+        self.0.all_gather(mine)
+    }
+    fn all_gather_shareable(&mut self, mine: Shareable) -> symmem::Result<Vec<Shareable>> {
+        self.0.all_gather_shareable(mine)
+    }
+}
+
+#[test]
+fn several_nodes_without_a_transport_are_a_typed_error() {
+    let threads: Vec<_> = LocalBootstrap::default_group(4)
+        .into_iter()
+        .map(|b| {
+            std::thread::spawn(move || {
+                World::new(Box::new(NoTransport(b)), Cpu::new(), &config(Some(2))).map(drop)
+            })
+        })
+        .collect();
+    for t in threads {
+        let result = t.join().expect("rank");
+        assert!(matches!(result, Err(Error::NoEngine(_))), "{result:?}");
+    }
 }
 
 #[test]

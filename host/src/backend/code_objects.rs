@@ -62,7 +62,7 @@ macro_rules! include_kernels {
         $crate::include_kernels!($name, $name)
     };
     ($name:literal, $variant:literal) => {
-        $crate::CodeObjects::new(
+        $crate::backend::CodeObjects::new(
             $name,
             include!(concat!(
                 env!("OUT_DIR"),

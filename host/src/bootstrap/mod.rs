@@ -47,7 +47,7 @@ pub const ENV_MAX_FRAME_BYTES: &str = "SYMMEM_MAX_FRAME_BYTES";
 fn max_frame_from_env() -> Result<usize> {
     match std::env::var(ENV_MAX_FRAME_BYTES) {
         Ok(v) => v.parse().map_err(|_| {
-            crate::Error::Bootstrap(format!("{ENV_MAX_FRAME_BYTES}={v} is not a number"))
+            crate::error::Error::Bootstrap(format!("{ENV_MAX_FRAME_BYTES}={v} is not a number"))
         }),
         Err(_) => Ok(DEFAULT_MAX_FRAME_BYTES),
     }
@@ -85,7 +85,7 @@ pub trait Bootstrap: Send {
     /// Errors: [`Error::NoEngine`](crate::Error::NoEngine) where the group has none (the
     /// default); the transport's own (an MPI below `MPI_THREAD_MULTIPLE`).
     fn transport(&self) -> Result<Box<dyn Transport>> {
-        Err(crate::Error::NoEngine(
+        Err(crate::error::Error::NoEngine(
             "its bootstrap has no off-node transport: start the ranks as threads \
              (`spawn_ranks`) or with `mpirun` (cargo feature `mpi`)",
         ))

@@ -1,0 +1,89 @@
+//! The off-node path without MPI: ranks as threads of this test, split into emulated
+//! nodes (`Config::ranks_per_node`), reach peers on other nodes through the local
+//! transport (`symmem::transport::local`: the proxy and its ring, over the ranks' shared
+//! memory). Every check `engine-ranks` runs under `mpirun` (`symmem_tests::off_node`)
+//! runs here in plain `cargo test`:
+//!
+//! * 4 ranks as 2 nodes of 2, as 4 nodes of 1 (every peer remote), and 8 ranks as 2
+//!   nodes of 4, on the CPU backend (puts and gets one-sided into the peer's heap);
+//! * the same on CUDA where a device answers (every rank on device 0; data staged through
+//!   the ring and applied by the target, as under an MPI that is not GPU-aware), which
+//!   prints `skipped: <reason>` and passes where none does;
+//! * the fused example runs the same way in its own test
+//!   (`examples/fused-allreduce-rmsnorm/tests/emulated_nodes.rs`).
+//!
+//! `off_node_local_staged.rs` runs the CPU checks with the data staged as on a GPU.
+
+use std::time::Duration;
+use symmem::backend::Backend;
+use symmem::backend::cpu::Cpu;
+use symmem::backend::cuda::Cuda;
+use symmem::{Config, Result, World};
+use symmem_tests::off_node;
+
+fn config(per_node: usize) -> Config {
+    Config {
+        heap_bytes: 64 << 20,
+        // A device wait that cannot finish ends the run with its error, not a hang.
+        wait_deadline: Duration::from_secs(20),
+        ranks_per_node: Some(per_node),
+        ..Config::default()
+    }
+}
+
+/// Runs every off-node check on `n` ranks of `per_node` per node; every rank must pass.
+fn run<B: Backend>(n: usize, per_node: usize, make: impl Fn(usize) -> Result<B> + Sync) {
+    let results = symmem::spawn_ranks(n, &config(per_node), make, |w: World<B>| {
+        off_node::checks(&w)?;
+        let line = off_node::ok_line(&w);
+        w.finalize()?;
+        Ok(line)
+    })
+    .expect("spawning the ranks");
+    for (rank, result) in results.into_iter().enumerate() {
+        let line = result.unwrap_or_else(|e| panic!("rank {rank}: {e} ({e:?})"));
+        let want = format!(
+            "off-node checks: rank {rank} of {n} on node {} of {}: ok",
+            rank / per_node,
+            n / per_node
+        );
+        assert_eq!(line, want);
+    }
+}
+
+fn run_cpu(n: usize, per_node: usize) {
+    run(n, per_node, |_| Ok(Cpu::new()));
+}
+
+fn run_cuda(n: usize, per_node: usize) {
+    if let Err(e) = Cuda::device_count() {
+        println!("skipped: no CUDA device ({e})");
+        return;
+    }
+    run(n, per_node, |_| Cuda::new(0));
+}
+
+#[test]
+fn cpu_four_ranks_as_two_nodes_of_two() {
+    run_cpu(4, 2);
+}
+
+#[test]
+fn cpu_four_ranks_every_peer_on_another_node() {
+    run_cpu(4, 1);
+}
+
+#[test]
+fn cpu_eight_ranks_as_two_nodes_of_four() {
+    run_cpu(8, 4);
+}
+
+#[test]
+fn cuda_two_ranks_every_peer_on_another_node() {
+    run_cuda(2, 1);
+}
+
+#[test]
+fn cuda_four_ranks_as_two_nodes_of_two() {
+    run_cuda(4, 2);
+}
