@@ -6,7 +6,8 @@
 # Usage (repo root, device machine): bash tests/run_gpu.sh   (writes to $OUT/tests.txt)
 # Build first (here), then copy into .carry/ (names as used below):
 #   cargo test --release -p symmem-tests --test suite_cuda --test rma_processes \
-#     --test waits_processes --no-run             -> suite-cuda, rma-processes, waits-processes
+#     --test waits_processes --test off_node_local --no-run
+#                      -> suite-cuda, rma-processes, waits-processes, off-node-local
 #   cargo test --release -p symmem --lib --no-run  -> symmem-lib (run with filter backend::cuda)
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -52,4 +53,7 @@ run() {
   grep "after the kill" /tmp/waits_processes.log
   run rma_processes 200 130 "$CARRY/rma-processes" cuda_
   run symmem_lib_cuda 60 30 "$CARRY/symmem-lib" backend::cuda
+  # The off-node path on the GPU without MPI: ranks as threads on device 0 split into
+  # emulated nodes, data staged through the local transport's ring.
+  run off_node_local_cuda 300 240 "$CARRY/off-node-local" "cuda_ --nocapture"
 } 2>&1 | tee "$OUT/tests.txt"

@@ -8,12 +8,16 @@
 #   put          the put/copy/memcpy table at 4K, 1M, 64M and 2G (benches/cuda.rs)
 #   collectives  the collectives on one GPU at world 2 and 4 (benches/cuda_collectives.rs)
 #   launch       the host's enqueue time of one small launch (benches/cuda.rs's
-#                launch_enqueue_us line), old and new alternating, 10 runs each
+#                launch_enqueue_us line), old and new alternating, ${RUNS:-10} runs each
+#   small        the small-message table at world 2 and the host's time per collective call
+#                (benches/small_messages.rs --worlds 2, its host_call_us line), old and new
+#                alternating, ${RUNS:-10} runs each
 # Build first (here), then copy into .carry/: the new build's bench-lifetimes, bench-cuda,
-# bench-collectives (`cargo bench -p symmem --bench lifetimes --bench cuda --bench
-# cuda_collectives --no-run`), and the same three of the old commit as old-bench-lifetimes,
-# old-bench-cuda, old-bench-collectives (a worktree of it with benches/lifetimes.rs copied
-# in and its own CARGO_TARGET_DIR; it builds with its own pinned toolchain).
+# bench-collectives, bench-small (`cargo bench -p symmem --bench lifetimes --bench cuda --bench
+# cuda_collectives --bench small_messages --no-run`), and the same of the old commit as
+# old-bench-lifetimes, old-bench-cuda, old-bench-collectives, old-bench-small (a worktree
+# of it, with benches/lifetimes.rs copied in where it lacks one, and its own target
+# directory; it builds with its own pinned toolchain).
 set -u
 ROOT=$(cd "$(dirname "$0")/../../.." && pwd)
 CARRY=$ROOT/.carry
@@ -21,10 +25,20 @@ OUT=${OUT:-$ROOT/target/old-new}
 mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0 CUDA_DEVICE_MAX_CONNECTIONS=32 CUDA_MODULE_LOADING=EAGER
 for part in "$@"; do
+  if [ "$part" = small ]; then
+    # Old and new alternate, so drift of the machine hits both alike.
+    for i in $(seq "${RUNS:-10}"); do
+      for build in old new; do
+        bin=$CARRY/bench-small; [ "$build" = old ] && bin=$CARRY/old-bench-small
+        timeout 120 "$bin" --worlds 2 | sed -n "s/^/small $build run $i: /p"
+      done
+    done
+    continue
+  fi
   if [ "$part" = launch ]; then
     # Old and new alternate, so drift of the machine hits both alike.
     mkdir -p "$OUT/launch"
-    for i in 1 2 3 4 5 6 7 8 9 10; do
+    for i in $(seq "${RUNS:-10}"); do
       for build in old new; do
         bin=$CARRY/bench-cuda; [ "$build" = old ] && bin=$CARRY/old-bench-cuda
         timeout 60 "$bin" --sizes 16 --no-xproc --out "$OUT/launch" | sed -n "s/^launch_enqueue_us,/launch $build run $i: /p"
