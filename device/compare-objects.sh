@@ -16,7 +16,9 @@
 # When a file differs only in the order of its functions (definition order moved),
 # the comparison is repeated per function, sorted, without addresses, and the file
 # passes with "same functions, other order" (the notes: "same lines, other order",
-# their lines sorted). Anything else fails with a diff.
+# their lines sorted). Anything else fails with a diff. (On AMD a reorder also moves
+# the PC-relative offsets of calls and constants, which this does not undo: such a
+# file fails, and its diff shows whether only those offsets moved.)
 #
 # Code objects of a build: target/debug/build/<crate>/<hash>/out/symmem-kernels/ of the
 # crate whose build.rs builds them: `symmem` for symmem's own (symmem_kernels*),
@@ -65,18 +67,21 @@ normalise() {
         -e ':v' -e 's/\(_R[0-9A-Za-z_~]*\)Cs[0-9A-Za-z]\{1,\}_/\1C~_/' -e 'tv'
 }
 
-# Text of one function per line (newlines as \001), sorted: PTX functions start at
-# `// .globl` or at an `.entry`/`.func` line not preceded by one; disassembly
-# functions at `ADDRESS <name>:`, with addresses and encodings dropped.
+# Text of one function per line (newlines as \001), sorted. PTX: a function (or
+# prototype, or global) starts at each top-level `.` directive; comments, blank lines
+# and the function numbers in block labels (`$L__BB<n>_`) are dropped. Disassembly: a
+# function starts at `ADDRESS <name>:`; addresses are dropped, encodings kept.
 by_function() {
     awk -v kind="$1" '
         function flush() { if (chunk != "") print chunk; chunk = "" }
-        kind == "ptx" && /^\/\/ \.globl/ { flush(); globl = 1 }
-        kind == "ptx" && /^(\.visible |\.weak |\.extern )?\.(entry|func)/ {
-            if (!globl) flush(); globl = 0
+        kind == "ptx" {
+            sub(/[ \t]*\/\/.*$/, "")
+            if ($0 == "") next
+            gsub(/\$L__BB[0-9]+_/, "$L__BB_")
+            if (/^\./) flush()
         }
         kind == "asm" && /^[0-9a-f]+ <.*>:$/ { flush(); sub(/^[0-9a-f]+ /, "") }
-        kind == "asm" { gsub(/\/\/ [0-9A-F]+:/, "//"); gsub(/ *\/\/ [0-9A-F]+$/, "") }
+        kind == "asm" { gsub(/\/\/ [0-9A-F]+:/, "//") }
         { chunk = chunk $0 "\001" }
         END { flush() }
     ' | sort
