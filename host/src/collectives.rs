@@ -70,7 +70,7 @@ use crate::error::{Error, Result};
 use crate::memory::SymmetricBuffer;
 use crate::memory::{AsDeviceSlice, DeviceBuffer, DeviceSlice};
 use crate::world::World;
-use symmem_device::{Kernel, PeerTable};
+use symmem_device::Kernel;
 use symmem_rma::lamport;
 
 pub use symmem_rma::collectives::{ReduceOp, signal_words};
@@ -122,116 +122,16 @@ pub const LAMPORT_AUTO_BYTES: usize = 64 << 10;
 /// 64 KiB).
 pub const ONE_SHOT_MAX_BYTES: usize = 64 << 10;
 
-mod sealed {
-    pub trait Sealed {}
-    impl Sealed for f32 {}
-    impl Sealed for i32 {}
-    impl Sealed for symmem_rma::Bf16 {}
-}
+pub use symmem_kernels::{GatheredParams, LamportParams, ReductionParams};
 
-/// The parameters of every reduction kernel: `dst`, `src`, the heap table, `world`,
-/// `rank`, `count`, the signal array.
-pub type ReductionParams<T> = (*mut T, *const T, PeerTable, u32, u32, u64, *mut u64);
-
-/// The parameters of the all-reduce across nodes: `dst`, `src`, the heap table, the
-/// table `src` is read through, `world`, `rank`, `count`, the signal array.
-pub type GatheredParams<T> = (
-    *mut T,
-    *const T,
-    PeerTable,
-    PeerTable,
-    u32,
-    u32,
-    u64,
-    *mut u64,
-);
-
-/// The parameters of the barrier-free all-reduce: `dst`, `src`, the heap table, `world`,
-/// `rank`, `count`, the workspace, its slot capacity in bytes.
-pub type LamportParams<T> = (*mut T, *const T, PeerTable, u32, u32, u64, *mut u8, u64);
-
-/// An element type of the reductions: `f32`, [`Bf16`], `i32`.
+/// An element type of the reductions: `f32`, [`Bf16`], `i32`. Its kernels, one per
+/// (algorithm, operator, type), come from [`symmem_kernels::ReductionKernels`], which
+/// `symmem-kernels` implements for every type in its one list of element types.
 ///
-/// Sealed: there is one kernel per (algorithm, operator, type).
-pub trait Element: bytemuck::Pod + sealed::Sealed {
-    /// The one-shot all-reduce kernel for `op`.
-    fn all_reduce_one_shot(op: ReduceOp) -> Kernel<ReductionParams<Self>>;
-    /// The two-shot all-reduce kernel for `op`.
-    fn all_reduce_two_shot(op: ReduceOp) -> Kernel<ReductionParams<Self>>;
-    /// The reduce-scatter kernel for `op`.
-    fn reduce_scatter(op: ReduceOp) -> Kernel<ReductionParams<Self>>;
-    /// The all-reduce kernel across nodes for `op`.
-    fn all_reduce_gathered(op: ReduceOp) -> Kernel<GatheredParams<Self>>;
-    /// The barrier-free all-reduce kernel for `op`, if there is one (sums of `f32` and
-    /// `Bf16`).
-    fn all_reduce_lamport(op: ReduceOp) -> Option<Kernel<LamportParams<Self>>>;
-}
+/// Sealed: implemented for exactly the types `ReductionKernels` is.
+pub trait Element: bytemuck::Pod + symmem_kernels::ReductionKernels {}
 
-macro_rules! element {
-    ($t:ty, $one_sum:ident $one_min:ident $one_max:ident, $two_sum:ident $two_min:ident $two_max:ident, $rs_sum:ident $rs_min:ident $rs_max:ident, $g_sum:ident $g_min:ident $g_max:ident, $lamport:expr) => {
-        impl Element for $t {
-            fn all_reduce_gathered(op: ReduceOp) -> Kernel<GatheredParams<Self>> {
-                match op {
-                    ReduceOp::Sum => symmem_kernels::$g_sum,
-                    ReduceOp::Min => symmem_kernels::$g_min,
-                    ReduceOp::Max => symmem_kernels::$g_max,
-                }
-            }
-            fn all_reduce_lamport(op: ReduceOp) -> Option<Kernel<LamportParams<Self>>> {
-                match op {
-                    ReduceOp::Sum => $lamport,
-                    ReduceOp::Min | ReduceOp::Max => None,
-                }
-            }
-            fn all_reduce_one_shot(op: ReduceOp) -> Kernel<ReductionParams<Self>> {
-                match op {
-                    ReduceOp::Sum => symmem_kernels::$one_sum,
-                    ReduceOp::Min => symmem_kernels::$one_min,
-                    ReduceOp::Max => symmem_kernels::$one_max,
-                }
-            }
-            fn all_reduce_two_shot(op: ReduceOp) -> Kernel<ReductionParams<Self>> {
-                match op {
-                    ReduceOp::Sum => symmem_kernels::$two_sum,
-                    ReduceOp::Min => symmem_kernels::$two_min,
-                    ReduceOp::Max => symmem_kernels::$two_max,
-                }
-            }
-            fn reduce_scatter(op: ReduceOp) -> Kernel<ReductionParams<Self>> {
-                match op {
-                    ReduceOp::Sum => symmem_kernels::$rs_sum,
-                    ReduceOp::Min => symmem_kernels::$rs_min,
-                    ReduceOp::Max => symmem_kernels::$rs_max,
-                }
-            }
-        }
-    };
-}
-
-element!(
-    f32,
-    symmem_all_reduce_one_shot_sum_f32 symmem_all_reduce_one_shot_min_f32 symmem_all_reduce_one_shot_max_f32,
-    symmem_all_reduce_two_shot_sum_f32 symmem_all_reduce_two_shot_min_f32 symmem_all_reduce_two_shot_max_f32,
-    symmem_reduce_scatter_sum_f32 symmem_reduce_scatter_min_f32 symmem_reduce_scatter_max_f32,
-    symmem_all_reduce_gathered_sum_f32 symmem_all_reduce_gathered_min_f32 symmem_all_reduce_gathered_max_f32,
-    Some(symmem_kernels::symmem_all_reduce_lamport_sum_f32)
-);
-element!(
-    Bf16,
-    symmem_all_reduce_one_shot_sum_bf16 symmem_all_reduce_one_shot_min_bf16 symmem_all_reduce_one_shot_max_bf16,
-    symmem_all_reduce_two_shot_sum_bf16 symmem_all_reduce_two_shot_min_bf16 symmem_all_reduce_two_shot_max_bf16,
-    symmem_reduce_scatter_sum_bf16 symmem_reduce_scatter_min_bf16 symmem_reduce_scatter_max_bf16,
-    symmem_all_reduce_gathered_sum_bf16 symmem_all_reduce_gathered_min_bf16 symmem_all_reduce_gathered_max_bf16,
-    Some(symmem_kernels::symmem_all_reduce_lamport_sum_bf16)
-);
-element!(
-    i32,
-    symmem_all_reduce_one_shot_sum_i32 symmem_all_reduce_one_shot_min_i32 symmem_all_reduce_one_shot_max_i32,
-    symmem_all_reduce_two_shot_sum_i32 symmem_all_reduce_two_shot_min_i32 symmem_all_reduce_two_shot_max_i32,
-    symmem_reduce_scatter_sum_i32 symmem_reduce_scatter_min_i32 symmem_reduce_scatter_max_i32,
-    symmem_all_reduce_gathered_sum_i32 symmem_all_reduce_gathered_min_i32 symmem_all_reduce_gathered_max_i32,
-    None
-);
+impl<T: bytemuck::Pod + symmem_kernels::ReductionKernels> Element for T {}
 
 /// A rank's handle for launching collectives and RMA kernels over its [`World`]: the
 /// world, a launch shape, and the symmetric signal array the collectives synchronise on.

@@ -26,6 +26,9 @@
 //! # fn main() { let _: symmem_device::Kernel<(*mut u32, PeerTable, u32, u32, u32, u32)> = add_to_peer; }
 //! ```
 //!
+//! [`paste_idents`] lets a `macro_rules!` name one kernel per element type (symmem's
+//! own reductions are generated that way from one list of element types).
+//!
 //! The crate re-exports [`arch`] (thread ids, block barriers, scoped fences),
 //! [`translate`] (peer-base translation, 16-byte vector types) and [`rma`] (`Team`:
 //! load, store, get, put, scoped atomics, signals, barrier, collectives).
@@ -46,7 +49,7 @@ pub use param::{Abi, AbiKind, Kernel, Param, Params, PeerTable, Slot, cmp_to_abi
 pub use registry::{Declaration, declarations};
 pub use symmem_arch as arch;
 pub use symmem_arch::{Arch, Scope};
-pub use symmem_macros::kernel;
+pub use symmem_macros::{kernel, paste_idents};
 pub use symmem_rma as rma;
 pub use symmem_rma::{Bf16, Cmp, Order, Team};
 pub use symmem_translate as translate;

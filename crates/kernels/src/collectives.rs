@@ -3,9 +3,14 @@
 //! `symmem_rma::collectives::signal_words(world, grid_dim)` `u64`s, zeroed once.
 //! Reductions have one kernel per (operator, type):
 //! `symmem_{all_reduce_one_shot,all_reduce_two_shot,reduce_scatter}_{sum,min,max}_{f32,bf16,i32}`,
-//! and the all-reduce across nodes, `symmem_all_reduce_gathered_{sum,min,max}_{f32,bf16,i32}`.
+//! the all-reduce across nodes, `symmem_all_reduce_gathered_{sum,min,max}_{f32,bf16,i32}`,
+//! and the barrier-free sum, `symmem_all_reduce_lamport_sum_{f32,bf16}`: all generated
+//! from one list of element types (`reductions!` below), which also gives the host its
+//! table of them, [`ReductionKernels`].
 
-use symmem_device::{Arch, PeerTable, kernel};
+#[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+use symmem_device::Kernel;
+use symmem_device::{Arch, PeerTable, kernel, paste_idents};
 use symmem_rma::Bf16;
 use symmem_rma::collectives::{self, ReduceOp};
 use symmem_rma::lamport;
@@ -78,15 +83,19 @@ pub unsafe fn symmem_broadcast(
     }
 }
 
+/// `symmem_{body}_{sum,min,max}_{suffix}`: `collectives::{body}` for each operator.
 macro_rules! reduction {
-    ($name:ident, $body:ident, $op:expr, $t:ty) => {
+    ($body:ident, $suffix:ident, $t:ty) => {
+        reduction!($body, $suffix, $t, sum Sum, min Min, max Max);
+    };
+    ($body:ident, $suffix:ident, $t:ty, $($op:ident $variant:ident),*) => {$(paste_idents! {
         /// A reduction collective; see the `symmem_rma::collectives` function this
         /// name starts with for the buffers' roles and sizes (`count` in elements).
         ///
         /// # Safety
         /// See that function.
         #[kernel]
-        pub unsafe fn $name(
+        pub unsafe fn [<symmem_ $body _ $op _ $suffix>](
             arch: &impl Arch,
             dst: *mut $t,
             src: *const $t,
@@ -99,50 +108,18 @@ macro_rules! reduction {
             // SAFETY: forwarded from the host launch.
             unsafe {
                 let team = bases.team(world, rank);
-                collectives::$body(arch, &team, $op, dst, src, count as usize, sig)
+                collectives::$body(arch, &team, ReduceOp::$variant, dst, src, count as usize, sig)
             }
         }
-    };
+    })*};
 }
 
-macro_rules! reductions {
-    ($($name:ident $body:ident $op:ident $t:ty;)*) => {
-        $(reduction!($name, $body, ReduceOp::$op, $t);)*
-    };
-}
-
-reductions! {
-    symmem_all_reduce_one_shot_sum_f32 all_reduce_one_shot Sum f32;
-    symmem_all_reduce_one_shot_min_f32 all_reduce_one_shot Min f32;
-    symmem_all_reduce_one_shot_max_f32 all_reduce_one_shot Max f32;
-    symmem_all_reduce_one_shot_sum_bf16 all_reduce_one_shot Sum Bf16;
-    symmem_all_reduce_one_shot_min_bf16 all_reduce_one_shot Min Bf16;
-    symmem_all_reduce_one_shot_max_bf16 all_reduce_one_shot Max Bf16;
-    symmem_all_reduce_one_shot_sum_i32 all_reduce_one_shot Sum i32;
-    symmem_all_reduce_one_shot_min_i32 all_reduce_one_shot Min i32;
-    symmem_all_reduce_one_shot_max_i32 all_reduce_one_shot Max i32;
-    symmem_all_reduce_two_shot_sum_f32 all_reduce_two_shot Sum f32;
-    symmem_all_reduce_two_shot_min_f32 all_reduce_two_shot Min f32;
-    symmem_all_reduce_two_shot_max_f32 all_reduce_two_shot Max f32;
-    symmem_all_reduce_two_shot_sum_bf16 all_reduce_two_shot Sum Bf16;
-    symmem_all_reduce_two_shot_min_bf16 all_reduce_two_shot Min Bf16;
-    symmem_all_reduce_two_shot_max_bf16 all_reduce_two_shot Max Bf16;
-    symmem_all_reduce_two_shot_sum_i32 all_reduce_two_shot Sum i32;
-    symmem_all_reduce_two_shot_min_i32 all_reduce_two_shot Min i32;
-    symmem_all_reduce_two_shot_max_i32 all_reduce_two_shot Max i32;
-    symmem_reduce_scatter_sum_f32 reduce_scatter Sum f32;
-    symmem_reduce_scatter_min_f32 reduce_scatter Min f32;
-    symmem_reduce_scatter_max_f32 reduce_scatter Max f32;
-    symmem_reduce_scatter_sum_bf16 reduce_scatter Sum Bf16;
-    symmem_reduce_scatter_min_bf16 reduce_scatter Min Bf16;
-    symmem_reduce_scatter_max_bf16 reduce_scatter Max Bf16;
-    symmem_reduce_scatter_sum_i32 reduce_scatter Sum i32;
-    symmem_reduce_scatter_min_i32 reduce_scatter Min i32;
-    symmem_reduce_scatter_max_i32 reduce_scatter Max i32;
-}
-
+/// `symmem_all_reduce_gathered_{sum,min,max}_{suffix}`: the all-reduce across nodes.
 macro_rules! gathered {
-    ($($name:ident $op:ident $t:ty;)*) => {$(
+    ($suffix:ident, $t:ty) => {
+        gathered!($suffix, $t, sum Sum, min Min, max Max);
+    };
+    ($suffix:ident, $t:ty, $($op:ident $variant:ident),*) => {$(paste_idents! {
         /// The one-shot all-reduce across nodes: synchronises through `bases` (the heap
         /// table) and reads every rank's `src` where `sources` translates it (the
         /// off-node ranks' copies fetched here beforehand); see
@@ -152,7 +129,7 @@ macro_rules! gathered {
         /// See that function.
         #[kernel]
         #[allow(clippy::too_many_arguments)]
-        pub unsafe fn $name(
+        pub unsafe fn [<symmem_all_reduce_gathered_ $op _ $suffix>](
             arch: &impl Arch,
             dst: *mut $t,
             src: *const $t,
@@ -171,7 +148,7 @@ macro_rules! gathered {
                     arch,
                     &team,
                     &sources,
-                    ReduceOp::$op,
+                    ReduceOp::$variant,
                     dst,
                     src,
                     count as usize,
@@ -179,23 +156,13 @@ macro_rules! gathered {
                 )
             }
         }
-    )*};
+    })*};
 }
 
-gathered! {
-    symmem_all_reduce_gathered_sum_f32 Sum f32;
-    symmem_all_reduce_gathered_min_f32 Min f32;
-    symmem_all_reduce_gathered_max_f32 Max f32;
-    symmem_all_reduce_gathered_sum_bf16 Sum Bf16;
-    symmem_all_reduce_gathered_min_bf16 Min Bf16;
-    symmem_all_reduce_gathered_max_bf16 Max Bf16;
-    symmem_all_reduce_gathered_sum_i32 Sum i32;
-    symmem_all_reduce_gathered_min_i32 Min i32;
-    symmem_all_reduce_gathered_max_i32 Max i32;
-}
-
+/// `symmem_all_reduce_lamport_sum_{suffix}`: the barrier-free all-reduce, for a type
+/// listed with `lamport`.
 macro_rules! lamport {
-    ($name:ident, $t:ty) => {
+    (lamport, $suffix:ident, $t:ty) => {paste_idents! {
         /// The barrier-free one-shot all-reduce (sum): local `dst` gets the sum of every
         /// rank's local `src` through the symmetric workspace `ws` (slots of `capacity`
         /// bytes). No signal array: the workspace's own header counts the calls.
@@ -204,7 +171,7 @@ macro_rules! lamport {
         /// See `symmem_rma::lamport::all_reduce`.
         #[kernel]
         #[allow(clippy::too_many_arguments)]
-        pub unsafe fn $name(
+        pub unsafe fn [<symmem_all_reduce_lamport_sum_ $suffix>](
             arch: &impl Arch,
             dst: *mut $t,
             src: *const $t,
@@ -221,11 +188,135 @@ macro_rules! lamport {
                 lamport::all_reduce(arch, &team, dst, src, count as usize, ws, capacity as usize)
             }
         }
+    }};
+}
+
+/// The [`ReductionKernels`] of one listed element type (host only: on a GPU a kernel is
+/// an entry point, not a value).
+macro_rules! table {
+    ($suffix:ident, $t:ty, $($lamport:ident)?) => {
+        #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+        impl sealed::Sealed for $t {}
+
+        #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+        impl ReductionKernels for $t {
+            fn all_reduce_one_shot(op: ReduceOp) -> Kernel<ReductionParams<Self>> {
+                by_op!(op, symmem_all_reduce_one_shot, $suffix)
+            }
+            fn all_reduce_two_shot(op: ReduceOp) -> Kernel<ReductionParams<Self>> {
+                by_op!(op, symmem_all_reduce_two_shot, $suffix)
+            }
+            fn reduce_scatter(op: ReduceOp) -> Kernel<ReductionParams<Self>> {
+                by_op!(op, symmem_reduce_scatter, $suffix)
+            }
+            fn all_reduce_gathered(op: ReduceOp) -> Kernel<GatheredParams<Self>> {
+                by_op!(op, symmem_all_reduce_gathered, $suffix)
+            }
+            fn all_reduce_lamport(op: ReduceOp) -> Option<Kernel<LamportParams<Self>>> {
+                match op {
+                    ReduceOp::Sum => lamport_sum!($suffix, $($lamport)?),
+                    ReduceOp::Min | ReduceOp::Max => None,
+                }
+            }
+        }
     };
 }
 
-lamport!(symmem_all_reduce_lamport_sum_f32, f32);
-lamport!(symmem_all_reduce_lamport_sum_bf16, Bf16);
+/// The kernel `{prefix}_{op}_{suffix}` for the operator `op` names.
+macro_rules! by_op {
+    ($op:ident, $prefix:ident, $suffix:ident) => {
+        paste_idents! {
+            match $op {
+                ReduceOp::Sum => [<$prefix _sum_ $suffix>],
+                ReduceOp::Min => [<$prefix _min_ $suffix>],
+                ReduceOp::Max => [<$prefix _max_ $suffix>],
+            }
+        }
+    };
+}
+
+/// The barrier-free sum of a type listed with `lamport`, else `None`.
+macro_rules! lamport_sum {
+    ($suffix:ident, lamport) => {
+        paste_idents! { Some([<symmem_all_reduce_lamport_sum_ $suffix>]) }
+    };
+    ($suffix:ident,) => {
+        None
+    };
+}
+
+/// The element types of the reductions are listed once, in the `reductions!` call below;
+/// every (operation, element type) kernel and the host's table of them
+/// ([`ReductionKernels`]) are generated from that list, so adding an element type is one
+/// line there. Each line reads `suffix: Type`, then `, lamport` where the barrier-free
+/// sum exists (the type implements `symmem_rma::lamport::Lamport`). The kernels
+/// come out in the order operation, then element type, then operator (sum, min, max);
+/// every one is named `symmem_{operation}_{operator}_{suffix}`.
+macro_rules! reductions {
+    ($($suffix:ident: $t:ty $(, $lamport:ident)?;)*) => {
+        $(reduction!(all_reduce_one_shot, $suffix, $t);)*
+        $(reduction!(all_reduce_two_shot, $suffix, $t);)*
+        $(reduction!(reduce_scatter, $suffix, $t);)*
+        $(gathered!($suffix, $t);)*
+        $($(lamport!($lamport, $suffix, $t);)?)*
+        $(table!($suffix, $t, $($lamport)?);)*
+    };
+}
+
+reductions! {
+    f32: f32, lamport;
+    bf16: Bf16, lamport;
+    i32: i32;
+}
+
+/// The parameters of every reduction kernel: `dst`, `src`, the heap table, `world`,
+/// `rank`, `count`, the signal array.
+#[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+pub type ReductionParams<T> = (*mut T, *const T, PeerTable, u32, u32, u64, *mut u64);
+
+/// The parameters of the all-reduce across nodes: `dst`, `src`, the heap table, the
+/// table `src` is read through, `world`, `rank`, `count`, the signal array.
+#[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+pub type GatheredParams<T> = (
+    *mut T,
+    *const T,
+    PeerTable,
+    PeerTable,
+    u32,
+    u32,
+    u64,
+    *mut u64,
+);
+
+/// The parameters of the barrier-free all-reduce: `dst`, `src`, the heap table, `world`,
+/// `rank`, `count`, the workspace, its slot capacity in bytes.
+#[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+pub type LamportParams<T> = (*mut T, *const T, PeerTable, u32, u32, u64, *mut u8, u64);
+
+/// An element type's reduction kernels, as host values to launch: each method returns
+/// the kernel generated for this type from the list in this module,
+/// `symmem_{method}_{operator}_{suffix}`. Implemented for exactly the listed types
+/// (sealed): `f32`, `Bf16`, `i32`.
+#[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+pub trait ReductionKernels: Sized + 'static + sealed::Sealed {
+    /// The one-shot all-reduce kernel for `op`.
+    fn all_reduce_one_shot(op: ReduceOp) -> Kernel<ReductionParams<Self>>;
+    /// The two-shot all-reduce kernel for `op`.
+    fn all_reduce_two_shot(op: ReduceOp) -> Kernel<ReductionParams<Self>>;
+    /// The reduce-scatter kernel for `op`.
+    fn reduce_scatter(op: ReduceOp) -> Kernel<ReductionParams<Self>>;
+    /// The all-reduce kernel across nodes for `op`.
+    fn all_reduce_gathered(op: ReduceOp) -> Kernel<GatheredParams<Self>>;
+    /// The barrier-free all-reduce kernel for `op`, if there is one (sums of the types
+    /// listed with `lamport`).
+    fn all_reduce_lamport(op: ReduceOp) -> Option<Kernel<LamportParams<Self>>>;
+}
+
+#[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+mod sealed {
+    /// Implemented for the listed element types only.
+    pub trait Sealed {}
+}
 
 /// Prepares a Lamport workspace of `bytes` bytes (this rank's copy): a zero header and
 /// every slot word the sentinel. Before the workspace's first call, and before any peer

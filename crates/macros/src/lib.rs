@@ -1,11 +1,12 @@
-//! `#[kernel]`: the attribute that turns one Rust function into a multi-GPU kernel.
+//! `#[kernel]`: the attribute that turns one Rust function into a multi-GPU kernel; and
+//! `paste_idents!`, which lets a `macro_rules!` name one kernel per element type.
 //!
 //! Used through `symmem_device::kernel`; see its documentation for the rules a kernel
 //! function follows. The expansion refers to `::symmem_device`, so a kernel crate
 //! depends on `symmem-device` under that name.
 
 use proc_macro::TokenStream;
-use proc_macro2::{Span, TokenStream as TokenStream2};
+use proc_macro2::{Delimiter, Group, Ident, Span, TokenStream as TokenStream2, TokenTree};
 use quote::{format_ident, quote};
 use syn::spanned::Spanned;
 use syn::{Error, FnArg, GenericParam, ItemFn, Pat, Type, parse_macro_input};
@@ -153,4 +154,72 @@ fn expand(function: ItemFn) -> syn::Result<TokenStream2> {
             };
         };
     })
+}
+
+/// Expands to its input with every `[< a b .. >]` replaced by one identifier, the
+/// identifiers `a`, `b`, .. joined (`_` is an identifier too): the one thing a
+/// `macro_rules!` cannot do itself, so that it can name an item per element type, as in
+/// `[<symmem_all_reduce_one_shot_ $op _ $suffix>]` (the `[<..>]` form of the `paste`
+/// crate, without its modifiers). Every other token, bracket groups included, passes
+/// through unchanged. A `[<..>]` holding anything but identifiers is an error.
+#[proc_macro]
+pub fn paste_idents(input: TokenStream) -> TokenStream {
+    paste(input.into())
+        .unwrap_or_else(Error::into_compile_error)
+        .into()
+}
+
+/// `tokens` with every `[<..>]` joined, groups walked recursively.
+fn paste(tokens: TokenStream2) -> syn::Result<TokenStream2> {
+    let mut out = TokenStream2::new();
+    for tree in tokens {
+        let tree = match tree {
+            TokenTree::Group(group) => match joined(&group)? {
+                Some(ident) => TokenTree::Ident(ident),
+                None => {
+                    let mut walked = Group::new(group.delimiter(), paste(group.stream())?);
+                    walked.set_span(group.span());
+                    TokenTree::Group(walked)
+                }
+            },
+            other => other,
+        };
+        out.extend([tree]);
+    }
+    Ok(out)
+}
+
+/// The identifier `group` names if it is a `[<..>]`, else `None`.
+fn joined(group: &Group) -> syn::Result<Option<Ident>> {
+    if group.delimiter() != Delimiter::Bracket {
+        return Ok(None);
+    }
+    let trees: Vec<TokenTree> = group.stream().into_iter().collect();
+    let is =
+        |tree: Option<&TokenTree>, c| matches!(tree, Some(TokenTree::Punct(p)) if p.as_char() == c);
+    if trees.len() < 3 || !is(trees.first(), '<') || !is(trees.last(), '>') {
+        return Ok(None);
+    }
+    let mut name = String::new();
+    for tree in &trees[1..trees.len() - 1] {
+        part(tree, &mut name)?;
+    }
+    Ok(Some(Ident::new(&name, trees[1].span())))
+}
+
+/// Appends the identifier `tree` is to `name`; a `macro_rules!` fragment arrives as a
+/// group without delimiters around it.
+fn part(tree: &TokenTree, name: &mut String) -> syn::Result<()> {
+    match tree {
+        TokenTree::Ident(ident) => name.push_str(&ident.to_string()),
+        TokenTree::Group(group) if group.delimiter() == Delimiter::None => {
+            for inner in group.stream() {
+                part(&inner, name)?;
+            }
+        }
+        other => {
+            return Err(Error::new(other.span(), "`[<..>]` joins identifiers only"));
+        }
+    }
+    Ok(())
 }
