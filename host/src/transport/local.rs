@@ -1,7 +1,7 @@
 //! The local wire: the proxied transport between emulated nodes of one process (ranks as
 //! threads, [`crate::spawn_ranks`], split into nodes by `Config::ranks_per_node`).
 //!
-//! The ranks' proxies share one [`Fabric`]: a window per rank (its heap at the kernels'
+//! The ranks' proxies share one fabric: a window per rank (its heap at the kernels'
 //! addresses, the CPU backend's shared memory) for one-sided puts and gets, an inbox per
 //! rank for requests, and a reply slot per rank for the one request it has in flight. A
 //! put is a copy into the target's heap followed by a release fence, complete when it

@@ -8,11 +8,11 @@
 //!   `MPI_Win_lock_all`). Puts and gets are `MPI_Put`/`MPI_Get` on it, completed with
 //!   `MPI_Win_flush` before the call returns.
 //! * **Requests** (atomics, signals, staged data) travel as messages with tag
-//!   [`TAG_REQUEST`]; the target's proxy answers with [`TAG_REPLY`].
+//!   `TAG_REQUEST`; the target's proxy answers with `TAG_REPLY`.
 //!
 //! It needs `MPI_THREAD_MULTIPLE` (the proxy calls MPI while the world's own thread runs
-//! bootstrap collectives): [`MpiTransport::new`] checks. Every MPI call's error is
-//! returned (`MPI_ERRORS_RETURN`) as [`Error::Engine`].
+//! bootstrap collectives): the MPI bootstrap checks before it offers it. Every MPI call's
+//! error is returned (`MPI_ERRORS_RETURN`) as [`Error::Engine`].
 
 use super::proxy::{Wire, start_proxy, window_base};
 use super::{Attach, Link, Transport};
