@@ -4,6 +4,7 @@
 //! exporting process can alias the pointer instead of opening its own handle, which
 //! both runtimes refuse.
 
+use super::Shareable;
 use crate::error::{Error, Result};
 
 /// Bytes of a `CUipcMemHandle` / `hipIpcMemHandle_t`.
@@ -37,6 +38,45 @@ impl IpcExport {
         out.extend_from_slice(&self.ptr.to_le_bytes());
         out.extend_from_slice(&self.len.to_le_bytes());
         out
+    }
+
+    /// What a peer needs to map `len` bytes at `ptr`, memory of device `ordinal` of this
+    /// process exported as `handle`.
+    pub fn shareable(
+        handle: [u8; HANDLE_BYTES],
+        ordinal: usize,
+        ptr: u64,
+        len: usize,
+    ) -> Shareable {
+        let export = Self {
+            handle,
+            pid: std::process::id(),
+            ordinal: ordinal as u32,
+            ptr,
+            len: len as u64,
+        };
+        Shareable {
+            bytes: export.encode(),
+            fd: None,
+        }
+    }
+
+    /// Decodes a peer's export of `runtime` memory (named in errors) of which the importer
+    /// maps `bytes`: [`Error::Bootstrap`] unless it covers them.
+    pub fn decode_covering(shareable: &Shareable, runtime: &str, bytes: usize) -> Result<Self> {
+        let export = Self::decode(&shareable.bytes, runtime)?;
+        if bytes == 0 || bytes as u64 > export.len {
+            return Err(Error::Bootstrap(format!(
+                "peer exported {} bytes of {runtime} memory, {bytes} expected",
+                export.len
+            )));
+        }
+        Ok(export)
+    }
+
+    /// True when this process made the export (where the runtimes refuse to open it).
+    pub fn is_from_this_process(&self) -> bool {
+        self.pid == std::process::id()
     }
 
     /// Decodes `bytes` from a peer of backend `backend` (named in the error).

@@ -30,13 +30,13 @@ pub(super) type MemHandle = sys::CUmemGenericAllocationHandle;
 pub(super) struct Context(sys::CUcontext);
 /// A `CUstream`.
 #[derive(Clone, Copy, Debug)]
-pub(super) struct Stream(sys::CUstream);
+pub struct Stream(sys::CUstream);
 /// A `CUmodule`.
 #[derive(Clone, Copy, Debug)]
-pub(super) struct Module(sys::CUmodule);
+pub struct Module(sys::CUmodule);
 /// A `CUfunction`.
 #[derive(Clone, Copy, Debug)]
-pub(super) struct Function(sys::CUfunction);
+pub struct Function(sys::CUfunction);
 
 // SAFETY: driver-API handles are opaque tokens that the CUDA driver accepts from any
 // thread of the process (the driver API is thread-safe); nothing is dereferenced here.

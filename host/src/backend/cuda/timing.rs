@@ -9,7 +9,8 @@
 //! between streams. The timer's own waits are not counted in
 //! [`crate::backend::Backend::device_to_host_syncs`]: they are the benchmark's waits, not the library's.
 
-use super::{Cuda, DeviceContext, driver, record_drop};
+use super::{Cuda, DeviceContext, driver};
+use crate::backend::gpu::DeviceScope;
 use crate::error::Result;
 
 /// Times work on one backend's stream; see the module documentation.
@@ -30,7 +31,9 @@ impl Cuda {
         let start = driver::event_create()?;
         let stop = driver::event_create().inspect_err(|_| {
             // SAFETY: created just above and not used afterwards.
-            record_drop(unsafe { driver::event_destroy(start) });
+            self.ctx
+                .drop_errors
+                .record(unsafe { driver::event_destroy(start) });
         })?;
         Ok(Timer {
             cuda: self,
@@ -142,7 +145,10 @@ impl Timer<'_> {
         let exec = enqueued.and_then(|()| driver::graph_instantiate(graph));
         // SAFETY: the graph was ended above and is not used again (an instantiated graph
         // does not need it).
-        record_drop(unsafe { driver::graph_destroy(graph) });
+        self.cuda
+            .ctx
+            .drop_errors
+            .record(unsafe { driver::graph_destroy(graph) });
         Ok(Replay {
             cuda: self.cuda,
             exec: exec?,
@@ -161,20 +167,35 @@ impl Timer<'_> {
 
 impl Drop for Replay<'_> {
     fn drop(&mut self) {
-        record_drop(self.cuda.ctx.make_current());
+        self.cuda
+            .ctx
+            .drop_errors
+            .record(self.cuda.ctx.make_current());
         // SAFETY: instantiated in `Timer::capture` and not launched after this; the driver
         // defers the destruction while a launch is in flight.
-        record_drop(unsafe { driver::graph_exec_destroy(self.exec) });
+        self.cuda
+            .ctx
+            .drop_errors
+            .record(unsafe { driver::graph_exec_destroy(self.exec) });
     }
 }
 
 impl Drop for Timer<'_> {
     fn drop(&mut self) {
-        record_drop(self.cuda.ctx.make_current());
-        record_drop(driver::event_synchronize(self.stop));
+        self.cuda
+            .ctx
+            .drop_errors
+            .record(self.cuda.ctx.make_current());
+        self.cuda
+            .ctx
+            .drop_errors
+            .record(driver::event_synchronize(self.stop));
         for event in [self.start, self.stop] {
             // SAFETY: created in `Cuda::timer` and not used after this.
-            record_drop(unsafe { driver::event_destroy(event) });
+            self.cuda
+                .ctx
+                .drop_errors
+                .record(unsafe { driver::event_destroy(event) });
         }
     }
 }

@@ -1,0 +1,87 @@
+//! What the CUDA and HIP backends share, written once over a small trait of each
+//! runtime's handles ([`Runtime`]): the record of failures while dropping
+//! ([`DropErrors`]), the RAII handles that release a module, a stream, an IPC mapping
+//! and mapped host memory, a peer's memory as mapped here ([`Mapping`]), a loaded
+//! kernel crate with its kernels found by name ([`Module`]) and the default launch shape.
+//!
+//! Every handle keeps its backend's [`Runtime::Scope`]: what makes its device current on
+//! the dropping thread, and the backend's [`DropErrors`], where a failed release goes.
+
+mod drop_errors;
+mod handles;
+mod launch_shape;
+mod module;
+
+pub use drop_errors::DropErrors;
+pub use handles::{HostMapped, Mapping};
+pub(in crate::backend) use handles::{IpcOpened, LoadedModule, MappingOwner, OwnedStream};
+#[cfg(feature = "hip")]
+pub(in crate::backend) use launch_shape::THREADS;
+pub(in crate::backend) use launch_shape::grid_for_bytes;
+pub use module::Module;
+
+use crate::error::Result;
+use std::fmt::Debug;
+
+/// What a GPU backend's handles keep to reach their device: CUDA's retain of a primary
+/// context, HIP's device ordinal, each with the backend's [`DropErrors`].
+pub trait DeviceScope: Send + Sync + Debug + 'static {
+    /// Makes the device current on the calling thread.
+    fn make_current(&self) -> Result<()>;
+
+    /// Where failures while dropping the backend's objects are recorded.
+    fn drop_errors(&self) -> &DropErrors;
+
+    /// Makes the device current and runs `release`, recording a failure of either (for
+    /// `Drop`, which must not panic).
+    fn release(&self, release: impl FnOnce() -> Result<()>) {
+        self.drop_errors()
+            .record(self.make_current().and_then(|()| release()));
+    }
+}
+
+/// One GPU runtime's handle types and the calls that release them, for the shared RAII
+/// types of this module. Implemented by a marker type of each backend.
+pub trait Runtime: Debug + Send + Sync + 'static {
+    /// The runtime's name in messages (`CUDA`, `HIP`).
+    const NAME: &'static str;
+    /// What handles keep to reach their device.
+    type Scope: DeviceScope;
+    /// A stream.
+    type Stream: Copy + Send + Sync + Debug;
+    /// A loaded code object.
+    type Module: Copy + Send + Sync + Debug;
+    /// A kernel of a loaded code object.
+    type Function: Copy + Send + Sync + Debug;
+    /// A peer's memory imported and mapped by the runtime's own means rather than IPC
+    /// (CUDA: a peer's VMM heap from its file descriptor).
+    type Imported: Send + Sync + Debug;
+    /// What an in-process alias of another device's memory keeps alive (CUDA: a retain
+    /// of that device's primary context).
+    type PeerRetain: Send + Sync + Debug;
+
+    /// Unloads `module`.
+    ///
+    /// # Safety
+    /// No kernel of `module` runs, and it is not used after this.
+    unsafe fn module_unload(module: Self::Module) -> Result<()>;
+
+    /// Destroys `stream`.
+    ///
+    /// # Safety
+    /// `stream` was created by the backend and is not used after this.
+    unsafe fn stream_destroy(stream: Self::Stream) -> Result<()>;
+
+    /// Closes a pointer opened from a peer's IPC handle.
+    ///
+    /// # Safety
+    /// `ptr` came from the runtime's IPC open and is not used after this.
+    unsafe fn ipc_close_mem_handle(ptr: u64) -> Result<()>;
+
+    /// Frees page-locked host memory.
+    ///
+    /// # Safety
+    /// `host` came from the runtime's mapped host allocation, no kernel reads it any
+    /// more, and it is not used after this.
+    unsafe fn host_free(host: *mut u8) -> Result<()>;
+}
