@@ -100,3 +100,28 @@ impl IpcExport {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ipc_export_bytes_roundtrip() {
+        let e = IpcExport {
+            handle: [7; 64],
+            pid: 1234,
+            ordinal: 3,
+            ptr: 0x7f00_0000_1000,
+            len: 4096,
+        };
+        let bytes = e.encode();
+        assert_eq!(bytes.len(), IpcExport::BYTES);
+        for runtime in ["CUDA", "HIP"] {
+            assert_eq!(IpcExport::decode(&bytes, runtime).unwrap(), e);
+            assert!(matches!(
+                IpcExport::decode(&bytes[1..], runtime),
+                Err(Error::Bootstrap(_))
+            ));
+        }
+    }
+}

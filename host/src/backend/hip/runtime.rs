@@ -43,13 +43,13 @@ pub(super) type DevicePtr = u64;
 
 /// A `hipStream_t`.
 #[derive(Clone, Copy, Debug)]
-pub(super) struct Stream(sys::hipStream_t);
+pub struct Stream(sys::hipStream_t);
 /// A `hipModule_t`.
 #[derive(Clone, Copy, Debug)]
-pub(super) struct Module(sys::hipModule_t);
+pub struct Module(sys::hipModule_t);
 /// A `hipFunction_t`.
 #[derive(Clone, Copy, Debug)]
-pub(super) struct Function(sys::hipFunction_t);
+pub struct Function(sys::hipFunction_t);
 /// A `hipGraph_t` (a captured stream's work, before instantiation).
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Graph(sys::hipGraph_t);
