@@ -21,6 +21,24 @@ impl gpu::Runtime for CudaDriver {
     type Imported = VmmView;
     type PeerRetain = DeviceContext;
 
+    fn stream_synchronize(stream: driver::Stream) -> Result<()> {
+        driver::stream_synchronize(stream)
+    }
+    fn stream_begin_capture(stream: driver::Stream) -> Result<()> {
+        driver::stream_begin_capture(stream)
+    }
+    unsafe fn memset_d8_async(
+        dst: u64,
+        value: u8,
+        bytes: usize,
+        stream: driver::Stream,
+    ) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        unsafe { driver::memset_d8_async(dst, value, bytes, stream) }
+    }
+    fn host_alloc_mapped(bytes: usize) -> Result<(*mut u8, u64)> {
+        driver::mem_host_alloc_mapped(bytes)
+    }
     unsafe fn module_unload(module: driver::Module) -> Result<()> {
         // SAFETY: forwarded from the caller.
         unsafe { driver::module_unload(module) }

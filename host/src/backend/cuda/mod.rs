@@ -22,7 +22,7 @@
 //!
 //! - The heap is VMM memory: `cuMemCreate` (POSIX fd handle type requested) mapped into
 //!   a `cuMemAddressReserve` range with `cuMemMap` + `cuMemSetAccess`. It is exported as
-//!   a file descriptor (`cuMemExportToShareableHandle`); [`Backend::import_heap`] imports
+//!   a file descriptor (`cuMemExportToShareableHandle`); [`Backend::import_heap`](super::Backend::import_heap) imports
 //!   it and maps it into a *new* reservation, so the importer's base differs from the
 //!   exporter's even in the same process.
 //! - Plain allocations are `cuMemAlloc`, shared with `cuIpcGetMemHandle` /
@@ -55,7 +55,7 @@
 //!
 //! [`Cuda::for_rank`] places rank `r` on device `r % count`. A heap imported from another
 //! device is mapped with access for this rank's device, which needs a peer-to-peer path
-//! between the two: [`Backend::import_heap`] asks the driver which device backs the
+//! between the two: [`Backend::import_heap`](super::Backend::import_heap) asks the driver which device backs the
 //! imported handle and answers [`Error::PeerUnreachable`] where `cuDeviceCanAccessPeer`
 //! says no, instead of leaving a mapping whose first access faults. An in-process import
 //! of another device's `cuMemAlloc` enables peer access from this rank's context to that
@@ -72,8 +72,7 @@ pub mod timing;
 use super::gpu::{self, DeviceScope, DropErrors, MappingOwner};
 use super::ipc::IpcExport;
 use super::{
-    Backend, BackendKind, CodeObjects, DeviceRegion, Grid, HeapAccess, KernelLaunch, Shareable,
-    SharedRegion,
+    BackendKind, CodeObjects, DeviceRegion, Grid, HeapAccess, KernelLaunch, Shareable, SharedRegion,
 };
 use crate::error::{Error, Result};
 use cudarc::driver::sys::CUdevice_attribute;
@@ -81,7 +80,6 @@ use handles::{Context, CudaDriver, Physical, VmmView, map_physical};
 use std::ffi::{CString, c_void};
 use std::fmt;
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// The largest `gridDim.x` CUDA accepts.
@@ -213,28 +211,27 @@ pub type CudaShared = gpu::HostMapped<CudaDriver>;
 pub type CudaModule = gpu::Module<CudaDriver>;
 
 /// The CUDA backend of one rank: a device, its primary context and a non-blocking
-/// stream. Kernel crates are loaded with [`Backend::load_module`].
+/// stream. Kernel crates are loaded with [`Backend::load_module`](super::Backend::load_module).
 pub struct Cuda {
-    // Field order is drop order: staging, stream, then the context retain.
+    // Field order is drop order: the rank (which waits for its stream, then destroys
+    // it), staging, then the context retain.
+    rank: gpu::Rank<CudaDriver>,
     staging: Mutex<staging::Staging>,
-    stream: gpu::OwnedStream<CudaDriver>,
     ctx: Arc<Context>,
     ordinal: usize,
-    name: String,
     arch: String,
     major: i32,
     minor: i32,
     driver_version: i32,
     granularity: usize,
     vmm_fd_supported: bool,
-    syncs: AtomicU64,
 }
 
 impl fmt::Debug for Cuda {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Cuda")
             .field("ordinal", &self.ordinal)
-            .field("name", &self.name)
+            .field("name", &self.rank.name())
             .field("arch", &self.arch)
             .field("driver_version", &self.driver_version)
             .field("granularity", &self.granularity)
@@ -293,25 +290,21 @@ impl Cuda {
             2 << 20
         };
 
-        let stream = gpu::OwnedStream {
-            scope: Arc::clone(&ctx),
-            stream: driver::stream_create_non_blocking()?,
-        };
+        let stream = driver::stream_create_non_blocking()?;
+        let rank = gpu::Rank::new(Arc::clone(&ctx), stream, name);
         let staging = Mutex::new(staging::Staging::new(Arc::clone(&ctx))?);
 
         Ok(Self {
+            rank,
             staging,
-            stream,
             ctx,
             ordinal,
-            name,
             arch: format!("sm_{major}{minor}"),
             major,
             minor,
             driver_version,
             granularity,
             vmm_fd_supported,
-            syncs: AtomicU64::new(0),
         })
     }
 
@@ -369,34 +362,18 @@ impl Cuda {
             .lock()
             .map_err(|_| Error::Unsupported("CUDA staging ring poisoned"))
     }
-
-    fn count_sync(&self) {
-        self.syncs.fetch_add(1, Ordering::Relaxed);
-    }
 }
 
-impl Drop for Cuda {
-    fn drop(&mut self) {
-        // Teardown only, not counted: nothing may be freed under a running kernel, so
-        // wait for the stream before the fields drop.
-        self.ctx
-            .release(|| driver::stream_synchronize(self.stream.stream));
-    }
-}
-
-impl Backend for Cuda {
+impl gpu::GpuBackend for Cuda {
+    type Runtime = CudaDriver;
     type Heap = CudaHeap;
-    type Mapping = CudaMapping;
     type DeviceMemory = CudaDeviceMemory;
-    type Module = CudaModule;
-    type Shared = CudaShared;
+    const MAX_BLOCKS: u64 = MAX_BLOCKS;
+    type Graph = CudaGraph;
+    const KIND: BackendKind = BackendKind::Cuda;
 
-    fn kind(&self) -> BackendKind {
-        BackendKind::Cuda
-    }
-
-    fn device_name(&self) -> String {
-        self.name.clone()
+    fn rank(&self) -> &gpu::Rank<CudaDriver> {
+        &self.rank
     }
 
     fn heap_granularity(&self) -> usize {
@@ -531,34 +508,19 @@ impl Backend for Cuda {
     }
 
     unsafe fn upload(&self, dst: u64, src: &[u8]) -> Result<()> {
-        if src.is_empty() {
-            return Ok(());
-        }
-        self.ctx.make_current()?;
         let mut staging = self.staging()?;
+        let count_sync = || self.rank.count_sync();
         // SAFETY: `dst` is device memory of this rank's address space (the caller's
         // contract), and the staging ring is only ever used with this backend's stream.
-        unsafe { staging.upload(dst, src, self.stream.stream, &|| self.count_sync()) }
+        unsafe { staging.upload(dst, src, self.rank.stream(), &count_sync) }
     }
 
     unsafe fn download(&self, dst: &mut [u8], src: u64) -> Result<()> {
-        if dst.is_empty() {
-            return Ok(());
-        }
-        self.ctx.make_current()?;
         let mut staging = self.staging()?;
+        let count_sync = || self.rank.count_sync();
         // SAFETY: `src` is readable device memory (the caller's contract), and the
         // staging ring is only ever used with this backend's stream.
-        unsafe { staging.download(dst, src, self.stream.stream, &|| self.count_sync()) }
-    }
-
-    unsafe fn memset(&self, dst: u64, value: u8, bytes: usize) -> Result<()> {
-        if bytes == 0 {
-            return Ok(());
-        }
-        self.ctx.make_current()?;
-        // SAFETY: `dst..dst+bytes` is device memory of this rank (the caller's contract).
-        unsafe { driver::memset_d8_async(dst, value, bytes, self.stream.stream) }
+        unsafe { staging.download(dst, src, self.rank.stream(), &count_sync) }
     }
 
     fn load_module(&self, objects: &'static CodeObjects) -> Result<CudaModule> {
@@ -580,25 +542,11 @@ impl Backend for Cuda {
         Ok(CudaModule::new(objects, target, loaded, functions))
     }
 
-    fn alloc_shared(&self, bytes: usize) -> Result<CudaShared> {
-        self.ctx.make_current()?;
-        let (host, device) = driver::mem_host_alloc_mapped(bytes.max(1))?;
-        Ok(CudaShared::new(host, device, Arc::clone(&self.ctx)))
-    }
-
     fn heap_access(&self, heap: &CudaHeap) -> Result<Box<dyn HeapAccess>> {
         Ok(Box::new(engine_heap::CudaEngineHeap::new(
             self.ordinal,
             heap.base(),
         )?))
-    }
-
-    fn heap_host_ptr(&self, _: &CudaHeap) -> Option<*mut u8> {
-        None
-    }
-
-    fn kernels_on_host(&self) -> bool {
-        false
     }
 
     unsafe fn watch(&self, module: &mut CudaModule, control: &CudaShared) -> Result<()> {
@@ -611,13 +559,12 @@ impl Backend for Cuda {
         unsafe { driver::memcpy_htod(global, &control.device_ptr().to_ne_bytes()) }
     }
 
-    unsafe fn launch(
+    unsafe fn launch_function(
         &self,
-        module: &CudaModule,
+        function: driver::Function,
         launch: &KernelLaunch<'_>,
         grid: Grid,
     ) -> Result<()> {
-        let function = module.function(launch.name)?;
         self.ctx.make_current()?;
         let mut params = [std::ptr::null_mut::<c_void>(); 16];
         let params = params
@@ -634,40 +581,15 @@ impl Backend for Cuda {
                 function,
                 grid.blocks,
                 grid.threads,
-                self.stream.stream,
+                self.rank.stream(),
                 params,
             )
         }
     }
 
-    fn grid_for_bytes(&self, bytes: usize) -> Grid {
-        gpu::grid_for_bytes(bytes as u64, MAX_BLOCKS)
-    }
-
-    fn collective_grid(&self) -> Grid {
-        // Few enough blocks that several ranks' grids fit on one GPU at once.
-        Grid::new(8, 256)
-    }
-
-    fn synchronize(&self) -> Result<()> {
-        self.ctx.make_current()?;
-        let synced = driver::stream_synchronize(self.stream.stream);
-        self.count_sync();
-        synced
-    }
-
-    fn device_to_host_syncs(&self) -> u64 {
-        self.syncs.load(Ordering::Relaxed)
-    }
-
-    type Graph = CudaGraph;
-    fn begin_capture(&self) -> Result<()> {
-        self.ctx.make_current()?;
-        driver::stream_begin_capture(self.stream.stream)
-    }
     fn end_capture(&self) -> Result<CudaGraph> {
         self.ctx.make_current()?;
-        let graph = driver::stream_end_capture(self.stream.stream)?;
+        let graph = driver::stream_end_capture(self.rank.stream())?;
         let exec = driver::graph_instantiate(graph);
         // SAFETY: the graph was ended above and is not used again (an instantiated graph
         // does not need it).
@@ -681,11 +603,11 @@ impl Backend for Cuda {
     }
     unsafe fn replay(&self, graph: &CudaGraph) -> Result<()> {
         self.ctx.make_current()?;
-        driver::graph_launch(graph.exec, self.stream.stream)
+        driver::graph_launch(graph.exec, self.rank.stream())
     }
 }
 
-/// Launches captured from a rank's stream ([`Backend::begin_capture`]), instantiated on
+/// Launches captured from a rank's stream ([`Backend::begin_capture`](super::Backend::begin_capture)), instantiated on
 /// its context: one `cuGraphLaunch` replays them all. Dropping it destroys the
 /// instantiation (the driver defers that while a launch of it is in flight).
 #[derive(Debug)]

@@ -2,6 +2,7 @@
 //! `skipped: <reason>` (and pass) when [`Cuda::new`] fails.
 
 use super::*;
+use crate::backend::Backend;
 use crate::backend::launch_lowered;
 use std::process::Command;
 

@@ -55,7 +55,7 @@ impl Timer<'_> {
     pub unsafe fn memcpy_dtod(&self, dst: u64, src: u64, bytes: usize) -> Result<()> {
         self.cuda.ctx.make_current()?;
         // SAFETY: forwarded from the caller; the stream is live.
-        unsafe { driver::memcpy_dtod_async(dst, src, bytes, self.cuda.stream.stream) }
+        unsafe { driver::memcpy_dtod_async(dst, src, bytes, self.cuda.rank.stream()) }
     }
 
     /// Enqueues `cuMemcpyPeerAsync` of `bytes` from `src` (memory of `src_ctx`'s device)
@@ -86,7 +86,7 @@ impl Timer<'_> {
                 src,
                 src_ctx.0.ctx,
                 bytes,
-                self.cuda.stream.stream,
+                self.cuda.rank.stream(),
             )
         }
     }
@@ -98,7 +98,7 @@ impl Timer<'_> {
     /// Whatever `enqueue` returns, and [`crate::Error::Driver`] from the event calls.
     pub fn time_ms(&self, enqueue: impl FnOnce(&Self) -> Result<()>) -> Result<f32> {
         self.cuda.ctx.make_current()?;
-        let stream = self.cuda.stream.stream;
+        let stream = self.cuda.rank.stream();
         driver::event_record(self.start, stream)?;
         let enqueued = enqueue(self);
         self.cuda.ctx.make_current()?;
@@ -115,7 +115,7 @@ impl Timer<'_> {
     /// [`crate::Error::Driver`], for instance when an enqueued kernel faulted.
     pub fn synchronize(&self) -> Result<()> {
         self.cuda.ctx.make_current()?;
-        driver::stream_synchronize(self.cuda.stream.stream)
+        driver::stream_synchronize(self.cuda.rank.stream())
     }
 }
 
@@ -136,7 +136,7 @@ impl Timer<'_> {
     /// the capture (for instance a synchronising call inside `enqueue`).
     pub fn capture(&self, enqueue: impl FnOnce(&Self) -> Result<()>) -> Result<Replay<'_>> {
         self.cuda.ctx.make_current()?;
-        let stream = self.cuda.stream.stream;
+        let stream = self.cuda.rank.stream();
         driver::stream_begin_capture(stream)?;
         let enqueued = enqueue(self);
         self.cuda.ctx.make_current()?;
@@ -161,7 +161,7 @@ impl Timer<'_> {
     /// [`crate::Error::Driver`] when the driver refuses the launch.
     pub fn replay(&self, replay: &Replay<'_>) -> Result<()> {
         self.cuda.ctx.make_current()?;
-        driver::graph_launch(replay.exec, self.cuda.stream.stream)
+        driver::graph_launch(replay.exec, self.cuda.rank.stream())
     }
 }
 

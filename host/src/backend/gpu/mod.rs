@@ -2,16 +2,23 @@
 //! runtime's handles ([`Runtime`]): the record of failures while dropping
 //! ([`DropErrors`]), the RAII handles that release a module, a stream, an IPC mapping
 //! and mapped host memory, a peer's memory as mapped here ([`Mapping`]), a loaded
-//! kernel crate with its kernels found by name ([`Module`]) and the default launch shape.
+//! kernel crate with its kernels found by name ([`Module`]), the rank's stream and wait
+//! count ([`Rank`]), the default launch shape, and the [`Backend`] implementation itself
+//! over what differs between the runtimes ([`GpuBackend`]).
+//!
+//! [`Backend`]: crate::backend::Backend
 //!
 //! Every handle keeps its backend's [`Runtime::Scope`]: what makes its device current on
 //! the dropping thread, and the backend's [`DropErrors`], where a failed release goes.
 
+mod backend;
 mod drop_errors;
 mod handles;
 mod launch_shape;
 mod module;
+mod rank;
 
+pub use backend::GpuBackend;
 pub use drop_errors::DropErrors;
 pub use handles::{HostMapped, Mapping};
 pub(in crate::backend) use handles::{IpcOpened, LoadedModule, MappingOwner, OwnedStream};
@@ -19,6 +26,7 @@ pub(in crate::backend) use handles::{IpcOpened, LoadedModule, MappingOwner, Owne
 pub(in crate::backend) use launch_shape::THREADS;
 pub(in crate::backend) use launch_shape::grid_for_bytes;
 pub use module::Module;
+pub use rank::Rank;
 
 use crate::error::Result;
 use std::fmt::Debug;
@@ -59,6 +67,27 @@ pub trait Runtime: Debug + Send + Sync + 'static {
     /// What an in-process alias of another device's memory keeps alive (CUDA: a retain
     /// of that device's primary context).
     type PeerRetain: Send + Sync + Debug;
+
+    /// Waits for all work enqueued on `stream`.
+    fn stream_synchronize(stream: Self::Stream) -> Result<()>;
+
+    /// Starts capturing `stream`'s launches into a graph.
+    fn stream_begin_capture(stream: Self::Stream) -> Result<()>;
+
+    /// Enqueues setting `bytes` bytes at `dst` to `value` on `stream`.
+    ///
+    /// # Safety
+    /// `dst..dst + bytes` is writable device memory that nothing races with.
+    unsafe fn memset_d8_async(
+        dst: u64,
+        value: u8,
+        bytes: usize,
+        stream: Self::Stream,
+    ) -> Result<()>;
+
+    /// Allocates `bytes` of page-locked host memory mapped into the current device:
+    /// its host and device addresses.
+    fn host_alloc_mapped(bytes: usize) -> Result<(*mut u8, u64)>;
 
     /// Unloads `module`.
     ///

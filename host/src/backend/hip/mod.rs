@@ -44,7 +44,7 @@
 //!
 //! # Modules
 //!
-//! [`Backend::load_module`] loads a kernel crate's [`CodeObjects`] as a [`HipModule`]:
+//! [`Backend::load_module`](super::Backend::load_module) loads a kernel crate's [`CodeObjects`] as a [`HipModule`]:
 //! the object built for exactly the device's processor (the `gcnArchName` without its
 //! feature flags; AMD ISAs are not forward-compatible), else [`Error::NoCodeObject`].
 //! It is loaded with `hipModuleLoadData`, and every kernel in it gets its
@@ -69,10 +69,10 @@
 //!
 //! # Graphs
 //!
-//! [`Backend::begin_capture`] puts the rank's stream in stream capture
+//! [`Backend::begin_capture`](super::Backend::begin_capture) puts the rank's stream in stream capture
 //! (`hipStreamBeginCapture`, thread-local mode); launches until
-//! [`Backend::end_capture`] are recorded, each with a copy of its kernarg buffer, and
-//! the graph is instantiated into a [`HipGraph`] that [`Backend::replay`] launches on
+//! [`Backend::end_capture`](super::Backend::end_capture) are recorded, each with a copy of its kernarg buffer, and
+//! the graph is instantiated into a [`HipGraph`] that [`Backend::replay`](super::Backend::replay) launches on
 //! the same stream (`hipGraphLaunch`).
 
 mod code_object;
@@ -87,14 +87,12 @@ pub use runtime::{BINDINGS_HIP_VERSION, FFI_FACTS, FfiFact, Relation};
 use super::gpu::{self, DeviceScope, DropErrors, MappingOwner, THREADS};
 use super::ipc::IpcExport;
 use super::{
-    Backend, BackendKind, CodeObjects, DeviceRegion, Grid, HeapAccess, KernelLaunch, Shareable,
-    SharedRegion,
+    BackendKind, CodeObjects, DeviceRegion, Grid, HeapAccess, KernelLaunch, Shareable, SharedRegion,
 };
 use crate::error::{Error, Result};
 use std::ffi::{CString, c_int};
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The most blocks of [`THREADS`] a launch may have: an HSA dispatch's grid size is a
 /// 32-bit count of work-items.
@@ -117,6 +115,24 @@ impl gpu::Runtime for HipRuntime {
     type Imported = std::convert::Infallible;
     type PeerRetain = std::convert::Infallible;
 
+    fn stream_synchronize(stream: runtime::Stream) -> Result<()> {
+        runtime::stream_synchronize(stream)
+    }
+    fn stream_begin_capture(stream: runtime::Stream) -> Result<()> {
+        runtime::stream_begin_capture(stream)
+    }
+    unsafe fn memset_d8_async(
+        dst: u64,
+        value: u8,
+        bytes: usize,
+        stream: runtime::Stream,
+    ) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        unsafe { runtime::memset_d8_async(dst, value, bytes, stream) }
+    }
+    fn host_alloc_mapped(bytes: usize) -> Result<(*mut u8, u64)> {
+        runtime::host_malloc_mapped(bytes)
+    }
     unsafe fn module_unload(module: runtime::Module) -> Result<()> {
         // SAFETY: forwarded from the caller.
         unsafe { runtime::module_unload(module) }
@@ -215,23 +231,21 @@ pub type HipShared = gpu::HostMapped<HipRuntime>;
 pub type HipModule = gpu::Module<HipRuntime>;
 
 /// The HIP backend of one rank: a device and a non-blocking stream. Kernel crates are
-/// loaded with [`Backend::load_module`].
+/// loaded with [`Backend::load_module`](super::Backend::load_module).
 pub struct Hip {
-    // Field order is drop order: the stream, then the device.
-    stream: Arc<gpu::OwnedStream<HipRuntime>>,
+    // Field order is drop order: the rank (which waits for its stream), then the device.
+    rank: gpu::Rank<HipRuntime>,
     device: Arc<Device>,
     ordinal: usize,
-    name: String,
     arch: String,
     runtime_version: i32,
-    syncs: AtomicU64,
 }
 
 impl fmt::Debug for Hip {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Hip")
             .field("ordinal", &self.ordinal)
-            .field("name", &self.name)
+            .field("name", &self.rank.name())
             .field("arch", &self.arch)
             .field("runtime_version", &self.runtime_version)
             .finish_non_exhaustive()
@@ -261,18 +275,13 @@ impl Hip {
         device.make_current()?;
         let name = runtime::device_name(ordinal_c)?;
         let arch = runtime::arch_name(ordinal_c)?;
-        let stream = Arc::new(gpu::OwnedStream {
-            scope: Arc::clone(&device),
-            stream: runtime::stream_create_non_blocking()?,
-        });
+        let stream = runtime::stream_create_non_blocking()?;
         Ok(Self {
-            stream,
+            rank: gpu::Rank::new(Arc::clone(&device), stream, name),
             device,
             ordinal,
-            name,
             arch,
             runtime_version,
-            syncs: AtomicU64::new(0),
         })
     }
 
@@ -295,10 +304,6 @@ impl Hip {
     /// mappings, allocations, modules, graphs); hold it to read them after those are gone.
     pub fn drop_errors(&self) -> Arc<DropErrors> {
         Arc::clone(&self.device.drop_errors)
-    }
-
-    fn count_sync(&self) {
-        self.syncs.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Exports a HIP allocation of this rank.
@@ -399,28 +404,17 @@ impl std::ops::DerefMut for AlignedBytes {
     }
 }
 
-impl Drop for Hip {
-    fn drop(&mut self) {
-        // Teardown only, not counted: the stream must not be destroyed under running
-        // work, so wait for it before the fields drop.
-        self.device
-            .release(|| runtime::stream_synchronize(self.stream.stream));
-    }
-}
-
-impl Backend for Hip {
+impl gpu::GpuBackend for Hip {
+    type Runtime = HipRuntime;
+    const KIND: BackendKind = BackendKind::Hip;
     type Heap = HipHeap;
-    type Mapping = HipMapping;
     type DeviceMemory = HipDeviceMemory;
-    type Module = HipModule;
-    type Shared = HipShared;
+    // An HSA dispatch's grid size is a 32-bit count of work-items.
+    const MAX_BLOCKS: u64 = MAX_BLOCKS;
+    type Graph = HipGraph;
 
-    fn kind(&self) -> BackendKind {
-        BackendKind::Hip
-    }
-
-    fn device_name(&self) -> String {
-        self.name.clone()
+    fn rank(&self) -> &gpu::Rank<HipRuntime> {
+        &self.rank
     }
 
     fn heap_granularity(&self) -> usize {
@@ -465,39 +459,21 @@ impl Backend for Hip {
     }
 
     unsafe fn upload(&self, dst: u64, src: &[u8]) -> Result<()> {
-        if src.is_empty() {
-            return Ok(());
-        }
-        self.device.make_current()?;
         // SAFETY: `dst..dst + src.len()` is writable device memory of this rank that
         // nothing races with (the caller's contract). HIP stages pageable `src` before
         // this returns, so the caller may reuse it at once.
-        unsafe { runtime::memcpy_htod_async(dst, src, self.stream.stream) }
+        unsafe { runtime::memcpy_htod_async(dst, src, self.rank.stream()) }
     }
 
     unsafe fn download(&self, dst: &mut [u8], src: u64) -> Result<()> {
-        if dst.is_empty() {
-            return Ok(());
-        }
-        self.device.make_current()?;
         // SAFETY: `src..src + dst.len()` is readable device memory of this rank's address
         // space (the caller's contract), and the stream is synchronised below before
         // `dst` is released.
-        let copied = unsafe { runtime::memcpy_dtoh_async(dst, src, self.stream.stream) };
+        let copied = unsafe { runtime::memcpy_dtoh_async(dst, src, self.rank.stream()) };
         // Synchronise even when enqueuing failed, so no copy into `dst` can be in flight.
-        let synced = runtime::stream_synchronize(self.stream.stream);
-        self.count_sync();
+        let synced = runtime::stream_synchronize(self.rank.stream());
+        self.rank.count_sync();
         copied.and(synced)
-    }
-
-    unsafe fn memset(&self, dst: u64, value: u8, bytes: usize) -> Result<()> {
-        if bytes == 0 {
-            return Ok(());
-        }
-        self.device.make_current()?;
-        // SAFETY: `dst..dst + bytes` is writable device memory of this rank that nothing
-        // races with (the caller's contract).
-        unsafe { runtime::memset_d8_async(dst, value, bytes, self.stream.stream) }
     }
 
     fn load_module(&self, objects: &'static CodeObjects) -> Result<HipModule> {
@@ -521,20 +497,6 @@ impl Backend for Hip {
             })
             .collect::<Result<_>>()?;
         Ok(HipModule::new(objects, target, loaded, functions))
-    }
-
-    fn alloc_shared(&self, bytes: usize) -> Result<HipShared> {
-        self.device.make_current()?;
-        let (host, device) = runtime::host_malloc_mapped(bytes.max(1))?;
-        Ok(HipShared::new(host, device, Arc::clone(&self.device)))
-    }
-
-    fn heap_host_ptr(&self, _: &HipHeap) -> Option<*mut u8> {
-        None
-    }
-
-    fn kernels_on_host(&self) -> bool {
-        false
     }
 
     fn heap_access(&self, _: &HipHeap) -> Result<Box<dyn HeapAccess>> {
@@ -562,13 +524,12 @@ impl Backend for Hip {
         unsafe { runtime::memcpy_htod(global, &pointer) }
     }
 
-    unsafe fn launch(
+    unsafe fn launch_function(
         &self,
-        module: &HipModule,
+        function: runtime::Function,
         launch: &KernelLaunch<'_>,
         grid: Grid,
     ) -> Result<()> {
-        let function = module.function(launch.name)?;
         if launch.args.len() != launch.slots.len() {
             return Err(Error::Unsupported(
                 "a kernel launch without one argument per parameter",
@@ -589,42 +550,15 @@ impl Backend for Hip {
                 function,
                 grid.blocks,
                 grid.threads,
-                self.stream.stream,
+                self.rank.stream(),
                 &mut kernargs,
             )
         }
     }
 
-    fn grid_for_bytes(&self, bytes: usize) -> Grid {
-        gpu::grid_for_bytes(bytes as u64, MAX_BLOCKS)
-    }
-
-    fn collective_grid(&self) -> Grid {
-        // Few enough blocks that several ranks' grids fit on one GPU at once.
-        Grid::new(8, 256)
-    }
-
-    fn synchronize(&self) -> Result<()> {
-        self.device.make_current()?;
-        let synced = runtime::stream_synchronize(self.stream.stream);
-        self.count_sync();
-        synced
-    }
-
-    fn device_to_host_syncs(&self) -> u64 {
-        self.syncs.load(Ordering::Relaxed)
-    }
-
-    type Graph = HipGraph;
-
-    fn begin_capture(&self) -> Result<()> {
-        self.device.make_current()?;
-        runtime::stream_begin_capture(self.stream.stream)
-    }
-
     fn end_capture(&self) -> Result<HipGraph> {
         self.device.make_current()?;
-        let graph = runtime::stream_end_capture(self.stream.stream)?;
+        let graph = runtime::stream_end_capture(self.rank.stream())?;
         let exec = runtime::graph_instantiate(graph);
         // SAFETY: the graph was ended above and is not used again; the executable graph
         // does not need it (the runtimes this backend supports, ROCm 6.0 and later, clone
@@ -634,29 +568,29 @@ impl Backend for Hip {
             .record(unsafe { runtime::graph_destroy(graph) });
         Ok(HipGraph {
             exec: exec?,
-            stream: Arc::clone(&self.stream),
+            stream: Arc::clone(self.rank.owned_stream()),
         })
     }
 
     unsafe fn replay(&self, graph: &HipGraph) -> Result<()> {
         // A graph replays only on the stream it was captured from (its drop waits for
         // that stream alone).
-        if !Arc::ptr_eq(&graph.stream, &self.stream) {
+        if !Arc::ptr_eq(&graph.stream, self.rank.owned_stream()) {
             return Err(Error::Unsupported(
                 "replaying a HIP graph on a rank other than the one that captured it",
             ));
         }
         self.device.make_current()?;
-        runtime::graph_launch(graph.exec, self.stream.stream)
+        runtime::graph_launch(graph.exec, self.rank.stream())
     }
 }
 
-/// Launches captured from a rank's stream ([`Backend::begin_capture`]), instantiated on
+/// Launches captured from a rank's stream ([`Backend::begin_capture`](super::Backend::begin_capture)), instantiated on
 /// its device: one `hipGraphLaunch` replays them all, with the kernel arguments they were
 /// captured with (HIP copies each launch's kernarg buffer into the graph).
 ///
 /// Dropping it first waits for the rank's stream, so no replay of it is in flight (a
-/// teardown wait, not counted in [`Backend::device_to_host_syncs`]; HIP does not promise
+/// teardown wait, not counted in [`Backend::device_to_host_syncs`](super::Backend::device_to_host_syncs); HIP does not promise
 /// to defer the destruction of a running graph as CUDA does), then destroys the
 /// instantiation. It keeps the stream alive until then, also past the [`Hip`] backend.
 /// If the wait fails, the instantiation is leaked rather than destroyed under a replay

@@ -2,6 +2,7 @@
 //! `skipped: <reason>` (and pass) when [`Hip::new`] fails.
 
 use super::*;
+use crate::backend::Backend;
 use crate::backend::HostKernel;
 use crate::backend::launch_lowered;
 use symmem_arch::host::HostThread;
