@@ -66,10 +66,10 @@ unsafe impl Sync for Event {}
 
 /// A `CUgraph` (a captured stream's work, before instantiation).
 #[derive(Clone, Copy, Debug)]
-pub(super) struct Graph(sys::CUgraph);
+pub struct Graph(sys::CUgraph);
 /// A `CUgraphExec` (an instantiated graph, launched with [`graph_launch`]).
 #[derive(Clone, Copy, Debug)]
-pub(super) struct GraphExec(sys::CUgraphExec);
+pub struct GraphExec(sys::CUgraphExec);
 // SAFETY: as for `Context`.
 unsafe impl Send for GraphExec {}
 // SAFETY: as for `Context`.

@@ -3,9 +3,11 @@
 //! its reserved range and its mapping), each released on drop.
 
 use super::{Cuda, DeviceContext, driver};
+use crate::backend::Grid;
 use crate::backend::gpu::{self, DeviceScope, DropErrors};
+use crate::backend::ipc::HANDLE_BYTES;
 use crate::error::{Error, Result};
-use std::ffi::c_int;
+use std::ffi::{c_int, c_void};
 use std::sync::Arc;
 
 /// The CUDA driver's handles, as the shared GPU handles ([`gpu`]) release them.
@@ -18,6 +20,9 @@ impl gpu::Runtime for CudaDriver {
     type Stream = driver::Stream;
     type Module = driver::Module;
     type Function = driver::Function;
+    type KernelArgs = KernelParams;
+    type Graph = driver::Graph;
+    type GraphExec = driver::GraphExec;
     type Imported = VmmView;
     type PeerRetain = DeviceContext;
 
@@ -35,6 +40,30 @@ impl gpu::Runtime for CudaDriver {
     ) -> Result<()> {
         // SAFETY: forwarded from the caller.
         unsafe { driver::memset_d8_async(dst, value, bytes, stream) }
+    }
+    fn stream_end_capture(stream: driver::Stream) -> Result<driver::Graph> {
+        driver::stream_end_capture(stream)
+    }
+    fn graph_instantiate(graph: driver::Graph) -> Result<driver::GraphExec> {
+        driver::graph_instantiate(graph)
+    }
+    unsafe fn graph_destroy(graph: driver::Graph) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        unsafe { driver::graph_destroy(graph) }
+    }
+    fn ipc_get_mem_handle(ptr: u64) -> Result<[u8; HANDLE_BYTES]> {
+        driver::ipc_get_mem_handle(ptr)
+    }
+    unsafe fn launch_kernel(
+        function: driver::Function,
+        grid: Grid,
+        stream: driver::Stream,
+        args: &mut KernelParams,
+    ) -> Result<()> {
+        let params = &mut args.pointers[..args.count];
+        // SAFETY: forwarded from the caller; the driver copies the parameters before
+        // returning.
+        unsafe { driver::launch_kernel(function, grid.blocks, grid.threads, stream, params) }
     }
     fn host_alloc_mapped(bytes: usize) -> Result<(*mut u8, u64)> {
         driver::mem_host_alloc_mapped(bytes)
@@ -54,6 +83,34 @@ impl gpu::Runtime for CudaDriver {
     unsafe fn host_free(host: *mut u8) -> Result<()> {
         // SAFETY: forwarded from the caller.
         unsafe { driver::mem_free_host(host) }
+    }
+}
+
+/// The most parameters a kernel launch passes to `cuLaunchKernel`.
+const MAX_KERNEL_PARAMS: usize = 16;
+
+/// A launch's kernel parameters as `cuLaunchKernel` takes them: one pointer per
+/// parameter, in order, to its value in the parameter's ABI type.
+pub struct KernelParams {
+    pointers: [*mut c_void; MAX_KERNEL_PARAMS],
+    count: usize,
+}
+
+impl KernelParams {
+    /// The parameters whose values `args` point at, or [`Error::Unsupported`] for more
+    /// than the driver call here passes.
+    pub(super) fn new(args: &[*const ()]) -> Result<Self> {
+        let mut pointers = [std::ptr::null_mut::<c_void>(); MAX_KERNEL_PARAMS];
+        let params = pointers
+            .get_mut(..args.len())
+            .ok_or(Error::Unsupported("a kernel of more than 16 parameters"))?;
+        for (param, &arg) in params.iter_mut().zip(args) {
+            *param = arg.cast_mut().cast();
+        }
+        Ok(Self {
+            pointers,
+            count: args.len(),
+        })
     }
 }
 

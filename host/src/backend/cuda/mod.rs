@@ -69,15 +69,15 @@ mod handles;
 mod staging;
 pub mod timing;
 
-use super::gpu::{self, DeviceScope, DropErrors, MappingOwner};
+use super::gpu::{self, DeviceScope, DropErrors};
 use super::ipc::IpcExport;
 use super::{
-    BackendKind, CodeObjects, DeviceRegion, Grid, HeapAccess, KernelLaunch, Shareable, SharedRegion,
+    BackendKind, CodeObjects, DeviceRegion, HeapAccess, KernelLaunch, Shareable, SharedRegion,
 };
 use crate::error::{Error, Result};
 use cudarc::driver::sys::CUdevice_attribute;
-use handles::{Context, CudaDriver, Physical, VmmView, map_physical};
-use std::ffi::{CString, c_void};
+use handles::{Context, CudaDriver, KernelParams, Physical, VmmView, map_physical};
+use std::ffi::CString;
 use std::fmt;
 use std::os::fd::AsFd;
 use std::sync::{Arc, Mutex};
@@ -213,29 +213,25 @@ pub type CudaModule = gpu::Module<CudaDriver>;
 /// The CUDA backend of one rank: a device, its primary context and a non-blocking
 /// stream. Kernel crates are loaded with [`Backend::load_module`](super::Backend::load_module).
 pub struct Cuda {
-    // Field order is drop order: the rank (which waits for its stream, then destroys
-    // it), staging, then the context retain.
-    rank: gpu::Rank<CudaDriver>,
-    staging: Mutex<staging::Staging>,
-    ctx: Arc<Context>,
-    ordinal: usize,
-    arch: String,
     major: i32,
     minor: i32,
     driver_version: i32,
     granularity: usize,
     vmm_fd_supported: bool,
+    // Field order is drop order: the rank (which waits for its stream, then destroys
+    // it), staging, then the context retain.
+    rank: gpu::Rank<CudaDriver>,
+    staging: Mutex<staging::Staging>,
+    ctx: Arc<Context>,
 }
 
 impl fmt::Debug for Cuda {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Cuda")
-            .field("ordinal", &self.ordinal)
-            .field("name", &self.rank.name())
-            .field("arch", &self.arch)
-            .field("driver_version", &self.driver_version)
-            .field("granularity", &self.granularity)
-            .finish_non_exhaustive()
+        let runtime: [(&str, &dyn fmt::Debug); 2] = [
+            ("driver_version", &self.driver_version),
+            ("granularity", &self.granularity),
+        ];
+        self.rank.fmt_backend(f, "Cuda", &runtime)
     }
 }
 
@@ -291,20 +287,23 @@ impl Cuda {
         };
 
         let stream = driver::stream_create_non_blocking()?;
-        let rank = gpu::Rank::new(Arc::clone(&ctx), stream, name);
+        let device = gpu::DeviceInfo {
+            ordinal,
+            name,
+            arch: format!("sm_{major}{minor}"),
+        };
+        let rank = gpu::Rank::new(Arc::clone(&ctx), stream, device);
         let staging = Mutex::new(staging::Staging::new(Arc::clone(&ctx))?);
 
         Ok(Self {
-            rank,
-            staging,
-            ctx,
-            ordinal,
-            arch: format!("sm_{major}{minor}"),
             major,
             minor,
             driver_version,
             granularity,
             vmm_fd_supported,
+            rank,
+            staging,
+            ctx,
         })
     }
 
@@ -320,7 +319,7 @@ impl Cuda {
 
     /// The device ordinal this backend drives.
     pub fn ordinal(&self) -> usize {
-        self.ordinal
+        self.rank.ordinal()
     }
 
     /// A retain of this backend's context, for copies between devices.
@@ -341,7 +340,7 @@ impl Cuda {
 
     /// The device's architecture, `sm_{major}{minor}`.
     pub fn arch(&self) -> &str {
-        &self.arch
+        self.rank.arch()
     }
 
     /// The driver's CUDA version (`cuDriverGetVersion`, e.g. 13000).
@@ -440,11 +439,7 @@ impl gpu::GpuBackend for Cuda {
         self.ctx
             .check_reaches(driver::device_get(owner_ordinal)?, owner)?;
         let view = map_physical(physical, exported, self.granularity)?;
-        Ok(CudaMapping::new(
-            view.mapped.base,
-            bytes,
-            MappingOwner::Imported { _memory: view },
-        ))
+        Ok(CudaMapping::imported(view.mapped.base, bytes, view))
     }
 
     fn alloc_device(&self, bytes: usize) -> Result<CudaDeviceMemory> {
@@ -461,14 +456,7 @@ impl gpu::GpuBackend for Cuda {
     }
 
     fn export_device_memory(&self, memory: &CudaDeviceMemory) -> Result<Shareable> {
-        self.ctx.make_current()?;
-        let handle = driver::ipc_get_mem_handle(memory.ptr)?;
-        Ok(IpcExport::shareable(
-            handle,
-            self.ordinal,
-            memory.ptr,
-            memory.len,
-        ))
+        self.rank.export_ipc(memory.ptr, memory.len)
     }
 
     fn import_device_memory(&self, handle: Shareable, bytes: usize) -> Result<CudaMapping> {
@@ -478,7 +466,7 @@ impl gpu::GpuBackend for Cuda {
             // process. All ranks of this process on one device share its primary context,
             // so the exporter's pointer is valid here as it is; another device's
             // allocation needs peer access from this context first.
-            let peer = if export.ordinal as usize == self.ordinal {
+            let peer = if export.ordinal as usize == self.rank.ordinal() {
                 None
             } else {
                 let drop_errors = Arc::clone(&self.ctx.drop_errors);
@@ -488,23 +476,11 @@ impl gpu::GpuBackend for Cuda {
                 driver::ctx_enable_peer_access(peer.ctx)?;
                 Some(DeviceContext(Arc::new(peer)))
             };
-            return Ok(CudaMapping::new(
-                export.ptr,
-                bytes,
-                MappingOwner::Alias { _peer: peer },
-            ));
+            return Ok(CudaMapping::alias(export.ptr, bytes, peer));
         }
         self.ctx.make_current()?;
         let ptr = driver::ipc_open_mem_handle(&export.handle)?;
-        let opened = gpu::IpcOpened {
-            scope: Arc::clone(&self.ctx),
-            ptr,
-        };
-        Ok(CudaMapping::new(
-            ptr,
-            bytes,
-            MappingOwner::Ipc { _opened: opened },
-        ))
+        Ok(CudaMapping::opened(Arc::clone(&self.ctx), ptr, bytes))
     }
 
     unsafe fn upload(&self, dst: u64, src: &[u8]) -> Result<()> {
@@ -531,11 +507,7 @@ impl gpu::GpuBackend for Cuda {
                 arch: format!("{target} (the embedded PTX holds a NUL byte)"),
             }
         })?;
-        self.ctx.make_current()?;
-        let loaded = gpu::LoadedModule {
-            scope: Arc::clone(&self.ctx),
-            module: driver::module_load_data(&image)?,
-        };
+        let loaded = self.rank.load_module(|| driver::module_load_data(&image))?;
         let functions = driver::module_functions(loaded.module)?
             .into_iter()
             .collect();
@@ -544,7 +516,7 @@ impl gpu::GpuBackend for Cuda {
 
     fn heap_access(&self, heap: &CudaHeap) -> Result<Box<dyn HeapAccess>> {
         Ok(Box::new(engine_heap::CudaEngineHeap::new(
-            self.ordinal,
+            self.rank.ordinal(),
             heap.base(),
         )?))
     }
@@ -559,47 +531,15 @@ impl gpu::GpuBackend for Cuda {
         unsafe { driver::memcpy_htod(global, &control.device_ptr().to_ne_bytes()) }
     }
 
-    unsafe fn launch_function(
-        &self,
-        function: driver::Function,
-        launch: &KernelLaunch<'_>,
-        grid: Grid,
-    ) -> Result<()> {
-        self.ctx.make_current()?;
-        let mut params = [std::ptr::null_mut::<c_void>(); 16];
-        let params = params
-            .get_mut(..launch.args.len())
-            .ok_or(Error::Unsupported("a kernel of more than 16 parameters"))?;
-        for (param, &arg) in params.iter_mut().zip(launch.args) {
-            *param = arg.cast_mut().cast();
-        }
-        // SAFETY: one pointer per kernel parameter, in order, each to a value of that
-        // parameter's ABI type (the caller's contract); the driver copies them before
-        // returning.
-        unsafe {
-            driver::launch_kernel(
-                function,
-                grid.blocks,
-                grid.threads,
-                self.rank.stream(),
-                params,
-            )
-        }
+    unsafe fn kernel_args(&self, launch: &KernelLaunch<'_>) -> Result<KernelParams> {
+        KernelParams::new(launch.args)
     }
 
-    fn end_capture(&self) -> Result<CudaGraph> {
-        self.ctx.make_current()?;
-        let graph = driver::stream_end_capture(self.rank.stream())?;
-        let exec = driver::graph_instantiate(graph);
-        // SAFETY: the graph was ended above and is not used again (an instantiated graph
-        // does not need it).
-        self.ctx
-            .drop_errors
-            .record(unsafe { driver::graph_destroy(graph) });
-        Ok(CudaGraph {
-            exec: exec?,
+    fn graph(&self, exec: driver::GraphExec) -> CudaGraph {
+        CudaGraph {
+            exec,
             ctx: Arc::clone(&self.ctx),
-        })
+        }
     }
     unsafe fn replay(&self, graph: &CudaGraph) -> Result<()> {
         self.ctx.make_current()?;

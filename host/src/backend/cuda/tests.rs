@@ -2,8 +2,8 @@
 //! `skipped: <reason>` (and pass) when [`Cuda::new`] fails.
 
 use super::*;
-use crate::backend::Backend;
 use crate::backend::launch_lowered;
+use crate::backend::{Backend, Grid};
 use std::process::Command;
 
 /// The env var that turns a `cuda_gpu_child_*` test into the child half of a

@@ -68,18 +68,17 @@ pub trait GpuBackend: Send + Sync + 'static {
         module: &mut Module<Self::Runtime>,
         control: &HostMapped<Self::Runtime>,
     ) -> Result<()>;
-    /// See [`Backend::launch`], of `function`, the kernel `launch` names.
+    /// `launch`'s arguments in the form the runtime takes them.
     ///
     /// # Safety
-    /// As [`Backend::launch`].
-    unsafe fn launch_function(
+    /// As [`Backend::launch`]: each of `launch.args` points at a value of its
+    /// parameter's ABI type.
+    unsafe fn kernel_args(
         &self,
-        function: <Self::Runtime as Runtime>::Function,
         launch: &KernelLaunch<'_>,
-        grid: Grid,
-    ) -> Result<()>;
-    /// See [`Backend::end_capture`].
-    fn end_capture(&self) -> Result<Self::Graph>;
+    ) -> Result<<Self::Runtime as Runtime>::KernelArgs>;
+    /// The graph of this rank that `exec` (the instantiated capture of its stream) is.
+    fn graph(&self, exec: <Self::Runtime as Runtime>::GraphExec) -> Self::Graph;
     /// See [`Backend::replay`].
     ///
     /// # Safety
@@ -195,8 +194,11 @@ impl<T: GpuBackend> Backend for T {
         grid: Grid,
     ) -> Result<()> {
         let function = module.function(launch.name)?;
-        // SAFETY: the caller's contract, forwarded; `function` is the kernel it names.
-        unsafe { self.launch_function(function, launch, grid) }
+        // SAFETY: the caller's contract, forwarded.
+        let mut args = unsafe { self.kernel_args(launch)? };
+        // SAFETY: `args` are `launch`'s arguments for `function`, the kernel it names;
+        // their addresses satisfy its contract (the caller's).
+        unsafe { self.rank().launch(function, grid, &mut args) }
     }
 
     fn grid_for_bytes(&self, bytes: usize) -> Grid {
@@ -223,7 +225,8 @@ impl<T: GpuBackend> Backend for T {
     }
 
     fn end_capture(&self) -> Result<T::Graph> {
-        GpuBackend::end_capture(self)
+        let exec = self.rank().end_capture()?;
+        Ok(self.graph(exec))
     }
 
     unsafe fn replay(&self, graph: &T::Graph) -> Result<()> {

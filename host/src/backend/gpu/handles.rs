@@ -43,9 +43,9 @@ impl<R: Runtime> Drop for OwnedStream<R> {
 
 /// A pointer opened from a peer's IPC handle; closed on drop.
 #[derive(Debug)]
-pub(in crate::backend) struct IpcOpened<R: Runtime> {
-    pub(in crate::backend) scope: Arc<R::Scope>,
-    pub(in crate::backend) ptr: u64,
+struct IpcOpened<R: Runtime> {
+    scope: Arc<R::Scope>,
+    ptr: u64,
 }
 
 impl<R: Runtime> Drop for IpcOpened<R> {
@@ -59,7 +59,7 @@ impl<R: Runtime> Drop for IpcOpened<R> {
 
 /// Who owns the memory behind a [`Mapping`].
 #[derive(Debug)]
-pub(in crate::backend) enum MappingOwner<R: Runtime> {
+enum MappingOwner<R: Runtime> {
     /// A peer's memory the runtime imported by its own means.
     Imported {
         /// Held for its drop (unmaps and releases the memory).
@@ -86,9 +86,34 @@ pub struct Mapping<R: Runtime> {
 }
 
 impl<R: Runtime> Mapping<R> {
-    /// `len` bytes at `base`, kept mapped by `owner`.
-    pub(in crate::backend) fn new(base: u64, len: usize, owner: MappingOwner<R>) -> Self {
+    /// `len` bytes at `base` of a peer's memory that the runtime imported by its own
+    /// means: `memory`, released on drop.
+    pub(in crate::backend) fn imported(base: u64, len: usize, memory: R::Imported) -> Self {
+        let owner = MappingOwner::Imported { _memory: memory };
         Self { base, len, owner }
+    }
+
+    /// `len` bytes at `ptr`, opened from a peer's IPC handle with the device of `scope`
+    /// current; closed on drop.
+    pub(in crate::backend) fn opened(scope: Arc<R::Scope>, ptr: u64, len: usize) -> Self {
+        let opened = IpcOpened { scope, ptr };
+        let owner = MappingOwner::Ipc { _opened: opened };
+        Self {
+            base: ptr,
+            len,
+            owner,
+        }
+    }
+
+    /// `len` bytes at `ptr`, memory exported by this same process: a non-owning alias,
+    /// keeping `peer` (what access to another device's memory needs) alive.
+    pub(in crate::backend) fn alias(ptr: u64, len: usize, peer: Option<R::PeerRetain>) -> Self {
+        let owner = MappingOwner::Alias { _peer: peer };
+        Self {
+            base: ptr,
+            len,
+            owner,
+        }
     }
 
     /// True when this mapping is a non-owning alias of memory exported by this same

@@ -21,13 +21,16 @@ mod rank;
 pub use backend::GpuBackend;
 pub use drop_errors::DropErrors;
 pub use handles::{HostMapped, Mapping};
-pub(in crate::backend) use handles::{IpcOpened, LoadedModule, MappingOwner, OwnedStream};
+pub(in crate::backend) use handles::{LoadedModule, OwnedStream};
 #[cfg(feature = "hip")]
 pub(in crate::backend) use launch_shape::THREADS;
 pub(in crate::backend) use launch_shape::grid_for_bytes;
 pub use module::Module;
+pub(in crate::backend) use rank::DeviceInfo;
 pub use rank::Rank;
 
+use crate::backend::Grid;
+use crate::backend::ipc::HANDLE_BYTES;
 use crate::error::Result;
 use std::fmt::Debug;
 
@@ -61,6 +64,12 @@ pub trait Runtime: Debug + Send + Sync + 'static {
     type Module: Copy + Send + Sync + Debug;
     /// A kernel of a loaded code object.
     type Function: Copy + Send + Sync + Debug;
+    /// A kernel launch's arguments in the form the runtime takes them.
+    type KernelArgs;
+    /// A stream's captured work, before instantiation.
+    type Graph: Copy;
+    /// An instantiated graph.
+    type GraphExec;
     /// A peer's memory imported and mapped by the runtime's own means rather than IPC
     /// (CUDA: a peer's VMM heap from its file descriptor).
     type Imported: Send + Sync + Debug;
@@ -83,6 +92,33 @@ pub trait Runtime: Debug + Send + Sync + 'static {
         value: u8,
         bytes: usize,
         stream: Self::Stream,
+    ) -> Result<()>;
+
+    /// Ends the capture of `stream`: the graph it recorded.
+    fn stream_end_capture(stream: Self::Stream) -> Result<Self::Graph>;
+
+    /// Instantiates `graph` for launching.
+    fn graph_instantiate(graph: Self::Graph) -> Result<Self::GraphExec>;
+
+    /// Destroys `graph`.
+    ///
+    /// # Safety
+    /// `graph` is not used after this.
+    unsafe fn graph_destroy(graph: Self::Graph) -> Result<()>;
+
+    /// The IPC handle of the allocation at `ptr` on the current device.
+    fn ipc_get_mem_handle(ptr: u64) -> Result<[u8; HANDLE_BYTES]>;
+
+    /// Enqueues `function` over `grid` on `stream` with arguments `args`.
+    ///
+    /// # Safety
+    /// `args` are `function`'s arguments in the runtime's form, and every address among
+    /// them satisfies the kernel's contract.
+    unsafe fn launch_kernel(
+        function: Self::Function,
+        grid: Grid,
+        stream: Self::Stream,
+        args: &mut Self::KernelArgs,
     ) -> Result<()>;
 
     /// Allocates `bytes` of page-locked host memory mapped into the current device:

@@ -265,3 +265,33 @@ mod elf {
         Ok(names)
     }
 }
+
+/// `bytes` copied into 8-byte-aligned storage (an ELF image is read in place by the
+/// loader; `include_bytes!` data is only byte-aligned).
+pub(super) fn aligned_copy(bytes: &[u8]) -> AlignedBytes {
+    let mut words = vec![0u64; bytes.len().div_ceil(8)];
+    bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..bytes.len()].copy_from_slice(bytes);
+    AlignedBytes {
+        words,
+        len: bytes.len(),
+    }
+}
+
+/// Bytes in `u64` storage.
+pub struct AlignedBytes {
+    words: Vec<u64>,
+    len: usize,
+}
+
+impl std::ops::Deref for AlignedBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &bytemuck::cast_slice::<u64, u8>(&self.words)[..self.len]
+    }
+}
+
+impl std::ops::DerefMut for AlignedBytes {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        &mut bytemuck::cast_slice_mut::<u64, u8>(&mut self.words)[..self.len]
+    }
+}

@@ -76,6 +76,7 @@
 //! the same stream (`hipGraphLaunch`).
 
 mod code_object;
+mod handles;
 mod runtime;
 
 pub use code_object::{
@@ -84,12 +85,14 @@ pub use code_object::{
 };
 pub use runtime::{BINDINGS_HIP_VERSION, FFI_FACTS, FfiFact, Relation};
 
-use super::gpu::{self, DeviceScope, DropErrors, MappingOwner, THREADS};
+use super::gpu::{self, DeviceScope, DropErrors, THREADS};
 use super::ipc::IpcExport;
 use super::{
-    BackendKind, CodeObjects, DeviceRegion, Grid, HeapAccess, KernelLaunch, Shareable, SharedRegion,
+    BackendKind, CodeObjects, DeviceRegion, HeapAccess, KernelLaunch, Shareable, SharedRegion,
 };
 use crate::error::{Error, Result};
+use code_object::{AlignedBytes, aligned_copy};
+use handles::{Device, HipRuntime};
 use std::ffi::{CString, c_int};
 use std::fmt;
 use std::sync::Arc;
@@ -100,73 +103,6 @@ const MAX_BLOCKS: u64 = u32::MAX as u64 / THREADS as u64;
 /// The heap size granule. `hipMalloc` has no mapping granularity; 2 MiB (the large
 /// page size of MI300's memory manager) keeps heap sizes the same on every backend.
 const HEAP_GRANULARITY: usize = 2 << 20;
-
-/// The HIP runtime's handles, as the shared GPU handles ([`gpu`]) release them.
-#[derive(Debug)]
-pub struct HipRuntime;
-
-impl gpu::Runtime for HipRuntime {
-    const NAME: &'static str = "HIP";
-    type Scope = Device;
-    type Stream = runtime::Stream;
-    type Module = runtime::Module;
-    type Function = runtime::Function;
-    // HIP maps every peer's memory through IPC, and an alias needs no retain.
-    type Imported = std::convert::Infallible;
-    type PeerRetain = std::convert::Infallible;
-
-    fn stream_synchronize(stream: runtime::Stream) -> Result<()> {
-        runtime::stream_synchronize(stream)
-    }
-    fn stream_begin_capture(stream: runtime::Stream) -> Result<()> {
-        runtime::stream_begin_capture(stream)
-    }
-    unsafe fn memset_d8_async(
-        dst: u64,
-        value: u8,
-        bytes: usize,
-        stream: runtime::Stream,
-    ) -> Result<()> {
-        // SAFETY: forwarded from the caller.
-        unsafe { runtime::memset_d8_async(dst, value, bytes, stream) }
-    }
-    fn host_alloc_mapped(bytes: usize) -> Result<(*mut u8, u64)> {
-        runtime::host_malloc_mapped(bytes)
-    }
-    unsafe fn module_unload(module: runtime::Module) -> Result<()> {
-        // SAFETY: forwarded from the caller.
-        unsafe { runtime::module_unload(module) }
-    }
-    unsafe fn stream_destroy(stream: runtime::Stream) -> Result<()> {
-        // SAFETY: forwarded from the caller.
-        unsafe { runtime::stream_destroy(stream) }
-    }
-    unsafe fn ipc_close_mem_handle(ptr: u64) -> Result<()> {
-        // SAFETY: forwarded from the caller.
-        unsafe { runtime::ipc_close_mem_handle(ptr) }
-    }
-    unsafe fn host_free(host: *mut u8) -> Result<()> {
-        // SAFETY: forwarded from the caller.
-        unsafe { runtime::host_free(host) }
-    }
-}
-
-/// One device of this process, with the record of drop failures of the backend that
-/// drives it.
-#[derive(Debug)]
-pub struct Device {
-    ordinal: c_int,
-    drop_errors: Arc<DropErrors>,
-}
-
-impl DeviceScope for Device {
-    fn make_current(&self) -> Result<()> {
-        runtime::set_device(self.ordinal)
-    }
-    fn drop_errors(&self) -> &DropErrors {
-        &self.drop_errors
-    }
-}
 
 /// Device memory from `hipMalloc` / `hipExtMallocWithFlags`; freed on drop.
 #[derive(Debug)]
@@ -233,22 +169,17 @@ pub type HipModule = gpu::Module<HipRuntime>;
 /// The HIP backend of one rank: a device and a non-blocking stream. Kernel crates are
 /// loaded with [`Backend::load_module`](super::Backend::load_module).
 pub struct Hip {
+    runtime_version: i32,
     // Field order is drop order: the rank (which waits for its stream), then the device.
     rank: gpu::Rank<HipRuntime>,
     device: Arc<Device>,
-    ordinal: usize,
-    arch: String,
-    runtime_version: i32,
 }
 
 impl fmt::Debug for Hip {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Hip")
-            .field("ordinal", &self.ordinal)
-            .field("name", &self.rank.name())
-            .field("arch", &self.arch)
-            .field("runtime_version", &self.runtime_version)
-            .finish_non_exhaustive()
+        let runtime_version: &dyn fmt::Debug = &self.runtime_version;
+        self.rank
+            .fmt_backend(f, "Hip", &[("runtime_version", runtime_version)])
     }
 }
 
@@ -276,23 +207,26 @@ impl Hip {
         let name = runtime::device_name(ordinal_c)?;
         let arch = runtime::arch_name(ordinal_c)?;
         let stream = runtime::stream_create_non_blocking()?;
-        Ok(Self {
-            rank: gpu::Rank::new(Arc::clone(&device), stream, name),
-            device,
+        let info = gpu::DeviceInfo {
             ordinal,
+            name,
             arch,
+        };
+        Ok(Self {
             runtime_version,
+            rank: gpu::Rank::new(Arc::clone(&device), stream, info),
+            device,
         })
     }
 
     /// The device ordinal this backend drives.
     pub fn ordinal(&self) -> usize {
-        self.ordinal
+        self.rank.ordinal()
     }
 
     /// The device's full `gcnArchName` (`gfx942:sramecc+:xnack-`).
     pub fn arch(&self) -> &str {
-        &self.arch
+        self.rank.arch()
     }
 
     /// The runtime's HIP version (`hipRuntimeGetVersion`, e.g. 60_032_830 for 6.0.32830).
@@ -308,14 +242,7 @@ impl Hip {
 
     /// Exports a HIP allocation of this rank.
     fn export(&self, memory: &Allocation) -> Result<Shareable> {
-        self.device.make_current()?;
-        let handle = runtime::ipc_get_mem_handle(memory.ptr)?;
-        Ok(IpcExport::shareable(
-            handle,
-            self.ordinal,
-            memory.ptr,
-            memory.len,
-        ))
+        self.rank.export_ipc(memory.ptr, memory.len)
     }
 
     /// Maps a peer's export of at least `bytes` bytes.
@@ -326,7 +253,7 @@ impl Hip {
             // HIP cannot open an IPC handle in the exporting process. Ranks of one
             // process share one address space, so the exporter's pointer is valid here
             // once this device may access the exporter's.
-            if export.ordinal as usize != self.ordinal {
+            if export.ordinal as usize != self.rank.ordinal() {
                 let peer = c_int::try_from(export.ordinal)
                     .map_err(|_| Error::Bootstrap("HIP export of a bad device ordinal".into()))?;
                 if !runtime::can_access_peer(self.device.ordinal, peer)? {
@@ -336,22 +263,10 @@ impl Hip {
                 }
                 runtime::enable_peer_access(peer)?;
             }
-            return Ok(HipMapping::new(
-                export.ptr,
-                bytes,
-                MappingOwner::Alias { _peer: None },
-            ));
+            return Ok(HipMapping::alias(export.ptr, bytes, None));
         }
         let ptr = runtime::ipc_open_mem_handle(&export.handle, self.runtime_version)?;
-        let opened = gpu::IpcOpened {
-            scope: Arc::clone(&self.device),
-            ptr,
-        };
-        Ok(HipMapping::new(
-            ptr,
-            bytes,
-            MappingOwner::Ipc { _opened: opened },
-        ))
+        Ok(HipMapping::opened(Arc::clone(&self.device), ptr, bytes))
     }
 
     /// Allocates `bytes` with `hipMalloc` or, with `fine_grained`,
@@ -371,36 +286,6 @@ impl Hip {
             ptr,
             len: bytes,
         })
-    }
-}
-
-/// `bytes` copied into 8-byte-aligned storage (an ELF image is read in place by the
-/// loader; `include_bytes!` data is only byte-aligned).
-fn aligned_copy(bytes: &[u8]) -> AlignedBytes {
-    let mut words = vec![0u64; bytes.len().div_ceil(8)];
-    bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..bytes.len()].copy_from_slice(bytes);
-    AlignedBytes {
-        words,
-        len: bytes.len(),
-    }
-}
-
-/// Bytes in `u64` storage.
-struct AlignedBytes {
-    words: Vec<u64>,
-    len: usize,
-}
-
-impl std::ops::Deref for AlignedBytes {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        &bytemuck::cast_slice::<u64, u8>(&self.words)[..self.len]
-    }
-}
-
-impl std::ops::DerefMut for AlignedBytes {
-    fn deref_mut(&mut self) -> &mut [u8] {
-        &mut bytemuck::cast_slice_mut::<u64, u8>(&mut self.words)[..self.len]
     }
 }
 
@@ -477,16 +362,14 @@ impl gpu::GpuBackend for Hip {
     }
 
     fn load_module(&self, objects: &'static CodeObjects) -> Result<HipModule> {
-        let (target, image) = code_object_for(objects, &self.arch)?;
+        let (target, image) = code_object_for(objects, self.rank.arch())?;
         let names = code_object_kernels(image).map_err(|why| Error::NoCodeObject {
             module: objects.crate_name(),
             arch: format!("{target} (the embedded code object is unreadable: {why})"),
         })?;
-        self.device.make_current()?;
-        let loaded = gpu::LoadedModule {
-            scope: Arc::clone(&self.device),
-            module: runtime::module_load_data(&aligned_copy(image))?,
-        };
+        let loaded = self
+            .rank
+            .load_module(|| runtime::module_load_data(&aligned_copy(image)))?;
         let functions = names
             .into_iter()
             .map(|name| {
@@ -524,12 +407,7 @@ impl gpu::GpuBackend for Hip {
         unsafe { runtime::memcpy_htod(global, &pointer) }
     }
 
-    unsafe fn launch_function(
-        &self,
-        function: runtime::Function,
-        launch: &KernelLaunch<'_>,
-        grid: Grid,
-    ) -> Result<()> {
+    unsafe fn kernel_args(&self, launch: &KernelLaunch<'_>) -> Result<AlignedBytes> {
         if launch.args.len() != launch.slots.len() {
             return Err(Error::Unsupported(
                 "a kernel launch without one argument per parameter",
@@ -538,38 +416,17 @@ impl gpu::GpuBackend for Hip {
         // SAFETY: each argument points at a value of its parameter's ABI type, whose size
         // its slot gives (the caller's contract); one argument per slot, checked above.
         let packed = unsafe { pack_kernargs(launch.slots, launch.args) };
-        let mut kernargs = aligned_copy(&packed);
-        self.device.make_current()?;
-        // SAFETY: `kernargs` is the kernel's explicit kernarg segment in `kernarg_layout`'s
-        // layout (which `tests/tests/hip_abi.rs` checks against the code objects'
-        // metadata for every declared kernel), in storage aligned to
-        // KERNARG_BUFFER_ALIGN; the addresses in it satisfy the kernel's contract (the
-        // caller's).
-        unsafe {
-            runtime::launch_kernel(
-                function,
-                grid.blocks,
-                grid.threads,
-                self.rank.stream(),
-                &mut kernargs,
-            )
-        }
+        // The kernel's explicit kernarg segment in `kernarg_layout`'s layout (which
+        // `tests/tests/hip_abi.rs` checks against the code objects' metadata for every
+        // declared kernel), in storage aligned to KERNARG_BUFFER_ALIGN.
+        Ok(aligned_copy(&packed))
     }
 
-    fn end_capture(&self) -> Result<HipGraph> {
-        self.device.make_current()?;
-        let graph = runtime::stream_end_capture(self.rank.stream())?;
-        let exec = runtime::graph_instantiate(graph);
-        // SAFETY: the graph was ended above and is not used again; the executable graph
-        // does not need it (the runtimes this backend supports, ROCm 6.0 and later, clone
-        // the graph's nodes, kernarg buffers included, when instantiating).
-        self.device
-            .drop_errors
-            .record(unsafe { runtime::graph_destroy(graph) });
-        Ok(HipGraph {
-            exec: exec?,
+    fn graph(&self, exec: runtime::GraphExec) -> HipGraph {
+        HipGraph {
+            exec,
             stream: Arc::clone(self.rank.owned_stream()),
-        })
+        }
     }
 
     unsafe fn replay(&self, graph: &HipGraph) -> Result<()> {

@@ -52,10 +52,10 @@ pub struct Module(sys::hipModule_t);
 pub struct Function(sys::hipFunction_t);
 /// A `hipGraph_t` (a captured stream's work, before instantiation).
 #[derive(Clone, Copy, Debug)]
-pub(super) struct Graph(sys::hipGraph_t);
+pub struct Graph(sys::hipGraph_t);
 /// A `hipGraphExec_t` (an instantiated graph, launched with [`graph_launch`]).
 #[derive(Clone, Copy, Debug)]
-pub(super) struct GraphExec(sys::hipGraphExec_t);
+pub struct GraphExec(sys::hipGraphExec_t);
 
 // SAFETY: HIP handles are opaque tokens that the runtime accepts from any thread of the
 // process (the HIP runtime API is thread-safe); nothing is dereferenced here.

@@ -2,9 +2,9 @@
 //! `skipped: <reason>` (and pass) when [`Hip::new`] fails.
 
 use super::*;
-use crate::backend::Backend;
 use crate::backend::HostKernel;
 use crate::backend::launch_lowered;
+use crate::backend::{Backend, Grid};
 use symmem_arch::host::HostThread;
 use symmem_device::{Kernel, Params, Slot};
 
