@@ -6,10 +6,10 @@
 //! count ([`Rank`]), the default launch shape, and the [`Backend`] implementation itself
 //! over what differs between the runtimes ([`GpuBackend`]).
 //!
-//! [`Backend`]: crate::backend::Backend
-//!
 //! Every handle keeps its backend's [`Runtime::Scope`]: what makes its device current on
 //! the dropping thread, and the backend's [`DropErrors`], where a failed release goes.
+//!
+//! [`Backend`]: crate::backend::Backend
 
 mod backend;
 mod drop_errors;
@@ -20,8 +20,9 @@ mod rank;
 
 pub use backend::GpuBackend;
 pub use drop_errors::DropErrors;
+use handles::LoadedModule;
+pub(in crate::backend) use handles::OwnedStream;
 pub use handles::{HostMapped, Mapping};
-pub(in crate::backend) use handles::{LoadedModule, OwnedStream};
 #[cfg(feature = "hip")]
 pub(in crate::backend) use launch_shape::THREADS;
 pub(in crate::backend) use launch_shape::grid_for_bytes;
