@@ -3,9 +3,9 @@
 //! its reserved range and its mapping), each released on drop.
 
 use super::{Cuda, DeviceContext, driver};
-use crate::backend::Grid;
 use crate::backend::gpu::{self, DeviceScope, DropErrors};
 use crate::backend::ipc::HANDLE_BYTES;
+use crate::backend::{BackendKind, Grid};
 use crate::error::{Error, Result};
 use std::ffi::{c_int, c_void};
 use std::sync::Arc;
@@ -16,6 +16,8 @@ pub struct CudaDriver;
 
 impl gpu::Runtime for CudaDriver {
     const NAME: &'static str = "CUDA";
+    const KIND: BackendKind = BackendKind::Cuda;
+    const MAX_BLOCKS: u64 = super::MAX_BLOCKS;
     type Scope = Context;
     type Stream = driver::Stream;
     type Module = driver::Module;

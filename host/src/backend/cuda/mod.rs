@@ -71,9 +71,7 @@ pub mod timing;
 
 use super::gpu::{self, DeviceScope, DropErrors};
 use super::ipc::IpcExport;
-use super::{
-    BackendKind, CodeObjects, DeviceRegion, HeapAccess, KernelLaunch, Shareable, SharedRegion,
-};
+use super::{CodeObjects, DeviceRegion, HeapAccess, KernelLaunch, Shareable, SharedRegion};
 use crate::error::{Error, Result};
 use cudarc::driver::sys::CUdevice_attribute;
 use handles::{Context, CudaDriver, KernelParams, Physical, VmmView, map_physical};
@@ -367,9 +365,7 @@ impl gpu::GpuBackend for Cuda {
     type Runtime = CudaDriver;
     type Heap = CudaHeap;
     type DeviceMemory = CudaDeviceMemory;
-    const MAX_BLOCKS: u64 = MAX_BLOCKS;
     type Graph = CudaGraph;
-    const KIND: BackendKind = BackendKind::Cuda;
 
     fn rank(&self) -> &gpu::Rank<CudaDriver> {
         &self.rank

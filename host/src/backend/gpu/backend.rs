@@ -19,10 +19,6 @@ pub trait GpuBackend: Send + Sync + 'static {
     type DeviceMemory: DeviceRegion;
     /// A captured graph.
     type Graph: Send + Sync;
-    /// Which runtime this is.
-    const KIND: BackendKind;
-    /// The most blocks a launch may have.
-    const MAX_BLOCKS: u64;
 
     /// The rank's stream, name and wait count.
     fn rank(&self) -> &Rank<Self::Runtime>;
@@ -95,7 +91,7 @@ impl<T: GpuBackend> Backend for T {
     type Graph = T::Graph;
 
     fn kind(&self) -> BackendKind {
-        T::KIND
+        T::Runtime::KIND
     }
 
     fn device_name(&self) -> String {
@@ -202,7 +198,7 @@ impl<T: GpuBackend> Backend for T {
     }
 
     fn grid_for_bytes(&self, bytes: usize) -> Grid {
-        grid_for_bytes(bytes as u64, T::MAX_BLOCKS)
+        grid_for_bytes(bytes as u64, T::Runtime::MAX_BLOCKS)
     }
 
     fn collective_grid(&self) -> Grid {

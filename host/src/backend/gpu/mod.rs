@@ -30,8 +30,8 @@ pub use module::Module;
 pub(in crate::backend) use rank::DeviceInfo;
 pub use rank::Rank;
 
-use crate::backend::Grid;
 use crate::backend::ipc::HANDLE_BYTES;
+use crate::backend::{BackendKind, Grid};
 use crate::error::Result;
 use std::fmt::Debug;
 
@@ -57,6 +57,10 @@ pub trait DeviceScope: Send + Sync + Debug + 'static {
 pub trait Runtime: Debug + Send + Sync + 'static {
     /// The runtime's name in messages (`CUDA`, `HIP`).
     const NAME: &'static str;
+    /// Which runtime this is.
+    const KIND: BackendKind;
+    /// The most blocks a launch may have.
+    const MAX_BLOCKS: u64;
     /// What handles keep to reach their device.
     type Scope: DeviceScope;
     /// A stream.

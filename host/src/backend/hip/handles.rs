@@ -3,9 +3,9 @@
 
 use super::code_object::AlignedBytes;
 use super::runtime;
-use crate::backend::Grid;
 use crate::backend::gpu::{self, DeviceScope, DropErrors};
 use crate::backend::ipc::HANDLE_BYTES;
+use crate::backend::{BackendKind, Grid};
 use crate::error::Result;
 use std::ffi::c_int;
 use std::sync::Arc;
@@ -16,6 +16,8 @@ pub struct HipRuntime;
 
 impl gpu::Runtime for HipRuntime {
     const NAME: &'static str = "HIP";
+    const KIND: BackendKind = BackendKind::Hip;
+    const MAX_BLOCKS: u64 = super::MAX_BLOCKS;
     type Scope = Device;
     type Stream = runtime::Stream;
     type Module = runtime::Module;

@@ -87,9 +87,7 @@ pub use runtime::{BINDINGS_HIP_VERSION, FFI_FACTS, FfiFact, Relation};
 
 use super::gpu::{self, DeviceScope, DropErrors, THREADS};
 use super::ipc::IpcExport;
-use super::{
-    BackendKind, CodeObjects, DeviceRegion, HeapAccess, KernelLaunch, Shareable, SharedRegion,
-};
+use super::{CodeObjects, DeviceRegion, HeapAccess, KernelLaunch, Shareable, SharedRegion};
 use crate::error::{Error, Result};
 use code_object::{AlignedBytes, aligned_copy};
 use handles::{Device, HipRuntime};
@@ -291,16 +289,9 @@ impl Hip {
 
 impl gpu::GpuBackend for Hip {
     type Runtime = HipRuntime;
-    const KIND: BackendKind = BackendKind::Hip;
     type Heap = HipHeap;
     type DeviceMemory = HipDeviceMemory;
-    // An HSA dispatch's grid size is a 32-bit count of work-items.
-    const MAX_BLOCKS: u64 = MAX_BLOCKS;
     type Graph = HipGraph;
-
-    fn rank(&self) -> &gpu::Rank<HipRuntime> {
-        &self.rank
-    }
 
     fn heap_granularity(&self) -> usize {
         HEAP_GRANULARITY
@@ -420,6 +411,10 @@ impl gpu::GpuBackend for Hip {
         // `tests/tests/hip_abi.rs` checks against the code objects' metadata for every
         // declared kernel), in storage aligned to KERNARG_BUFFER_ALIGN.
         Ok(aligned_copy(&packed))
+    }
+
+    fn rank(&self) -> &gpu::Rank<HipRuntime> {
+        &self.rank
     }
 
     fn graph(&self, exec: runtime::GraphExec) -> HipGraph {
