@@ -160,7 +160,7 @@ impl<T: GpuBackend> Backend for T {
     }
 
     fn alloc_shared(&self, bytes: usize) -> Result<Self::Shared> {
-        let scope = self.rank().owned_stream().scope.clone();
+        let scope = self.rank().shared_scope();
         scope.make_current()?;
         let (host, device) = T::Runtime::host_alloc_mapped(bytes.max(1))?;
         Ok(HostMapped::new(host, device, scope))

@@ -54,12 +54,19 @@ impl<R: Runtime> Rank<R> {
         &self.stream.scope
     }
 
+    /// The device's scope, shared with a handle that keeps it.
+    pub(in crate::backend) fn shared_scope(&self) -> Arc<R::Scope> {
+        Arc::clone(&self.stream.scope)
+    }
+
     /// The rank's stream.
     pub(in crate::backend) fn stream(&self) -> R::Stream {
         self.stream.stream
     }
 
-    /// The rank's stream as owned, for what must keep it alive (a graph replayed on it).
+    /// The rank's stream as owned, for what must keep it alive (a HIP graph replayed on
+    /// it).
+    #[cfg(feature = "hip")]
     pub(in crate::backend) fn owned_stream(&self) -> &Arc<OwnedStream<R>> {
         &self.stream
     }
@@ -111,7 +118,7 @@ impl<R: Runtime> Rank<R> {
     ) -> Result<LoadedModule<R>> {
         self.scope().make_current()?;
         Ok(LoadedModule {
-            scope: Arc::clone(&self.stream.scope),
+            scope: self.shared_scope(),
             module: load()?,
         })
     }
