@@ -1,6 +1,7 @@
-//! The CUDA driver's objects behind the backend's handles: the primary-context retain
-//! every handle keeps ([`Context`]) and the VMM pieces of a heap (a physical allocation,
-//! its reserved range and its mapping), each released on drop.
+//! The CUDA driver behind the backend's handles: its calls as the shared GPU code makes
+//! them ([`CudaDriver`]), the primary-context retain every handle keeps ([`Context`]), a
+//! launch's parameters ([`KernelParams`]) and the VMM pieces of a heap (a physical
+//! allocation, its reserved range and its mapping), each released on drop.
 
 use super::{Cuda, DeviceContext, driver};
 use crate::backend::gpu::{self, DeviceScope, DropErrors};

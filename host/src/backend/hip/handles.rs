@@ -1,5 +1,5 @@
-//! The HIP runtime behind the backend's handles: the device every handle keeps
-//! ([`Device`]) and the runtime's calls as the shared GPU handles make them.
+//! The HIP runtime behind the backend's handles: its calls as the shared GPU code makes
+//! them ([`HipRuntime`]) and the device every handle keeps ([`Device`]).
 
 use super::code_object::AlignedBytes;
 use super::runtime;
