@@ -6,8 +6,8 @@
 # Usage (repo root, device machine): bash tests/run_gpu.sh   (writes to $OUT/tests.txt)
 # Build first (here), then copy into .carry/ (names as used below):
 #   cargo test --release -p symmem-tests --test suite_cuda --test rma_processes \
-#     --test waits_processes --test off_node_local --no-run
-#                      -> suite-cuda, rma-processes, waits-processes, off-node-local
+#     --test waits_processes --test off_node_local --test cuda_backend --no-run
+#          -> suite-cuda, rma-processes, waits-processes, off-node-local, cuda-backend
 #   cargo test --release -p symmem --lib --no-run  -> symmem-lib (run with filter backend::cuda)
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -52,6 +52,7 @@ run() {
   run waits_processes 300 150 "$CARRY/waits-processes" "cuda_ --nocapture"
   grep "after the kill" /tmp/waits_processes.log
   run rma_processes 200 130 "$CARRY/rma-processes" cuda_
+  run cuda_backend 60 30 "$CARRY/cuda-backend"
   run symmem_lib_cuda 60 30 "$CARRY/symmem-lib" backend::cuda
   # The off-node path on the GPU without MPI: ranks as threads on device 0 split into
   # emulated nodes, data staged through the local transport's ring.

@@ -40,8 +40,8 @@
 mod common;
 
 use common::{
-    GIB, KIB, MIB, Op, Sampling, Target, fill_source, parse_size, pattern, stats, sweep_size,
-    sweep_sizes, verify,
+    GIB, KIB, MIB, Op, Sampling, Target, drop_errors_at_exit, fill_source, parse_size, pattern,
+    recorded, stats, sweep_size, sweep_sizes, verify,
 };
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -335,7 +335,7 @@ fn in_process(sizes: &[usize]) -> Result<Vec<Row>> {
     let results = symmem::spawn_ranks(
         2,
         &config(),
-        |_| Cuda::new(0),
+        |_| recorded(Cuda::new(0)),
         |world| {
             let buffer = world.empty::<u8>(MAX)?;
             world.barrier()?;
@@ -369,7 +369,7 @@ fn in_process(sizes: &[usize]) -> Result<Vec<Row>> {
 /// A rank process of the cross-process run (started by [`cross_process`]).
 fn xproc_child(sizes: &[usize]) -> Result<()> {
     let bootstrap = unix::UnixBootstrap::from_env()?;
-    let world = World::new(Box::new(bootstrap), Cuda::new(0)?, &config())?;
+    let world = World::new(Box::new(bootstrap), recorded(Cuda::new(0))?, &config())?;
     let pat = pattern(PATTERN);
     let buffer = world.empty::<u8>(MAX)?;
     world.barrier()?;
@@ -605,8 +605,8 @@ fn main() -> ExitCode {
         Err(e) => eprintln!("writing {}: {e}", out.display()),
     }
     print_table(&rows, &sizes);
-    if Cuda::drop_errors() != 0 {
-        eprintln!("drop errors: {:?}", Cuda::last_drop_error());
+    if let Some(drop_errors) = drop_errors_at_exit() {
+        eprintln!("drop errors: {drop_errors:?}");
         return ExitCode::FAILURE;
     }
     ExitCode::SUCCESS

@@ -40,8 +40,8 @@
 mod common;
 
 use common::{
-    GIB, KIB, MIB, Op, Sampling, Sweep, Target, fill_source, parse_size, pattern, stats,
-    sweep_size, sweep_sizes, verify,
+    GIB, KIB, MIB, Op, Sampling, Sweep, Target, drop_errors_at_exit, fill_source, parse_size,
+    pattern, recorded, stats, sweep_size, sweep_sizes, verify,
 };
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -508,12 +508,17 @@ fn on_threads(
     config: &Config,
     body: impl Fn(&World<Cuda>) -> Result<Vec<Row>> + Sync,
 ) -> Result<Vec<Row>> {
-    let results = symmem::spawn_ranks(n, config, Cuda::for_rank, |world| {
-        if world.rank() == 0 {
-            println!("rank 0: {:?}", world.backend());
-        }
-        body(&world)
-    })?;
+    let results = symmem::spawn_ranks(
+        n,
+        config,
+        |r| recorded(Cuda::for_rank(r)),
+        |world| {
+            if world.rank() == 0 {
+                println!("rank 0: {:?}", world.backend());
+            }
+            body(&world)
+        },
+    )?;
     let mut rows = Vec::new();
     for (rank, r) in results.into_iter().enumerate() {
         rows.extend(r.map_err(|e| Error::Bootstrap(format!("rank {rank}: {e}")))?);
@@ -526,7 +531,11 @@ fn process_rank(o: &Options) -> Result<()> {
     let bootstrap = unix::UnixBootstrap::from_env()?;
     let (rank, n) = (bootstrap.rank(), bootstrap.world_size());
     let (grids, config, _) = plan(o, n, Cuda::device_count()?);
-    let world = World::new(Box::new(bootstrap), Cuda::for_rank(rank)?, &config)?;
+    let world = World::new(
+        Box::new(bootstrap),
+        recorded(Cuda::for_rank(rank))?,
+        &config,
+    )?;
     if rank == 0 {
         println!("rank 0 (pid {}): {:?}", std::process::id(), world.backend());
     }
@@ -617,11 +626,13 @@ fn main() -> ExitCode {
     };
     if unix::UnixBootstrap::in_env() {
         return match process_rank(&o) {
-            Ok(()) if Cuda::drop_errors() == 0 => ExitCode::SUCCESS,
-            Ok(()) => {
-                eprintln!("drop errors: {:?}", Cuda::last_drop_error());
-                ExitCode::FAILURE
-            }
+            Ok(()) => match drop_errors_at_exit() {
+                None => ExitCode::SUCCESS,
+                Some(drop_errors) => {
+                    eprintln!("drop errors: {drop_errors:?}");
+                    ExitCode::FAILURE
+                }
+            },
             Err(e) => {
                 eprintln!("rank process: {e}");
                 ExitCode::FAILURE
@@ -656,8 +667,8 @@ fn main() -> ExitCode {
         eprintln!("multi-GPU bench failed: {e}");
         return ExitCode::FAILURE;
     }
-    if Cuda::drop_errors() != 0 {
-        eprintln!("drop errors: {:?}", Cuda::last_drop_error());
+    if let Some(drop_errors) = drop_errors_at_exit() {
+        eprintln!("drop errors: {drop_errors:?}");
         return ExitCode::FAILURE;
     }
     ExitCode::SUCCESS

@@ -6,9 +6,33 @@
 //! collectives) on the rank's stream, which the [`Timer`]'s events bracket; only the
 //! driver's reference copies take raw addresses (in `unsafe` blocks).
 
+use std::sync::{Arc, Mutex};
+use symmem::backend::DropErrors;
 use symmem::backend::cuda::Cuda;
 use symmem::backend::cuda::timing::Timer;
 use symmem::{DeviceBuffer, DeviceSlice, Error, Result, SymSlice, World};
+
+/// The drop-error records of every backend this benchmark opened ([`recorded`]).
+static DROP_ERRORS: Mutex<Vec<Arc<DropErrors>>> = Mutex::new(Vec::new());
+
+/// `opened` (a `Cuda::new` or `Cuda::for_rank`), its drop-error record kept for
+/// [`drop_errors_at_exit`].
+pub fn recorded(opened: Result<Cuda>) -> Result<Cuda> {
+    let cuda = opened?;
+    if let Ok(mut records) = DROP_ERRORS.lock() {
+        records.push(cuda.drop_errors());
+    }
+    Ok(cuda)
+}
+
+/// How many driver calls failed while dropping what the benchmark's backends made, and
+/// the last failure's text; `None` when none failed.
+pub fn drop_errors_at_exit() -> Option<(u64, Option<String>)> {
+    let records = DROP_ERRORS.lock().ok()?;
+    let count = records.iter().map(|r| r.count()).sum();
+    let last = records.iter().rev().find_map(|r| r.last());
+    (count != 0).then_some((count, last))
+}
 
 pub const KIB: usize = 1 << 10;
 pub const MIB: usize = 1 << 20;

@@ -4,6 +4,7 @@
 //! exporting process can alias the pointer instead of opening its own handle, which
 //! both runtimes refuse.
 
+use super::Shareable;
 use crate::error::{Error, Result};
 
 /// Bytes of a `CUipcMemHandle` / `hipIpcMemHandle_t`.
@@ -39,6 +40,45 @@ impl IpcExport {
         out
     }
 
+    /// What a peer needs to map `len` bytes at `ptr`, memory of device `ordinal` of this
+    /// process exported as `handle`.
+    pub fn shareable(
+        handle: [u8; HANDLE_BYTES],
+        ordinal: usize,
+        ptr: u64,
+        len: usize,
+    ) -> Shareable {
+        let export = Self {
+            handle,
+            pid: std::process::id(),
+            ordinal: ordinal as u32,
+            ptr,
+            len: len as u64,
+        };
+        Shareable {
+            bytes: export.encode(),
+            fd: None,
+        }
+    }
+
+    /// Decodes a peer's export of `runtime` memory (named in errors) of which the importer
+    /// maps `bytes`: [`Error::Bootstrap`] unless it covers them.
+    pub fn decode_covering(shareable: &Shareable, runtime: &str, bytes: usize) -> Result<Self> {
+        let export = Self::decode(&shareable.bytes, runtime)?;
+        if bytes == 0 || bytes as u64 > export.len {
+            return Err(Error::Bootstrap(format!(
+                "peer exported {} bytes of {runtime} memory, {bytes} expected",
+                export.len
+            )));
+        }
+        Ok(export)
+    }
+
+    /// True when this process made the export (where the runtimes refuse to open it).
+    pub fn is_from_this_process(&self) -> bool {
+        self.pid == std::process::id()
+    }
+
     /// Decodes `bytes` from a peer of backend `backend` (named in the error).
     pub fn decode(bytes: &[u8], backend: &str) -> Result<Self> {
         if bytes.len() != Self::BYTES {
@@ -58,5 +98,30 @@ impl IpcExport {
             ptr: u64_at(8),
             len: u64_at(16),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ipc_export_bytes_roundtrip() {
+        let e = IpcExport {
+            handle: [7; 64],
+            pid: 1234,
+            ordinal: 3,
+            ptr: 0x7f00_0000_1000,
+            len: 4096,
+        };
+        let bytes = e.encode();
+        assert_eq!(bytes.len(), IpcExport::BYTES);
+        for runtime in ["CUDA", "HIP"] {
+            assert_eq!(IpcExport::decode(&bytes, runtime).unwrap(), e);
+            assert!(matches!(
+                IpcExport::decode(&bytes[1..], runtime),
+                Err(Error::Bootstrap(_))
+            ));
+        }
     }
 }

@@ -13,6 +13,7 @@
 pub mod code_objects;
 pub mod cpu;
 pub mod cuda;
+mod gpu;
 #[cfg(feature = "hip")]
 pub mod hip;
 mod ipc;
@@ -23,6 +24,7 @@ use symmem_arch::host::HostThread;
 use symmem_device::{Kernel, Params, Slot};
 
 pub use code_objects::CodeObjects;
+pub use gpu::DropErrors;
 
 /// A one-dimensional launch shape.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -30,13 +30,13 @@ pub(super) type MemHandle = sys::CUmemGenericAllocationHandle;
 pub(super) struct Context(sys::CUcontext);
 /// A `CUstream`.
 #[derive(Clone, Copy, Debug)]
-pub(super) struct Stream(sys::CUstream);
+pub struct Stream(sys::CUstream);
 /// A `CUmodule`.
 #[derive(Clone, Copy, Debug)]
-pub(super) struct Module(sys::CUmodule);
+pub struct Module(sys::CUmodule);
 /// A `CUfunction`.
 #[derive(Clone, Copy, Debug)]
-pub(super) struct Function(sys::CUfunction);
+pub struct Function(sys::CUfunction);
 
 // SAFETY: driver-API handles are opaque tokens that the CUDA driver accepts from any
 // thread of the process (the driver API is thread-safe); nothing is dereferenced here.
@@ -66,10 +66,10 @@ unsafe impl Sync for Event {}
 
 /// A `CUgraph` (a captured stream's work, before instantiation).
 #[derive(Clone, Copy, Debug)]
-pub(super) struct Graph(sys::CUgraph);
+pub struct Graph(sys::CUgraph);
 /// A `CUgraphExec` (an instantiated graph, launched with [`graph_launch`]).
 #[derive(Clone, Copy, Debug)]
-pub(super) struct GraphExec(sys::CUgraphExec);
+pub struct GraphExec(sys::CUgraphExec);
 // SAFETY: as for `Context`.
 unsafe impl Send for GraphExec {}
 // SAFETY: as for `Context`.

@@ -15,7 +15,8 @@
 //!   per ring's worth of bytes and copies out.
 
 use super::driver::{self, Event, Stream};
-use super::{Context, record_drop};
+use super::handles::Context;
+use crate::backend::gpu::DeviceScope;
 use crate::error::Result;
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -213,18 +214,24 @@ fn fit(oldest_start: usize, newest_start: usize, newest_end: usize, bytes: usize
 
 impl Drop for Staging {
     fn drop(&mut self) {
-        record_drop(self.ctx.make_current());
+        self.ctx.drop_errors.record(self.ctx.make_current());
         for span in std::mem::take(&mut self.in_flight) {
-            record_drop(driver::event_synchronize(span.done));
+            self.ctx
+                .drop_errors
+                .record(driver::event_synchronize(span.done));
             self.idle_events.push(span.done);
         }
         for event in self.idle_events.drain(..) {
             // SAFETY: every event has completed (waited above) and is not used again.
-            record_drop(unsafe { driver::event_destroy(event) });
+            self.ctx
+                .drop_errors
+                .record(unsafe { driver::event_destroy(event) });
         }
         // SAFETY: no copy into or out of the ring is pending (every upload's event was
         // waited above; downloads complete before they return).
-        record_drop(unsafe { driver::mem_free_host(self.host) });
+        self.ctx
+            .drop_errors
+            .record(unsafe { driver::mem_free_host(self.host) });
     }
 }
 

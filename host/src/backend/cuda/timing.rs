@@ -9,7 +9,8 @@
 //! between streams. The timer's own waits are not counted in
 //! [`crate::backend::Backend::device_to_host_syncs`]: they are the benchmark's waits, not the library's.
 
-use super::{Cuda, DeviceContext, driver, record_drop};
+use super::{Cuda, DeviceContext, driver};
+use crate::backend::gpu::DeviceScope;
 use crate::error::Result;
 
 /// Times work on one backend's stream; see the module documentation.
@@ -30,7 +31,9 @@ impl Cuda {
         let start = driver::event_create()?;
         let stop = driver::event_create().inspect_err(|_| {
             // SAFETY: created just above and not used afterwards.
-            record_drop(unsafe { driver::event_destroy(start) });
+            self.ctx
+                .drop_errors
+                .record(unsafe { driver::event_destroy(start) });
         })?;
         Ok(Timer {
             cuda: self,
@@ -52,7 +55,7 @@ impl Timer<'_> {
     pub unsafe fn memcpy_dtod(&self, dst: u64, src: u64, bytes: usize) -> Result<()> {
         self.cuda.ctx.make_current()?;
         // SAFETY: forwarded from the caller; the stream is live.
-        unsafe { driver::memcpy_dtod_async(dst, src, bytes, self.cuda.stream.stream) }
+        unsafe { driver::memcpy_dtod_async(dst, src, bytes, self.cuda.rank.stream()) }
     }
 
     /// Enqueues `cuMemcpyPeerAsync` of `bytes` from `src` (memory of `src_ctx`'s device)
@@ -83,7 +86,7 @@ impl Timer<'_> {
                 src,
                 src_ctx.0.ctx,
                 bytes,
-                self.cuda.stream.stream,
+                self.cuda.rank.stream(),
             )
         }
     }
@@ -95,7 +98,7 @@ impl Timer<'_> {
     /// Whatever `enqueue` returns, and [`crate::Error::Driver`] from the event calls.
     pub fn time_ms(&self, enqueue: impl FnOnce(&Self) -> Result<()>) -> Result<f32> {
         self.cuda.ctx.make_current()?;
-        let stream = self.cuda.stream.stream;
+        let stream = self.cuda.rank.stream();
         driver::event_record(self.start, stream)?;
         let enqueued = enqueue(self);
         self.cuda.ctx.make_current()?;
@@ -112,7 +115,7 @@ impl Timer<'_> {
     /// [`crate::Error::Driver`], for instance when an enqueued kernel faulted.
     pub fn synchronize(&self) -> Result<()> {
         self.cuda.ctx.make_current()?;
-        driver::stream_synchronize(self.cuda.stream.stream)
+        driver::stream_synchronize(self.cuda.rank.stream())
     }
 }
 
@@ -133,7 +136,7 @@ impl Timer<'_> {
     /// the capture (for instance a synchronising call inside `enqueue`).
     pub fn capture(&self, enqueue: impl FnOnce(&Self) -> Result<()>) -> Result<Replay<'_>> {
         self.cuda.ctx.make_current()?;
-        let stream = self.cuda.stream.stream;
+        let stream = self.cuda.rank.stream();
         driver::stream_begin_capture(stream)?;
         let enqueued = enqueue(self);
         self.cuda.ctx.make_current()?;
@@ -142,7 +145,10 @@ impl Timer<'_> {
         let exec = enqueued.and_then(|()| driver::graph_instantiate(graph));
         // SAFETY: the graph was ended above and is not used again (an instantiated graph
         // does not need it).
-        record_drop(unsafe { driver::graph_destroy(graph) });
+        self.cuda
+            .ctx
+            .drop_errors
+            .record(unsafe { driver::graph_destroy(graph) });
         Ok(Replay {
             cuda: self.cuda,
             exec: exec?,
@@ -155,26 +161,41 @@ impl Timer<'_> {
     /// [`crate::Error::Driver`] when the driver refuses the launch.
     pub fn replay(&self, replay: &Replay<'_>) -> Result<()> {
         self.cuda.ctx.make_current()?;
-        driver::graph_launch(replay.exec, self.cuda.stream.stream)
+        driver::graph_launch(replay.exec, self.cuda.rank.stream())
     }
 }
 
 impl Drop for Replay<'_> {
     fn drop(&mut self) {
-        record_drop(self.cuda.ctx.make_current());
+        self.cuda
+            .ctx
+            .drop_errors
+            .record(self.cuda.ctx.make_current());
         // SAFETY: instantiated in `Timer::capture` and not launched after this; the driver
         // defers the destruction while a launch is in flight.
-        record_drop(unsafe { driver::graph_exec_destroy(self.exec) });
+        self.cuda
+            .ctx
+            .drop_errors
+            .record(unsafe { driver::graph_exec_destroy(self.exec) });
     }
 }
 
 impl Drop for Timer<'_> {
     fn drop(&mut self) {
-        record_drop(self.cuda.ctx.make_current());
-        record_drop(driver::event_synchronize(self.stop));
+        self.cuda
+            .ctx
+            .drop_errors
+            .record(self.cuda.ctx.make_current());
+        self.cuda
+            .ctx
+            .drop_errors
+            .record(driver::event_synchronize(self.stop));
         for event in [self.start, self.stop] {
             // SAFETY: created in `Cuda::timer` and not used after this.
-            record_drop(unsafe { driver::event_destroy(event) });
+            self.cuda
+                .ctx
+                .drop_errors
+                .record(unsafe { driver::event_destroy(event) });
         }
     }
 }

@@ -1,0 +1,616 @@
+//! The CUDA backend's tests that need its internals (the public-API ones are in
+//! `tests/tests/cuda_backend.rs`). CPU-side checks run everywhere; `cuda_gpu_*` tests
+//! need a device and print `skipped: <reason>` (and pass) when [`Cuda::new`] fails.
+
+use super::*;
+use crate::backend::launch_lowered;
+use crate::backend::{Backend, Grid};
+use std::process::Command;
+
+/// The env var that turns a `cuda_gpu_child_*` test into the child half of a
+/// cross-process test (its value: the parent's export, hex-encoded).
+const CHILD_ENV: &str = "SYMMEM_CUDA_CHILD";
+
+fn device_or_skip() -> Option<Cuda> {
+    match Cuda::new(0) {
+        Ok(cuda) => {
+            println!("device: {cuda:?}");
+            Some(cuda)
+        }
+        Err(e) => {
+            println!("skipped: {e}");
+            None
+        }
+    }
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| {
+            (i as u8)
+                .wrapping_mul(31)
+                .wrapping_add(seed ^ (i >> 8) as u8)
+        })
+        .collect()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+/// Asserts that no driver call failed while dropping anything of the backends whose
+/// records these are.
+fn assert_no_drop_errors(records: &[Arc<DropErrors>]) {
+    for record in records {
+        assert_eq!(record.count(), 0, "drop errors: {:?}", record.last());
+    }
+}
+
+/// A device address as the pointer type a kernel parameter lowers to.
+fn device<T>(addr: u64) -> *mut T {
+    std::ptr::without_provenance_mut(addr as usize)
+}
+
+/// Runs one test of this module in a child process of this test binary.
+fn run_child(test: &str, env: &str) -> std::process::ExitStatus {
+    let path = format!(
+        "{}::{test}",
+        module_path!()
+            .split_once("::")
+            .map_or(module_path!(), |(_, p)| p)
+    );
+    Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", &path, "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, env)
+        .status()
+        .unwrap()
+}
+
+#[test]
+fn cuda_default_grid_is_one_vector_per_thread() {
+    assert_eq!(
+        gpu::grid_for_bytes(0, MAX_BLOCKS),
+        Grid {
+            blocks: 1,
+            threads: 256
+        }
+    );
+    assert_eq!(
+        gpu::grid_for_bytes(1, MAX_BLOCKS),
+        Grid {
+            blocks: 1,
+            threads: 256
+        }
+    );
+    assert_eq!(
+        gpu::grid_for_bytes(4096, MAX_BLOCKS),
+        Grid {
+            blocks: 1,
+            threads: 256
+        }
+    );
+    assert_eq!(
+        gpu::grid_for_bytes(4097, MAX_BLOCKS),
+        Grid {
+            blocks: 2,
+            threads: 256
+        }
+    );
+    assert_eq!(
+        gpu::grid_for_bytes(2 << 30, MAX_BLOCKS),
+        Grid {
+            blocks: 524_288,
+            threads: 256
+        }
+    );
+    assert_eq!(
+        gpu::grid_for_bytes(u64::MAX, MAX_BLOCKS).blocks,
+        i32::MAX as u32
+    );
+}
+
+#[test]
+fn cuda_code_object_pick_by_compute_capability() {
+    let t = ["sm_80", "sm_90", "sm_90a", "gfx942"];
+    assert_eq!(pick_target(t, 9, 0), Some("sm_90"));
+    assert_eq!(pick_target(t, 10, 0), Some("sm_90"));
+    assert_eq!(pick_target(t, 8, 6), Some("sm_80"));
+    assert_eq!(pick_target(t, 7, 5), None);
+    // A crate's objects: the pick and the error name the crate and the architecture.
+    static OBJECTS: CodeObjects = CodeObjects::new(
+        "some_kernels",
+        &[
+            ("gfx942", b"amd"),
+            ("sm_80", b"ampere"),
+            ("sm_90", b"hopper"),
+        ],
+    );
+    assert_eq!(
+        code_object_for(&OBJECTS, 9, 0).unwrap(),
+        ("sm_90", &b"hopper"[..])
+    );
+    assert_eq!(
+        code_object_for(&OBJECTS, 8, 9).unwrap(),
+        ("sm_80", &b"ampere"[..])
+    );
+    match code_object_for(&OBJECTS, 7, 0) {
+        Err(Error::NoCodeObject { module, arch }) => {
+            assert_eq!((module, arch.as_str()), ("some_kernels", "sm_70"))
+        }
+        other => panic!("expected NoCodeObject, got {other:?}"),
+    }
+    // symmem's own objects: sm_90 must be there for the H200, with every kernel.
+    let kernels = &crate::backend::code_objects::KERNELS;
+    assert_eq!(kernels.crate_name(), "symmem_kernels");
+    if kernels.objects().is_empty() {
+        // host/build.rs builds the kernels for every target; only a stubbed build
+        // script (a CPU-only checkout) embeds none.
+        println!("skipped: this build embeds no code objects of symmem_kernels");
+        return;
+    }
+    let (target, ptx) = code_object_for(kernels, 9, 0).unwrap();
+    assert_eq!(target, "sm_90");
+    let text = std::str::from_utf8(ptx).unwrap();
+    for k in [
+        symmem_kernels::symmem_put.name(),
+        symmem_kernels::symmem_get.name(),
+        symmem_kernels::symmem_copy.name(),
+    ] {
+        assert!(
+            text.contains(&format!(".entry {k}(")),
+            "{k} missing from the PTX"
+        );
+    }
+}
+
+#[test]
+fn cuda_heap_export_bytes_carry_the_size() {
+    assert_eq!(
+        decode_heap_size(&(2u64 << 20).to_le_bytes()).unwrap(),
+        2 << 20
+    );
+    assert!(matches!(
+        decode_heap_size(&[0; 4]),
+        Err(Error::Bootstrap(_))
+    ));
+}
+
+/// Two ranks in one process: each a heap, each imports the other's, rank 0 puts
+/// into rank 1's heap through a peer-base table on the device; rank 1 (on its own
+/// thread) reads its own mapping and checks every byte.
+#[test]
+fn cuda_gpu_two_ranks_put_through_imported_heap() {
+    let Some(r0) = device_or_skip() else { return };
+    put_through_imported_heap(r0, Cuda::new(0).unwrap());
+}
+
+/// The backends of ranks 0 and 1 on devices 0 and 1, or the reason there are none.
+fn two_devices_or_skip() -> Option<(Cuda, Cuda)> {
+    match Cuda::device_count() {
+        Ok(n) if n >= 2 => Some((Cuda::new(0).unwrap(), Cuda::new(1).unwrap())),
+        Ok(n) => {
+            println!("skipped: {n} CUDA device(s), this test needs 2");
+            None
+        }
+        Err(e) => {
+            println!("skipped: {e}");
+            None
+        }
+    }
+}
+
+/// As above with the two ranks on two GPUs: each maps the other's heap over the
+/// peer-to-peer path (or gets [`Error::PeerUnreachable`] where there is none).
+#[test]
+fn cuda_gpu_two_devices_put_through_imported_heap() {
+    let Some((r0, r1)) = two_devices_or_skip() else {
+        return;
+    };
+    let (d0, d1) = (
+        driver::device_get(0).unwrap(),
+        driver::device_get(1).unwrap(),
+    );
+    if !driver::device_can_access_peer(d0, d1).unwrap() {
+        let h1 = r1.create_heap(r1.heap_granularity()).unwrap();
+        let err = r0
+            .import_heap(r1.export_heap(&h1).unwrap(), h1.len())
+            .unwrap_err();
+        assert!(matches!(
+            err,
+            Error::PeerUnreachable {
+                device: 0,
+                peer_device: 1
+            }
+        ));
+        println!("skipped: devices 0 and 1 have no peer path ({err})");
+        return;
+    }
+    put_through_imported_heap(r0, r1);
+}
+
+/// Rank 0 puts into rank 1's heap through its mapping of it and rank 1 gets from
+/// rank 0's, each through a two-entry table; the allocation path never syncs.
+fn put_through_imported_heap(r0: Cuda, r1: Cuda) {
+    let g = r0.heap_granularity();
+    let k0 = r0
+        .load_module(&crate::backend::code_objects::KERNELS)
+        .unwrap();
+    let k1 = r1
+        .load_module(&crate::backend::code_objects::KERNELS)
+        .unwrap();
+    println!(
+        "granularity {g}, driver {}, code object {}",
+        r0.driver_version(),
+        k0.target()
+    );
+    assert!(g > 0 && g.is_power_of_two());
+    let heap_bytes = 2 * g;
+    let h0 = r0.create_heap(heap_bytes).unwrap();
+    let h1 = std::thread::scope(|s| {
+        s.spawn(|| r1.create_heap(heap_bytes).unwrap())
+            .join()
+            .unwrap()
+    });
+    assert_eq!(h0.len(), heap_bytes);
+    let m01 = r0
+        .import_heap(r1.export_heap(&h1).unwrap(), heap_bytes)
+        .unwrap();
+    let m10 = r1
+        .import_heap(r0.export_heap(&h0).unwrap(), heap_bytes)
+        .unwrap();
+    println!(
+        "rank0 heap {:#x}, rank1 heap {:#x}, rank1's heap in rank0 {:#x}, rank0's heap in rank1 {:#x}",
+        h0.base(),
+        h1.base(),
+        m01.base(),
+        m10.base()
+    );
+    assert_ne!(m01.base(), h1.base(), "an import must get its own address");
+    assert_ne!(m10.base(), h0.base());
+
+    // Rank 0: source buffer and the 2-entry peer-base table, in device memory.
+    let bytes = g + 4096 + 13; // crosses the vector/tail split
+    let offset = 4096usize;
+    let src = pattern(bytes, 0x5a);
+    let src_dev = r0.alloc_device(bytes).unwrap();
+    let table: Vec<u8> = [h0.base(), m01.base()]
+        .iter()
+        .flat_map(|b| b.to_le_bytes())
+        .collect();
+    let bases = r0.alloc_device(table.len()).unwrap();
+    // SAFETY: both allocations were just made with these lengths.
+    unsafe {
+        r0.upload(src_dev.base(), &src).unwrap();
+        r0.upload(bases.base(), &table).unwrap();
+    }
+    assert_eq!(
+        r0.device_to_host_syncs(),
+        0,
+        "allocation/upload path must not sync"
+    );
+
+    // Rank 1 clears its heap and waits (one counted sync) before rank 0 writes.
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            // SAFETY: rank 1's own heap, all of it, which nothing else uses yet.
+            unsafe { r1.memset(h1.base(), 0, heap_bytes).unwrap() };
+            r1.synchronize().unwrap();
+        });
+    });
+    assert_eq!(r1.device_to_host_syncs(), 1);
+
+    let grid = r0.grid_for_bytes(bytes);
+    println!("put of {bytes} bytes with {grid:?}");
+    // SAFETY: `dst` lies in rank 0's heap with `bytes` to spare, and translates
+    // through the two-entry table to rank 1's heap mapped here; `src` holds `bytes`.
+    unsafe {
+        launch_lowered(
+            &r0,
+            &k0,
+            symmem_kernels::symmem_put,
+            grid,
+            (
+                device(h0.base() + offset as u64),
+                device(src_dev.base()),
+                bytes as u64,
+                device(bases.base()),
+                2,
+                0,
+                1,
+            ),
+        )
+        .unwrap()
+    };
+    r0.synchronize().unwrap();
+    assert_eq!(r0.device_to_host_syncs(), 1);
+
+    let mut got = vec![0xffu8; heap_bytes];
+    std::thread::scope(|s| {
+        // SAFETY: rank 1's own heap, which rank 0's put (complete) wrote.
+        s.spawn(|| unsafe { r1.download(&mut got, h1.base()).unwrap() });
+    });
+    assert_eq!(r1.device_to_host_syncs(), 2);
+    assert!(
+        got[..offset].iter().all(|&b| b == 0),
+        "bytes before the put changed"
+    );
+    assert!(got[offset..offset + bytes] == src[..], "put data differs");
+    assert!(
+        got[offset + bytes..].iter().all(|&b| b == 0),
+        "bytes after the put changed"
+    );
+    // Rank 0 sees rank 1's heap through its own mapping too, and its own heap is untouched.
+    let mut via0 = vec![0u8; bytes];
+    let mut own0 = vec![0xffu8; 64];
+    // SAFETY: rank 1's heap as mapped here and rank 0's own heap, inside both.
+    unsafe {
+        r0.download(&mut via0, m01.base() + offset as u64).unwrap();
+        r0.memset(h0.base(), 0x11, 64).unwrap();
+        r0.download(&mut own0, h0.base()).unwrap();
+    }
+    assert!(via0 == src);
+    assert!(own0.iter().all(|&b| b == 0x11));
+    assert_eq!(r0.device_to_host_syncs(), 3);
+
+    // Get back: rank 1 reads rank 0's heap through its own table.
+    let table1: Vec<u8> = [m10.base(), h1.base()]
+        .iter()
+        .flat_map(|b| b.to_le_bytes())
+        .collect();
+    let bases1 = r1.alloc_device(16).unwrap();
+    // SAFETY: the table's allocation holds its 16 bytes.
+    unsafe { r1.upload(bases1.base(), &table1).unwrap() };
+    let dst1 = r1.alloc_device(64).unwrap();
+    // SAFETY: `src` is rank 1's heap, which the table translates to rank 0's heap
+    // mapped here; `dst` holds 64 bytes.
+    unsafe {
+        launch_lowered(
+            &r1,
+            &k1,
+            symmem_kernels::symmem_get,
+            r1.grid_for_bytes(64),
+            (
+                device(dst1.base()),
+                device(h1.base()),
+                64,
+                device(bases1.base()),
+                2,
+                1,
+                0,
+            ),
+        )
+        .unwrap()
+    };
+    let mut back = vec![0u8; 64];
+    // SAFETY: the 64 bytes of `dst1`.
+    unsafe { r1.download(&mut back, dst1.base()).unwrap() };
+    assert!(
+        back.iter().all(|&b| b == 0x11),
+        "get through the imported heap: {back:?}"
+    );
+
+    let drop_errors = [r0.drop_errors(), r1.drop_errors()];
+    drop((m01, m10, h0, h1, src_dev, bases, bases1, dst1));
+    drop((k0, k1));
+    drop((r0, r1));
+    assert_no_drop_errors(&drop_errors);
+}
+
+/// What `cuda`'s copy kernel reads at `src` (`len` bytes), through a fresh buffer.
+///
+/// # Safety
+/// `src..src + len` is device memory `cuda`'s kernels may read.
+unsafe fn copy_kernel_read(cuda: &Cuda, src: u64, len: usize) -> Vec<u8> {
+    let module = cuda
+        .load_module(&crate::backend::code_objects::KERNELS)
+        .unwrap();
+    let dst = cuda.alloc_device(len).unwrap();
+    let mut got = vec![0u8; len];
+    // SAFETY: `dst` holds `len` bytes; `src` is the caller's.
+    unsafe {
+        launch_lowered(
+            cuda,
+            &module,
+            symmem_kernels::symmem_copy,
+            cuda.grid_for_bytes(len),
+            (device(dst.base()), device(src), len as u64),
+        )
+        .unwrap();
+        cuda.download(&mut got, dst.base()).unwrap();
+    }
+    got
+}
+
+/// In one process, rank 1 on device 1 imports rank 0's `cuMemAlloc` on device 0: an
+/// alias with peer access enabled, which rank 1's copy kernel reads.
+#[test]
+fn cuda_gpu_two_devices_in_process_alias() {
+    let Some((r0, r1)) = two_devices_or_skip() else {
+        return;
+    };
+    let len = (1 << 20) + 5;
+    let mem = r0.alloc_device(len).unwrap();
+    let data = pattern(len, 9);
+    // SAFETY: the allocation just made, `len` bytes.
+    unsafe { r0.upload(mem.base(), &data).unwrap() };
+    r0.synchronize().unwrap();
+    let alias = match r1.import_device_memory(r0.export_device_memory(&mem).unwrap(), len) {
+        Ok(alias) => alias,
+        Err(e @ Error::PeerUnreachable { .. }) => {
+            println!("skipped: {e}");
+            return;
+        }
+        Err(e) => panic!("cross-device alias: {e}"),
+    };
+    assert!(alias.is_alias());
+    assert_eq!(alias.base(), mem.base());
+    // SAFETY: the alias of `mem` (live), with peer access enabled for rank 1.
+    let got = unsafe { copy_kernel_read(&r1, alias.base(), len) };
+    assert!(got == data, "device 1 read device 0's memory wrong");
+    drop((alias, mem));
+    assert_no_drop_errors(&[r0.drop_errors(), r1.drop_errors()]);
+}
+
+/// `cuMemAlloc` + IPC in one process gives a non-owning alias; a copy kernel works on
+/// it; and a child process opens the same handle with `cuIpcOpenMemHandle` for real.
+#[test]
+fn cuda_gpu_device_memory_ipc_alias_and_child_process() {
+    let Some(r0) = device_or_skip() else { return };
+    let r1 = Cuda::new(0).unwrap();
+    let len = 1 << 20;
+    let mem = r0.alloc_device(len).unwrap();
+    let data = pattern(len, 3);
+    // SAFETY: the allocation just made, `len` bytes.
+    unsafe { r0.upload(mem.base(), &data).unwrap() };
+    let shared = r0.export_device_memory(&mem).unwrap();
+    let bytes = shared.bytes.clone();
+    let alias = r1.import_device_memory(shared, len).unwrap();
+    assert!(alias.is_alias());
+    assert_eq!(alias.base(), mem.base());
+    assert_eq!(r0.device_to_host_syncs() + r1.device_to_host_syncs(), 0);
+    r0.synchronize().unwrap();
+    // Rank 1 copies from the alias with the direct copy kernel.
+    // SAFETY: the alias of `mem`, which lives.
+    assert!(unsafe { copy_kernel_read(&r1, alias.base(), len) } == data);
+
+    let status = run_child("cuda_gpu_child_ipc_open", &hex(&bytes));
+    assert!(status.success(), "child failed: {status}");
+    let mut after = vec![0u8; 4096];
+    // SAFETY: the first 4 KiB of `mem`.
+    unsafe { r0.download(&mut after, mem.base()).unwrap() };
+    assert!(
+        after.iter().all(|&b| b == 0xa5),
+        "child's write not visible"
+    );
+    drop((alias, mem));
+    assert_no_drop_errors(&[r0.drop_errors(), r1.drop_errors()]);
+}
+
+/// The child half of the test above: opens the parent's IPC handle, checks the
+/// parent's data, writes 0xa5 over the first 4 KiB.
+#[test]
+fn cuda_gpu_child_ipc_open() {
+    let Ok(env) = std::env::var(CHILD_ENV) else {
+        println!(
+            "skipped: runs only as the child of cuda_gpu_device_memory_ipc_alias_and_child_process"
+        );
+        return;
+    };
+    let cuda = Cuda::new(0).unwrap();
+    let len = 1 << 20;
+    let m = cuda
+        .import_device_memory(
+            Shareable {
+                bytes: unhex(&env),
+                fd: None,
+            },
+            len,
+        )
+        .unwrap();
+    assert!(m.is_ipc());
+    println!(
+        "child {}: opened the parent's allocation at {:#x}",
+        std::process::id(),
+        m.base()
+    );
+    let mut got = vec![0u8; len];
+    // SAFETY: the parent's allocation as opened here, `len` bytes.
+    unsafe { cuda.download(&mut got, m.base()).unwrap() };
+    assert!(got == pattern(len, 3), "child read wrong data");
+    // SAFETY: as above, its first 4 KiB.
+    unsafe { cuda.memset(m.base(), 0xa5, 4096).unwrap() };
+    cuda.synchronize().unwrap();
+}
+
+/// A heap exported as a POSIX fd, taken by a child process (pidfd_getfd), imported,
+/// mapped and written there.
+#[test]
+fn cuda_gpu_heap_fd_into_child_process() {
+    let Some(r0) = device_or_skip() else { return };
+    let g = r0.heap_granularity();
+    let heap = r0.create_heap(g).unwrap();
+    // SAFETY: the heap just made, `g` bytes.
+    unsafe { r0.upload(heap.base(), &pattern(g, 9)).unwrap() };
+    r0.synchronize().unwrap();
+    let shared = r0.export_heap(&heap).unwrap();
+    let fd = shared.fd.as_ref().unwrap();
+    use std::os::fd::AsRawFd;
+    let env = format!(
+        "{}:{}:{}",
+        std::process::id(),
+        fd.as_raw_fd(),
+        hex(&shared.bytes)
+    );
+    let status = run_child("cuda_gpu_child_heap_import", &env);
+    assert!(status.success(), "child failed: {status}");
+    let mut after = vec![0u8; g];
+    // SAFETY: the heap, `g` bytes.
+    unsafe { r0.download(&mut after, heap.base()).unwrap() };
+    let mut want = pattern(g, 9);
+    want[..8192].fill(0x3c);
+    assert!(
+        after == want,
+        "child's write through its own mapping not visible"
+    );
+}
+
+/// The child half of the test above.
+#[test]
+fn cuda_gpu_child_heap_import() {
+    let Ok(env) = std::env::var(CHILD_ENV) else {
+        println!("skipped: runs only as the child of cuda_gpu_heap_fd_into_child_process");
+        return;
+    };
+    let mut parts = env.split(':');
+    let pid: libc::pid_t = parts.next().unwrap().parse().unwrap();
+    let remote_fd: libc::c_int = parts.next().unwrap().parse().unwrap();
+    let bytes = unhex(parts.next().unwrap());
+    // SAFETY: plain syscalls with integer arguments; results are checked.
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    assert!(
+        pidfd >= 0,
+        "pidfd_open: {}",
+        std::io::Error::last_os_error()
+    );
+    // SAFETY: as above.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd, remote_fd, 0) };
+    assert!(fd >= 0, "pidfd_getfd: {}", std::io::Error::last_os_error());
+    use std::os::fd::FromRawFd;
+    // SAFETY: both are fresh descriptors this process owns.
+    let (fd, _pidfd) = unsafe {
+        (
+            std::os::fd::OwnedFd::from_raw_fd(fd as i32),
+            std::os::fd::OwnedFd::from_raw_fd(pidfd as i32),
+        )
+    };
+    let cuda = Cuda::new(0).unwrap();
+    let g = cuda.heap_granularity();
+    let m = cuda
+        .import_heap(
+            Shareable {
+                bytes,
+                fd: Some(fd),
+            },
+            g,
+        )
+        .unwrap();
+    println!(
+        "child {}: mapped the parent's heap at {:#x}",
+        std::process::id(),
+        m.base()
+    );
+    let mut got = vec![0u8; g];
+    // SAFETY: the parent's heap as mapped here, `g` bytes.
+    unsafe { cuda.download(&mut got, m.base()).unwrap() };
+    assert!(got == pattern(g, 9), "child read wrong heap data");
+    // SAFETY: as above, its first 8 KiB.
+    unsafe { cuda.memset(m.base(), 0x3c, 8192).unwrap() };
+    cuda.synchronize().unwrap();
+}
