@@ -47,6 +47,9 @@ run() {
 {
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; date -u
   run suite_cuda 240 40 "$CARRY/suite-cuda"
+  # The off-node path on the GPU without MPI: ranks as threads on device 0 split into
+  # emulated nodes, data staged through the local transport's ring.
+  run off_node_local_cuda 300 240 "$CARRY/off-node-local" "cuda_ --nocapture"
   # A rank killed mid-wait, ranks as processes; then (rma_processes, below) new worlds in
   # new processes complete collectives on the same GPU.
   run waits_processes 300 150 "$CARRY/waits-processes" "cuda_ --nocapture"
@@ -54,7 +57,4 @@ run() {
   run rma_processes 200 130 "$CARRY/rma-processes" cuda_
   run cuda_backend 60 30 "$CARRY/cuda-backend"
   run symmem_lib_cuda 60 30 "$CARRY/symmem-lib" backend::cuda
-  # The off-node path on the GPU without MPI: ranks as threads on device 0 split into
-  # emulated nodes, data staged through the local transport's ring.
-  run off_node_local_cuda 300 240 "$CARRY/off-node-local" "cuda_ --nocapture"
 } 2>&1 | tee "$OUT/tests.txt"
