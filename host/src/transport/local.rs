@@ -8,8 +8,9 @@
 //! returns, as `MPI_Put` + `MPI_Win_flush` are; everything else travels through the
 //! inboxes and is applied by the target's proxy, exactly as over MPI. So the whole
 //! off-node path (the device's ring, the proxy, staging, helping, the hierarchical
-//! collectives) runs in plain `cargo test`, no `mpirun` needed; on a GPU backend the
-//! heap is device memory and data is staged, as under an MPI that is not GPU-aware.
+//! collectives) runs in plain `cargo test`, no `mpirun` needed. It serves the CPU backend
+//! only: on a GPU, thread-ranks share the device's context, and its device-wide
+//! synchronisations would stall the proxies (see [`LocalTransport`]'s `attach`).
 
 use super::proxy::{Wire, start_proxy, window_base};
 use super::{Attach, Link, Transport};
@@ -75,7 +76,21 @@ impl Transport for LocalTransport {
     /// Registers the heap's window where data is not staged, then starts the proxy. Every
     /// rank attaches before its world's first barrier, so every window is there before
     /// any kernel can put.
+    ///
+    /// Errors: [`Error::NoEngine`] where kernels do not run on host threads (a GPU
+    /// backend): thread-ranks of one GPU share its context, and a rank's device-wide
+    /// synchronising call (a `cuMemFree` waits for every kernel of the context) blocks
+    /// this rank's proxy behind it while a peer's kernel, which the call waits for,
+    /// waits for that proxy: measured on the H200, every such world ended in
+    /// `WaitTimedOut` at its deadline. A process per rank (`mpirun`) has no such coupling.
     fn attach(self: Box<Self>, attach: Attach<'_>) -> Result<Box<dyn Link>> {
+        if !attach.kernels_on_host {
+            return Err(Error::NoEngine(
+                "the local transport serves kernels on host threads only: thread-ranks on a \
+                 GPU would stall its proxy behind a rank's device-wide synchronisation; \
+                 start one process per rank with mpirun (cargo feature `mpi`)",
+            ));
+        }
         let window = window_base(&attach.heap);
         if let Some(base) = window {
             lock(&self.fabric.windows)[self.rank] =
