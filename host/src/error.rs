@@ -161,6 +161,14 @@ pub enum Error {
     },
     /// The world spans several nodes but cannot run the off-node engine here.
     NoEngine(&'static str),
+    /// Runtime calls failed while a world's memory, modules and backend were released
+    /// (`World::finalize`); everything was released that could be.
+    Teardown {
+        /// How many calls failed.
+        failures: u64,
+        /// The last failure, as text.
+        last: String,
+    },
     /// A peer left (exited, crashed or was killed) or did not answer in time.
     PeerLost {
         /// The rank that was lost, when known.
@@ -414,6 +422,11 @@ impl fmt::Display for Error {
                 )
             }
             Self::NoEngine(why) => write!(f, "the world spans several nodes, but {why}"),
+            Self::Teardown { failures, last } => write!(
+                f,
+                "{failures} runtime call(s) failed while the world was released (the last: \
+                 {last}); the device may hold memory until the process ends"
+            ),
             Self::PeerLost {
                 rank: Some(rank),
                 waited,

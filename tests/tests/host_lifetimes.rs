@@ -7,12 +7,14 @@
 //! backend forgives an early free (a memfd lives while a mapping does); the HIP heap,
 //! and CUDA and HIP IPC exports, do not, which is why the order is checked here.
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use symmem::backend::cpu::{Cpu, CpuMemory};
-use symmem::backend::{Backend, BackendKind, DeviceRegion, Grid, KernelLaunch, Shareable};
-use symmem::{CodeObjects, Config, Rendezvous};
+use symmem::backend::{
+    Backend, BackendKind, DeviceRegion, DropErrors, Grid, KernelLaunch, Shareable,
+};
+use symmem::{CodeObjects, Config, Error, Rendezvous};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Event {
@@ -59,7 +61,24 @@ impl Drop for Logged {
 struct Recording {
     cpu: Cpu,
     rank: usize,
+    /// Its record of failed releases ([`Backend::drop_record`]).
+    errors: Arc<DropErrors>,
+    /// Dropping it records a failed release (as a GPU backend whose context teardown
+    /// failed would).
+    fail_on_drop: bool,
 }
+
+impl Drop for Recording {
+    fn drop(&mut self) {
+        if self.fail_on_drop {
+            self.errors
+                .record(Err(Error::Unsupported("a release that fails on purpose")));
+        }
+    }
+}
+
+/// The two tests share the event log: one at a time.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 impl Recording {
     fn plain(inner: CpuMemory) -> Logged {
@@ -205,6 +224,9 @@ impl Backend for Recording {
     fn collective_grid(&self) -> Grid {
         self.cpu.collective_grid()
     }
+    fn drop_record(&self) -> Option<Arc<DropErrors>> {
+        Some(Arc::clone(&self.errors))
+    }
     fn grid_for_bytes(&self, bytes: usize) -> Grid {
         self.cpu.grid_for_bytes(bytes)
     }
@@ -263,6 +285,7 @@ fn exported_memory_outlives_every_peer_mapping() {
         timeout: Duration::from_secs(20),
         ..Config::default()
     };
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     LOG.lock().expect("log").clear();
     let results = symmem::spawn_ranks(
         world,
@@ -271,6 +294,8 @@ fn exported_memory_outlives_every_peer_mapping() {
             Ok(Recording {
                 cpu: Cpu::new(),
                 rank,
+                errors: Arc::default(),
+                fail_on_drop: false,
             })
         },
         |w| {
@@ -307,4 +332,36 @@ fn exported_memory_outlives_every_peer_mapping() {
     assert!(results[0].is_ok(), "{:?}", results[0]);
     let events = LOG.lock().expect("log").clone();
     assert_no_free_under_a_mapping(&events, world);
+}
+
+/// A release that fails while a world is torn down is reported by `World::finalize`
+/// (from the backend's own record), on every rank whose backend failed.
+#[test]
+fn finalize_reports_a_release_that_failed_during_teardown() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let config = Config {
+        heap_bytes: 4 << 20,
+        ..Config::default()
+    };
+    let results = symmem::spawn_ranks(
+        2,
+        &config,
+        |rank| {
+            Ok(Recording {
+                cpu: Cpu::new(),
+                rank,
+                errors: Arc::default(),
+                fail_on_drop: rank == 1,
+            })
+        },
+        |w| w.finalize(),
+    )
+    .expect("launch");
+    assert!(results[0].is_ok(), "{:?}", results[0]);
+    match &results[1] {
+        Err(Error::Teardown { failures: 1, last }) => {
+            assert!(last.contains("fails on purpose"), "{last}")
+        }
+        other => panic!("{other:?}"),
+    }
 }

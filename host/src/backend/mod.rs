@@ -220,6 +220,13 @@ pub trait Backend: Send + Sync + 'static {
     /// True where kernels run on this process's threads (the CPU backend): a kernel's
     /// wait for the off-node engine may then do the engine's work itself.
     fn kernels_on_host(&self) -> bool;
+    /// Where this backend records the runtime calls that failed while it or anything it
+    /// made was dropped (`Drop` must not panic), if it keeps such a record: the GPU
+    /// backends do, the CPU backend has no call that can fail there. `World::finalize`
+    /// reads it to report what failed during teardown.
+    fn drop_record(&self) -> Option<std::sync::Arc<DropErrors>> {
+        None
+    }
     /// Points the bounded waits of `module`'s kernels at the control block `control`
     /// (the module global `SYMMEM_CONTROL` on GPUs; the kernel threads' control on the
     /// CPU). A module without that global has no waits: nothing to do.

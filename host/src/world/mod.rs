@@ -404,9 +404,24 @@ impl<B: Backend> World<B> {
     /// world does the same and ignores the errors.
     ///
     /// Errors: this rank's synchronisation error, [`Error::PeerLost`] if a rank did not
-    /// leave in time (everything is freed anyway).
+    /// leave in time (everything is freed anyway), [`Error::Teardown`] if runtime calls
+    /// failed while this rank's memory, modules and backend were released (the backend's
+    /// [`Backend::drop_record`]).
     pub fn finalize(mut self) -> Result<()> {
-        self.leave()
+        let record = self.backend.drop_record();
+        let before = record.as_ref().map_or(0, |r| r.count());
+        let left = self.leave();
+        // Everything the world holds goes now, the backend included.
+        drop(self);
+        let failed = record.map(|r| (r.count() - before, r.last()));
+        left?;
+        match failed {
+            Some((failures @ 1.., last)) => Err(Error::Teardown {
+                failures,
+                last: last.unwrap_or_default(),
+            }),
+            _ => Ok(()),
+        }
     }
 
     fn leave(&mut self) -> Result<()> {

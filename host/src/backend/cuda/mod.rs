@@ -371,6 +371,10 @@ impl gpu::GpuBackend for Cuda {
         &self.rank
     }
 
+    fn shared_drop_errors(&self) -> Arc<DropErrors> {
+        self.drop_errors()
+    }
+
     fn heap_granularity(&self) -> usize {
         self.granularity
     }

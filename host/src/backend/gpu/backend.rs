@@ -3,9 +3,11 @@
 
 use super::{DeviceScope, HostMapped, Mapping, Module, Rank, Runtime, grid_for_bytes};
 use crate::backend::{
-    Backend, BackendKind, CodeObjects, DeviceRegion, Grid, HeapAccess, KernelLaunch, Shareable,
+    Backend, BackendKind, CodeObjects, DeviceRegion, DropErrors, Grid, HeapAccess, KernelLaunch,
+    Shareable,
 };
 use crate::error::Result;
+use std::sync::Arc;
 
 /// The part of [`Backend`] that differs between the GPU runtimes; every type that
 /// implements it is a [`Backend`] through the implementation below. Methods of the same
@@ -22,6 +24,8 @@ pub trait GpuBackend: Send + Sync + 'static {
 
     /// The rank's stream, name and wait count.
     fn rank(&self) -> &Rank<Self::Runtime>;
+    /// The backend's record of failed releases, shared with every handle it made.
+    fn shared_drop_errors(&self) -> Arc<DropErrors>;
     /// See [`Backend::heap_granularity`].
     fn heap_granularity(&self) -> usize;
     /// See [`Backend::create_heap`].
@@ -176,6 +180,10 @@ impl<T: GpuBackend> Backend for T {
 
     fn kernels_on_host(&self) -> bool {
         false
+    }
+
+    fn drop_record(&self) -> Option<Arc<DropErrors>> {
+        Some(self.shared_drop_errors())
     }
 
     unsafe fn watch(&self, module: &mut Self::Module, control: &Self::Shared) -> Result<()> {

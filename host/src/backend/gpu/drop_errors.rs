@@ -26,7 +26,7 @@ impl DropErrors {
     }
 
     /// Records `result` if it is a failure (a call made in `Drop`, which must not panic).
-    pub(crate) fn record(&self, result: Result<()>) {
+    pub fn record(&self, result: Result<()>) {
         if let Err(e) = result {
             self.count.fetch_add(1, Ordering::Relaxed);
             if let Ok(mut last) = self.last.lock() {

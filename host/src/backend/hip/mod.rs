@@ -417,6 +417,10 @@ impl gpu::GpuBackend for Hip {
         &self.rank
     }
 
+    fn shared_drop_errors(&self) -> Arc<DropErrors> {
+        self.drop_errors()
+    }
+
     fn graph(&self, exec: runtime::GraphExec) -> HipGraph {
         HipGraph {
             exec,
