@@ -12,11 +12,12 @@
 //!   print `skipped: <reason>` and pass where no CUDA device answers (recorded runs on
 //!   the H200: `BENCHMARKS.md`);
 //! * the `fused-allreduce-rmsnorm` example as its own program (`--features mpi`, `--mpi`),
-//!   its kernel unchanged, against its host reference, at `-np 4` with 2 ranks per node
-//!   (each element a peer's kernel reads off-node is one request: 2-5 minutes on 2
-//!   cores). With every peer on another node the example runs over the local transport
-//!   instead, in 20 s (its `tests/emulated_nodes.rs`, 4 ranks); over MPI that took 3.8
-//!   min (30a34bc) and 4.7 min (this code) on the same machine, one run each;
+//!   its kernel unchanged, against its host reference: `-np 2` with every peer on another
+//!   node, `-np 4` with 2 ranks per node (each element a peer's kernel reads off-node is
+//!   one request: 2-5 minutes at `-np 4` on 2 cores). Four ranks with every peer on
+//!   another node run over the local transport instead, in 20 s (the example's
+//!   `tests/emulated_nodes.rs`); over MPI they took 3.8 min (30a34bc) and 4.7 min (this
+//!   code) on the same machine, one run each;
 //! * the kill test: `engine-kill` at `-np 4` with 2 ranks per node (`mpirun` with
 //!   recovery enabled, so that a dead rank does not take the job down): the last rank
 //!   kills itself while the others wait for it on the device, and every survivor, on its
@@ -178,6 +179,11 @@ fn fused_example(np: usize, per_node: usize) {
             "no `{line}...`:\n{all}"
         );
     }
+}
+
+#[test]
+fn fused_example_np2_every_peer_on_another_node() {
+    fused_example(2, 1);
 }
 
 #[test]
