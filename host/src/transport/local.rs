@@ -12,7 +12,7 @@
 //! only: on a GPU, thread-ranks share the device's context, and its device-wide
 //! synchronisations would stall the proxies (see [`LocalTransport`]'s `attach`).
 
-use super::proxy::{Wire, start_proxy, window_base};
+use super::proxy::{Wire, start_proxy};
 use super::{Attach, Link, Transport};
 use crate::backend::BackendKind;
 use crate::error::{Error, Result};
@@ -91,7 +91,7 @@ impl Transport for LocalTransport {
                  start one process per rank with mpirun (cargo feature `mpi`)",
             ));
         }
-        let window = window_base(&attach.heap);
+        let window = attach.heap.direct;
         if let Some(base) = window {
             lock(&self.fabric.windows)[self.rank] =
                 Some((base.expose_provenance(), attach.heap.len));

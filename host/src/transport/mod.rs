@@ -30,7 +30,7 @@ use crate::error::{Error, Result};
 use std::time::Duration;
 
 pub use crate::control::AbortWord;
-pub use proxy::{Wire, start_proxy, window_base};
+pub use proxy::{Wire, start_proxy};
 
 /// Environment variable: `1` makes a proxied transport stage put and get data through
 /// the ring and apply it at the target, as it must for a GPU heap its wire cannot reach,
@@ -80,7 +80,7 @@ pub struct Heap {
     pub len: usize,
     /// Where the transport's host side reaches the heap at the kernels' addresses (host
     /// memory on the CPU backend; device memory for a wire that moves it itself); `None`
-    /// when data must be staged.
+    /// when data must be staged (also when [`ENV_ENGINE_STAGING`] forces it).
     pub direct: Option<*mut u8>,
     /// The target's side of staged data and atomics ([`crate::backend::Backend::heap_access`]).
     pub access: Box<dyn HeapAccess>,

@@ -14,7 +14,7 @@
 //! bootstrap collectives): the MPI bootstrap checks before it offers it. Every MPI call's
 //! error is returned (`MPI_ERRORS_RETURN`) as [`Error::Engine`].
 
-use super::proxy::{Wire, start_proxy, window_base};
+use super::proxy::{Wire, start_proxy};
 use super::{Attach, Link, Transport};
 use crate::backend::BackendKind;
 use crate::error::{Error, Result};
@@ -96,7 +96,7 @@ impl Transport for MpiTransport {
             "MPI_Comm_set_errhandler",
             None,
         )?;
-        let win = match window_base(&attach.heap) {
+        let win = match attach.heap.direct {
             Some(base) => Some(window(comm, base, attach.heap.len)?),
             None => None,
         };

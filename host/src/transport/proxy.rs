@@ -239,20 +239,13 @@ impl Engine {
 }
 
 /// Starts a proxied transport over `wire`, which the caller made collectively (with a
-/// window over `attach.heap` where [`window_base`] gives one): allocates the ring in
+/// window over `attach.heap` where its `direct` address is given): allocates the ring in
 /// memory the rank's kernels reach and starts the proxy thread. What a [`Wire`]'s
 /// [`super::Transport::attach`] returns.
 ///
 /// Errors: the ring's allocation, [`Error::Os`] when the thread cannot start.
 pub fn start_proxy(wire: Box<dyn Wire>, attach: Attach<'_>) -> Result<Box<dyn Link>> {
     Ok(Box::new(Engine::start(wire, attach)?))
-}
-
-/// Where a wire may expose `heap` for one-sided puts and gets: where the host reaches
-/// it at the kernels' addresses, unless staging is forced ([`super::ENV_ENGINE_STAGING`]).
-pub fn window_base(heap: &super::Heap) -> Option<*mut u8> {
-    let staging_forced = std::env::var(super::ENV_ENGINE_STAGING).as_deref() == Ok("1");
-    heap.direct.filter(|_| !staging_forced)
 }
 
 impl Link for Engine {

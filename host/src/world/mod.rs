@@ -494,7 +494,8 @@ impl<B: Backend> Drop for World<B> {
 /// kernel memory: the backend's heap is host memory ([`Backend::heap_host_ptr`]), or the
 /// transport moves the backend's device memory
 /// ([`crate::transport::Transport::reaches_device_memory`]: a CUDA-aware MPI). Elsewhere
-/// data is staged through host memory and applied by the target ([`Backend::heap_access`]).
+/// data is staged through host memory and applied by the target ([`Backend::heap_access`]),
+/// as it is wherever `SYMMEM_ENGINE_STAGING=1` forces it.
 fn start_transport<B: Backend>(
     bootstrap: &dyn Bootstrap,
     backend: &B,
@@ -502,11 +503,15 @@ fn start_transport<B: Backend>(
     abort: AbortWord,
 ) -> Result<Box<dyn Link>> {
     let transport = bootstrap.transport()?;
-    let direct = backend.heap_host_ptr(heap).or_else(|| {
-        transport
-            .reaches_device_memory(backend.kind())
-            .then(|| std::ptr::with_exposed_provenance_mut(heap.base() as usize))
-    });
+    let staging_forced = std::env::var(crate::transport::ENV_ENGINE_STAGING).as_deref() == Ok("1");
+    let direct = backend
+        .heap_host_ptr(heap)
+        .or_else(|| {
+            transport
+                .reaches_device_memory(backend.kind())
+                .then(|| std::ptr::with_exposed_provenance_mut(heap.base() as usize))
+        })
+        .filter(|_| !staging_forced);
     transport.attach(Attach {
         heap: Heap {
             device_base: heap.base(),
