@@ -135,6 +135,20 @@ impl<T: bytemuck::Pod + symmem_kernels::ReductionKernels> Element for T {}
 
 /// A rank's handle for launching collectives and RMA kernels over its [`World`]: the
 /// world, a launch shape, and the symmetric signal array the collectives synchronise on.
+///
+/// ```
+/// use symmem::collectives::{Algorithm, Collectives, ReduceOp};
+/// use symmem::{Config, backend::cpu::Cpu};
+/// let sums = symmem::spawn_ranks(2, &Config::default(), |_| Ok(Cpu::new()), |world| {
+///     let coll = Collectives::new(&world)?; // collective: every rank makes one
+///     let x = world.full(4, world.rank() as f32 + 1.0)?; // 1.0 on rank 0, 2.0 on rank 1
+///     let y = world.zeros::<f32>(4)?;
+///     coll.all_reduce(&y, &x, 4, ReduceOp::Sum, Algorithm::Auto)?;
+///     world.read(&y)
+/// })
+/// .unwrap();
+/// assert!(sums.iter().all(|sum| sum.as_ref().unwrap() == &[3.0; 4]));
+/// ```
 pub struct Collectives<'w, B: Backend> {
     world: &'w World<B>,
     grid: Grid,

@@ -15,6 +15,7 @@ pub mod cpu;
 pub mod cuda;
 mod gpu;
 #[cfg(feature = "hip")]
+#[cfg_attr(docsrs, doc(cfg(feature = "hip")))]
 pub mod hip;
 mod ipc;
 

@@ -89,6 +89,18 @@ impl Default for Config {
 }
 
 /// One rank's world.
+///
+/// ```
+/// use symmem::{Config, backend::cpu::Cpu};
+/// let sizes = symmem::spawn_ranks(3, &Config::default(), |_| Ok(Cpu::new()), |world| {
+///     let (buffer, bases) = world.allocate_symmetric::<u64>(16)?;
+///     assert_eq!(bases.entries()[world.rank()], buffer.ptr()); // the table's invariant
+///     world.barrier()?; // every rank has allocated: peers may now reach `buffer`
+///     Ok(world.world_size())
+/// })
+/// .unwrap();
+/// assert!(sizes.into_iter().all(|size| size.unwrap() == 3));
+/// ```
 pub struct World<B: Backend> {
     /// The off-node transport (see [`crate::transport`]), when the world spans several
     /// nodes; stopped when the world leaves, before the heap it reaches is freed.
