@@ -81,7 +81,10 @@ fn every_environment_variable_has_a_row_in_the_environment_table() {
         if path.is_dir() {
             for entry in std::fs::read_dir(&path).expect("a readable folder") {
                 let entry = entry.expect("a folder entry").path();
-                if entry.file_name().is_some_and(|n| n != "target" && n != "results") {
+                if entry
+                    .file_name()
+                    .is_some_and(|n| n != "target" && n != "results")
+                {
                     stack.push(entry);
                 }
             }
@@ -103,8 +106,5 @@ fn every_environment_variable_has_a_row_in_the_environment_table() {
             }
         }
     }
-    assert!(
-        missing.is_empty(),
-        "docs/environment.md lacks {missing:?}"
-    );
+    assert!(missing.is_empty(), "docs/environment.md lacks {missing:?}");
 }
