@@ -8,11 +8,8 @@
 //! [`ExternalTable`] that NVSHMEM, rocSHMEM or PyTorch symmetric memory built) drives the
 //! same kernels.
 //!
-//! A first program (`host/examples/first.rs`, also the README's; run as this doctest):
 //!
-#![doc = "```"]
-#![doc = include_str!("../examples/first.rs")]
-#![doc = "```"]
+#![doc = include_str!("first_program.md")]
 //!
 //! The crate stands on floors, each importing only from floors below it (checked by
 //! `host/tests/layers.rs`): errors, the offset allocator and peer tables; the
