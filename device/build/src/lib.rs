@@ -56,6 +56,9 @@ use toolchain::{Toolchain, rustup_add};
 /// code object is built (the table is empty).
 pub const TARGETS_ENV: &str = "SYMMEM_GPU_TARGETS";
 
+/// Set by docs.rs while it documents a crate: no code object is built then.
+const DOCS_RS_ENV: &str = "DOCS_RS";
+
 /// The targets a [`KernelCrate`] is built for unless [`KernelCrate::targets`] or
 /// [`TARGETS_ENV`] says otherwise.
 pub const DEFAULT_TARGETS: [&str; 3] = ["gfx942", "gfx950", "sm_90"];
@@ -442,7 +445,11 @@ impl KernelCrate {
         let out_dir: PathBuf = out_dir.into();
         cargo_line(&format!("rerun-if-env-changed={TARGETS_ENV}"));
         cargo_line(&format!("rerun-if-env-changed={TOOLCHAIN_ENV}"));
+        cargo_line(&format!("rerun-if-env-changed={DOCS_RS_ENV}"));
         let names = match std::env::var(TARGETS_ENV) {
+            // docs.rs documents crates with a toolchain of its own and no network, so no
+            // nested build can run there: no code objects (the tables are empty).
+            _ if std::env::var_os(DOCS_RS_ENV).is_some() => Vec::new(),
             Ok(list) => split_targets(&list),
             Err(_) => self.targets.clone(),
         };
