@@ -17,7 +17,7 @@ const BYTES: usize = 256 << 10;
 
 /// Builds `symmem-demo` with the `mpi` feature once per test process.
 fn mpi_demo() -> PathBuf {
-    mpi::build("symmem", "mpi", "symmem-demo")
+    mpi::build("symmem-demo", "mpi", "symmem-demo")
 }
 
 /// An `MPI_Init_thread` that provides at most `MPI_THREAD_FUNNELED`, as an MPI library

@@ -36,7 +36,7 @@
 #     --bench lifetimes --no-run        -> bench-cuda, bench-collectives, bench-small, bench-lifetimes
 #   cargo bench -p symmem --features mpi --bench engine --no-run             -> engine-bench
 #   cargo build --release -p symmem-tests --features mpi --bin engine-ranks  -> engine-ranks
-#   cargo build --release -p symmem --bin symmem-demo                        -> symmem-demo
+#   cargo build --release -p symmem-demo                                       -> symmem-demo
 #   cargo build --release -p peer-put -p fused-allreduce-rmsnorm             -> peer-put, fused-allreduce-rmsnorm
 #   the binary .ci/user-crate builds (the README's crate)                     -> my-app
 #   tests/run_gpu.sh's header lists its binaries
