@@ -536,11 +536,11 @@ impl std::error::Error for Error {
 }
 
 impl Error {
-    /// An `Os` error from the current `errno`.
-    pub(crate) fn last_os(what: &'static str) -> Self {
-        Self::Os {
+    /// An `Os` error from a failed call's `errno`, for `map_err`.
+    pub(crate) fn errno(what: &'static str) -> impl Fn(rustix::io::Errno) -> Self {
+        move |errno| Self::Os {
             what,
-            source: std::io::Error::last_os_error(),
+            source: errno.into(),
         }
     }
 }

@@ -23,8 +23,11 @@
 use crate::bootstrap::Bootstrap;
 use crate::control::AbortWord;
 use crate::error::Result;
+use rustix::event::{PollFd, PollFlags};
+use rustix::io::Errno;
+use rustix::process::{Pid, PidfdFlags};
 use std::io::Read;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixStream;
 use std::thread::JoinHandle;
@@ -81,10 +84,8 @@ impl Identity {
 /// A pidfd of process `pid`, or `None` if the kernel has none (before Linux 5.3) or the
 /// process is gone.
 fn pidfd(pid: u32) -> Option<OwnedFd> {
-    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
-    // SAFETY: a descriptor the call just opened, owned by nobody else.
-    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as i32) })
+    let pid = Pid::from_raw(i32::try_from(pid).ok()?)?;
+    rustix::process::pidfd_open(pid, PidfdFlags::empty()).ok()
 }
 
 /// A world's watchdog thread; dropping it stops the thread.
@@ -146,33 +147,25 @@ impl Drop for Watchdog {
 
 /// The watchdog thread: waits until `wake` closes (the world stops it) or one of the
 /// `watched` processes ends (its rank goes to `abort`).
-fn watch(mut wake: UnixStream, watched: &[(usize, OwnedFd)], abort: AbortWord) {
-    let mut fds: Vec<libc::pollfd> = std::iter::once(wake.as_raw_fd())
-        .chain(watched.iter().map(|(_, fd)| fd.as_raw_fd()))
-        .map(|fd| libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        })
+fn watch(wake: UnixStream, watched: &[(usize, OwnedFd)], abort: AbortWord) {
+    let mut fds: Vec<PollFd<'_>> = std::iter::once(PollFd::new(&wake, PollFlags::IN))
+        .chain(watched.iter().map(|(_, fd)| PollFd::new(fd, PollFlags::IN)))
         .collect();
     loop {
-        // SAFETY: `fds` is a live array of `fds.len()` pollfds.
-        let ready = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) };
-        if ready < 0 {
-            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            }
-            return;
+        match rustix::event::poll(&mut fds, None) {
+            Ok(_) => {}
+            Err(Errno::INTR) => continue,
+            Err(_) => return,
         }
-        if fds[0].revents != 0 {
+        if !fds[0].revents().is_empty() {
             // Closed (or, never, written): the world is stopping the watchdog.
-            let _ = wake.read(&mut [0]);
+            let _ = (&wake).read(&mut [0]);
             return;
         }
         if let Some(((rank, _), _)) = watched
             .iter()
             .zip(&fds[1..])
-            .find(|(_, fd)| fd.revents != 0)
+            .find(|(_, fd)| !fd.revents().is_empty())
         {
             abort.abort(Some(*rank));
             return;

@@ -5,8 +5,13 @@
 //! stream is out of step from then on (its payload is left unread), so it is dropped.
 
 use crate::backend::Shareable;
-use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use rustix::net::{
+    RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
+    SendAncillaryMessage, SendFlags,
+};
+use std::io::{self, IoSlice, IoSliceMut, Read, Write};
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 
 /// What a frame means.
@@ -20,47 +25,31 @@ pub(crate) enum Kind {
 
 const HEADER: usize = 9;
 
-fn cmsg_space() -> usize {
-    // SAFETY: CMSG_SPACE is a pure size computation.
-    unsafe { libc::CMSG_SPACE(size_of::<libc::c_int>() as u32) as usize }
-}
+/// Room for the control message of one descriptor.
+const CMSG_SPACE: usize = rustix::cmsg_space!(ScmRights(1));
 
 /// Sends one frame.
 pub(crate) fn send(stream: &mut UnixStream, kind: Kind, item: &Shareable) -> io::Result<()> {
     let mut header = [0u8; HEADER];
     header[0] = kind as u8;
     header[1..].copy_from_slice(&(item.bytes.len() as u64).to_le_bytes());
-    let mut iov = libc::iovec {
-        iov_base: header.as_mut_ptr().cast(),
-        iov_len: HEADER,
-    };
-    let mut control = vec![0u8; cmsg_space()];
-    // SAFETY: msghdr is plain data; zero is a valid empty value.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    if let Some(fd) = &item.fd {
-        msg.msg_control = control.as_mut_ptr().cast();
-        msg.msg_controllen = control.len() as _;
-        // SAFETY: the control buffer has room for one cmsg carrying one int.
-        unsafe {
-            let cmsg = libc::CMSG_FIRSTHDR(&msg);
-            (*cmsg).cmsg_level = libc::SOL_SOCKET;
-            (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-            (*cmsg).cmsg_len = libc::CMSG_LEN(size_of::<libc::c_int>() as u32) as _;
-            libc::CMSG_DATA(cmsg)
-                .cast::<libc::c_int>()
-                .write_unaligned(fd.as_raw_fd());
-        }
+    let mut space = [MaybeUninit::uninit(); CMSG_SPACE];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    let fds = item.fd.as_ref().map(AsFd::as_fd);
+    if let Some(fd) = &fds {
+        // The buffer has room for exactly this message.
+        let pushed = control.push(SendAncillaryMessage::ScmRights(std::slice::from_ref(fd)));
+        debug_assert!(pushed);
     }
-    // SAFETY: msg points at live buffers for the duration of the call.
-    let sent = unsafe { libc::sendmsg(stream.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
-    if sent < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    if (sent as usize) < HEADER {
+    let sent = rustix::net::sendmsg(
+        &*stream,
+        &[IoSlice::new(&header)],
+        &mut control,
+        SendFlags::NOSIGNAL,
+    )?;
+    if sent < HEADER {
         // The descriptor went with the first byte; the rest of the header is plain data.
-        stream.write_all(&header[sent as usize..])?;
+        stream.write_all(&header[sent..])?;
     }
     stream.write_all(&item.bytes)
 }
@@ -89,38 +78,28 @@ impl From<io::Error> for RecvError {
 /// `UnexpectedEof`.
 pub(crate) fn recv(stream: &mut UnixStream, max: usize) -> Result<(Kind, Shareable), RecvError> {
     let mut header = [0u8; HEADER];
-    let mut iov = libc::iovec {
-        iov_base: header.as_mut_ptr().cast(),
-        iov_len: HEADER,
-    };
-    let mut control = vec![0u8; cmsg_space()];
-    // SAFETY: msghdr is plain data; zero is a valid empty value.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = control.len() as _;
-    // SAFETY: msg points at live buffers for the duration of the call.
-    let got = unsafe { libc::recvmsg(stream.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
-    if got < 0 {
-        return Err(io::Error::last_os_error().into());
-    }
+    let mut space = [MaybeUninit::uninit(); CMSG_SPACE];
+    let mut control = RecvAncillaryBuffer::new(&mut space);
+    let got = rustix::net::recvmsg(
+        &*stream,
+        &mut [IoSliceMut::new(&mut header)],
+        &mut control,
+        RecvFlags::CMSG_CLOEXEC,
+    )
+    .map_err(io::Error::from)?
+    .bytes;
     if got == 0 {
         return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into());
     }
-    let mut fd = None;
-    // SAFETY: walking the control messages the kernel filled in.
-    unsafe {
-        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
-        while !cmsg.is_null() {
-            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
-                let raw = libc::CMSG_DATA(cmsg).cast::<libc::c_int>().read_unaligned();
-                fd = Some(OwnedFd::from_raw_fd(raw));
-            }
-            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+    // The descriptor the frame carries (the last, should there be more; any other is
+    // closed as it drops).
+    let mut fd: Option<OwnedFd> = None;
+    for message in control.drain() {
+        if let RecvAncillaryMessage::ScmRights(fds) = message {
+            fd = fds.last().or(fd);
         }
     }
-    stream.read_exact(&mut header[got as usize..])?;
+    stream.read_exact(&mut header[got..])?;
     let kind = match header[0] {
         0 => Kind::Data,
         1 => Kind::Abort,

@@ -30,8 +30,9 @@ use super::scm::{self, Kind, RecvError};
 use super::{Bootstrap, DEFAULT_MAX_FRAME_BYTES, DEFAULT_TIMEOUT, max_frame_from_env};
 use crate::backend::Shareable;
 use crate::error::{Error, Result};
+use rustix::event::{PollFd, PollFlags, Timespec};
+use rustix::io::Errno;
 use std::io;
-use std::os::fd::AsRawFd;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 use std::process::{Child, Command, ExitStatus};
@@ -357,30 +358,27 @@ impl UnixBootstrap {
     /// Waits at most `left` until some of `ranks`' streams can be read (a frame, or
     /// their end); returns those ranks (none when the wait ran out).
     fn readable(&self, ranks: &[usize], left: Duration) -> Result<Vec<usize>> {
-        let mut fds: Vec<libc::pollfd> = ranks
+        // A rank without a stream is left out: it never wakes the wait.
+        let (polled, mut fds): (Vec<usize>, Vec<PollFd<'_>>) = ranks
             .iter()
-            .map(|&r| libc::pollfd {
-                // poll skips a negative descriptor: a rank without a stream never wakes it.
-                fd: self.peers[r].as_ref().map_or(-1, AsRawFd::as_raw_fd),
-                events: libc::POLLIN,
-                revents: 0,
-            })
-            .collect();
-        let ms = left.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
-        // SAFETY: `fds` is a live array of `fds.len()` pollfds for the call's duration.
-        let ready = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
-        if ready < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                return Ok(Vec::new());
-            }
-            return Err(os("poll of the hub's streams")(e));
+            .filter_map(|&r| Some((r, PollFd::new(self.peers[r].as_ref()?, PollFlags::IN))))
+            .unzip();
+        // Whole milliseconds, rounded up, as poll(2) takes them.
+        let ms = left.as_micros().div_ceil(1000).min(i32::MAX as u128) as i64;
+        let timeout = Timespec {
+            tv_sec: ms / 1000,
+            tv_nsec: ms % 1000 * 1_000_000,
+        };
+        match rustix::event::poll(&mut fds, Some(&timeout)) {
+            Ok(_) => {}
+            Err(Errno::INTR) => return Ok(Vec::new()),
+            Err(e) => return Err(os("poll of the hub's streams")(e.into())),
         }
-        Ok(ranks
-            .iter()
+        Ok(polled
+            .into_iter()
             .zip(&fds)
-            .filter(|(_, p)| p.revents != 0)
-            .map(|(&r, _)| r)
+            .filter(|(_, p)| !p.revents().is_empty())
+            .map(|(r, _)| r)
             .collect())
     }
 

@@ -29,8 +29,12 @@ const TAG_REPLY: c_int = 2;
 /// MPI's `MPIX_Query_cuda_support()` extension, looked up at run time, says so. An MPI
 /// without it is taken not to be: data is then staged through host memory.
 fn mpi_is_cuda_aware() -> bool {
-    // SAFETY: a lookup in the symbols the process has loaded.
-    let symbol = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"MPIX_Query_cuda_support".as_ptr()) };
+    // The program and the libraries it started with, which include the MPI library (as
+    // `dlsym(RTLD_DEFAULT, ..)` searches).
+    let loaded = libloading::os::unix::Library::this();
+    // SAFETY: read as an untyped address, which any symbol is.
+    let symbol = unsafe { loaded.get::<*mut c_void>("MPIX_Query_cuda_support\0") }
+        .map_or(std::ptr::null_mut(), |s| *s);
     if symbol.is_null() {
         return false;
     }

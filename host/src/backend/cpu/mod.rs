@@ -25,7 +25,11 @@ use super::{
     Shareable, SharedRegion,
 };
 use crate::error::{Error, Result};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use rustix::fs::{MemfdFlags, SealFlags};
+use rustix::io::Errno;
+use rustix::mm::{MapFlags, ProtFlags};
+use rustix::process::{Resource, Rlimit};
+use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -139,31 +143,32 @@ impl Drop for CpuMemory {
     fn drop(&mut self) {
         // SAFETY: `ptr..ptr+len` is a mapping this value created and nobody else unmaps.
         // munmap of a valid mapping cannot fail.
-        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+        let _ = unsafe { rustix::mm::munmap(self.ptr.cast(), self.len) };
     }
 }
 
+/// A limit as `struct rlimit` holds it: `RLIM_INFINITY` (`u64::MAX`) for none.
+fn rlim(limit: Option<u64>) -> u64 {
+    limit.unwrap_or(u64::MAX)
+}
+
 /// The process's `RLIMIT_NOFILE`.
-fn nofile_limit() -> libc::rlimit {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: `limit` is a valid rlimit to fill in.
-    unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
-    limit
+fn nofile_limit() -> Rlimit {
+    rustix::process::getrlimit(Resource::Nofile)
 }
 
 /// Raises the soft `RLIMIT_NOFILE` to the hard limit; false if it was there already.
 fn raise_nofile_limit() -> bool {
-    let mut limit = nofile_limit();
-    if limit.rlim_cur >= limit.rlim_max {
+    let limit = nofile_limit();
+    if rlim(limit.current) >= rlim(limit.maximum) {
         return false;
     }
-    limit.rlim_cur = limit.rlim_max;
-    // SAFETY: `limit` is a valid rlimit; raising the soft limit up to the hard one needs
-    // no privilege.
-    unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0 }
+    // Raising the soft limit up to the hard one needs no privilege.
+    let raised = Rlimit {
+        current: limit.maximum,
+        maximum: limit.maximum,
+    };
+    rustix::process::setrlimit(Resource::Nofile, raised).is_ok()
 }
 
 /// Runs `open`, which makes a new descriptor. Out of descriptors, raises the soft
@@ -176,14 +181,14 @@ fn with_descriptor<T>(
     let mut raised = false;
     loop {
         match open() {
-            Err(e) if e.raw_os_error() == Some(libc::EMFILE) => {
+            Err(e) if e.raw_os_error() == Some(Errno::MFILE.raw_os_error()) => {
                 if !raised && raise_nofile_limit() {
                     raised = true;
                     continue;
                 }
                 return Err(Error::FdLimit {
                     what,
-                    limit: nofile_limit().rlim_cur,
+                    limit: rlim(nofile_limit().current),
                 });
             }
             other => return other.map_err(|source| Error::Os { what, source }),
@@ -195,29 +200,21 @@ impl CpuMemory {
     /// A fresh memfd of `len` bytes, sealed at that size and mapped shared.
     fn create(len: usize) -> Result<Self> {
         let fd = with_descriptor("memfd_create", || {
-            let flags = libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING;
-            // SAFETY: a NUL-terminated name and valid flags.
-            let raw = unsafe { libc::memfd_create(c"symmem-heap".as_ptr(), flags) };
-            if raw < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            // SAFETY: `raw` is a fresh descriptor nobody else owns.
-            Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+            let flags = MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING;
+            Ok(rustix::fs::memfd_create(c"symmem-heap", flags)?)
         })?;
-        let size = libc::off_t::try_from(len).map_err(|_| Error::TooLarge {
-            requested: len,
-            capacity: libc::off_t::MAX as usize,
-        })?;
-        // SAFETY: `fd` is a valid memfd.
-        if unsafe { libc::ftruncate(fd.as_raw_fd(), size) } != 0 {
-            return Err(Error::last_os("ftruncate of the heap memfd"));
+        // A file's size is an `off_t`.
+        if i64::try_from(len).is_err() {
+            return Err(Error::TooLarge {
+                requested: len,
+                capacity: i64::MAX as usize,
+            });
         }
+        rustix::fs::ftruncate(&fd, len as u64)
+            .map_err(Error::errno("ftruncate of the heap memfd"))?;
         // Nobody, this rank or a peer, can change the size from now on (nor the seals).
-        let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
-        // SAFETY: `fd` is a valid memfd created with MFD_ALLOW_SEALING.
-        if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
-            return Err(Error::last_os("sealing the heap memfd"));
-        }
+        let seals = SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL;
+        rustix::fs::fcntl_add_seals(&fd, seals).map_err(Error::errno("sealing the heap memfd"))?;
         let mut memory = Self::map(&fd, len)?;
         memory.fd = Some(fd);
         Ok(memory)
@@ -230,30 +227,26 @@ impl CpuMemory {
         let reserve = len + MAP_ALIGN;
         // SAFETY: reserving fresh address space; nothing existing is replaced.
         let region = unsafe {
-            libc::mmap(
+            rustix::mm::mmap_anonymous(
                 std::ptr::null_mut(),
                 reserve,
-                libc::PROT_NONE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
+                ProtFlags::empty(),
+                MapFlags::PRIVATE | MapFlags::NORESERVE,
             )
-        };
-        if region == libc::MAP_FAILED {
-            return Err(Error::last_os("reserving address space for a heap"));
         }
-        let region = region.cast::<u8>();
+        .map_err(Error::errno("reserving address space for a heap"))?
+        .cast::<u8>();
         let lead = region.addr().next_multiple_of(MAP_ALIGN) - region.addr();
         // SAFETY: `lead < MAP_ALIGN`, so `region + lead .. + len` lies in the reservation.
         let start = unsafe { region.add(lead) };
         // SAFETY: MAP_FIXED replaces only our own reservation, at a valid descriptor.
-        let ptr = unsafe {
-            libc::mmap(
+        let mapped = unsafe {
+            rustix::mm::mmap(
                 start.cast(),
                 len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_FIXED,
-                fd.as_raw_fd(),
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::SHARED | MapFlags::FIXED,
+                fd,
                 0,
             )
         };
@@ -261,18 +254,21 @@ impl CpuMemory {
         // skipped: munmap of length 0 fails harmlessly, but we avoid the call).
         unsafe {
             if lead > 0 {
-                libc::munmap(region.cast(), lead);
+                let _ = rustix::mm::munmap(region.cast(), lead);
             }
             let tail = MAP_ALIGN - lead;
             if tail > 0 {
-                libc::munmap(start.add(len).cast(), tail);
+                let _ = rustix::mm::munmap(start.add(len).cast(), tail);
             }
         }
-        if ptr == libc::MAP_FAILED {
-            // SAFETY: the middle of the reservation is still ours.
-            unsafe { libc::munmap(start.cast(), len) };
-            return Err(Error::last_os("mmap of a heap"));
-        }
+        let ptr = match mapped {
+            Ok(ptr) => ptr,
+            Err(e) => {
+                // SAFETY: the middle of the reservation is still ours.
+                let _ = unsafe { rustix::mm::munmap(start.cast(), len) };
+                return Err(Error::errno("mmap of a heap")(e));
+            }
+        };
         Ok(Self {
             ptr: ptr.cast(),
             len,
@@ -311,20 +307,14 @@ impl CpuMemory {
         }
         // Check the memory itself, not the peer's word: its size now, and that it can
         // never shrink below the mapping later.
-        // SAFETY: `stat` is plain data that fstat fills in.
-        let mut stat: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: `fd` is a valid descriptor and `stat` a valid buffer.
-        if unsafe { libc::fstat(fd.as_raw_fd(), &mut stat) } != 0 {
-            return Err(Error::last_os("fstat of a peer's memfd"));
-        }
+        let stat = rustix::fs::fstat(&fd).map_err(Error::errno("fstat of a peer's memfd"))?;
         let size = u64::try_from(stat.st_size).unwrap_or(0);
         if size < len as u64 {
             return Err(bad(size, "the memory is smaller than the peer announced"));
         }
-        // SAFETY: F_GET_SEALS reads the seals of a valid descriptor (-1 for a file that
-        // cannot be sealed, which then counts as unsealed).
-        let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
-        if seals < 0 || seals & libc::F_SEAL_SHRINK == 0 {
+        // A file that cannot be sealed (an error) counts as unsealed.
+        let sealed = rustix::fs::fcntl_get_seals(&fd).is_ok_and(|s| s.contains(SealFlags::SHRINK));
+        if !sealed {
             return Err(bad(size, "the memory is not sealed against shrinking"));
         }
         Self::map(&fd, len)
@@ -355,9 +345,7 @@ impl Backend for Cpu {
         )
     }
     fn heap_granularity(&self) -> usize {
-        // SAFETY: sysconf has no preconditions.
-        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-        usize::try_from(page).unwrap_or(4096)
+        rustix::param::page_size()
     }
 
     fn create_heap(&self, bytes: usize) -> Result<CpuMemory> {

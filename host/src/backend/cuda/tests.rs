@@ -569,27 +569,15 @@ fn cuda_gpu_child_heap_import() {
         return;
     };
     let mut parts = env.split(':');
-    let pid: libc::pid_t = parts.next().unwrap().parse().unwrap();
-    let remote_fd: libc::c_int = parts.next().unwrap().parse().unwrap();
+    let pid: i32 = parts.next().unwrap().parse().unwrap();
+    let remote_fd: i32 = parts.next().unwrap().parse().unwrap();
     let bytes = unhex(parts.next().unwrap());
-    // SAFETY: plain syscalls with integer arguments; results are checked.
-    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    assert!(
-        pidfd >= 0,
-        "pidfd_open: {}",
-        std::io::Error::last_os_error()
-    );
-    // SAFETY: as above.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd, remote_fd, 0) };
-    assert!(fd >= 0, "pidfd_getfd: {}", std::io::Error::last_os_error());
-    use std::os::fd::FromRawFd;
-    // SAFETY: both are fresh descriptors this process owns.
-    let (fd, _pidfd) = unsafe {
-        (
-            std::os::fd::OwnedFd::from_raw_fd(fd as i32),
-            std::os::fd::OwnedFd::from_raw_fd(pidfd as i32),
-        )
-    };
+    let pid = rustix::process::Pid::from_raw(pid).expect("a parent pid");
+    let pidfd =
+        rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).expect("pidfd_open");
+    let fd =
+        rustix::process::pidfd_getfd(&pidfd, remote_fd, rustix::process::PidfdGetfdFlags::empty())
+            .expect("pidfd_getfd");
     let cuda = Cuda::new(0).unwrap();
     let g = cuda.heap_granularity();
     let m = cuda

@@ -34,6 +34,7 @@
 
 use crate::error::{Error, Result};
 use hip_sys::hiprt as sys;
+use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
 use std::ffi::{CStr, c_char, c_int, c_uchar, c_uint, c_void};
 use std::mem::{MaybeUninit, offset_of, size_of};
 use std::sync::OnceLock;
@@ -165,6 +166,8 @@ macro_rules! hip_entry_points {
             /// The device-properties entry point and the offset of `gcnArchName` in the
             /// struct it fills.
             get_device_properties: Option<(unsafe extern "C" fn(*mut c_void, c_int) -> Rc, usize)>,
+            /// The runtime the pointers point into (held, so never closed).
+            _library: Library,
         }
 
         // Each parameter list is `hip-sys`'s (only the return type differs). Evaluated
@@ -172,11 +175,12 @@ macro_rules! hip_entry_points {
         $(const _: unsafe extern "C" fn($($arg),*) -> sys::hipError_t = sys::$name;)*
 
         impl Lib {
-            /// Looks every entry point up in `handle`.
+            /// Looks every entry point up in `library`, which the table then holds.
             ///
             /// # Safety
-            /// `handle` is a `dlopen` handle of a HIP runtime, never closed.
-            unsafe fn load(handle: *mut c_void) -> Result<Self> {
+            /// `library` is a HIP runtime.
+            unsafe fn load(library: Library) -> Result<Self> {
+                let handle = &library;
                 Ok(Self {
                     $($name: {
                         // SAFETY: forwarded from the caller; the name is NUL-terminated.
@@ -191,11 +195,12 @@ macro_rules! hip_entry_points {
                         }
                     },)*
                     // SAFETY: as above; `const char* hipGetErrorName(hipError_t)`.
-                    hipGetErrorName: unsafe { error_text_fn(handle, c"hipGetErrorName")? },
+                    hipGetErrorName: unsafe { error_text_fn(handle, "hipGetErrorName\0")? },
                     // SAFETY: as above; `const char* hipGetErrorString(hipError_t)`.
-                    hipGetErrorString: unsafe { error_text_fn(handle, c"hipGetErrorString")? },
+                    hipGetErrorString: unsafe { error_text_fn(handle, "hipGetErrorString\0")? },
                     // SAFETY: forwarded from the caller.
                     get_device_properties: unsafe { device_properties_fn(handle) },
+                    _library: library,
                 })
             }
         }
@@ -252,14 +257,16 @@ const _: unsafe extern "C" fn(sys::hipError_t) -> *const c_char = sys::hipGetErr
 const _: unsafe extern "C" fn(*mut sys::hipDeviceProp_t, c_int) -> sys::hipError_t =
     sys::hipGetDeviceProperties;
 
-/// `dlsym(handle, name)`, `None` when absent.
+/// `dlsym(handle, name)`, `None` when absent (or null).
 ///
 /// # Safety
-/// `handle` is a live `dlopen` handle; `name` ends with a NUL byte.
-unsafe fn symbol(handle: *mut c_void, name: &str) -> Option<*mut c_void> {
+/// `handle` is a HIP runtime; `name` ends with a NUL byte.
+unsafe fn symbol(handle: &Library, name: &str) -> Option<*mut c_void> {
     debug_assert!(name.ends_with('\0'));
-    // SAFETY: forwarded from the caller.
-    let p = unsafe { libc::dlsym(handle, name.as_ptr().cast::<c_char>()) };
+    // SAFETY: read as an untyped address, which any symbol is.
+    let p = unsafe { handle.get::<*mut c_void>(name) }
+        .ok()
+        .map(|s| *s)?;
     (!p.is_null()).then_some(p)
 }
 
@@ -268,16 +275,15 @@ unsafe fn symbol(handle: *mut c_void, name: &str) -> Option<*mut c_void> {
 /// # Safety
 /// As [`symbol`]; the symbol named is `const char* f(hipError_t)`.
 unsafe fn error_text_fn(
-    handle: *mut c_void,
-    name: &'static CStr,
+    handle: &Library,
+    name: &'static str,
 ) -> Result<unsafe extern "C" fn(Rc) -> *const c_char> {
-    // SAFETY: `name` is NUL-terminated; the handle is forwarded from the caller.
-    let p = unsafe { libc::dlsym(handle, name.as_ptr()) };
-    if p.is_null() {
+    // SAFETY: forwarded from the caller.
+    let Some(p) = (unsafe { symbol(handle, name) }) else {
         return Err(Error::Unsupported(
             "libamdhip64 has no hipGetErrorName/String",
         ));
-    }
+    };
     // SAFETY: the symbol has the prototype the caller promises.
     Ok(unsafe { std::mem::transmute::<*mut c_void, unsafe extern "C" fn(Rc) -> *const c_char>(p) })
 }
@@ -290,7 +296,7 @@ unsafe fn error_text_fn(
 /// # Safety
 /// As [`symbol`].
 unsafe fn device_properties_fn(
-    handle: *mut c_void,
+    handle: &Library,
 ) -> Option<(unsafe extern "C" fn(*mut c_void, c_int) -> Rc, usize)> {
     let candidates = [
         ("hipGetDevicePropertiesR0600\0", GCN_ARCH_NAME_OFFSET_R0600),
@@ -311,12 +317,12 @@ unsafe fn device_properties_fn(
 
 /// The names tried, in order: the development symlink, then the runtime sonames of
 /// ROCm 7, 6 and 5 (all through the loader's search path), then ROCm's default prefix.
-const LIBRARY_NAMES: [&CStr; 5] = [
-    c"libamdhip64.so",
-    c"libamdhip64.so.7",
-    c"libamdhip64.so.6",
-    c"libamdhip64.so.5",
-    c"/opt/rocm/lib/libamdhip64.so",
+const LIBRARY_NAMES: [&str; 5] = [
+    "libamdhip64.so",
+    "libamdhip64.so.7",
+    "libamdhip64.so.6",
+    "libamdhip64.so.5",
+    "/opt/rocm/lib/libamdhip64.so",
 ];
 
 /// The loaded runtime, or why it could not be loaded (computed once per process; the
@@ -324,19 +330,18 @@ const LIBRARY_NAMES: [&CStr; 5] = [
 fn lib() -> Result<&'static Lib> {
     static LIB: OnceLock<std::result::Result<Lib, Error>> = OnceLock::new();
     let loaded = LIB.get_or_init(|| {
-        let handle = LIBRARY_NAMES.iter().find_map(|name| {
-            // SAFETY: `name` is NUL-terminated; dlopen runs the library's initialisers,
-            // which is what loading a runtime means.
-            let h = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-            (!h.is_null()).then_some(h)
+        let library = LIBRARY_NAMES.iter().find_map(|&name| {
+            // SAFETY: dlopen runs the library's initialisers, which is what loading a
+            // runtime means.
+            unsafe { Library::open(Some(name), RTLD_NOW | RTLD_LOCAL) }.ok()
         });
-        let Some(handle) = handle else {
+        let Some(library) = library else {
             return Err(Error::LibraryMissing {
                 library: "libamdhip64.so",
             });
         };
-        // SAFETY: `handle` is a HIP runtime opened above and never closed.
-        unsafe { Lib::load(handle) }
+        // SAFETY: `library` is a HIP runtime opened above; the table holds it.
+        unsafe { Lib::load(library) }
     });
     match loaded {
         Ok(lib) => Ok(lib),
