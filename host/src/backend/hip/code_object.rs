@@ -95,166 +95,69 @@ pub fn code_object_kernels(image: &[u8]) -> std::result::Result<Vec<String>, &'s
     elf::kernel_names(image)
 }
 
-/// Reading the kernel-descriptor symbols of an AMDGPU ELF, with every read bounds-checked.
+/// Reading the kernel-descriptor symbols of an AMDGPU ELF with the `object` crate, whose
+/// every read is bounds-checked.
 mod elf {
-    /// `EM_AMDGPU`.
-    const EM_AMDGPU: u16 = 224;
-    /// `SHT_SYMTAB`.
-    const SHT_SYMTAB: u32 = 2;
-    /// `SHT_DYNSYM`.
-    const SHT_DYNSYM: u32 = 11;
-    /// `STT_OBJECT`.
-    const STT_OBJECT: u8 = 1;
-    /// `STB_GLOBAL`.
-    const STB_GLOBAL: u8 = 1;
-    /// `STB_WEAK`.
-    const STB_WEAK: u8 = 2;
-    /// `STV_INTERNAL` and `STV_HIDDEN`: invisible to the loader.
-    const STV_INTERNAL: u8 = 1;
-    const STV_HIDDEN: u8 = 2;
-    /// Bytes of an `Elf64_Shdr`.
-    const SHDR_BYTES: usize = 64;
-    /// Bytes of an `Elf64_Sym`.
-    const SYM_BYTES: usize = 24;
+    use object::LittleEndian;
+    use object::elf::{
+        ELFCLASS64, ELFDATA2LSB, ELFMAG, EM_AMDGPU, FileHeader64, SHT_DYNSYM, SHT_SYMTAB,
+        STB_GLOBAL, STB_WEAK, STT_OBJECT, STV_HIDDEN, STV_INTERNAL,
+    };
+    use object::read::StringTable;
+    use object::read::elf::{FileHeader, SectionHeader, SectionTable, Sym, SymbolTable};
 
     type Parse<T> = std::result::Result<T, &'static str>;
 
-    /// `N` bytes of `b` at `at`.
-    fn bytes<const N: usize>(b: &[u8], at: usize, what: &'static str) -> Parse<[u8; N]> {
-        at.checked_add(N)
-            .and_then(|end| b.get(at..end))
-            .and_then(|s| s.try_into().ok())
-            .ok_or(what)
-    }
-
-    fn u16_at(b: &[u8], at: usize, what: &'static str) -> Parse<u16> {
-        bytes(b, at, what).map(u16::from_le_bytes)
-    }
-
-    fn u32_at(b: &[u8], at: usize, what: &'static str) -> Parse<u32> {
-        bytes(b, at, what).map(u32::from_le_bytes)
-    }
-
-    fn usize_at(b: &[u8], at: usize, what: &'static str) -> Parse<usize> {
-        bytes(b, at, what)
-            .map(u64::from_le_bytes)
-            .and_then(|v| usize::try_from(v).map_err(|_| what))
-    }
-
-    /// One section header: its type, the range of its contents in the image, its
-    /// `sh_link` and its entry size.
-    struct Section<'a> {
-        kind: u32,
-        data: &'a [u8],
-        link: usize,
-        entry_size: usize,
-    }
-
-    /// Section `index` of `image`, whose section headers are `entry` bytes each from
-    /// offset `table`.
-    fn section<'a>(
-        image: &'a [u8],
-        table: usize,
-        entry: usize,
-        index: usize,
-    ) -> Parse<Section<'a>> {
-        let at = index
-            .checked_mul(entry)
-            .and_then(|o| o.checked_add(table))
-            .ok_or("section header table out of range")?;
-        let what = "section header out of the image";
-        let kind = u32_at(image, at + 4, what)?;
-        let offset = usize_at(image, at + 24, what)?;
-        let size = usize_at(image, at + 32, what)?;
-        let link = u32_at(image, at + 40, what)? as usize;
-        let entry_size = usize_at(image, at + 56, what)?;
-        // SHT_NOBITS (8) has no contents in the image.
-        let data = if kind == 8 {
-            &[][..]
-        } else {
-            offset
-                .checked_add(size)
-                .and_then(|end| image.get(offset..end))
-                .ok_or("section contents out of the image")?
-        };
-        Ok(Section {
-            kind,
-            data,
-            link,
-            entry_size,
-        })
-    }
-
     /// See [`super::code_object_kernels`].
     pub(super) fn kernel_names(image: &[u8]) -> Parse<Vec<String>> {
-        if image.get(..4) != Some(b"\x7fELF") {
+        // The identification bytes first, for errors that say which check failed
+        // (`object` answers any of them with "Unsupported ELF header").
+        if image.get(..4) != Some(&ELFMAG[..]) {
             return Err("not an ELF image");
         }
-        let header = "ELF header truncated";
-        if bytes::<2>(image, 4, header)? != [2, 1] {
+        if image.get(4..6).ok_or("ELF header truncated")? != [ELFCLASS64, ELFDATA2LSB] {
             return Err("not a 64-bit little-endian ELF");
         }
-        if u16_at(image, 18, header)? != EM_AMDGPU {
+        let header =
+            FileHeader64::<LittleEndian>::parse(image).map_err(|_| "ELF header truncated")?;
+        let endian = LittleEndian;
+        if header.e_machine(endian) != EM_AMDGPU {
             return Err("not an AMDGPU ELF");
         }
-        let table = usize_at(image, 40, header)?;
-        let entry = usize::from(u16_at(image, 58, header)?);
-        let mut count = usize::from(u16_at(image, 60, header)?);
-        if table == 0 {
+        let headers = header
+            .section_headers(endian, image)
+            .map_err(|_| "section header table out of the image")?;
+        if headers.is_empty() {
             return Err("no section header table");
         }
-        if entry < SHDR_BYTES {
-            return Err("section headers too small");
-        }
-        if count == 0 {
-            // Extended numbering: the count is section 0's `sh_size`.
-            count = usize_at(image, table + 32, "section header out of the image")?;
-        }
-        let mut symtab = None;
-        for index in 0..count {
-            let s = section(image, table, entry, index)?;
-            match s.kind {
-                SHT_DYNSYM => {
-                    symtab = Some(s);
-                    break;
-                }
-                SHT_SYMTAB if symtab.is_none() => symtab = Some(s),
-                _ => {}
-            }
-        }
-        let symtab = symtab.ok_or("no symbol table")?;
-        if symtab.link >= count {
-            return Err("symbol table names no string table");
-        }
-        let strings = section(image, table, entry, symtab.link)?.data;
-        let sym_bytes = if symtab.entry_size == 0 {
-            SYM_BYTES
-        } else {
-            symtab.entry_size
+        // Without the section names (`sections` would also need `e_shstrndx`).
+        let sections: SectionTable<'_, FileHeader64<LittleEndian>, &[u8]> =
+            SectionTable::new(headers, StringTable::default());
+        // The dynamic symbol table, or the static one in an object without one.
+        let of_type = |kind| {
+            sections
+                .enumerate()
+                .find(|(_, s)| s.sh_type(endian) == kind)
         };
-        if sym_bytes < SYM_BYTES {
-            return Err("symbols too small");
-        }
+        let (index, section) = of_type(SHT_DYNSYM)
+            .or_else(|| of_type(SHT_SYMTAB))
+            .ok_or("no symbol table")?;
+        let symbols = SymbolTable::parse(endian, image, &sections, index, section)
+            .map_err(|_| "symbol table or its string table out of the image")?;
         let mut names = Vec::new();
-        for sym in symtab.data.chunks_exact(sym_bytes) {
-            let what = "symbol truncated";
-            let name_at = u32_at(sym, 0, what)? as usize;
-            let [info, other] = bytes::<2>(sym, 4, what)?;
-            let shndx = u16_at(sym, 6, what)?;
-            let bind = info >> 4;
-            let visibility = other & 3;
-            if info & 0xf != STT_OBJECT
-                || !(bind == STB_GLOBAL || bind == STB_WEAK)
+        for sym in symbols.symbols() {
+            let visibility = sym.st_visibility();
+            if sym.st_type() != STT_OBJECT
+                || !(sym.st_bind() == STB_GLOBAL || sym.st_bind() == STB_WEAK)
                 || visibility == STV_INTERNAL
                 || visibility == STV_HIDDEN
-                || shndx == 0
+                || sym.is_undefined(endian)
             {
                 continue;
             }
-            let name = strings
-                .get(name_at..)
-                .and_then(|s| s.split(|&b| b == 0).next().filter(|_| s.contains(&0)))
-                .ok_or("symbol name out of the string table")?;
+            let name = sym
+                .name(endian, symbols.strings())
+                .map_err(|_| "symbol name out of the string table")?;
             if let Some(kernel) = name.strip_suffix(b".kd").filter(|k| !k.is_empty()) {
                 let kernel = std::str::from_utf8(kernel).map_err(|_| "kernel name not UTF-8")?;
                 names.push(kernel.to_owned());
