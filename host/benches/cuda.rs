@@ -37,11 +37,13 @@
 //! `rust.csv` goes; `--sizes 4K,1M,...` to run fewer sizes; `--no-xproc` to skip the
 //! cross-process lines. Prints `skipped: <reason>` and exits 0 where no GPU answers.
 
+mod cli;
 mod common;
 
+use clap::Parser;
 use common::{
-    GIB, KIB, MIB, Op, Sampling, Target, drop_errors_at_exit, fill_source, parse_size, pattern,
-    recorded, stats, sweep_size, sweep_sizes, verify,
+    GIB, KIB, MIB, Op, Sampling, Target, drop_errors_at_exit, fill_source, pattern, recorded,
+    stats, sweep_size, sweep_sizes, verify,
 };
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -536,29 +538,39 @@ fn print_table(rows: &[Row], sizes: &[usize]) {
     }
 }
 
+/// The CUDA backend's benchmark on GPU 0: put, copy and cuMemcpyDtoD per size, the
+/// cross-process lines, allocation and launch costs; `rust.csv` under `--out`.
+#[derive(Parser, Debug)]
+#[command(name = "cuda")]
+struct Options {
+    /// Where `rust.csv` goes [default: $SYMMEM_BENCH_OUT, else target/bench-cuda].
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Sizes in bytes, each a number optionally with K, M or G, a positive multiple of 16
+    /// up to 2G [default: 4K, then 4 times larger each step up to 2G].
+    #[arg(long, value_delimiter = ',', value_parser = cli::sweep_bytes::<MAX>)]
+    sizes: Vec<usize>,
+    /// Skips the cross-process lines.
+    #[arg(long)]
+    no_xproc: bool,
+    #[command(flatten)]
+    cargo: cli::CargoBench,
+}
+
 fn main() -> ExitCode {
+    let options = Options::parse();
+    // What the cross-process ranks are started with: this command line again.
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let mut out = std::env::var_os("SYMMEM_BENCH_OUT")
-        .map_or_else(|| PathBuf::from("target/bench-cuda"), PathBuf::from);
-    let mut sizes = sweep_sizes(2 * GIB);
-    let mut xproc = true;
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--out" => out = it.next().map(PathBuf::from).unwrap_or(out),
-            "--sizes" => {
-                if let Some(list) = it.next() {
-                    sizes = list.split(',').filter_map(parse_size).collect();
-                }
-            }
-            "--no-xproc" => xproc = false,
-            _ => {} // `cargo bench` passes `--bench`; other flags are ignored
-        }
-    }
-    if sizes.iter().any(|&s| s == 0 || s > MAX || s % 16 != 0) {
-        eprintln!("sizes must be multiples of 16 bytes up to 2 GiB");
-        return ExitCode::from(2);
-    }
+    let out = options.out.unwrap_or_else(|| {
+        std::env::var_os("SYMMEM_BENCH_OUT")
+            .map_or_else(|| PathBuf::from("target/bench-cuda"), PathBuf::from)
+    });
+    let sizes = if options.sizes.is_empty() {
+        sweep_sizes(MAX)
+    } else {
+        options.sizes
+    };
+    let xproc = !options.no_xproc;
     if unix::UnixBootstrap::in_env() {
         return match xproc_child(&sizes) {
             Ok(()) => ExitCode::SUCCESS,

@@ -26,6 +26,9 @@
 //! Run: `SYMMEM_RANKS_PER_NODE=2 mpirun -np 4 target/release/deps/engine-<hash> [--cuda]`
 //! (build with `cargo bench -p symmem --features mpi --bench engine --no-run`).
 
+mod cli;
+
+use clap::Parser;
 use mpi::ffi;
 use std::ffi::{c_int, c_void};
 use std::process::ExitCode;
@@ -365,22 +368,35 @@ fn rows<B: Backend>(w: &World<B>, max_put: usize, max_all_reduce: usize) -> Resu
     w.barrier()
 }
 
+/// The off-node engine against MPI on the same bytes (under `mpirun`, with
+/// `SYMMEM_RANKS_PER_NODE` splitting the machine into emulated nodes).
+#[derive(Parser, Debug)]
+#[command(name = "engine")]
+struct Options {
+    /// Every rank on GPU `rank % count` (the staging path where MPI is not CUDA-aware);
+    /// the CPU backend otherwise.
+    #[arg(long)]
+    cuda: bool,
+    /// The largest put, in bytes: a number, optionally with K, M or G.
+    #[arg(long, default_value = "64M", value_parser = cli::bytes)]
+    max_put: usize,
+    /// The largest all-reduce, in bytes (0: none): a number, optionally with K, M or G.
+    #[arg(long, default_value = "64M", value_parser = cli::bytes)]
+    max_all_reduce: usize,
+    #[command(flatten)]
+    cargo: cli::CargoBench,
+}
+
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().collect();
-    let cap = |flag: &str| {
-        args.iter()
-            .position(|a| a == flag)
-            .and_then(|i| args.get(i + 1)?.parse().ok())
-            .unwrap_or(64 * MIB)
-    };
-    let (max_put, max_all_reduce) = (cap("--max-put"), cap("--max-all-reduce"));
+    let options = Options::parse();
+    let (max_put, max_all_reduce) = (options.max_put, options.max_all_reduce);
     let result = (|| {
         let config = Config {
             heap_bytes: 512 * MIB,
             ..Config::default()
         };
         let bootstrap = Box::new(MpiBootstrap::new()?);
-        if args.iter().any(|a| a == "--cuda") {
+        if options.cuda {
             let backend = Cuda::for_rank(bootstrap.rank())?;
             run(
                 World::new(bootstrap, backend, &config)?,

@@ -37,11 +37,13 @@
 //! (default `target/bench-multi-gpu`). Prints `skipped: <reason>` and exits 0
 //! where fewer than 2 GPUs answer and no `--world` was given.
 
+mod cli;
 mod common;
 
+use clap::{Parser, ValueEnum};
 use common::{
-    GIB, KIB, MIB, Op, Sampling, Sweep, Target, drop_errors_at_exit, fill_source, parse_size,
-    pattern, recorded, stats, sweep_size, sweep_sizes, verify,
+    GIB, KIB, MIB, Op, Sampling, Sweep, Target, drop_errors_at_exit, fill_source, pattern,
+    recorded, stats, sweep_size, sweep_sizes, verify,
 };
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -419,59 +421,57 @@ fn best(rows: &[Row]) -> Vec<Row> {
     out
 }
 
+/// The multi-GPU benchmark: point to point between GPUs 0 and 1, then the collectives at
+/// the whole world; CSVs under `--out`.
+#[derive(Parser, Debug)]
+#[command(name = "multi_gpu")]
 struct Options {
-    world: Option<usize>,
-    processes: bool,
+    /// Ranks (default: the GPU count); with fewer GPUs than ranks, ranks share GPUs
+    /// round-robin (a smoke test of the code path, not a measurement of links).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    world: Option<u32>,
+    /// Sizes in bytes, each a number optionally with K, M or G, a positive multiple of 16
+    /// up to 4G [default: 4K, then 4 times larger each step up to 1G].
+    #[arg(long, value_delimiter = ',', value_parser = cli::sweep_bytes::<{ 4 * GIB }>)]
     sizes: Vec<usize>,
+    /// Blocks per rank of the collectives' grids, each tried [default: 32,132,264; ranks
+    /// sharing a GPU: 32 and their share of 256].
+    #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..))]
     blocks: Option<Vec<u32>>,
+    /// How the collectives' ranks are started.
+    #[arg(long, value_enum, default_value_t = Launcher::Processes)]
+    launcher: Launcher,
+    /// Where `p2p.csv` and `collectives.csv` go.
+    #[arg(long, default_value = "target/bench-multi-gpu")]
     out: PathBuf,
+    #[command(flatten)]
+    cargo: cli::CargoBench,
 }
 
-fn options() -> std::result::Result<Options, String> {
-    let mut o = Options {
-        world: None,
-        processes: true,
-        sizes: sweep_sizes(GIB),
-        blocks: None,
-        out: PathBuf::from("target/bench-multi-gpu"),
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(a) = it.next() {
-        let mut value = || it.next().ok_or(format!("{a} needs a value"));
-        match a.as_str() {
-            "--world" => o.world = Some(value()?.parse().map_err(|_| "bad --world")?),
-            "--sizes" => {
-                o.sizes = value()?
-                    .split(',')
-                    .map(|s| parse_size(s).ok_or(format!("bad size {s}")))
-                    .collect::<std::result::Result<_, _>>()?;
-            }
-            "--blocks" => {
-                o.blocks = Some(
-                    value()?
-                        .split(',')
-                        .map(|s| s.parse().map_err(|_| format!("bad block count {s}")))
-                        .collect::<std::result::Result<_, _>>()?,
-                );
-            }
-            "--out" => o.out = PathBuf::from(value()?),
-            "--launcher" => {
-                o.processes = match value()?.as_str() {
-                    "processes" => true,
-                    "threads" => false,
-                    other => return Err(format!("bad --launcher {other}")),
-                }
-            }
-            _ => {} // `cargo bench` passes `--bench`
+/// `--launcher`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Launcher {
+    /// One process per rank, as NCCL and PyTorch run.
+    Processes,
+    /// Threads of this process (what ranks sharing a GPU need: processes on one GPU are
+    /// time-sliced).
+    Threads,
+}
+
+impl Options {
+    /// The command line, its default sizes filled in.
+    fn parse_all() -> Self {
+        let mut o = Self::parse();
+        if o.sizes.is_empty() {
+            o.sizes = sweep_sizes(GIB);
         }
+        o
     }
-    if o.sizes
-        .iter()
-        .any(|&s| s == 0 || s % 16 != 0 || s > 4 * GIB)
-    {
-        return Err("sizes must be multiples of 16 bytes up to 4 GiB".into());
+
+    /// Whether the collectives' ranks are processes.
+    fn processes(&self) -> bool {
+        self.launcher == Launcher::Processes
     }
-    Ok(o)
 }
 
 /// The collectives' grids, the worlds' configuration and the largest size.
@@ -592,7 +592,7 @@ fn run(o: &Options, n: usize, gpus: usize) -> Result<()> {
         let p2p = on_threads(2, &config, |world| point_to_point(world, &o.sizes, max))?;
         write_csv(&o.out.join("p2p.csv"), &p2p)?;
     }
-    if o.processes {
+    if o.processes() {
         run_processes(n)
     } else {
         let rows = on_threads(n, &config, |world| collectives(world, &o.sizes, &grids))?;
@@ -617,13 +617,7 @@ fn print_collectives(rows: &[Row], n: usize) {
 }
 
 fn main() -> ExitCode {
-    let o = match options() {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(2);
-        }
-    };
+    let o = Options::parse_all();
     if unix::UnixBootstrap::in_env() {
         return match process_rank(&o) {
             Ok(()) => match drop_errors_at_exit() {
@@ -651,7 +645,7 @@ fn main() -> ExitCode {
         }
     };
     let n = match o.world {
-        Some(n) => n,
+        Some(n) => n as usize,
         None if gpus >= 2 => gpus,
         None => {
             println!("skipped: {gpus} GPU, this benchmark needs 2 (or --world N to share one)");
@@ -661,7 +655,11 @@ fn main() -> ExitCode {
     println!(
         "multi-GPU bench: world {n} on {gpus} GPU(s){}, collectives' ranks as {}, median of {SAMPLES} after {WARMUP}",
         if n > gpus { " (ranks share GPUs)" } else { "" },
-        if o.processes { "processes" } else { "threads" }
+        if o.processes() {
+            "processes"
+        } else {
+            "threads"
+        }
     );
     if let Err(e) = run(&o, n, gpus) {
         eprintln!("multi-GPU bench failed: {e}");

@@ -24,6 +24,9 @@
 //! Run: `cargo bench -p symmem --bench small_messages [-- --worlds 2,4,8]` (exits 0 with
 //! "skipped" when no GPU answers). Prints CSV rows `world,line,bytes,us,floor_ratio`.
 
+mod cli;
+
+use clap::Parser;
 use std::process::ExitCode;
 use std::time::Instant;
 use symmem::backend::cuda::Cuda;
@@ -146,19 +149,25 @@ fn rank_rows(world: &World<Cuda>) -> Result<(Rows, Option<f64>)> {
     Ok((rows, host))
 }
 
+/// Small messages on CUDA, graph-replayed, at several world sizes (CSV on stdout).
+#[derive(Parser, Debug)]
+#[command(name = "small_messages")]
+struct Options {
+    /// World sizes to run, ranks as threads (one GPU each where there are enough).
+    #[arg(long, value_delimiter = ',', default_value = "2,4,8",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    worlds: Vec<u32>,
+    #[command(flatten)]
+    cargo: cli::CargoBench,
+}
+
 fn main() -> ExitCode {
+    let options = Options::parse();
     if let Err(why) = Cuda::new(0) {
         println!("skipped: no CUDA device ({why})");
         return ExitCode::SUCCESS;
     }
-    let mut worlds = vec![2, 4, 8];
-    let args: Vec<String> = std::env::args().collect();
-    if let Some(i) = args.iter().position(|a| a == "--worlds") {
-        worlds = args
-            .get(i + 1)
-            .map(|w| w.split(',').filter_map(|x| x.parse().ok()).collect())
-            .unwrap_or(worlds);
-    }
+    let worlds = options.worlds.iter().map(|&n| n as usize);
     let config = Config {
         heap_bytes: 96 << 20,
         ..Config::default()

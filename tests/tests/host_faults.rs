@@ -13,8 +13,10 @@
 //! Tests that start processes hold [`PROCESSES`], so that counting this process's
 //! children sees only their own.
 
+use rustix::fs::{MemfdFlags, SealFlags};
+use rustix::process::{Resource, Rlimit};
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 use std::os::unix::process::CommandExt;
@@ -63,20 +65,17 @@ fn one_child(test: &str, mode: &str, deadline: Duration) -> Outcome {
 // ---------------------------------------------------------------------------------------
 // CPU launch.
 
-fn rlimit(resource: libc::__rlimit_resource_t) -> libc::rlimit {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: `limit` is a valid rlimit to fill in.
-    assert_eq!(unsafe { libc::getrlimit(resource, &mut limit) }, 0);
-    limit
+fn rlimit(resource: Resource) -> Rlimit {
+    rustix::process::getrlimit(resource)
 }
 
-fn set_rlimit(resource: libc::__rlimit_resource_t, limit: libc::rlimit) {
-    // SAFETY: `limit` is a valid rlimit.
-    let set = unsafe { libc::setrlimit(resource, &limit) };
-    assert_eq!(set, 0, "setrlimit: {}", std::io::Error::last_os_error());
+fn set_rlimit(resource: Resource, limit: Rlimit) {
+    rustix::process::setrlimit(resource, limit).expect("setrlimit");
+}
+
+/// A limit as `struct rlimit` holds it: `RLIM_INFINITY` (`u64::MAX`) for none.
+fn rlim(limit: Option<u64>) -> u64 {
+    limit.unwrap_or(u64::MAX)
 }
 
 /// This process's address space in bytes (`VmSize`).
@@ -95,13 +94,13 @@ fn vm_size() -> u64 {
 /// at the block barrier for all 16.
 fn child_thread_refused() -> ! {
     let stack: u64 = 2 << 20;
-    let saved = rlimit(libc::RLIMIT_AS);
+    let saved = rlimit(Resource::As);
     let bodies = AtomicUsize::new(0);
     set_rlimit(
-        libc::RLIMIT_AS,
-        libc::rlimit {
-            rlim_cur: vm_size() + 4 * stack + stack / 2,
-            rlim_max: saved.rlim_max,
+        Resource::As,
+        Rlimit {
+            current: Some(vm_size() + 4 * stack + stack / 2),
+            maximum: saved.maximum,
         },
     );
     let result = threads::run(
@@ -114,7 +113,7 @@ fn child_thread_refused() -> ! {
             arch.sync_block();
         },
     );
-    set_rlimit(libc::RLIMIT_AS, saved);
+    set_rlimit(Resource::As, saved);
     println!("BODIES-RUN {}", bodies.load(Ordering::Relaxed));
     exit_child(&result)
 }
@@ -469,24 +468,12 @@ fn local_survivors_name_the_first_rank_lost() {
 // CPU backend: memfds.
 
 /// A memfd of `len` bytes with `seals` added.
-fn memfd(len: u64, seals: libc::c_int) -> OwnedFd {
-    let flags = libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING;
-    // SAFETY: a NUL-terminated name and valid flags.
-    let raw = unsafe { libc::memfd_create(c"faults".as_ptr(), flags) };
-    assert!(
-        raw >= 0,
-        "memfd_create: {}",
-        std::io::Error::last_os_error()
-    );
-    // SAFETY: a fresh descriptor nobody else owns.
-    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-    // SAFETY: a valid memfd.
-    let sized = unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) };
-    assert_eq!(sized, 0);
-    if seals != 0 {
-        // SAFETY: a valid memfd created with MFD_ALLOW_SEALING.
-        let sealed = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals) };
-        assert_eq!(sealed, 0);
+fn memfd(len: u64, seals: SealFlags) -> OwnedFd {
+    let flags = MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING;
+    let fd = rustix::fs::memfd_create(c"faults", flags).expect("memfd_create");
+    rustix::fs::ftruncate(&fd, len).expect("ftruncate");
+    if !seals.is_empty() {
+        rustix::fs::fcntl_add_seals(&fd, seals).expect("F_ADD_SEALS");
     }
     fd
 }
@@ -499,7 +486,9 @@ fn handle(fd: OwnedFd, claimed: u64) -> Shareable {
     }
 }
 
-const SIZE_SEALS: libc::c_int = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+const SIZE_SEALS: SealFlags = SealFlags::SHRINK
+    .union(SealFlags::GROW)
+    .union(SealFlags::SEAL);
 
 #[test]
 fn import_checks_the_memfd_not_the_peers_word() {
@@ -519,7 +508,10 @@ fn import_checks_the_memfd_not_the_peers_word() {
         );
     }
     // The right size, but the peer could shrink it under the mapping later.
-    let got = cpu.import_heap(handle(memfd(len as u64, 0), len as u64), len);
+    let got = cpu.import_heap(
+        handle(memfd(len as u64, SealFlags::empty()), len as u64),
+        len,
+    );
     assert!(
         matches!(got, Err(Error::BadPeerMemory { needed, size, .. })
             if needed == len && size == len as u64),
@@ -537,12 +529,11 @@ fn exported_memfds_are_sealed() {
     let memory = cpu.alloc_device(4096).expect("allocation");
     for shared in [cpu.export_heap(&heap), cpu.export_device_memory(&memory)] {
         let fd = shared.expect("export").fd.expect("an fd");
-        // SAFETY: F_GET_SEALS on a valid descriptor.
-        let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
-        assert_eq!(seals & SIZE_SEALS, SIZE_SEALS, "seals {seals:#x}");
-        // SAFETY: a valid descriptor; the seals make this fail without any effect.
-        let shrunk = unsafe { libc::ftruncate(fd.as_raw_fd(), 0) };
-        assert_eq!(shrunk, -1, "a peer could shrink the memory");
+        let seals = rustix::fs::fcntl_get_seals(&fd).expect("F_GET_SEALS");
+        assert!(seals.contains(SIZE_SEALS), "seals {seals:?}");
+        // The seals make this fail without any effect.
+        let shrunk = rustix::fs::ftruncate(&fd, 0);
+        assert!(shrunk.is_err(), "a peer could shrink the memory");
     }
 }
 
@@ -555,12 +546,12 @@ const ALLOCATIONS: usize = 10_000;
 /// Lowers the soft `RLIMIT_NOFILE` to 1024 (and the hard one too, with `hard`), then
 /// keeps up to [`ALLOCATIONS`] allocations live.
 fn child_allocs(hard: bool) -> ! {
-    let mut limit = rlimit(libc::RLIMIT_NOFILE);
-    limit.rlim_cur = 1024;
+    let mut limit = rlimit(Resource::Nofile);
+    limit.current = Some(1024);
     if hard {
-        limit.rlim_max = 1024;
+        limit.maximum = Some(1024);
     }
-    set_rlimit(libc::RLIMIT_NOFILE, limit);
+    set_rlimit(Resource::Nofile, limit);
     let cpu = Cpu::new();
     let mut live = Vec::with_capacity(ALLOCATIONS);
     let result = (0..ALLOCATIONS).try_for_each(|_| {
@@ -570,7 +561,7 @@ fn child_allocs(hard: bool) -> ! {
     println!(
         "ALLOCATIONS {} NOFILE {}",
         live.len(),
-        rlimit(libc::RLIMIT_NOFILE).rlim_cur
+        rlim(rlimit(Resource::Nofile).current)
     );
     exit_child(&result)
 }
@@ -579,7 +570,7 @@ fn child_allocs(hard: bool) -> ! {
 fn ten_thousand_allocations_on_one_rank() {
     run_child_if_any();
     let _guard = processes();
-    let hard = rlimit(libc::RLIMIT_NOFILE).rlim_max;
+    let hard = rlim(rlimit(Resource::Nofile).maximum);
     let o = one_child(
         "ten_thousand_allocations_on_one_rank",
         "allocs",

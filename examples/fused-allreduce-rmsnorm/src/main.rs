@@ -7,8 +7,9 @@
 //! `--mpi` instead (built with `--features mpi`): one rank per process under `mpirun`,
 //! over MPI, across nodes too (`SYMMEM_RANKS_PER_NODE=1 mpirun -np 2 ... --mpi` emulates
 //! two nodes on one machine): the same kernel reads the other nodes' data through the
-//! off-node engine.
+//! off-node engine. `--help` lists the options.
 
+use clap::{Parser, ValueEnum};
 use fused_allreduce_rmsnorm_kernels as kernels;
 use std::process::ExitCode;
 use symmem::backend::{Backend, cpu::Cpu, cuda::Cuda};
@@ -199,39 +200,51 @@ fn on_world<B: Backend>(world: World<B>) -> Result<(usize, usize, usize)> {
     Ok((run(world)?, node, nodes))
 }
 
+/// The fused one-shot all-reduce + residual add + RMSNorm kernel on every rank, checked
+/// against a host reference.
+#[derive(Parser, Debug)]
+#[command(name = "fused-allreduce-rmsnorm")]
+struct Options {
+    /// Ranks, as threads of this process (at least 2).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(2..),
+          conflicts_with = "mpi")]
+    ranks: u32,
+    /// One rank per process under `mpirun`, over MPI (built with `--features mpi`).
+    #[arg(long)]
+    mpi: bool,
+    /// The device backend; `auto` takes CUDA when a GPU answers, the CPU otherwise.
+    #[arg(long, value_enum, default_value_t = BackendChoice::Auto)]
+    backend: BackendChoice,
+}
+
+/// `--backend`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum BackendChoice {
+    /// CUDA when a GPU answers, the CPU otherwise.
+    Auto,
+    /// Ranks' memory in POSIX shared memory, kernels on host threads.
+    Cpu,
+    /// NVIDIA GPUs through the CUDA driver.
+    Cuda,
+}
+
 fn main() -> ExitCode {
-    let mut ranks = 2;
-    let mut backend = String::from("auto");
-    let mut mpi = false;
-    let mut args = std::env::args().skip(1);
-    while let Some(flag) = args.next() {
-        if flag == "--mpi" {
-            mpi = true;
-            continue;
-        }
-        match (flag.as_str(), args.next()) {
-            ("--ranks", Some(n)) => ranks = n.parse().unwrap_or(0),
-            ("--backend", Some(b)) => backend = b,
-            _ => {
-                eprintln!(
-                    "usage: fused-allreduce-rmsnorm [--ranks N | --mpi] [--backend auto|cpu|cuda]"
-                );
-                return ExitCode::FAILURE;
-            }
-        }
-    }
-    if backend == "auto" {
-        backend = match Cuda::device_count() {
-            Ok(_) => "cuda".into(),
+    let options = Options::parse();
+    let (ranks, mpi) = (options.ranks as usize, options.mpi);
+    let backend = match options.backend {
+        BackendChoice::Cuda => "cuda",
+        BackendChoice::Cpu => "cpu",
+        BackendChoice::Auto => match Cuda::device_count() {
+            Ok(_) => "cuda",
             Err(why) => {
                 eprintln!("fused-allreduce-rmsnorm: no GPU ({why}); using the CPU backend");
-                "cpu".into()
+                "cpu"
             }
-        };
-    }
+        },
+    };
     if mpi {
         #[cfg(feature = "mpi")]
-        return match mpi_rank(&backend) {
+        return match mpi_rank(backend) {
             Ok(line) => {
                 println!("{line}");
                 ExitCode::SUCCESS
@@ -247,15 +260,11 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     }
-    if ranks < 2 {
-        eprintln!("fused-allreduce-rmsnorm: --ranks must be at least 2");
-        return ExitCode::FAILURE;
-    }
     let config = Config::default();
-    let results = match backend.as_str() {
-        "cpu" => symmem::spawn_ranks(ranks, &config, |_| Ok(Cpu::new()), run),
-        "cuda" => symmem::spawn_ranks(ranks, &config, Cuda::for_rank, run),
-        _ => Err(Error::Unsupported("backend (use auto, cpu or cuda)")),
+    let results = if backend == "cuda" {
+        symmem::spawn_ranks(ranks, &config, Cuda::for_rank, run)
+    } else {
+        symmem::spawn_ranks(ranks, &config, |_| Ok(Cpu::new()), run)
     };
     match results.and_then(|r| r.into_iter().collect::<Result<Vec<_>>>()) {
         Ok(counts) => {

@@ -4,8 +4,9 @@
 //!
 //! `peer-put [--ranks N] [--backend auto|cpu|cuda]`: N ranks as threads (default 2, at
 //! least 2: with one rank the sender is the receiver, which proves nothing); `auto`
-//! takes CUDA when a GPU answers, the CPU backend otherwise.
+//! takes CUDA when a GPU answers, the CPU backend otherwise. `--help` lists the options.
 
+use clap::{Parser, ValueEnum};
 use std::process::ExitCode;
 use symmem::backend::{Backend, cpu::Cpu, cuda::Cuda};
 use symmem::{Config, Error, Rendezvous, Result, World};
@@ -79,38 +80,51 @@ fn verify(got: &[u32], rank: usize, from: usize, what: &str) -> Result<usize> {
     Ok(std::mem::size_of_val(got))
 }
 
+/// Every rank's own kernel puts a pattern into the next rank's copy of a buffer (a
+/// symmetric-heap buffer, then a rendezvous of plain allocations); every byte is checked.
+#[derive(Parser, Debug)]
+#[command(name = "peer-put")]
+struct Options {
+    /// Ranks, as threads of this process (at least 2: with one, the sender is the receiver).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(2..))]
+    ranks: u32,
+    /// The device backend; `auto` takes CUDA when a GPU answers, the CPU otherwise.
+    #[arg(long, value_enum, default_value_t = BackendChoice::Auto)]
+    backend: BackendChoice,
+}
+
+/// `--backend`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum BackendChoice {
+    /// CUDA when a GPU answers, the CPU otherwise.
+    Auto,
+    /// Ranks' memory in POSIX shared memory, kernels on host threads.
+    Cpu,
+    /// NVIDIA GPUs through the CUDA driver.
+    Cuda,
+}
+
 fn main() -> ExitCode {
-    let mut ranks = 2;
-    let mut backend = String::from("auto");
-    let mut args = std::env::args().skip(1);
-    while let Some(flag) = args.next() {
-        match (flag.as_str(), args.next()) {
-            ("--ranks", Some(n)) => ranks = n.parse().unwrap_or(0),
-            ("--backend", Some(b)) => backend = b,
-            _ => {
-                eprintln!("usage: peer-put [--ranks N] [--backend auto|cpu|cuda]");
-                return ExitCode::FAILURE;
-            }
-        }
-    }
-    if ranks < 2 {
-        eprintln!("peer-put: --ranks must be at least 2");
-        return ExitCode::FAILURE;
-    }
-    if backend == "auto" {
-        backend = match Cuda::device_count() {
-            Ok(_) => "cuda".into(),
+    let options = Options::parse();
+    let ranks = options.ranks as usize;
+    let cuda = match options.backend {
+        BackendChoice::Cuda => true,
+        BackendChoice::Cpu => false,
+        BackendChoice::Auto => match Cuda::device_count() {
+            Ok(_) => true,
             Err(why) => {
                 eprintln!("peer-put: no GPU ({why}); using the CPU backend");
-                "cpu".into()
+                false
             }
-        };
-    }
+        },
+    };
     let config = Config::default();
-    let results = match backend.as_str() {
-        "cpu" => symmem::spawn_ranks(ranks, &config, |_| Ok(Cpu::new()), run),
-        "cuda" => symmem::spawn_ranks(ranks, &config, Cuda::for_rank, run),
-        _ => Err(Error::Unsupported("backend (use auto, cpu or cuda)")),
+    let (results, backend) = if cuda {
+        let results = symmem::spawn_ranks(ranks, &config, Cuda::for_rank, run);
+        (results, "cuda")
+    } else {
+        let results = symmem::spawn_ranks(ranks, &config, |_| Ok(Cpu::new()), run);
+        (results, "cpu")
     };
     match results.and_then(|r| r.into_iter().collect::<Result<Vec<_>>>()) {
         Ok(bytes) => {

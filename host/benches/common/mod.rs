@@ -89,18 +89,6 @@ pub fn pattern(len: usize) -> Vec<u8> {
         .collect()
 }
 
-/// A size such as `4096`, `64K`, `16M` or `1G`.
-pub fn parse_size(s: &str) -> Option<usize> {
-    let s = s.trim();
-    let (num, mul) = match s.chars().last()? {
-        'K' | 'k' => (&s[..s.len() - 1], KIB),
-        'M' | 'm' => (&s[..s.len() - 1], MIB),
-        'G' | 'g' => (&s[..s.len() - 1], GIB),
-        _ => (s, 1),
-    };
-    num.parse::<usize>().ok()?.checked_mul(mul)
-}
-
 /// One timed operation of a line: what it enqueues for a slot at byte `offset`, of
 /// `size` bytes.
 pub type Op<'a> = Box<dyn Fn(&Timer, usize, usize) -> Result<()> + 'a>;

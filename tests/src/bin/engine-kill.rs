@@ -5,12 +5,13 @@
 //! the off-node engine).
 //!
 //! Each survivor must get a typed error, not a hang, within its wait deadline (seconds,
-//! the first argument; 5 without one) (the abort
-//! word when the liveness watchdog sees the rank go, else the deadline itself); it prints
+//! the first argument; 5 without one) (the abort word when the liveness watchdog sees the
+//! rank go, else the deadline itself); it prints
 //! `engine-kill: rank R: typed error after S s: <error>` and exits 0 at once, without
 //! `MPI_Finalize` (which a world with a dead rank cannot complete) and without leaving
 //! the world. Anything else exits non-zero.
 
+use clap::Parser;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 use symmem::backend::Backend;
@@ -19,12 +20,27 @@ use symmem::bootstrap::mpi::MpiBootstrap;
 use symmem::collectives::Collectives;
 use symmem::{Config, World};
 
+/// One rank of the kill test under `mpirun`: the last rank kills itself while the others
+/// wait for it on the device; each survivor must get a typed error within its deadline.
+#[derive(Parser, Debug)]
+#[command(name = "engine-kill")]
+struct Options {
+    /// Each survivor's wait deadline, in seconds.
+    #[arg(default_value = "5", value_parser = seconds)]
+    deadline: Duration,
+}
+
+/// A positive number of seconds (`5`, `0.5`).
+fn seconds(s: &str) -> Result<Duration, String> {
+    s.parse::<f64>()
+        .ok()
+        .filter(|&s| s > 0.0)
+        .and_then(|s| Duration::try_from_secs_f64(s).ok())
+        .ok_or_else(|| format!("`{s}` is not a positive number of seconds (5, 0.5)"))
+}
+
 fn main() -> ExitCode {
-    // Each survivor's wait deadline, in seconds: the first argument.
-    let deadline = std::env::args()
-        .nth(1)
-        .and_then(|a| a.parse().ok())
-        .map_or(Duration::from_secs(5), Duration::from_secs_f64);
+    let deadline = Options::parse().deadline;
     let config = Config {
         heap_bytes: 16 << 20,
         wait_deadline: deadline,
@@ -52,8 +68,8 @@ fn main() -> ExitCode {
     }
     if me == n - 1 {
         std::thread::sleep(Duration::from_millis(200));
-        // SAFETY: signals this process itself.
-        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        let me = rustix::process::getpid();
+        let _ = rustix::process::kill_process(me, rustix::process::Signal::KILL);
     }
     let start = Instant::now();
     let waited = c

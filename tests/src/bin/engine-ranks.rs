@@ -5,6 +5,7 @@
 //!
 //! Prints `off-node checks: rank R of N on node K of M: ok` and exits 0, or panics.
 
+use clap::Parser;
 use std::process::ExitCode;
 use symmem::backend::Backend;
 use symmem::backend::cpu::Cpu;
@@ -14,7 +15,16 @@ use symmem::bootstrap::mpi::MpiBootstrap;
 use symmem::{Config, World};
 use symmem_tests::off_node;
 
-fn run() -> symmem::Result<String> {
+/// One rank of an MPI world under `mpirun`: every off-node check over the MPI transport.
+#[derive(Parser, Debug)]
+#[command(name = "engine-ranks")]
+struct Options {
+    /// Every rank on GPU `rank % count` (the CUDA backend); the CPU backend otherwise.
+    #[arg(long)]
+    cuda: bool,
+}
+
+fn run(options: &Options) -> symmem::Result<String> {
     let config = Config {
         heap_bytes: 64 << 20,
         // A device wait that cannot finish ends the run with its error, not a hang.
@@ -22,12 +32,11 @@ fn run() -> symmem::Result<String> {
         ..Config::default()
     };
     let bootstrap = Box::new(MpiBootstrap::new()?);
-    match std::env::args().nth(1).as_deref() {
-        Some("--cuda") => {
-            let backend = Cuda::for_rank(bootstrap.rank())?;
-            checks(World::new(bootstrap, backend, &config)?)
-        }
-        _ => checks(World::new(bootstrap, Cpu::new(), &config)?),
+    if options.cuda {
+        let backend = Cuda::for_rank(bootstrap.rank())?;
+        checks(World::new(bootstrap, backend, &config)?)
+    } else {
+        checks(World::new(bootstrap, Cpu::new(), &config)?)
     }
 }
 
@@ -40,7 +49,7 @@ fn checks<B: Backend>(w: World<B>) -> symmem::Result<String> {
 }
 
 fn main() -> ExitCode {
-    match run() {
+    match run(&Options::parse()) {
         Ok(line) => {
             println!("{line}");
             ExitCode::SUCCESS
