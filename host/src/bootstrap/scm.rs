@@ -33,13 +33,16 @@ pub(crate) fn send(stream: &mut UnixStream, kind: Kind, item: &Shareable) -> io:
     let mut header = [0u8; HEADER];
     header[0] = kind as u8;
     header[1..].copy_from_slice(&(item.bytes.len() as u64).to_le_bytes());
+    let fd = item.fd.as_ref().map(AsFd::as_fd);
     let mut space = [MaybeUninit::uninit(); CMSG_SPACE];
     let mut control = SendAncillaryBuffer::new(&mut space);
-    let fds = item.fd.as_ref().map(AsFd::as_fd);
-    if let Some(fd) = &fds {
-        // The buffer has room for exactly this message.
-        let pushed = control.push(SendAncillaryMessage::ScmRights(std::slice::from_ref(fd)));
-        debug_assert!(pushed);
+    if let Some(fd) = &fd {
+        // The buffer is sized for exactly this message.
+        if !control.push(SendAncillaryMessage::ScmRights(std::slice::from_ref(fd))) {
+            return Err(io::Error::other(
+                "no room for a descriptor in the control buffer",
+            ));
+        }
     }
     let sent = rustix::net::sendmsg(
         &*stream,
