@@ -1,61 +1,78 @@
-//! The test programs' command lines, as clap gives them (`engine-ranks`, `engine-kill`;
-//! built with `--features mpi`): `--help` prints to stdout and exits 0, before any MPI;
-//! a bad flag or value exits 2 with an error on stderr that names it and what it accepts.
-#![cfg(feature = "mpi")]
+//! The test programs' command lines, as clap gives them (`engine-ranks`, `engine-kill`,
+//! built with the `mpi` feature as `engine_mpi.rs` builds them, and run without
+//! `mpirun`): `--help` prints to stdout and exits 0, before any MPI; a bad flag or value
+//! exits 2 with an error on stderr that names it and what it accepts.
+//!
+//! Without `mpirun` on PATH these tests fail, unless `SYMMEM_SKIP_MPI=1`.
 
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use symmem_tests::mpi::{self, mpirun_available};
 
-fn run(exe: &str, args: &[&str]) -> Output {
+fn run(exe: &Path, args: &[&str]) -> Output {
     Command::new(exe)
         .args(args)
         .output()
-        .unwrap_or_else(|e| panic!("running {exe}: {e}"))
+        .unwrap_or_else(|e| panic!("running {}: {e}", exe.display()))
 }
 
-const ENGINE_RANKS: &str = env!("CARGO_BIN_EXE_engine-ranks");
-const ENGINE_KILL: &str = env!("CARGO_BIN_EXE_engine-kill");
+/// `engine-ranks` and `engine-kill`, or `None` where the MPI tests are skipped.
+fn programs() -> Option<(PathBuf, PathBuf)> {
+    mpirun_available().then(|| {
+        (
+            mpi::build("symmem-tests", "mpi", "engine-ranks"),
+            mpi::build("symmem-tests", "mpi", "engine-kill"),
+        )
+    })
+}
 
 #[test]
 fn help_is_on_stdout_and_succeeds() {
+    let Some((engine_ranks, engine_kill)) = programs() else {
+        return;
+    };
     for (exe, words) in [
-        (ENGINE_RANKS, &["--cuda"][..]),
-        (ENGINE_KILL, &["[DEADLINE]", "[default: 5]"]),
+        (&engine_ranks, &["--cuda"][..]),
+        (&engine_kill, &["[DEADLINE]", "[default: 5]"]),
     ] {
         let out = run(exe, &["--help"]);
         let stdout = String::from_utf8_lossy(&out.stdout);
-        assert_eq!(out.status.code(), Some(0), "{exe}: {out:?}");
+        assert_eq!(out.status.code(), Some(0), "{exe:?}: {out:?}");
         for word in words {
-            assert!(stdout.contains(word), "{exe}: {word} not in:\n{stdout}");
+            assert!(stdout.contains(word), "{exe:?}: {word} not in:\n{stdout}");
         }
-        assert!(out.stderr.is_empty(), "{exe}: {out:?}");
+        assert!(out.stderr.is_empty(), "{exe:?}: {out:?}");
     }
 }
 
 #[test]
 fn a_bad_value_names_the_flag_and_the_accepted_values() {
+    let Some((engine_ranks, engine_kill)) = programs() else {
+        return;
+    };
     for (exe, args, names) in [
-        (ENGINE_RANKS, &["--cuda=yes"][..], &["--cuda", "yes"][..]),
-        (ENGINE_RANKS, &["--hip"], &["--hip"]),
+        (&engine_ranks, &["--cuda=yes"][..], &["--cuda", "yes"][..]),
+        (&engine_ranks, &["--hip"], &["--hip"]),
         (
-            ENGINE_KILL,
+            &engine_kill,
             &["five"],
             &["DEADLINE", "five", "positive number of seconds"],
         ),
         (
-            ENGINE_KILL,
+            &engine_kill,
             &["0"],
             &["DEADLINE", "positive number of seconds"],
         ),
     ] {
         let out = run(exe, args);
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{exe} {args:?}: {out:?}");
+        assert_eq!(out.status.code(), Some(2), "{exe:?} {args:?}: {out:?}");
         for name in names {
             assert!(
                 stderr.contains(name),
-                "{exe} {args:?}: `{name}` not in:\n{stderr}"
+                "{exe:?} {args:?}: `{name}` not in:\n{stderr}"
             );
         }
-        assert!(out.stdout.is_empty(), "{exe} {args:?}: {out:?}");
+        assert!(out.stdout.is_empty(), "{exe:?} {args:?}: {out:?}");
     }
 }
