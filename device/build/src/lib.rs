@@ -969,7 +969,9 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     })
 }
 
-/// The LLVM data layout `rustc` uses for `triple`, read from its target spec.
+/// The LLVM data layout `rustc` uses for `triple`, read from its target spec: one string
+/// value found by its key in rustc's JSON (not with `serde_json`: see the `manifest`
+/// module for what a parser would cost every user's cold build).
 fn data_layout_of(rustc: &Path, triple: &str) -> Result<String, BuildError> {
     let mut cmd = Command::new(rustc);
     cmd.args([
