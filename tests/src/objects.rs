@@ -80,8 +80,9 @@ pub fn ptx_targets() -> Vec<&'static str> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AmdCaches {
     /// gfx90a (MI200): the L2 is coherent for the whole agent; coherence with other
-    /// agents comes from the pages (fine-grained memory: remote pages uncached, local
-    /// ones probed), and instructions carry no scope bits. A system-scope release is
+    /// agents comes from the pages (fine-grained memory: local pages written through
+    /// and probed, remote ones uncached) and from `buffer_wbl2`/`buffer_invl2` for the
+    /// rest, and instructions carry no scope bits. A system-scope release is
     /// `buffer_wbl2` (no bits) then `s_waitcnt vmcnt(0)`; a system-scope acquire
     /// `buffer_invl2; buffer_wbinvl1_vol`; an agent-scope one `buffer_wbinvl1_vol` alone;
     /// an agent-scope release only waits for earlier accesses. Atomics that return a

@@ -101,13 +101,17 @@ pub const TARGETS_ENV: &str = "SYMMEM_GPU_TARGETS";
 ///   and the sm_80 PTX on older ones.
 /// * `gfx942`, `gfx950` (MI300, MI350): release and acquire are `buffer_wbl2`/
 ///   `buffer_inv` with scope bits, every write-back waited for (`s_waitcnt vmcnt(0)`).
-/// * `gfx90a` (MI200): a memory model of its own (scope in no instruction bit;
-///   system-scope release `buffer_wbl2; s_waitcnt vmcnt(0)`, acquire `buffer_invl2;
-///   buffer_wbinvl1_vol`), served correctly because the heap is fine-grained memory
-///   (remote pages uncached, local ones probed), which LLVM's sequences assume, and
-///   because every `buffer_wbl2` is waited for, which the codegen checks prove for
-///   each object (llvm/llvm-project#178316, the deleted wait, does not occur with
-///   [`PINNED_NIGHTLY`]).
+/// * `gfx90a` (MI200): a memory model of its own (LLVM's AMDGPUUsage, "Memory Model
+///   GFX90A"): no scope bits in the instructions; a system-scope release is
+///   `buffer_wbl2` (no bits) then `s_waitcnt vmcnt(0)`, an acquire `buffer_invl2;
+///   buffer_wbinvl1_vol`; at agent scope the L2 is coherent already (a release only
+///   waits, an acquire is `buffer_wbinvl1_vol`). Served correctly: every `buffer_wbl2`
+///   is waited for in every object (the codegen checks walk them; the deleted wait of
+///   llvm/llvm-project#178316 does not occur with [`PINNED_NIGHTLY`]), and the relaxed
+///   system-scope stores and loads of the barrier-free all-reduce (plain stores, `glc`
+///   loads there, where gfx94x has `sc0 sc1`) reach a peer because the HIP backend's
+///   heap is fine-grained memory: local pages write through to DRAM (MTYPE CC) and are
+///   invalidated by a peer's writes (probes), a peer's pages bypass the L2 (MTYPE UC).
 ///
 /// AMD ISAs are not forward-compatible: another AMD processor needs its own target, and
 /// the codegen checks must know its memory model first.

@@ -173,8 +173,12 @@ fn cuda_code_object_pick_by_compute_capability() {
         return;
     }
     for (major, minor) in [(9, 0), (8, 9)] {
-        let (target, ptx) = code_object_for(kernels, major, minor).unwrap();
         let newest = pick_target(ptx_targets.iter().copied(), major, minor);
+        let Ok((target, ptx)) = code_object_for(kernels, major, minor) else {
+            // Only where the build has no PTX that old (SYMMEM_GPU_TARGETS=sm_90).
+            assert_eq!(newest, None, "{major}.{minor} of {ptx_targets:?}");
+            continue;
+        };
         assert_eq!(Some(target), newest, "{major}.{minor} of {ptx_targets:?}");
         let text = std::str::from_utf8(ptx).unwrap();
         for k in [
