@@ -312,6 +312,13 @@ fn run_processes(o: &Options) -> DemoResult {
 fn main() -> ExitCode {
     // `--help` prints to stdout and exits 0; a bad flag or value exits 2 naming it.
     let mut options = Options::parse();
+    // What symmem chose and why, on stderr: `SYMMEM_LOG=info` (RUST_LOG syntax; errors
+    // only when unset).
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_env("SYMMEM_LOG"))
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
     // A rank process says nothing its launcher already said.
     options.resolve_backend(unix::UnixBootstrap::in_env());
     let result = if unix::UnixBootstrap::in_env() {

@@ -388,7 +388,19 @@ impl<'w, B: Backend> Collectives<'w, B> {
         })();
         let (d, s) = self.agreed(&[dst.id(), src.id()], checked)?;
         let bytes = count * size_of::<T>();
+        let chosen = |chose: &str| {
+            tracing::debug!(
+                rank = self.world.rank(),
+                world_size = self.world.world_size(),
+                bytes,
+                op = ?op,
+                asked = ?algorithm,
+                algorithm = chose,
+                "all_reduce"
+            );
+        };
         if self.world.topology().nodes() > 1 && algorithm != Algorithm::Lamport {
+            chosen("hierarchical (across nodes)");
             return self.all_reduce_across_nodes(&d, &s, count, op);
         }
         // The barrier-free kernel stores into every peer's workspace directly: on one
@@ -397,9 +409,11 @@ impl<'w, B: Backend> Collectives<'w, B> {
             .filter(|_| bytes <= self.lamport_capacity && self.world.topology().nodes() == 1);
         let kernel = match (algorithm, lamport) {
             (Algorithm::Lamport, Some(kernel)) => {
+                chosen("lamport");
                 return self.all_reduce_lamport(kernel, &d, &s, count);
             }
             (Algorithm::Auto, Some(kernel)) if bytes <= LAMPORT_AUTO_BYTES => {
+                chosen("lamport");
                 return self.all_reduce_lamport(kernel, &d, &s, count);
             }
             (Algorithm::Lamport, None) => {
@@ -407,9 +421,18 @@ impl<'w, B: Backend> Collectives<'w, B> {
                     "a barrier-free all-reduce other than a sum of f32 or bf16 within the handle's lamport_capacity, on one node",
                 ));
             }
-            (Algorithm::OneShot, _) => T::all_reduce_one_shot(op),
-            (Algorithm::Auto, _) if bytes <= ONE_SHOT_MAX_BYTES => T::all_reduce_one_shot(op),
-            (Algorithm::TwoShot | Algorithm::Auto, _) => T::all_reduce_two_shot(op),
+            (Algorithm::OneShot, _) => {
+                chosen("one-shot");
+                T::all_reduce_one_shot(op)
+            }
+            (Algorithm::Auto, _) if bytes <= ONE_SHOT_MAX_BYTES => {
+                chosen("one-shot");
+                T::all_reduce_one_shot(op)
+            }
+            (Algorithm::TwoShot | Algorithm::Auto, _) => {
+                chosen("two-shot");
+                T::all_reduce_two_shot(op)
+            }
         };
         self.launch(kernel, self.reducing(&d, &s, count))
     }
