@@ -1,5 +1,5 @@
 //! The test programs' command lines, as clap gives them (`engine-ranks`, `engine-kill`,
-//! built with the `mpi` feature as `engine_mpi.rs` builds them, and run without
+//! `mpi-split`, built with the `mpi` feature as `engine_mpi.rs` builds them, and run without
 //! `mpirun`): `--help` prints to stdout and exits 0, before any MPI; a bad flag or value
 //! exits 2 with an error on stderr that names it and what it accepts.
 //!
@@ -16,24 +16,27 @@ fn run(exe: &Path, args: &[&str]) -> Output {
         .unwrap_or_else(|e| panic!("running {}: {e}", exe.display()))
 }
 
-/// `engine-ranks` and `engine-kill`, or `None` where the MPI tests are skipped.
-fn programs() -> Option<(PathBuf, PathBuf)> {
+/// `engine-ranks`, `engine-kill` and `mpi-split`, or `None` where the MPI tests are
+/// skipped.
+fn programs() -> Option<(PathBuf, PathBuf, PathBuf)> {
     mpirun_available().then(|| {
         (
             mpi::build("symmem-tests", "mpi", "engine-ranks"),
             mpi::build("symmem-tests", "mpi", "engine-kill"),
+            mpi::build("symmem-tests", "mpi", "mpi-split"),
         )
     })
 }
 
 #[test]
 fn help_is_on_stdout_and_succeeds() {
-    let Some((engine_ranks, engine_kill)) = programs() else {
+    let Some((engine_ranks, engine_kill, mpi_split)) = programs() else {
         return;
     };
     for (exe, words) in [
         (&engine_ranks, &["--cuda"][..]),
         (&engine_kill, &["[DEADLINE]", "[default: 5]"]),
+        (&mpi_split, &["--threading", "multiple", "funneled"]),
     ] {
         let out = run(exe, &["--help"]);
         let stdout = String::from_utf8_lossy(&out.stdout);
@@ -47,11 +50,16 @@ fn help_is_on_stdout_and_succeeds() {
 
 #[test]
 fn a_bad_value_names_the_flag_and_the_accepted_values() {
-    let Some((engine_ranks, engine_kill)) = programs() else {
+    let Some((engine_ranks, engine_kill, mpi_split)) = programs() else {
         return;
     };
     for (exe, args, names) in [
-        (&engine_ranks, &["--cuda=yes"][..], &["--cuda", "yes"][..]),
+        (
+            &mpi_split,
+            &["--threading", "serialized"][..],
+            &["--threading", "multiple, funneled"][..],
+        ),
+        (&engine_ranks, &["--cuda=yes"], &["--cuda", "yes"]),
         (&engine_ranks, &["--hip"], &["--hip"]),
         (
             &engine_kill,
