@@ -9,6 +9,7 @@
 //!   copy while the other ranks wait, for 1, 16 and 64 MiB: medians of >= 10
 //!   repetitions each, interleaved, and their ratio from the same run.
 
+mod cli;
 use std::time::{Duration, Instant};
 use symmem::backend::Backend;
 use symmem::backend::cpu::Cpu;
@@ -187,6 +188,7 @@ fn rank_body(world: World<Cpu>) -> symmem::Result<Numbers> {
 }
 
 fn main() {
+    cli::log();
     let config = Config {
         heap_bytes: 64 * MIB + 4 * MIB,
         timeout: Duration::from_secs(120),

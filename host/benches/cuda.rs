@@ -559,6 +559,7 @@ struct Options {
 
 fn main() -> ExitCode {
     let options = Options::parse();
+    cli::log();
     // What the cross-process ranks are started with: this command line again.
     let args: Vec<String> = std::env::args().skip(1).collect();
     let out = options.out.unwrap_or_else(|| {

@@ -19,6 +19,7 @@
 //! no GPU answers). Keep `CUDA_DEVICE_MAX_CONNECTIONS` >= 8: each rank's stream needs a
 //! hardware queue of its own, or a rank waiting on a peer can block it.
 
+mod cli;
 use std::process::ExitCode;
 use symmem::backend::cuda::Cuda;
 use symmem::backend::cuda::timing::Timer;
@@ -168,6 +169,7 @@ fn rank_rows(world: &World<Cuda>, grid: Grid) -> Result<Vec<(&'static str, usize
 }
 
 fn main() -> ExitCode {
+    cli::log();
     if let Err(why) = Cuda::new(0) {
         println!("skipped: no CUDA device ({why})");
         return ExitCode::SUCCESS;

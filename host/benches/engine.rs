@@ -389,6 +389,7 @@ struct Options {
 
 fn main() -> ExitCode {
     let options = Options::parse();
+    cli::log();
     let (max_put, max_all_reduce) = (options.max_put, options.max_all_reduce);
     let result = (|| {
         let config = Config {

@@ -10,6 +10,7 @@
 //! file builds against the API of older commits too, so the same source measures the
 //! old build beside the new one.
 
+mod cli;
 use std::time::{Duration, Instant};
 use symmem::backend::Backend;
 use symmem::backend::cpu::Cpu;
@@ -92,6 +93,7 @@ fn report<B: Backend>(name: &str, ranks: usize, make: impl Fn(usize) -> symmem::
 }
 
 fn main() {
+    cli::log();
     println!(
         "worst rank's median; barrier: {BARRIERS} per rank; allocate: {ROUNDS} x {PER_ROUND} of 1 MiB"
     );

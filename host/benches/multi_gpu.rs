@@ -461,6 +461,7 @@ enum Launcher {
 impl Options {
     /// The command line, its default sizes filled in.
     fn parse_all() -> Self {
+        cli::log();
         let mut o = Self::parse();
         if o.sizes.is_empty() {
             o.sizes = sweep_sizes(GIB);

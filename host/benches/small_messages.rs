@@ -163,6 +163,7 @@ struct Options {
 
 fn main() -> ExitCode {
     let options = Options::parse();
+    cli::log();
     if let Err(why) = Cuda::new(0) {
         println!("skipped: no CUDA device ({why})");
         return ExitCode::SUCCESS;

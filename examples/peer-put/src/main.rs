@@ -106,6 +106,12 @@ enum BackendChoice {
 
 fn main() -> ExitCode {
     let options = Options::parse();
+    // What symmem chose and why, on stderr: `SYMMEM_LOG=info` (RUST_LOG syntax).
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_env("SYMMEM_LOG"))
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
     let ranks = options.ranks as usize;
     let cuda = match options.backend {
         BackendChoice::Cuda => true,

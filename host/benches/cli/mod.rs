@@ -1,5 +1,6 @@
 //! What the benches' command lines share, on clap (a dev-dependency of symmem, never one
-//! of the library): the `--bench` flag `cargo bench` appends, and byte sizes.
+//! of the library): the `--bench` flag `cargo bench` appends, byte sizes, and the log
+//! (`SYMMEM_LOG`).
 //!
 //! One module that each bench reading arguments includes (`mod cli;`), rather than a
 //! size parser copied into every bench or a crate of its own for twenty lines; a folder
@@ -11,6 +12,16 @@
 #![allow(dead_code)]
 
 use clap::Args;
+
+/// Prints symmem's `tracing` events on stderr, filtered by `SYMMEM_LOG` (RUST_LOG syntax;
+/// errors only when unset): what every bench installs first.
+pub fn log() {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_env("SYMMEM_LOG"))
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+}
 
 /// `cargo bench` runs a `harness = false` bench as `<bench> [ARGS...] --bench`: accepted,
 /// hidden from `--help`, and ignored.
