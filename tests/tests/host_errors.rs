@@ -49,7 +49,10 @@ fn run<R: Send>(n: usize, body: impl Fn(W) -> symmem::Result<R> + Sync) -> Vec<R
 fn names(e: &Error, fixes: &[&str]) {
     let message = e.to_string();
     for fix in fixes {
-        assert!(message.contains(fix), "{e:?}: {message:?} does not name {fix:?}");
+        assert!(
+            message.contains(fix),
+            "{e:?}: {message:?} does not name {fix:?}"
+        );
     }
 }
 
@@ -751,7 +754,10 @@ fn a_collective_that_fails_on_one_rank_fails_on_every_rank() {
                     "rank {}: {r:?}",
                     world.rank()
                 );
-                names(r.as_ref().unwrap_err(), &["read the error each of them returned"]);
+                names(
+                    r.as_ref().unwrap_err(),
+                    &["read the error each of them returned"],
+                );
             }
             // The next collective call is the same call on every rank.
             // SAFETY: `buffer`'s own table, alive until after the barrier below.
@@ -797,7 +803,10 @@ fn heap_size_mismatch() {
                 ),
                 "world {n}, rank {rank}: {r:?}"
             );
-            names(&r.unwrap_err(), &["the same Config::heap_bytes on every rank"]);
+            names(
+                &r.unwrap_err(),
+                &["the same Config::heap_bytes on every rank"],
+            );
         }
     }
 }
@@ -1270,7 +1279,10 @@ fn a_fresh_table_is_not_agreed_before_a_barrier() {
             matches!(&r, Err(Error::NotAgreed { offset, rank: at }) if *offset == fresh.offset() && *at == rank),
             "rank {rank}: {r:?}"
         );
-        names(r.as_ref().unwrap_err(), &["call World::barrier after allocating"]);
+        names(
+            r.as_ref().unwrap_err(),
+            &["call World::barrier after allocating"],
+        );
         // A buffer without a table in the launch needs no agreement.
         let other = world.device_zeros::<u8>(128)?;
         world.kernels().launch(

@@ -129,10 +129,12 @@ fn a_split_of_zero_is_refused() {
     .expect("launch");
     for r in &results {
         match r {
-            Err(e @ Error::BadConfig {
-                field: "ranks_per_node",
-                ..
-            }) => assert!(e.to_string().contains("Config::ranks_per_node"), "{e}"),
+            Err(
+                e @ Error::BadConfig {
+                    field: "ranks_per_node",
+                    ..
+                },
+            ) => assert!(e.to_string().contains("Config::ranks_per_node"), "{e}"),
             other => panic!("{other:?}"),
         }
     }

@@ -121,12 +121,7 @@ fn reference<T: Element>(world: usize) -> (Vec<f64>, Vec<f64>) {
     (res, out)
 }
 
-fn check<T: Element>(
-    rank: usize,
-    what: &str,
-    got: &[T],
-    want: &[f64],
-) -> Result<usize, Failed> {
+fn check<T: Element>(rank: usize, what: &str, got: &[T], want: &[f64]) -> Result<usize, Failed> {
     for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
         let g = g.to_f64();
         if (g - w).abs() > T::TOLERANCE * w.abs().max(1.0) {

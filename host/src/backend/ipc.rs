@@ -63,7 +63,11 @@ impl IpcExport {
 
     /// Decodes a peer's export (`what`, named in errors: "CUDA IPC export") of which the
     /// importer maps `bytes`: [`Error::BadPeerMemory`] unless it covers them.
-    pub fn decode_covering(shareable: &Shareable, what: &'static str, bytes: usize) -> Result<Self> {
+    pub fn decode_covering(
+        shareable: &Shareable,
+        what: &'static str,
+        bytes: usize,
+    ) -> Result<Self> {
         let export = Self::decode(&shareable.bytes, what)?;
         if bytes == 0 || bytes as u64 > export.len {
             return Err(Error::BadPeerMemory {
@@ -84,10 +88,7 @@ impl IpcExport {
     /// export") of [`IpcExport::BYTES`] bytes, else [`Error::BadMessage`].
     pub fn decode(bytes: &[u8], what: &'static str) -> Result<Self> {
         if bytes.len() != Self::BYTES {
-            return Err(Error::BadMessage {
-                from: None,
-                what,
-            });
+            return Err(Error::BadMessage { from: None, what });
         }
         let (handle, rest) = bytes.split_at(HANDLE_BYTES);
         let u32_at = |i: usize| u32::from_le_bytes(rest[i..i + 4].try_into().expect("4 bytes"));

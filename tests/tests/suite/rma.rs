@@ -437,11 +437,15 @@ fn errors(n: usize) {
         ] {
             match Collectives::with_grid(&w, grid) {
                 Err(e @ Error::EmptyGrid { .. }) => {
-                    assert!(e.to_string().contains("at least one block of one thread"), "{e}");
+                    assert!(
+                        e.to_string().contains("at least one block of one thread"),
+                        "{e}"
+                    );
                 }
                 Err(e @ Error::TooManyBlocks { rank, .. }) if rank == me => {
                     assert!(
-                        e.to_string().contains("at most 1024 blocks to Collectives::with_grid"),
+                        e.to_string()
+                            .contains("at most 1024 blocks to Collectives::with_grid"),
                         "{e}"
                     );
                 }
@@ -482,7 +486,11 @@ fn errors(n: usize) {
         bounds(c.broadcast(&one, &buf, 2, 0));
         bounds(c.reduce_scatter(&one, &buf, 2, ReduceOp::Sum));
         match c.all_reduce(&buf, &buf, 4, ReduceOp::Sum, Algorithm::OneShot) {
-            Err(e @ Error::OverlappingBuffers { rank, bytes: 16, .. }) if rank == me => {
+            Err(
+                e @ Error::OverlappingBuffers {
+                    rank, bytes: 16, ..
+                },
+            ) if rank == me => {
                 assert!(e.to_string().contains("reduce into a second buffer"), "{e}");
             }
             other => panic!("{other:?}"),

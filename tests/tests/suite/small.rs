@@ -243,7 +243,10 @@ fn lamport_refuses_what_it_cannot_do() {
             };
             let message = r.unwrap_err().to_string();
             assert!(message.contains(fix), "{what}: {message}");
-            assert!(message.starts_with(&format!("rank {}: ", w.rank())), "{message}");
+            assert!(
+                message.starts_with(&format!("rank {}: ", w.rank())),
+                "{message}"
+            );
         }
         Ok(())
     });

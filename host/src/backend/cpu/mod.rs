@@ -277,12 +277,9 @@ impl CpuMemory {
     }
 
     fn export(&self) -> Result<Shareable> {
-        let fd = self
-            .fd
-            .as_ref()
-            .ok_or(Error::NotExportable {
-                what: "a mapping of a peer's heap",
-            })?;
+        let fd = self.fd.as_ref().ok_or(Error::NotExportable {
+            what: "a mapping of a peer's heap",
+        })?;
         let fd = with_descriptor("dup of a heap fd", || fd.try_clone())?;
         Ok(Shareable {
             bytes: (self.len as u64).to_le_bytes().to_vec(),
@@ -291,12 +288,10 @@ impl CpuMemory {
     }
 
     fn import(handle: Shareable, len: usize) -> Result<Self> {
-        let fd = handle
-            .fd
-            .ok_or(Error::BadMessage {
-                from: None,
-                what: "CPU heap export without a file descriptor",
-            })?;
+        let fd = handle.fd.ok_or(Error::BadMessage {
+            from: None,
+            what: "CPU heap export without a file descriptor",
+        })?;
         let exported = handle
             .bytes
             .first_chunk()
@@ -398,8 +393,8 @@ impl Backend for Cpu {
         Ok(CpuModule::default())
     }
     fn alloc_shared(&self, bytes: usize) -> Result<CpuShared> {
-        let layout = std::alloc::Layout::from_size_align(bytes.max(1), 64)
-            .map_err(|_| Error::TooLarge {
+        let layout =
+            std::alloc::Layout::from_size_align(bytes.max(1), 64).map_err(|_| Error::TooLarge {
                 requested: bytes,
                 capacity: isize::MAX as usize,
             })?;

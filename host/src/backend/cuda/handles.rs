@@ -105,14 +105,12 @@ impl KernelParams {
     pub(super) fn new(launch: &KernelLaunch<'_>) -> Result<Self> {
         let args = launch.args;
         let mut pointers = [std::ptr::null_mut::<c_void>(); MAX_KERNEL_PARAMS];
-        let params = pointers
-            .get_mut(..args.len())
-            .ok_or(Error::KernelArity {
-                kernel: launch.name,
-                args: args.len(),
-                params: launch.slots.len(),
-                max: MAX_KERNEL_PARAMS,
-            })?;
+        let params = pointers.get_mut(..args.len()).ok_or(Error::KernelArity {
+            kernel: launch.name,
+            args: args.len(),
+            params: launch.slots.len(),
+            max: MAX_KERNEL_PARAMS,
+        })?;
         for (param, &arg) in params.iter_mut().zip(args) {
             *param = arg.cast_mut().cast();
         }

@@ -360,11 +360,9 @@ impl Cuda {
 
     /// This rank's page-locked staging ring.
     fn staging(&self) -> Result<std::sync::MutexGuard<'_, staging::Staging>> {
-        self.staging
-            .lock()
-            .map_err(|_| Error::LockPoisoned {
-                what: "the CUDA staging ring",
-            })
+        self.staging.lock().map_err(|_| Error::LockPoisoned {
+            what: "the CUDA staging ring",
+        })
     }
 }
 
@@ -425,12 +423,10 @@ impl gpu::GpuBackend for Cuda {
 
     fn import_heap(&self, handle: Shareable, bytes: usize) -> Result<CudaMapping> {
         let exported = decode_heap_size(&handle.bytes)?;
-        let fd = handle
-            .fd
-            .ok_or(Error::BadMessage {
-                from: None,
-                what: "CUDA heap export without a file descriptor",
-            })?;
+        let fd = handle.fd.ok_or(Error::BadMessage {
+            from: None,
+            what: "CUDA heap export without a file descriptor",
+        })?;
         if bytes == 0 || bytes > exported {
             return Err(Error::BadPeerMemory {
                 needed: bytes,

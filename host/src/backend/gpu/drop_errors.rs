@@ -49,9 +49,6 @@ mod tests {
         errors.record(Err(Error::ZeroSize));
         errors.record(Err(Error::TableDropped));
         assert_eq!(errors.count(), 2);
-        assert_eq!(
-            errors.last(),
-            Some(Error::TableDropped.to_string())
-        );
+        assert_eq!(errors.last(), Some(Error::TableDropped.to_string()));
     }
 }
