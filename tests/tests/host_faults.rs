@@ -383,7 +383,10 @@ fn hub_names_every_rank_that_never_joined() {
             "{who}: {got:?}"
         );
         let message = got.unwrap_err().to_string();
-        assert!(message.contains("raise Config::timeout"), "{who}: {message}");
+        assert!(
+            message.contains("raise Config::timeout"),
+            "{who}: {message}"
+        );
     }
 }
 
