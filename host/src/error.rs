@@ -301,7 +301,8 @@ pub enum Error {
     },
     /// This rank's device lacks a capability the backend needs.
     #[error(
-        "device {device} has no {feature}, which this backend needs: use a GPU and driver that provide it"
+        "device {device} has no {feature}, which this backend needs: use a GPU and driver \
+         that provide it"
     )]
     DeviceLacks {
         /// The device's ordinal.
@@ -688,7 +689,8 @@ pub enum LamportRefusal {
          Collectives::with_lamport_capacity and a larger capacity, or use Algorithm::Auto"
     )]
     OverCapacity {
-        /// The handle's capacity ([`Collectives::lamport_capacity`](crate::collectives::Collectives::lamport_capacity)).
+        /// The handle's capacity
+        /// ([`Collectives::lamport_capacity`](crate::collectives::Collectives::lamport_capacity)).
         capacity: usize,
     },
     /// The world spans several nodes; the kernel stores into every peer's workspace
