@@ -231,11 +231,10 @@ fn launch_enqueue(world: &World<Cuda>, timer: &Timer, pat: &[u8]) -> Result<Row>
         }
     }
     timer.synchronize()?;
-    if world.read(&dst)? != pat[..LAUNCH_BYTES] {
-        return Err(Error::Bootstrap(
-            "launch_enqueue: the copies did not arrive".into(),
-        ));
-    }
+    assert!(
+        world.read(&dst)? == pat[..LAUNCH_BYTES],
+        "launch_enqueue: the copies did not arrive"
+    );
     let (med, p10, p90) = stats(&us);
     println!("launch_enqueue_us,{med:.3},{p10:.3},{p90:.3}");
     Ok(Row {
@@ -312,10 +311,10 @@ fn check_own_copy(
 ) -> Result<()> {
     let got = world.read(&buffer.slice(..64 * MIB)?)?;
     if let Some(i) = (0..got.len()).find(|&i| got[i] != pat[i % PATTERN]) {
-        return Err(Error::Bootstrap(format!(
+        panic!(
             "rank {}: byte {i} of its own copy differs from rank 0's put",
             world.rank()
-        )));
+        );
     }
     println!(
         "rank {}: its own copy holds the 64 MiB rank 0 put",
@@ -422,7 +421,7 @@ fn xproc_child(sizes: &[usize]) -> Result<()> {
         )?;
         let text: String = rows.iter().map(|r| r.csv() + "\n").collect();
         let path = std::env::var(XPROC_ENV)
-            .map_err(|_| Error::Bootstrap(format!("{XPROC_ENV} is not set")))?;
+            .unwrap_or_else(|_| panic!("{XPROC_ENV} is not set (the parent sets it)"));
         std::fs::write(&path, text).map_err(|source| Error::Os {
             what: "writing the cross-process CSV",
             source,
@@ -446,9 +445,10 @@ fn cross_process(args: &[String]) -> Result<Vec<Row>> {
     command.args(args).env(XPROC_ENV, &csv);
     let os = |what| move |source| Error::Os { what, source };
     let statuses = unix::spawn(&mut command, 2, TIMEOUT)?.wait()?;
-    if !statuses.iter().all(|s| s.success()) {
-        return Err(Error::Bootstrap("a cross-process rank failed".into()));
-    }
+    assert!(
+        statuses.iter().all(|s| s.success()),
+        "a cross-process rank failed"
+    );
     let text = std::fs::read_to_string(&csv).map_err(os("reading the cross-process CSV"))?;
     let _ = std::fs::remove_file(&csv);
     let mut rows = Vec::new();

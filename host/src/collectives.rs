@@ -66,7 +66,7 @@
 //! enqueued work first.
 
 use crate::backend::{Backend, Grid};
-use crate::error::{Error, Result};
+use crate::error::{Error, LamportRefusal, Result};
 use crate::memory::SymmetricBuffer;
 use crate::memory::{AsDeviceSlice, DeviceBuffer, DeviceSlice};
 use crate::world::World;
@@ -195,8 +195,8 @@ impl<'w, B: Backend> Collectives<'w, B> {
     /// waits for this rank's device first, one counted synchronisation), so no peer's
     /// first signal can be overwritten by a late zeroing.
     ///
-    /// Errors: [`Error::Unsupported`] for an empty grid or more than [`MAX_BLOCKS`]
-    /// blocks, [`Error::CollectiveMismatch`] if ranks chose different
+    /// Errors: [`Error::EmptyGrid`] for an empty grid, [`Error::TooManyBlocks`] for more
+    /// than [`MAX_BLOCKS`] blocks, [`Error::CollectiveMismatch`] if ranks chose different
     /// block counts (or made different heap calls before), and the allocation's errors.
     pub fn with_grid(world: &'w World<B>, grid: Grid) -> Result<Self> {
         Self::with_lamport_capacity(world, grid, LAMPORT_MAX_BYTES)
@@ -219,12 +219,17 @@ impl<'w, B: Backend> Collectives<'w, B> {
             .ok_or_else(too_large)?;
         let bytes = lamport::workspace_bytes(world.world_size(), capacity).ok_or_else(too_large)?;
         if grid.blocks == 0 || grid.threads == 0 {
-            return Err(Error::Unsupported("an empty launch shape"));
+            return Err(Error::EmptyGrid {
+                blocks: grid.blocks,
+                threads: grid.threads,
+            });
         }
         if grid.blocks > MAX_BLOCKS {
-            return Err(Error::Unsupported(
-                "more than collectives::MAX_BLOCKS blocks per rank",
-            ));
+            return Err(Error::TooManyBlocks {
+                rank: world.rank(),
+                blocks: grid.blocks,
+                max: MAX_BLOCKS,
+            });
         }
         let words = signal_words(world.world_size(), grid.blocks as usize);
         let signals = world.zeros::<u64>(words)?;
@@ -362,8 +367,10 @@ impl<'w, B: Backend> Collectives<'w, B> {
     /// `dst`. Collective.
     ///
     /// Errors: either buffer shorter than `count` or not in this world's heap, and
-    /// [`Error::Unsupported`] for `dst` and `src` that overlap (in place is not
-    /// supported: peers still read `src` while `dst` is written).
+    /// [`Error::OverlappingBuffers`] for `dst` and `src` that overlap (in place is not
+    /// supported: peers still read `src` while `dst` is written), and
+    /// [`Error::LamportUnavailable`] for [`Algorithm::Lamport`] where its kernel cannot
+    /// serve the call.
     pub fn all_reduce<T: Element>(
         &self,
         dst: &SymmetricBuffer<'_, T, B>,
@@ -380,9 +387,12 @@ impl<'w, B: Backend> Collectives<'w, B> {
             let len = bytes_of::<T>(count);
             let (dp, sp) = (d.ptr(), s.ptr());
             if count > 0 && dp < sp + len && sp < dp + len {
-                return Err(Error::Unsupported(
-                    "an all-reduce whose dst and src overlap",
-                ));
+                return Err(Error::OverlappingBuffers {
+                    rank: self.world.rank(),
+                    dst: dp,
+                    src: sp,
+                    bytes: count * size_of::<T>(),
+                });
             }
             Ok((d, s))
         })();
@@ -417,9 +427,23 @@ impl<'w, B: Backend> Collectives<'w, B> {
                 return self.all_reduce_lamport(kernel, &d, &s, count);
             }
             (Algorithm::Lamport, None) => {
-                return Err(Error::Unsupported(
-                    "a barrier-free all-reduce other than a sum of f32 or bf16 within the handle's lamport_capacity, on one node",
-                ));
+                let nodes = self.world.topology().nodes();
+                let why = if T::all_reduce_lamport(op).is_none() {
+                    LamportRefusal::NoKernel
+                } else if nodes > 1 {
+                    LamportRefusal::SeveralNodes { nodes }
+                } else {
+                    LamportRefusal::OverCapacity {
+                        capacity: self.lamport_capacity,
+                    }
+                };
+                return Err(Error::LamportUnavailable {
+                    rank: self.world.rank(),
+                    element: element_name::<T>(),
+                    op,
+                    bytes,
+                    why,
+                });
             }
             (Algorithm::OneShot, _) => {
                 chosen("one-shot");
@@ -891,6 +915,12 @@ fn local<T, B: Backend>(
     count: usize,
 ) -> Result<DeviceSlice<'_, T, B>> {
     view.as_device_slice().slice(..count)
+}
+
+/// The element type's name without its path (`f32`, `Bf16`), for errors.
+fn element_name<T>() -> &'static str {
+    let name = std::any::type_name::<T>();
+    name.rsplit("::").next().unwrap_or(name)
 }
 
 fn bytes_of<T>(count: usize) -> u64 {

@@ -125,7 +125,10 @@ impl<'w, B: Backend> Module<'w, B> {
             });
         }
         if grid.blocks == 0 || grid.threads == 0 {
-            return Err(Error::Unsupported("an empty launch shape"));
+            return Err(Error::EmptyGrid {
+                blocks: grid.blocks,
+                threads: grid.threads,
+            });
         }
         self.world.check_waits()?;
         let mut lowering = Lowering {

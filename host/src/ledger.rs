@@ -144,7 +144,10 @@ impl Ledger {
         if others.is_empty() {
             Ok(())
         } else {
-            Err(Error::PeerFailed { ranks: others })
+            Err(Error::PeerFailed {
+                rank,
+                ranks: others,
+            })
         }
     }
 }
@@ -179,7 +182,7 @@ impl Proposal {
     }
 
     /// Reads rank `rank`'s contribution. An empty one means that rank is leaving the
-    /// world ([`Error::PeerLost`]); a malformed one is [`Error::Bootstrap`].
+    /// world ([`Error::PeerLost`]); a malformed one is [`Error::BadMessage`].
     pub(crate) fn decode(rank: usize, bytes: &[u8]) -> Result<Self> {
         if bytes.is_empty() {
             return Err(Error::PeerLost {
@@ -189,7 +192,10 @@ impl Proposal {
         }
         let (words, rest) = bytes.as_chunks::<8>();
         let words: Vec<u64> = words.iter().map(|w| u64::from_le_bytes(*w)).collect();
-        let malformed = || Error::Bootstrap(format!("rank {rank} sent a malformed agreement"));
+        let malformed = || Error::BadMessage {
+            from: Some(rank),
+            what: "agreement",
+        };
         let [hash, created, call, failed, n, dropped @ ..] = words.as_slice() else {
             return Err(malformed());
         };
@@ -294,13 +300,13 @@ mod tests {
         bad.pop();
         assert!(matches!(
             Proposal::decode(1, &bad),
-            Err(Error::Bootstrap(_))
+            Err(Error::BadMessage { from: Some(1), .. })
         ));
         let mut short = p.encode();
         short.truncate(short.len() - 8);
         assert!(matches!(
             Proposal::decode(1, &short),
-            Err(Error::Bootstrap(_))
+            Err(Error::BadMessage { from: Some(1), .. })
         ));
     }
 
@@ -356,7 +362,7 @@ mod tests {
         let verdict = decide(&failed);
         assert!(verdict.released.is_empty());
         let e = l.apply(&verdict, 0).unwrap_err();
-        assert!(matches!(&e, Error::PeerFailed { ranks } if ranks == &[1]));
+        assert!(matches!(&e, Error::PeerFailed { rank: 0, ranks } if ranks == &[1]));
         assert!(
             l.apply(&verdict, 1).is_ok(),
             "the failed rank reports its own error"

@@ -44,7 +44,7 @@ mod world;
 pub use backend::{CodeObjects, Grid};
 /// The bound on every element type of device memory (plain old data).
 pub use bytemuck::Pod;
-pub use error::{Error, Result};
+pub use error::{Error, LamportRefusal, Result};
 pub use graph::Graph;
 pub use launch::{KernelArg, KernelArgs, Lowering, Module};
 pub use memory::{

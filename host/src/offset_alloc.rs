@@ -15,7 +15,6 @@
 //! range again, however fragmented it was.
 
 use std::collections::BTreeMap;
-use std::fmt;
 
 /// Smallest alignment and size granule: every offset and every allocation length is a
 /// multiple of this many bytes.
@@ -23,17 +22,23 @@ pub const MIN_ALIGN: usize = 256;
 
 /// Why an [`OffsetAllocator`] call failed. The allocator's state is unchanged by a
 /// failed call.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum AllocError {
     /// An allocation of zero bytes was requested.
+    #[error("cannot allocate zero bytes")]
     ZeroSize,
     /// The requested alignment is not a power of two.
+    #[error("alignment {align} is not a power of two")]
     BadAlignment {
         /// The alignment asked for.
         align: usize,
     },
     /// No free range holds the request at its alignment right now; freeing may help.
+    #[error(
+        "out of symmetric heap memory: no free range holds {requested} bytes at the \
+         requested alignment ({available} bytes free in total)"
+    )]
     OutOfMemory {
         /// The size asked for, before rounding up to [`MIN_ALIGN`].
         requested: usize,
@@ -41,6 +46,7 @@ pub enum AllocError {
         available: usize,
     },
     /// The request can never fit, even in an empty heap.
+    #[error("{requested} bytes can never fit in a symmetric heap of {capacity} bytes")]
     TooLarge {
         /// The size asked for, before rounding up to [`MIN_ALIGN`].
         requested: usize,
@@ -48,42 +54,12 @@ pub enum AllocError {
         capacity: usize,
     },
     /// The offset is not the start of a live allocation (double free or foreign offset).
+    #[error("offset {offset} is not the start of a live allocation")]
     NotAllocated {
         /// The offset passed to [`OffsetAllocator::free`].
         offset: usize,
     },
 }
-
-impl fmt::Display for AllocError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match *self {
-            Self::ZeroSize => f.write_str("cannot allocate zero bytes"),
-            Self::BadAlignment { align } => {
-                write!(f, "alignment {align} is not a power of two")
-            }
-            Self::OutOfMemory {
-                requested,
-                available,
-            } => write!(
-                f,
-                "out of symmetric heap memory: no free range holds {requested} bytes at the \
-                 requested alignment ({available} bytes free in total)"
-            ),
-            Self::TooLarge {
-                requested,
-                capacity,
-            } => write!(
-                f,
-                "{requested} bytes can never fit in a symmetric heap of {capacity} bytes"
-            ),
-            Self::NotAllocated { offset } => {
-                write!(f, "offset {offset} is not the start of a live allocation")
-            }
-        }
-    }
-}
-
-impl std::error::Error for AllocError {}
 
 /// Deterministic first-fit allocator of offsets in `0..capacity`.
 ///

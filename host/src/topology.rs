@@ -32,22 +32,36 @@ impl Topology {
     /// Collective: every rank of `bootstrap` calls it with its split (`None`: the
     /// environment's [`ENV_RANKS_PER_NODE`], else one node per machine).
     ///
-    /// Errors: [`Error::Unsupported`] for a split of 0 or an unparsable environment
-    /// value, [`Error::NodeSplitMismatch`] naming the first rank whose split differs from
-    /// rank 0's, and the bootstrap's.
+    /// Errors: [`Error::BadConfig`] for a split of 0, [`Error::BadEnv`] for an
+    /// environment value that is not a number of ranks (or is 0),
+    /// [`Error::NodeSplitMismatch`] naming the first rank whose split differs from rank
+    /// 0's, and the bootstrap's.
     pub(crate) fn exchange(bootstrap: &mut dyn Bootstrap, split: Option<usize>) -> Result<Self> {
         let split = match split {
+            Some(0) => {
+                return Err(Error::BadConfig {
+                    field: "ranks_per_node",
+                    why: "Some(0) is a node of zero ranks: use Some(n) with n >= 1, or None \
+                          for one node per machine",
+                });
+            }
             Some(s) => Some(s),
             None => match std::env::var(ENV_RANKS_PER_NODE) {
-                Ok(v) => Some(v.parse().map_err(|_| {
-                    Error::Unsupported("SYMMEM_RANKS_PER_NODE is not a number of ranks")
-                })?),
+                Ok(v) => match v.parse() {
+                    Ok(n @ 1..) => Some(n),
+                    _ => {
+                        return Err(Error::BadEnv {
+                            name: ENV_RANKS_PER_NODE,
+                            value: Some(v),
+                            expected: "a number of ranks per node, at least 1 (unset it for \
+                                       one node per machine; Config::ranks_per_node overrides \
+                                       it)",
+                        });
+                    }
+                },
                 Err(_) => None,
             },
         };
-        if split == Some(0) {
-            return Err(Error::Unsupported("a node of zero ranks"));
-        }
         let host = host_name();
         let mine = [
             &split.map_or(0, |s| s as u64).to_le_bytes()[..],

@@ -27,7 +27,7 @@ mod rma_ranks;
 use rma_ranks::{FILL, assert_bytes, filled, handles, local, patterned};
 use symmem::backend::{Backend, Grid};
 use symmem::collectives::{Algorithm, ReduceOp};
-use symmem::{Error, ExternalTable, PeerBaseProvider, Rendezvous, World};
+use symmem::{Error, ExternalTable, LamportRefusal, PeerBaseProvider, Rendezvous, World};
 
 const SIZES: [usize; 5] = [0, 1, 17, 4095, 70_000];
 
@@ -271,7 +271,15 @@ fn reductions<B: Backend>(w: &World<B>) -> symmem::Result<()> {
         assert_eq!(w.read(&fdst)?, want, "f32 all_reduce {count} rank {me}");
         if w.topology().nodes() > 1 {
             let refused = c.all_reduce(&fdst, &fsrc, count, ReduceOp::Sum, Algorithm::Lamport);
-            assert!(matches!(refused, Err(Error::Unsupported(_))), "{refused:?}");
+            match refused {
+                Err(
+                    e @ Error::LamportUnavailable {
+                        why: LamportRefusal::SeveralNodes { .. },
+                        ..
+                    },
+                ) => assert!(e.to_string().contains("use Algorithm::Auto"), "{e}"),
+                other => panic!("{other:?}"),
+            }
         }
     }
     w.barrier()

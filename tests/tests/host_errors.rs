@@ -43,6 +43,19 @@ fn run<R: Send>(n: usize, body: impl Fn(W) -> symmem::Result<R> + Sync) -> Vec<R
         .collect()
 }
 
+/// Asserts that `e`'s message names each of `fixes` (a `Config` field, a call, an
+/// environment variable): what the user can do about it.
+#[track_caller]
+fn names(e: &Error, fixes: &[&str]) {
+    let message = e.to_string();
+    for fix in fixes {
+        assert!(
+            message.contains(fix),
+            "{e:?}: {message:?} does not name {fix:?}"
+        );
+    }
+}
+
 fn for_sizes(sizes: &[usize], body: impl Fn(W) -> symmem::Result<()> + Sync) {
     for &n in sizes {
         run(n, &body);
@@ -63,10 +76,11 @@ fn out_of_heap_names_requested_and_available() {
             matches!(
                 err,
                 Error::OutOfHeap {
+                    rank,
                     requested: 524_288,
                     available: 262_144,
                     pending: 0,
-                }
+                } if rank == world.rank()
             ),
             "{err:?}"
         );
@@ -74,6 +88,14 @@ fn out_of_heap_names_requested_and_available() {
         assert!(
             msg.contains("524288") && msg.contains("262144"),
             "message: {msg}"
+        );
+        names(
+            &err,
+            &[
+                &format!("rank {}:", world.rank()),
+                "Config::heap_bytes",
+                "World::barrier",
+            ],
         );
         // Nothing changed: the rest still fits, and the ranks still agree.
         assert_eq!(world.heap_free(), 256 << 10);
@@ -88,6 +110,7 @@ fn out_of_heap_names_requested_and_available() {
                     requested: 1,
                     available: 0,
                     pending: 0,
+                    ..
                 }
             ),
             "{err:?}"
@@ -102,6 +125,7 @@ fn out_of_heap_names_requested_and_available() {
                     requested: 1,
                     available: 0,
                     pending: HEAP,
+                    ..
                 }
             ),
             "{err:?}"
@@ -123,6 +147,7 @@ fn out_of_heap_names_requested_and_available() {
                     requested: 524_288,
                     available: 524_288,
                     pending: 0,
+                    ..
                 }
             ),
             "{err:?}"
@@ -147,6 +172,7 @@ fn too_large_can_never_fit() {
             "{err:?}"
         );
         assert!(err.to_string().contains(&heap.to_string()), "{err}");
+        names(&err, &["Config::heap_bytes"]);
         // Element count times element size overflows.
         let err = world
             .allocate_symmetric::<u64>(usize::MAX / 4)
@@ -169,7 +195,13 @@ fn too_large_can_never_fit() {
 #[test]
 fn zero_size_everywhere() {
     for_sizes(&[1, 2], |world| {
-        let zero = |r: symmem::Result<()>| matches!(r, Err(Error::ZeroSize));
+        let zero = |r: symmem::Result<()>| match r {
+            Err(e @ Error::ZeroSize) => {
+                names(&e, &["at least one element"]);
+                true
+            }
+            _ => false,
+        };
         assert!(zero(world.allocate_symmetric::<u8>(0).map(drop)));
         assert!(zero(world.allocate_aligned::<u64>(0, 4096).map(drop)));
         assert!(zero(world.empty::<u32>(0).map(drop)));
@@ -206,6 +238,7 @@ fn bad_alignment() {
     for_sizes(&[1, 2], |world| {
         let err = world.allocate_aligned::<u8>(64, 3).map(drop).unwrap_err();
         assert!(matches!(err, Error::BadAlignment { align: 3 }), "{err:?}");
+        names(&err, &["pass a power of two"]);
         for align in [5, 6, 12, 255, 257, 3 << 20] {
             let err = world
                 .allocate_aligned::<u8>(64, align)
@@ -248,7 +281,7 @@ fn allocate_aligned_aligns_every_address() {
                     }
                 }
                 // Refusing an alignment the mappings cannot give is fine too.
-                Err(Error::BadAlignment { .. } | Error::Unsupported(_)) => {}
+                Err(Error::BadAlignment { .. } | Error::AlignmentTooLarge { .. }) => {}
                 Err(e) => return Err(e),
             }
         }
@@ -291,6 +324,7 @@ fn not_symmetric_for_foreign_pointers() {
                 "{p:#x}: {err:?}"
             );
             assert!(err.to_string().contains(&format!("{p:#x}")), "{err}");
+            names(&err, &["a buffer of its heap"]);
         };
         // Nothing allocated: the heap itself is not symmetric memory yet.
         not_symmetric(heap);
@@ -489,7 +523,8 @@ fn raw_handle_of_another_world_is_not_allocated() {
 fn assert_mismatch_everywhere(results: Vec<symmem::Result<()>>, diverging: usize) {
     for (rank, r) in results.into_iter().enumerate() {
         assert!(
-            matches!(&r, Err(Error::CollectiveMismatch { ranks, .. }) if ranks == &[diverging]),
+            matches!(&r, Err(e @ Error::CollectiveMismatch { ranks, .. }) if ranks == &[diverging]
+                && e.to_string().contains("the same collective calls in the same order")),
             "rank {rank}: {r:?}"
         );
     }
@@ -652,6 +687,7 @@ fn external_table_contract() {
             matches!(err, Error::BadPeerTable { rank, addr: 0, .. } if rank == n - 1),
             "{err:?}"
         );
+        names(&err, &["one entry per rank"]);
         let mut longer = good.clone();
         longer.push(local);
         let err = refused(&longer, 4096);
@@ -683,6 +719,7 @@ fn external_table_contract() {
                 matches!(err, Error::PeerMisaligned { rank, addr } if rank == other && addr == good[other] + 8),
                 "{err:?}"
             );
+            names(&err, &["alike on every rank"]);
         }
         // SAFETY: `buffer`'s own table, 4096 bytes on every rank, alive until after the
         // barrier below.
@@ -713,9 +750,13 @@ fn a_collective_that_fails_on_one_rank_fails_on_every_rank() {
                 assert!(matches!(r, Err(Error::BadPeerTable { .. })), "{r:?}");
             } else {
                 assert!(
-                    matches!(&r, Err(Error::PeerFailed { ranks }) if ranks == &[bad]),
+                    matches!(&r, Err(Error::PeerFailed { rank, ranks }) if ranks == &[bad] && *rank == world.rank()),
                     "rank {}: {r:?}",
                     world.rank()
+                );
+                names(
+                    r.as_ref().unwrap_err(),
+                    &["read the error each of them returned"],
                 );
             }
             // The next collective call is the same call on every rank.
@@ -762,6 +803,10 @@ fn heap_size_mismatch() {
                 ),
                 "world {n}, rank {rank}: {r:?}"
             );
+            names(
+                &r.unwrap_err(),
+                &["the same Config::heap_bytes on every rank"],
+            );
         }
     }
 }
@@ -793,6 +838,7 @@ fn peer_lost_when_a_rank_returns_early() {
                     matches!(r, Err(Error::PeerLost { rank: Some(l), waited }) if l == leaver && waited < timeout / 10),
                     "rank {rank}: {r:?}"
                 );
+                names(&r.unwrap_err(), &["raise Config::timeout"]);
             }
         }
         assert!(
@@ -921,6 +967,7 @@ fn peer_lost_when_a_rank_cannot_create_its_backend() {
         "{:?}",
         results[1]
     );
+    names(results[1].as_ref().unwrap_err(), &["use the CPU backend"]);
     for r in [&results[0], &results[2]] {
         assert!(
             matches!(r, Err(Error::PeerLost { rank: Some(1), .. })),
@@ -1007,6 +1054,7 @@ fn foreign_handles(mine: &W, theirs: &W) -> symmem::Result<()> {
             matches!(r, Err(Error::ForeignHandle)),
             "rank {rank}, {what}: {r:?}"
         );
+        names(r.as_ref().unwrap_err(), &["each rank's own handles"]);
     };
     let kernels = mine.kernels();
     // A buffer of rank 1's world in rank 0's launch (and the other way round).
@@ -1170,6 +1218,7 @@ fn a_dropped_buffer_table_is_refused() {
                 matches!(r, Err(Error::TableDropped)),
                 "rank {rank}, {what}: {r:?}"
             );
+            names(r.as_ref().unwrap_err(), &["keep it alive"]);
         }
         let external_table = external.table().clone();
         drop(external);
@@ -1227,8 +1276,12 @@ fn a_fresh_table_is_not_agreed_before_a_barrier() {
         };
         let r = put();
         assert!(
-            matches!(r, Err(Error::NotAgreed { offset }) if offset == fresh.offset()),
+            matches!(&r, Err(Error::NotAgreed { offset, rank: at }) if *offset == fresh.offset() && *at == rank),
             "rank {rank}: {r:?}"
+        );
+        names(
+            r.as_ref().unwrap_err(),
+            &["call World::barrier after allocating"],
         );
         // A buffer without a table in the launch needs no agreement.
         let other = world.device_zeros::<u8>(128)?;
@@ -1269,6 +1322,7 @@ fn views_of_different_lengths_are_refused() {
                 matches!(r, Err(Error::LengthMismatch { dst: d, src: s }) if d == dst && s == src),
                 "rank {rank}: {r:?}"
             );
+            names(r.as_ref().unwrap_err(), &["slice both to the same length"]);
         };
         for to in 0..2 {
             mismatch(world.put(&buffer, &source.slice(..15)?, to), 16, 15);
@@ -1349,6 +1403,10 @@ fn a_kernel_of_another_crate_is_wrong_module() {
                 })
             ),
             "rank {rank}: {r:?}"
+        );
+        names(
+            r.as_ref().unwrap_err(),
+            &["launch it through world.load() of peer_put_kernels's code objects"],
         );
         let theirs = world.load(symmem_tests::objects::of("peer_put_kernels"))?;
         assert_eq!(theirs.crate_name(), "peer_put_kernels");

@@ -326,10 +326,13 @@ fn hub_refuses_a_frame_over_the_limit() {
         }
         let got = hub.join().expect("the hub panicked");
         assert!(
-            matches!(got, Err(Error::FrameTooLarge { rank: Some(1), bytes, limit: l })
-                if bytes == len && l == limit),
+            matches!(&got, Err(Error::FrameTooLarge { rank: Some(1), bytes, limit: l })
+                if *bytes == len && *l == limit),
             "limit {limit}, length {len}: {got:?}"
         );
+        // The message names the setting that raises the limit.
+        let message = got.unwrap_err().to_string();
+        assert!(message.contains("SYMMEM_MAX_FRAME_BYTES"), "{message}");
         // The hub told the spoke before it closed.
         assert_eq!(read_frame(&mut spoke).0, 1, "no verdict for the spoke");
     }
@@ -378,6 +381,11 @@ fn hub_names_every_rank_that_never_joined() {
         assert!(
             matches!(&got, Err(Error::NeverJoined { ranks, .. }) if ranks == &[1, 3]),
             "{who}: {got:?}"
+        );
+        let message = got.unwrap_err().to_string();
+        assert!(
+            message.contains("raise Config::timeout"),
+            "{who}: {message}"
         );
     }
 }
@@ -503,9 +511,11 @@ fn import_checks_the_memfd_not_the_peers_word() {
             cpu.import_heap(h, len)
         };
         assert!(
-            matches!(got, Err(Error::BadPeerMemory { needed, size: 4096, .. }) if needed == len),
+            matches!(&got, Err(Error::BadPeerMemory { needed, size: 4096, .. }) if *needed == len),
             "{got:?}"
         );
+        let message = got.unwrap_err().to_string();
+        assert!(message.contains("from the same build"), "{message}");
     }
     // The right size, but the peer could shrink it under the mapping later.
     let got = cpu.import_heap(

@@ -71,8 +71,11 @@ struct Recording {
 impl Drop for Recording {
     fn drop(&mut self) {
         if self.fail_on_drop {
-            self.errors
-                .record(Err(Error::Unsupported("a release that fails on purpose")));
+            self.errors.record(Err(Error::Driver {
+                call: "a release that fails on purpose",
+                code: -1,
+                message: "recorded by the test".into(),
+            }));
         }
     }
 }
@@ -359,8 +362,15 @@ fn finalize_reports_a_release_that_failed_during_teardown() {
     .expect("launch");
     assert!(results[0].is_ok(), "{:?}", results[0]);
     match &results[1] {
-        Err(Error::Teardown { failures: 1, last }) => {
-            assert!(last.contains("fails on purpose"), "{last}")
+        Err(
+            e @ Error::Teardown {
+                rank: 1,
+                failures: 1,
+                last,
+            },
+        ) => {
+            assert!(last.contains("fails on purpose"), "{last}");
+            assert!(e.to_string().starts_with("rank 1: "), "{e}");
         }
         other => panic!("{other:?}"),
     }

@@ -119,6 +119,8 @@ fn mpirun_thread_level_below_serialized_is_an_error() {
     assert!(!status.success(), "the world formed anyway:\n{all}");
     let named = "the MPI library provides MPI_THREAD_FUNNELED; symmem needs MPI_THREAD_SERIALIZED";
     assert!(stderr.contains(named), "no `{named}`:\n{all}");
+    let fix = "use an MPI built with thread support";
+    assert!(stderr.contains(fix), "no `{fix}`:\n{all}");
 }
 
 /// Runs `mpi-split` under `mpirun -np 4` with `args`; asserts it succeeded and that every

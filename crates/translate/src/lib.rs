@@ -24,13 +24,12 @@ mod vector;
 
 pub use vector::{U32x2, U32x4};
 
-use core::fmt;
-
 /// Why a checked translation was refused. Each variant names the values that failed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum TranslateError {
     /// A rank is not in `0..world`.
+    #[error("rank {rank} is out of range for a world of {world}")]
     RankOutOfRange {
         /// The rank asked for.
         rank: usize,
@@ -38,6 +37,7 @@ pub enum TranslateError {
         world: usize,
     },
     /// The table has fewer entries than the world has ranks.
+    #[error("peer-base table has {entries} entries, the world has {world} ranks")]
     TableTooShort {
         /// Entries in the table.
         entries: usize,
@@ -46,6 +46,7 @@ pub enum TranslateError {
     },
     /// The pointer (or the element it points to) is not inside the allocation that
     /// `bases[cur]` starts.
+    #[error("address {addr:#x} is not inside the allocation at {base:#x} of {len} bytes")]
     NotInAllocation {
         /// The pointer's address.
         addr: usize,
@@ -55,26 +56,6 @@ pub enum TranslateError {
         len: usize,
     },
 }
-
-impl fmt::Display for TranslateError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match *self {
-            Self::RankOutOfRange { rank, world } => {
-                write!(f, "rank {rank} is out of range for a world of {world}")
-            }
-            Self::TableTooShort { entries, world } => write!(
-                f,
-                "peer-base table has {entries} entries, the world has {world} ranks"
-            ),
-            Self::NotInAllocation { addr, base, len } => write!(
-                f,
-                "address {addr:#x} is not inside the allocation at {base:#x} of {len} bytes"
-            ),
-        }
-    }
-}
-
-impl core::error::Error for TranslateError {}
 
 /// A borrowed peer-base table: entry `r` is one allocation's address on rank `r`, as
 /// mapped in this address space.

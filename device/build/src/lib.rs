@@ -316,6 +316,11 @@ pub enum BuildError {
     },
 }
 
+// Written by hand, not derived with thiserror: this crate is a build-dependency, on the
+// critical path of every user's cold build (the nested GPU builds start only once it is
+// built), and thiserror's proc-macro (proc-macro2, quote, syn, thiserror-impl) would come
+// before it. Measured on 2 cores: a cold `cargo build -p symmem-build` took 5.6-5.9 s with
+// thiserror against 1.1-1.6 s without (about 4.5 s more before any nested build starts).
 impl fmt::Display for BuildError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let toolchain = |t: &Option<String>| match t {

@@ -14,7 +14,10 @@ use fused_allreduce_rmsnorm_kernels as kernels;
 use std::process::ExitCode;
 use symmem::backend::{Backend, cpu::Cpu, cuda::Cuda};
 use symmem::collectives::{Bf16, signal_words};
-use symmem::{Config, Error, Grid, Kernel, PeerTable, Result, World};
+use symmem::{Config, Grid, Kernel, PeerTable, World};
+
+/// Why a rank failed: symmem's error, or an element that differs from the host reference.
+type Failed = Box<dyn std::error::Error + Send + Sync>;
 
 static KERNELS: symmem::CodeObjects = symmem::include_kernels!("fused_allreduce_rmsnorm_kernels");
 
@@ -118,20 +121,21 @@ fn reference<T: Element>(world: usize) -> (Vec<f64>, Vec<f64>) {
     (res, out)
 }
 
-fn check<T: Element>(rank: usize, what: &str, got: &[T], want: &[f64]) -> Result<usize> {
+fn check<T: Element>(rank: usize, what: &str, got: &[T], want: &[f64]) -> Result<usize, Failed> {
     for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
         let g = g.to_f64();
         if (g - w).abs() > T::TOLERANCE * w.abs().max(1.0) {
-            return Err(Error::Bootstrap(format!(
+            return Err(format!(
                 "rank {rank}, {}: {what}[{i}] is {g}, the reference {w}",
                 T::NAME
-            )));
+            )
+            .into());
         }
     }
     Ok(got.len())
 }
 
-fn run_type<T: Element, B: Backend>(world: &World<B>) -> Result<usize> {
+fn run_type<T: Element, B: Backend>(world: &World<B>) -> Result<usize, Failed> {
     let (rank, size) = (world.rank(), world.world_size());
     let module = world.load(&KERNELS)?;
     let n = ROWS * HIDDEN;
@@ -170,21 +174,20 @@ fn run_type<T: Element, B: Backend>(world: &World<B>) -> Result<usize> {
     Ok(checked)
 }
 
-fn run<B: Backend>(world: World<B>) -> Result<usize> {
+fn run<B: Backend>(world: World<B>) -> Result<usize, Failed> {
     Ok(run_type::<f32, B>(&world)? + run_type::<Bf16, B>(&world)?)
 }
 
 /// One rank of a world over MPI (`--mpi`, under `mpirun`): this process's rank on `backend`.
 #[cfg(feature = "mpi")]
-fn mpi_rank(backend: &str) -> Result<String> {
+fn mpi_rank(backend: &str) -> Result<String, Failed> {
     use symmem::bootstrap::{Bootstrap, mpi::MpiBootstrap};
     let bootstrap = Box::new(MpiBootstrap::new()?);
     let config = Config::default();
     let (rank, size) = (bootstrap.rank(), bootstrap.world_size());
     let (checked, node, nodes) = match backend {
-        "cpu" => on_world(World::new(bootstrap, Cpu::new(), &config)?)?,
         "cuda" => on_world(World::new(bootstrap, Cuda::for_rank(rank)?, &config)?)?,
-        _ => return Err(Error::Unsupported("backend (use auto, cpu or cuda)")),
+        _ => on_world(World::new(bootstrap, Cpu::new(), &config)?)?,
     };
     Ok(format!(
         "fused-allreduce-rmsnorm: rank {rank} of {size} on node {node} of {nodes} on {backend}: \
@@ -194,7 +197,7 @@ fn mpi_rank(backend: &str) -> Result<String> {
 
 /// [`run`] on `world`, then its node and the number of nodes.
 #[cfg(feature = "mpi")]
-fn on_world<B: Backend>(world: World<B>) -> Result<(usize, usize, usize)> {
+fn on_world<B: Backend>(world: World<B>) -> Result<(usize, usize, usize), Failed> {
     let t = world.topology();
     let (node, nodes) = (t.node_of(world.rank()).unwrap_or(0), t.nodes());
     Ok((run(world)?, node, nodes))
@@ -267,12 +270,18 @@ fn main() -> ExitCode {
         }
     }
     let config = Config::default();
+    // A rank's own failure (a wrong element) is its result's `Err`, beside symmem's.
     let results = if backend == "cuda" {
-        symmem::spawn_ranks(ranks, &config, Cuda::for_rank, run)
+        symmem::spawn_ranks(ranks, &config, Cuda::for_rank, |w| Ok(run(w)))
     } else {
-        symmem::spawn_ranks(ranks, &config, |_| Ok(Cpu::new()), run)
+        symmem::spawn_ranks(ranks, &config, |_| Ok(Cpu::new()), |w| Ok(run(w)))
     };
-    match results.and_then(|r| r.into_iter().collect::<Result<Vec<_>>>()) {
+    let results = results.map_err(Failed::from).and_then(|r| {
+        r.into_iter()
+            .map(|rank| rank.map_err(Failed::from).and_then(|checked| checked))
+            .collect::<Result<Vec<_>, _>>()
+    });
+    match results {
         Ok(counts) => {
             println!(
                 "fused-allreduce-rmsnorm: {ranks} ranks on {backend}: {ROWS}x{HIDDEN} in f32 and \

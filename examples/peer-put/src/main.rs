@@ -9,7 +9,11 @@
 use clap::{Parser, ValueEnum};
 use std::process::ExitCode;
 use symmem::backend::{Backend, cpu::Cpu, cuda::Cuda};
-use symmem::{Config, Error, Rendezvous, Result, World};
+use symmem::{Config, Rendezvous, World};
+
+/// Why a rank failed: symmem's error, or a received element that is not what its peer
+/// sent.
+type Failed = Box<dyn std::error::Error + Send + Sync>;
 
 static KERNELS: symmem::CodeObjects = symmem::include_kernels!("peer_put_kernels");
 
@@ -21,7 +25,7 @@ fn pattern(rank: usize, i: usize) -> u32 {
     (rank as u32 + 1).wrapping_mul(0x9e37_79b9) ^ (i as u32).wrapping_mul(2_654_435_761)
 }
 
-fn run<B: Backend>(world: World<B>) -> Result<usize> {
+fn run<B: Backend>(world: World<B>) -> Result<usize, Failed> {
     let (rank, size) = (world.rank(), world.world_size());
     let module = world.load(&KERNELS)?;
     let (to, from) = ((rank + 1) % size, (rank + size - 1) % size);
@@ -66,14 +70,15 @@ fn run<B: Backend>(world: World<B>) -> Result<usize> {
 
 /// Checks that `got` holds rank `from`'s pattern in its slot and zeros everywhere else;
 /// returns the bytes checked.
-fn verify(got: &[u32], rank: usize, from: usize, what: &str) -> Result<usize> {
+fn verify(got: &[u32], rank: usize, from: usize, what: &str) -> Result<usize, Failed> {
     for (slot, chunk) in got.as_chunks::<N>().0.iter().enumerate() {
         for (i, &v) in chunk.iter().enumerate() {
             let want = if slot == from { pattern(from, i) } else { 0 };
             if v != want {
-                return Err(Error::Bootstrap(format!(
+                return Err(format!(
                     "rank {rank}, {what}: element {i} of slot {slot} is {v:#x}, expected {want:#x}"
-                )));
+                )
+                .into());
             }
         }
     }
@@ -125,14 +130,20 @@ fn main() -> ExitCode {
         },
     };
     let config = Config::default();
+    // A rank's own failure (a wrong element) is its result's `Err`, beside symmem's.
     let (results, backend) = if cuda {
-        let results = symmem::spawn_ranks(ranks, &config, Cuda::for_rank, run);
+        let results = symmem::spawn_ranks(ranks, &config, Cuda::for_rank, |w| Ok(run(w)));
         (results, "cuda")
     } else {
-        let results = symmem::spawn_ranks(ranks, &config, |_| Ok(Cpu::new()), run);
+        let results = symmem::spawn_ranks(ranks, &config, |_| Ok(Cpu::new()), |w| Ok(run(w)));
         (results, "cpu")
     };
-    match results.and_then(|r| r.into_iter().collect::<Result<Vec<_>>>()) {
+    let results = results.map_err(Failed::from).and_then(|r| {
+        r.into_iter()
+            .map(|rank| rank.map_err(Failed::from).and_then(|checked| checked))
+            .collect::<Result<Vec<_>, _>>()
+    });
+    match results {
         Ok(bytes) => {
             println!(
                 "peer-put: {ranks} ranks on {backend}: every rank's kernel wrote into the next \

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use symmem::backend::DropErrors;
 use symmem::backend::cuda::Cuda;
 use symmem::backend::cuda::timing::Timer;
-use symmem::{DeviceBuffer, DeviceSlice, Error, Result, SymSlice, World};
+use symmem::{DeviceBuffer, DeviceSlice, Result, SymSlice, World};
 
 /// The drop-error records of every backend this benchmark opened ([`recorded`]).
 static DROP_ERRORS: Mutex<Vec<Arc<DropErrors>>> = Mutex::new(Vec::new());
@@ -240,11 +240,10 @@ pub fn verify(
     };
     let bad = (0..size).find(|&i| got[i] != pat[i % pat.len()]);
     let overrun = got[size..].iter().any(|&b| b != 0xee);
-    if bad.is_some() || overrun {
-        return Err(Error::Bootstrap(format!(
-            "{what} of {size} bytes wrong: first bad byte {bad:?}, overrun {overrun}"
-        )));
-    }
+    assert!(
+        bad.is_none() && !overrun,
+        "{what} of {size} bytes wrong: first bad byte {bad:?}, overrun {overrun}"
+    );
     println!("verified {what} of {size} bytes");
     Ok(())
 }

@@ -61,15 +61,20 @@ impl IpcExport {
         }
     }
 
-    /// Decodes a peer's export of `runtime` memory (named in errors) of which the importer
-    /// maps `bytes`: [`Error::Bootstrap`] unless it covers them.
-    pub fn decode_covering(shareable: &Shareable, runtime: &str, bytes: usize) -> Result<Self> {
-        let export = Self::decode(&shareable.bytes, runtime)?;
+    /// Decodes a peer's export (`what`, named in errors: "CUDA IPC export") of which the
+    /// importer maps `bytes`: [`Error::BadPeerMemory`] unless it covers them.
+    pub fn decode_covering(
+        shareable: &Shareable,
+        what: &'static str,
+        bytes: usize,
+    ) -> Result<Self> {
+        let export = Self::decode(&shareable.bytes, what)?;
         if bytes == 0 || bytes as u64 > export.len {
-            return Err(Error::Bootstrap(format!(
-                "peer exported {} bytes of {runtime} memory, {bytes} expected",
-                export.len
-            )));
+            return Err(Error::BadPeerMemory {
+                needed: bytes,
+                size: export.len,
+                why: "the peer exported less device memory than this rank maps",
+            });
         }
         Ok(export)
     }
@@ -79,14 +84,11 @@ impl IpcExport {
         self.pid == std::process::id()
     }
 
-    /// Decodes `bytes` from a peer of backend `backend` (named in the error).
-    pub fn decode(bytes: &[u8], backend: &str) -> Result<Self> {
+    /// Decodes `bytes` from a peer: an export (`what`, named in the error: "CUDA IPC
+    /// export") of [`IpcExport::BYTES`] bytes, else [`Error::BadMessage`].
+    pub fn decode(bytes: &[u8], what: &'static str) -> Result<Self> {
         if bytes.len() != Self::BYTES {
-            return Err(Error::Bootstrap(format!(
-                "{backend} IPC handle of {} bytes, {} expected",
-                bytes.len(),
-                Self::BYTES
-            )));
+            return Err(Error::BadMessage { from: None, what });
         }
         let (handle, rest) = bytes.split_at(HANDLE_BYTES);
         let u32_at = |i: usize| u32::from_le_bytes(rest[i..i + 4].try_into().expect("4 bytes"));
@@ -116,11 +118,11 @@ mod tests {
         };
         let bytes = e.encode();
         assert_eq!(bytes.len(), IpcExport::BYTES);
-        for runtime in ["CUDA", "HIP"] {
-            assert_eq!(IpcExport::decode(&bytes, runtime).unwrap(), e);
+        for what in ["CUDA IPC export", "HIP IPC export"] {
+            assert_eq!(IpcExport::decode(&bytes, what).unwrap(), e);
             assert!(matches!(
-                IpcExport::decode(&bytes[1..], runtime),
-                Err(Error::Bootstrap(_))
+                IpcExport::decode(&bytes[1..], what),
+                Err(Error::BadMessage { from: None, .. })
             ));
         }
     }

@@ -285,7 +285,7 @@ pub trait Backend: Send + Sync + 'static {
 }
 
 /// The most parameters a kernel has (the tuples `Params` is implemented for).
-const MAX_PARAMS: usize = 16;
+pub(crate) const MAX_PARAMS: usize = 16;
 
 /// Enqueues `kernel` of `module` over `grid` on `backend` with arguments already lowered
 /// to the kernel's ABI (`abi`): the one way a kernel reaches a backend. `Module::launch`

@@ -47,8 +47,11 @@ pub const ENV_MAX_FRAME_BYTES: &str = "SYMMEM_MAX_FRAME_BYTES";
 /// The limit [`ENV_MAX_FRAME_BYTES`] sets, or the default.
 fn max_frame_from_env() -> Result<usize> {
     match std::env::var(ENV_MAX_FRAME_BYTES) {
-        Ok(v) => v.parse().map_err(|_| {
-            crate::error::Error::Bootstrap(format!("{ENV_MAX_FRAME_BYTES}={v} is not a number"))
+        Ok(v) => v.parse().map_err(|_| crate::error::Error::BadEnv {
+            name: ENV_MAX_FRAME_BYTES,
+            value: Some(v),
+            expected: "a number of bytes, the same on every rank (unset: \
+                       bootstrap::DEFAULT_MAX_FRAME_BYTES, 64 MiB)",
         }),
         Err(_) => Ok(DEFAULT_MAX_FRAME_BYTES),
     }

@@ -291,9 +291,10 @@ impl MpiBootstrap {
                         match from.map(|f| f as usize) {
                             Some(f) if f < n && f != me && out[f].is_none() => out[f] = item.fd,
                             other => {
-                                return Err(Error::Bootstrap(format!(
-                                    "fd from unknown rank {other:?}"
-                                )));
+                                return Err(Error::BadMessage {
+                                    from: other,
+                                    what: "file-descriptor message (from no rank expected)",
+                                });
                             }
                         }
                         received += 1;

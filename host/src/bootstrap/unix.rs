@@ -200,7 +200,12 @@ impl UnixBootstrap {
                             self.peers[p] = Some(stream);
                             joined += 1;
                         }
-                        _ => return Err(Error::Bootstrap(format!("bad hello {peer:?}"))),
+                        _ => {
+                            return Err(Error::BadMessage {
+                                from: peer,
+                                what: "hello (from no rank expected)",
+                            });
+                        }
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -251,18 +256,22 @@ impl UnixBootstrap {
     /// contributions comes from [`ENV_MAX_FRAME_BYTES`](super::ENV_MAX_FRAME_BYTES) when
     /// it is set.
     pub fn from_env() -> Result<Self> {
-        let var = |name: &'static str| {
-            std::env::var(name).map_err(|_| Error::Bootstrap(format!("{name} is not set")))
+        // Set by `spawn` for the ranks it starts: a rank started by hand lacks them.
+        let bad = |name, value| Error::BadEnv {
+            name,
+            value,
+            expected: "set by bootstrap::unix::spawn for the ranks it starts: start ranks \
+                       with spawn, not by hand",
         };
+        let var = |name: &'static str| std::env::var(name).map_err(|_| bad(name, None));
         let number = |name: &'static str| -> Result<usize> {
-            var(name)?
-                .parse()
-                .map_err(|_| Error::Bootstrap(format!("{name} is not a number")))
+            let value = var(name)?;
+            value.parse().map_err(|_| bad(name, Some(value)))
         };
         let timeout = match std::env::var(ENV_TIMEOUT_MS) {
             Ok(ms) => Duration::from_millis(
                 ms.parse()
-                    .map_err(|_| Error::Bootstrap(format!("{ENV_TIMEOUT_MS}={ms}")))?,
+                    .map_err(|_| bad(ENV_TIMEOUT_MS, Some(ms.clone())))?,
             ),
             Err(_) => DEFAULT_TIMEOUT,
         };

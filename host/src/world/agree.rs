@@ -113,7 +113,10 @@ impl<B: Backend> World<B> {
         let state = self.lock_state();
         state.ledger.check()?;
         match ids.iter().find(|(id, _)| !state.ledger.is_agreed(*id)) {
-            Some(&(_, offset)) => Err(Error::NotAgreed { offset }),
+            Some(&(_, offset)) => Err(Error::NotAgreed {
+                rank: self.rank,
+                offset,
+            }),
             None => Ok(()),
         }
     }

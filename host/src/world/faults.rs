@@ -54,7 +54,7 @@ impl<B: Backend> World<B> {
                 seen,
             }
         });
-        let error = fault.error();
+        let error = fault.error(self.rank);
         if first {
             tracing::error!(rank = self.rank, %error, "a device wait gave up: the world is poisoned");
         }
@@ -89,12 +89,14 @@ pub(super) struct Fault {
 }
 
 impl Fault {
-    fn error(self) -> Error {
+    /// The error of rank `rank`'s fault.
+    fn error(self, rank: usize) -> Error {
         use symmem_rma::watch::status;
         let peer = status::peer(self.status).map(|p| p as usize);
         let waited = Duration::from_nanos(status::waited_ns(self.status));
         if status::reason(self.status) == symmem_rma::watch::REASON_UNREACHABLE {
             Error::Unreachable {
+                rank,
                 peer,
                 address: self.signal,
             }

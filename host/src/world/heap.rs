@@ -84,7 +84,9 @@ impl<B: Backend> HeapState<B> {
     }
 }
 
-fn alloc_error(e: AllocError, pending: usize) -> Error {
+/// The world's error for the allocator's `e` on rank `rank`, with `pending` bytes
+/// dropped and not yet released.
+fn alloc_error(e: AllocError, rank: usize, pending: usize) -> Error {
     match e {
         AllocError::ZeroSize => Error::ZeroSize,
         AllocError::BadAlignment { align } => Error::BadAlignment { align },
@@ -92,6 +94,7 @@ fn alloc_error(e: AllocError, pending: usize) -> Error {
             requested,
             available,
         } => Error::OutOfHeap {
+            rank,
             requested,
             available,
             pending,
@@ -129,7 +132,7 @@ impl<B: Backend> World<B> {
         let offset = match state.allocator.alloc(bytes, align) {
             Ok(offset) => offset,
             Err(e) => {
-                let e = alloc_error(e, state.pending_bytes());
+                let e = alloc_error(e, self.rank, state.pending_bytes());
                 tracing::debug!(rank = self.rank, bytes, align, error = %e, "symmetric allocation refused");
                 return Err(e);
             }

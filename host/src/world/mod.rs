@@ -433,6 +433,7 @@ impl<B: Backend> World<B> {
     /// failed while this rank's memory, modules and backend were released (the backend's
     /// [`Backend::drop_record`]).
     pub fn finalize(mut self) -> Result<()> {
+        let rank = self.rank;
         let record = self.backend.drop_record();
         let before = record.as_ref().map_or(0, |r| r.count());
         let left = self.leave();
@@ -442,6 +443,7 @@ impl<B: Backend> World<B> {
         left?;
         match failed {
             Some((failures @ 1.., last)) => Err(Error::Teardown {
+                rank,
                 failures,
                 last: last.unwrap_or_default(),
             }),

@@ -217,7 +217,7 @@ fn one_sided_operations_need_an_agreed_allocation() {
             } else {
                 for r in [put, rma] {
                     assert!(
-                        matches!(r, Err(Error::NotAgreed { offset }) if offset == buffer.offset()),
+                        matches!(r, Err(Error::NotAgreed { offset, .. }) if offset == buffer.offset()),
                         "{r:?}"
                     );
                 }

@@ -7,7 +7,7 @@ use super::TestBackend;
 use std::sync::{Mutex, MutexGuard};
 use symmem::backend::{BackendKind, Grid};
 use symmem::collectives::{Algorithm, Bf16, Collectives, LAMPORT_MAX_BYTES, ReduceOp};
-use symmem::{Config, Error, World};
+use symmem::{Config, Error, LamportRefusal, World};
 
 type W = World<TestBackend>;
 
@@ -205,7 +205,7 @@ fn lamport_refuses_what_it_cannot_do() {
         let c = Collectives::new(&w)?;
         let big = LAMPORT_MAX_BYTES / 4 + 1;
         let (src, dst) = (w.zeros::<f32>(big)?, w.zeros::<f32>(big)?);
-        let ints = w.zeros::<i32>(4)?;
+        let (ints, more_ints) = (w.zeros::<i32>(4)?, w.zeros::<i32>(4)?);
         let huge = Collectives::with_lamport_capacity(&w, Grid::new(1, 1), usize::MAX);
         assert!(
             matches!(huge, Err(Error::TooLarge { .. })),
@@ -224,13 +224,28 @@ fn lamport_refuses_what_it_cannot_do() {
             ),
             (
                 "i32",
-                c.all_reduce(&ints, &ints, 4, ReduceOp::Sum, Algorithm::Lamport),
+                c.all_reduce(&ints, &more_ints, 4, ReduceOp::Sum, Algorithm::Lamport),
             ),
         ] {
+            // Each refusal says why, and names what to do instead.
+            let fix = match &r {
+                Err(Error::LamportUnavailable {
+                    why: LamportRefusal::OverCapacity { capacity },
+                    ..
+                }) if what == "too large" && *capacity == LAMPORT_MAX_BYTES => {
+                    "Collectives::with_lamport_capacity"
+                }
+                Err(Error::LamportUnavailable {
+                    why: LamportRefusal::NoKernel,
+                    ..
+                }) if what != "too large" => "use Algorithm::Auto",
+                other => panic!("{what}: {other:?} (rank {})", w.rank()),
+            };
+            let message = r.unwrap_err().to_string();
+            assert!(message.contains(fix), "{what}: {message}");
             assert!(
-                matches!(r, Err(Error::Unsupported(_))),
-                "{what}: {r:?} (rank {})",
-                w.rank()
+                message.starts_with(&format!("rank {}: ", w.rank())),
+                "{message}"
             );
         }
         Ok(())

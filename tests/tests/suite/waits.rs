@@ -51,7 +51,7 @@ fn a_rank_that_skips_a_collective_times_out_the_others_and_poisons_their_worlds(
             let (first, again) = r.unwrap_or_else(|e| panic!("rank {rank}: {e}"));
             if rank == skipper {
                 assert!(
-                    matches!(&first, Err(Error::PeerFailed { ranks }) if !ranks.contains(&skipper)),
+                    matches!(&first, Err(Error::PeerFailed { ranks, .. }) if !ranks.contains(&skipper)),
                     "skipper {rank}: {first:?}"
                 );
                 continue;

@@ -277,10 +277,9 @@ impl CpuMemory {
     }
 
     fn export(&self) -> Result<Shareable> {
-        let fd = self
-            .fd
-            .as_ref()
-            .ok_or(Error::Unsupported("exporting a peer's mapping"))?;
+        let fd = self.fd.as_ref().ok_or(Error::NotExportable {
+            what: "a mapping of a peer's heap",
+        })?;
         let fd = with_descriptor("dup of a heap fd", || fd.try_clone())?;
         Ok(Shareable {
             bytes: (self.len as u64).to_le_bytes().to_vec(),
@@ -289,14 +288,18 @@ impl CpuMemory {
     }
 
     fn import(handle: Shareable, len: usize) -> Result<Self> {
-        let fd = handle
-            .fd
-            .ok_or_else(|| Error::Bootstrap("CPU handle without an fd".into()))?;
+        let fd = handle.fd.ok_or(Error::BadMessage {
+            from: None,
+            what: "CPU heap export without a file descriptor",
+        })?;
         let exported = handle
             .bytes
             .first_chunk()
             .map(|b| u64::from_le_bytes(*b))
-            .ok_or_else(|| Error::Bootstrap("CPU handle without a size".into()))?;
+            .ok_or(Error::BadMessage {
+                from: None,
+                what: "CPU heap export without a size",
+            })?;
         let bad = |size, why| Error::BadPeerMemory {
             needed: len,
             size,
@@ -390,13 +393,17 @@ impl Backend for Cpu {
         Ok(CpuModule::default())
     }
     fn alloc_shared(&self, bytes: usize) -> Result<CpuShared> {
-        let layout = std::alloc::Layout::from_size_align(bytes.max(1), 64)
-            .map_err(|_| Error::Unsupported("a shared allocation that large"))?;
+        let layout =
+            std::alloc::Layout::from_size_align(bytes.max(1), 64).map_err(|_| Error::TooLarge {
+                requested: bytes,
+                capacity: isize::MAX as usize,
+            })?;
         // SAFETY: the layout has a non-zero size.
         let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
-        let ptr = std::ptr::NonNull::new(ptr).ok_or(Error::Unsupported(
-            "host memory for a control block (out of memory)",
-        ))?;
+        let ptr = std::ptr::NonNull::new(ptr).ok_or_else(|| Error::Os {
+            what: "host memory for a control block",
+            source: std::io::ErrorKind::OutOfMemory.into(),
+        })?;
         Ok(CpuShared { ptr, layout })
     }
     fn heap_access(&self, heap: &CpuMemory) -> Result<Box<dyn HeapAccess>> {
@@ -462,7 +469,9 @@ impl Backend for Cpu {
     fn begin_capture(&self) -> Result<()> {
         let mut recording = self.recording.lock().unwrap_or_else(|p| p.into_inner());
         if recording.is_some() {
-            return Err(Error::Unsupported("a capture inside a capture"));
+            return Err(Error::Capturing {
+                call: "beginning a capture",
+            });
         }
         *recording = Some(Vec::new());
         Ok(())
@@ -473,7 +482,9 @@ impl Backend for Cpu {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .take()
-            .ok_or(Error::Unsupported("ending a capture that was not begun"))?;
+            .ok_or(Error::NotCapturing {
+                call: "ending a capture",
+            })?;
         Ok(CpuGraph { launches })
     }
     unsafe fn replay(&self, graph: &CpuGraph) -> Result<()> {

@@ -129,20 +129,25 @@ pub const MAX_THREADS: u64 = 1024;
 /// when all have finished. A panic in any thread is re-raised here (after every thread
 /// has left; the first panic's payload).
 ///
-/// Errors: `Unsupported` for a grid with zero blocks or threads, or more than
-/// [`MAX_THREADS`] threads; `Os` when the OS refuses to start a thread, in which case no
+/// Errors: `EmptyGrid` for a grid with zero blocks or threads, `TooManyThreads` for
+/// more than [`MAX_THREADS`] threads; `Os` when the OS refuses to start a thread, in which case no
 /// thread has run the body.
 pub fn run<F>(grid: Grid, body: F) -> Result<()>
 where
     F: Fn(&HostThread<'_>) + Sync,
 {
     if grid.blocks == 0 || grid.threads == 0 {
-        return Err(Error::Unsupported("an empty launch shape"));
+        return Err(Error::EmptyGrid {
+            blocks: grid.blocks,
+            threads: grid.threads,
+        });
     }
-    if u64::from(grid.blocks) * u64::from(grid.threads) > MAX_THREADS {
-        return Err(Error::Unsupported(
-            "a CPU-backend launch of more than backend::cpu::threads::MAX_THREADS threads",
-        ));
+    let threads = u64::from(grid.blocks) * u64::from(grid.threads);
+    if threads > MAX_THREADS {
+        return Err(Error::TooManyThreads {
+            threads,
+            max: MAX_THREADS,
+        });
     }
     let barriers: Vec<BreakableBarrier> = (0..grid.blocks)
         .map(|_| BreakableBarrier::new(grid.threads))

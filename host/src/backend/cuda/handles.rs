@@ -6,7 +6,7 @@
 use super::{Cuda, DeviceContext, driver};
 use crate::backend::gpu::{self, DeviceScope, DropErrors};
 use crate::backend::ipc::HANDLE_BYTES;
-use crate::backend::{BackendKind, Grid};
+use crate::backend::{BackendKind, Grid, KernelLaunch};
 use crate::error::{Error, Result};
 use std::ffi::{c_int, c_void};
 use std::sync::Arc;
@@ -100,13 +100,17 @@ pub struct KernelParams {
 }
 
 impl KernelParams {
-    /// The parameters whose values `args` point at, or [`Error::Unsupported`] for more
-    /// than the driver call here passes.
-    pub(super) fn new(args: &[*const ()]) -> Result<Self> {
+    /// The parameters whose values `launch.args` point at, or [`Error::KernelArity`] for
+    /// more than the driver call here passes.
+    pub(super) fn new(launch: &KernelLaunch<'_>) -> Result<Self> {
+        let args = launch.args;
         let mut pointers = [std::ptr::null_mut::<c_void>(); MAX_KERNEL_PARAMS];
-        let params = pointers
-            .get_mut(..args.len())
-            .ok_or(Error::Unsupported("a kernel of more than 16 parameters"))?;
+        let params = pointers.get_mut(..args.len()).ok_or(Error::KernelArity {
+            kernel: launch.name,
+            args: args.len(),
+            params: launch.slots.len(),
+            max: MAX_KERNEL_PARAMS,
+        })?;
         for (param, &arg) in params.iter_mut().zip(args) {
             *param = arg.cast_mut().cast();
         }

@@ -152,11 +152,9 @@ fn decode_heap_size(bytes: &[u8]) -> Result<usize> {
         .ok()
         .map(u64::from_le_bytes)
         .and_then(|s| usize::try_from(s).ok());
-    size.ok_or_else(|| {
-        Error::Bootstrap(format!(
-            "CUDA heap handle of {} bytes, 8 expected",
-            bytes.len()
-        ))
+    size.ok_or(Error::BadMessage {
+        from: None,
+        what: "CUDA heap export (its size is not 8 bytes)",
     })
 }
 
@@ -362,9 +360,9 @@ impl Cuda {
 
     /// This rank's page-locked staging ring.
     fn staging(&self) -> Result<std::sync::MutexGuard<'_, staging::Staging>> {
-        self.staging
-            .lock()
-            .map_err(|_| Error::Unsupported("CUDA staging ring poisoned"))
+        self.staging.lock().map_err(|_| Error::LockPoisoned {
+            what: "the CUDA staging ring",
+        })
     }
 }
 
@@ -391,9 +389,11 @@ impl gpu::GpuBackend for Cuda {
             return Err(Error::ZeroSize);
         }
         if !self.vmm_fd_supported {
-            return Err(Error::Unsupported(
-                "this device has no VMM POSIX-fd allocations",
-            ));
+            return Err(Error::DeviceLacks {
+                device: self.ctx.ordinal as usize,
+                feature: "VMM allocations exportable as POSIX file descriptors \
+                          (CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED)",
+            });
         }
         let len = bytes
             .checked_next_multiple_of(self.granularity)
@@ -423,13 +423,16 @@ impl gpu::GpuBackend for Cuda {
 
     fn import_heap(&self, handle: Shareable, bytes: usize) -> Result<CudaMapping> {
         let exported = decode_heap_size(&handle.bytes)?;
-        let fd = handle
-            .fd
-            .ok_or_else(|| Error::Bootstrap("CUDA heap handle without a file descriptor".into()))?;
+        let fd = handle.fd.ok_or(Error::BadMessage {
+            from: None,
+            what: "CUDA heap export without a file descriptor",
+        })?;
         if bytes == 0 || bytes > exported {
-            return Err(Error::Bootstrap(format!(
-                "peer exported a heap of {exported} bytes, {bytes} expected"
-            )));
+            return Err(Error::BadPeerMemory {
+                needed: bytes,
+                size: exported as u64,
+                why: "the peer exported a heap smaller than this rank maps",
+            });
         }
         self.ctx.make_current()?;
         let imported = driver::import_fd(fd.as_fd())?;
@@ -467,7 +470,7 @@ impl gpu::GpuBackend for Cuda {
     }
 
     fn import_device_memory(&self, handle: Shareable, bytes: usize) -> Result<CudaMapping> {
-        let export = IpcExport::decode_covering(&handle, "CUDA", bytes)?;
+        let export = IpcExport::decode_covering(&handle, "CUDA IPC export", bytes)?;
         if export.is_from_this_process() {
             // cuIpcOpenMemHandle fails with CUDA_ERROR_INVALID_CONTEXT in the exporting
             // process. All ranks of this process on one device share its primary context,
@@ -509,9 +512,10 @@ impl gpu::GpuBackend for Cuda {
     fn load_module(&self, objects: &'static CodeObjects) -> Result<CudaModule> {
         let (target, ptx) = code_object_for(objects, self.major, self.minor)?;
         let image = CString::new(ptx.strip_suffix(&[0]).unwrap_or(ptx)).map_err(|_| {
-            Error::NoCodeObject {
+            Error::BadCodeObject {
                 module: objects.crate_name(),
-                arch: format!("{target} (the embedded PTX holds a NUL byte)"),
+                target: target.to_owned(),
+                why: "the embedded PTX holds a NUL byte".to_owned(),
             }
         })?;
         let loaded = self.rank.load_module(|| driver::module_load_data(&image))?;
@@ -539,7 +543,7 @@ impl gpu::GpuBackend for Cuda {
     }
 
     unsafe fn kernel_args(&self, launch: &KernelLaunch<'_>) -> Result<KernelParams> {
-        KernelParams::new(launch.args)
+        KernelParams::new(launch)
     }
 
     fn graph(&self, exec: driver::GraphExec) -> CudaGraph {

@@ -202,7 +202,7 @@ fn cuda_heap_export_bytes_carry_the_size() {
     );
     assert!(matches!(
         decode_heap_size(&[0; 4]),
-        Err(Error::Bootstrap(_))
+        Err(Error::BadMessage { from: None, .. })
     ));
 }
 

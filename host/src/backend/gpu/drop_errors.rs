@@ -47,11 +47,8 @@ mod tests {
         errors.record(Ok(()));
         assert_eq!((errors.count(), errors.last()), (0, None));
         errors.record(Err(Error::ZeroSize));
-        errors.record(Err(Error::Unsupported("second")));
+        errors.record(Err(Error::TableDropped));
         assert_eq!(errors.count(), 2);
-        assert_eq!(
-            errors.last(),
-            Some(Error::Unsupported("second").to_string())
-        );
+        assert_eq!(errors.last(), Some(Error::TableDropped.to_string()));
     }
 }

@@ -188,7 +188,7 @@ impl Hip {
     ///
     /// # Errors
     /// [`Error::LibraryMissing`] when `libamdhip64` cannot be loaded (checked before any
-    /// HIP call; never a panic), [`Error::Unsupported`] when it lacks an entry point used
+    /// HIP call; never a panic), [`Error::MissingSymbol`] when it lacks an entry point used
     /// here; [`Error::NoDevice`] when the runtime sees no device or fewer than
     /// `ordinal + 1`; [`Error::Driver`] for any other HIP failure.
     pub fn new(ordinal: usize) -> Result<Self> {
@@ -247,19 +247,22 @@ impl Hip {
 
     /// Maps a peer's export of at least `bytes` bytes.
     fn import(&self, handle: &Shareable, bytes: usize) -> Result<HipMapping> {
-        let export = IpcExport::decode_covering(handle, "HIP", bytes)?;
+        let export = IpcExport::decode_covering(handle, "HIP IPC export", bytes)?;
         self.device.make_current()?;
         if export.is_from_this_process() {
             // HIP cannot open an IPC handle in the exporting process. Ranks of one
             // process share one address space, so the exporter's pointer is valid here
             // once this device may access the exporter's.
             if export.ordinal as usize != self.rank.ordinal() {
-                let peer = c_int::try_from(export.ordinal)
-                    .map_err(|_| Error::Bootstrap("HIP export of a bad device ordinal".into()))?;
+                let peer = c_int::try_from(export.ordinal).map_err(|_| Error::BadMessage {
+                    from: None,
+                    what: "HIP IPC export (its device ordinal is out of range)",
+                })?;
                 if !runtime::can_access_peer(self.device.ordinal, peer)? {
-                    return Err(Error::Unsupported(
-                        "in-process import of another GPU's memory without peer access",
-                    ));
+                    return Err(Error::PeerUnreachable {
+                        device: self.rank.ordinal(),
+                        peer_device: export.ordinal as usize,
+                    });
                 }
                 runtime::enable_peer_access(peer)?;
             }
@@ -356,9 +359,10 @@ impl gpu::GpuBackend for Hip {
 
     fn load_module(&self, objects: &'static CodeObjects) -> Result<HipModule> {
         let (target, image) = code_object_for(objects, self.rank.arch())?;
-        let names = code_object_kernels(image).map_err(|why| Error::NoCodeObject {
+        let names = code_object_kernels(image).map_err(|why| Error::BadCodeObject {
             module: objects.crate_name(),
-            arch: format!("{target} (the embedded code object is unreadable: {why})"),
+            target: target.to_owned(),
+            why: format!("it is unreadable ({why})"),
         })?;
         let loaded = self
             .rank
@@ -366,8 +370,11 @@ impl gpu::GpuBackend for Hip {
         let functions = names
             .into_iter()
             .map(|name| {
-                let cname = CString::new(name.as_str())
-                    .map_err(|_| Error::Unsupported("kernel name with a NUL byte"))?;
+                let cname = CString::new(name.as_str()).map_err(|_| Error::BadCodeObject {
+                    module: objects.crate_name(),
+                    target: target.to_owned(),
+                    why: format!("its kernel name {name:?} holds a NUL byte"),
+                })?;
                 let function = runtime::module_get_function(loaded.module, &cname)?;
                 Ok((name, function))
             })
@@ -390,9 +397,11 @@ impl gpu::GpuBackend for Hip {
         };
         let pointer = control.device_ptr().to_ne_bytes();
         if bytes != pointer.len() {
-            return Err(Error::Unsupported(
-                "a code object whose SYMMEM_CONTROL global is not an 8-byte pointer",
-            ));
+            return Err(Error::BadCodeObject {
+                module: module.crate_name(),
+                target: module.target().to_owned(),
+                why: format!("its SYMMEM_CONTROL global is {bytes} bytes, not an 8-byte pointer"),
+            });
         }
         // SAFETY: the module's 8-byte pointer global (its size checked above), in this
         // device's memory; no kernel of the module has been launched yet (it was just
@@ -402,9 +411,12 @@ impl gpu::GpuBackend for Hip {
 
     unsafe fn kernel_args(&self, launch: &KernelLaunch<'_>) -> Result<AlignedBytes> {
         if launch.args.len() != launch.slots.len() {
-            return Err(Error::Unsupported(
-                "a kernel launch without one argument per parameter",
-            ));
+            return Err(Error::KernelArity {
+                kernel: launch.name,
+                args: launch.args.len(),
+                params: launch.slots.len(),
+                max: crate::backend::MAX_PARAMS,
+            });
         }
         // SAFETY: each argument points at a value of its parameter's ABI type, whose size
         // its slot gives (the caller's contract); one argument per slot, checked above.
@@ -434,9 +446,7 @@ impl gpu::GpuBackend for Hip {
         // A graph replays only on the stream it was captured from (its drop waits for
         // that stream alone).
         if !Arc::ptr_eq(&graph.stream, self.rank.owned_stream()) {
-            return Err(Error::Unsupported(
-                "replaying a HIP graph on a rank other than the one that captured it",
-            ));
+            return Err(Error::ForeignHandle);
         }
         self.device.make_current()?;
         runtime::graph_launch(graph.exec, self.rank.stream())

@@ -11,7 +11,7 @@
 //! 1. A missing runtime is a typed error. Nothing here references a `hip-sys` function,
 //!    so the linker (`--as-needed`) records no `DT_NEEDED` on `libamdhip64`, and a binary
 //!    built with `--features hip` starts on a machine without ROCm; [`lib`] answers
-//!    [`Error::LibraryMissing`] (a missing entry point: [`Error::Unsupported`]).
+//!    [`Error::LibraryMissing`] (a missing entry point: [`Error::MissingSymbol`]).
 //! 2. `hip-sys` types every return value as a Rust enum (`hipError_t`). A runtime newer
 //!    than the 5.4 bindings can return a code the enum lacks, and an out-of-range enum
 //!    value is undefined behaviour in Rust. The pointers here return `c_int`.
@@ -185,9 +185,10 @@ macro_rules! hip_entry_points {
                     $($name: {
                         // SAFETY: forwarded from the caller; the name is NUL-terminated.
                         let p = unsafe { symbol(handle, concat!(stringify!($name), "\0")) }
-                            .ok_or(Error::Unsupported(concat!(
-                                "libamdhip64 has no ", stringify!($name)
-                            )))?;
+                            .ok_or(Error::MissingSymbol {
+                                library: "libamdhip64",
+                                symbol: stringify!($name),
+                            })?;
                         // SAFETY: the symbol is the HIP entry point of that name, whose C
                         // prototype is the one above (checked against hip-sys).
                         unsafe {
@@ -280,9 +281,10 @@ unsafe fn error_text_fn(
 ) -> Result<unsafe extern "C" fn(Rc) -> *const c_char> {
     // SAFETY: forwarded from the caller.
     let Some(p) = (unsafe { symbol(handle, name) }) else {
-        return Err(Error::Unsupported(
-            "libamdhip64 has no hipGetErrorName/String",
-        ));
+        return Err(Error::MissingSymbol {
+            library: "libamdhip64",
+            symbol: "hipGetErrorName/String",
+        });
     };
     // SAFETY: the symbol has the prototype the caller promises.
     Ok(unsafe { std::mem::transmute::<*mut c_void, unsafe extern "C" fn(Rc) -> *const c_char>(p) })
@@ -346,8 +348,12 @@ fn lib() -> Result<&'static Lib> {
     match loaded {
         Ok(lib) => Ok(lib),
         Err(Error::LibraryMissing { library }) => Err(Error::LibraryMissing { library }),
-        Err(Error::Unsupported(what)) => Err(Error::Unsupported(what)),
-        Err(_) => Err(Error::Unsupported("libamdhip64 could not be loaded")),
+        Err(Error::MissingSymbol { library, symbol }) => {
+            Err(Error::MissingSymbol { library, symbol })
+        }
+        Err(_) => Err(Error::LibraryMissing {
+            library: "libamdhip64.so",
+        }),
     }
 }
 
@@ -456,9 +462,10 @@ fn c_chars_to_string(chars: &[c_char]) -> String {
 /// properties of whichever layout this runtime fills (see [`device_properties_fn`]).
 pub(super) fn arch_name(ordinal: c_int) -> Result<String> {
     let lib = lib()?;
-    let (get, offset) = lib.get_device_properties.ok_or(Error::Unsupported(
-        "libamdhip64 has no hipGetDeviceProperties{,R0000,R0600}",
-    ))?;
+    let (get, offset) = lib.get_device_properties.ok_or(Error::MissingSymbol {
+        library: "libamdhip64",
+        symbol: "hipGetDeviceProperties{,R0000,R0600}",
+    })?;
     // 8-aligned and zeroed: larger than every layout (checked at compile time and by the
     // layout test), so the runtime writes inside it and unread fields stay defined.
     let mut buf = vec![0u64; DEVICE_PROP_BUFFER_BYTES / 8];
