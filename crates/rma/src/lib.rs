@@ -32,7 +32,6 @@
 extern crate std;
 
 pub mod atomic;
-mod bf16;
 pub mod collectives;
 pub mod copy;
 pub mod engine;
@@ -42,7 +41,7 @@ mod team;
 pub mod watch;
 
 pub use atomic::{AtomicInt, AtomicOp};
-pub use bf16::Bf16;
+pub use half::{bf16, f16};
 pub use signal::{Cmp, SignalOp};
 pub use symmem_arch::Scope;
 pub use symmem_translate::{PeerBases, U32x2, U32x4};

@@ -15,7 +15,7 @@
 )]
 
 use symmem_device::rma::collectives::barrier;
-use symmem_device::{Arch, Bf16, PeerTable, kernel};
+use symmem_device::{Arch, PeerTable, bf16, kernel};
 
 /// An element type the kernel computes in `f32`.
 trait Real: Copy {
@@ -34,14 +34,14 @@ impl Real for f32 {
     }
 }
 
-impl Real for Bf16 {
+impl Real for bf16 {
     #[inline(always)]
     fn to_f32(self) -> f32 {
-        Bf16::to_f32(self)
+        bf16::to_f32(self)
     }
     #[inline(always)]
     fn from_f32(v: f32) -> Self {
-        Bf16::from_f32(v)
+        bf16::from_f32(v)
     }
 }
 
@@ -152,10 +152,10 @@ pub unsafe fn fused_ar_rmsnorm_f32(
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn fused_ar_rmsnorm_bf16(
     arch: &impl Arch,
-    out: *mut Bf16,
-    residual: *mut Bf16,
-    x: *const Bf16,
-    weight: *const Bf16,
+    out: *mut bf16,
+    residual: *mut bf16,
+    x: *const bf16,
+    weight: *const bf16,
     bases: PeerTable,
     world: u32,
     rank: u32,
