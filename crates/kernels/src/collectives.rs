@@ -11,9 +11,9 @@
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
 use symmem_device::Kernel;
 use symmem_device::{Arch, PeerTable, kernel, paste_idents};
-use symmem_rma::{bf16, f16};
 use symmem_rma::collectives::{self, ReduceOp};
 use symmem_rma::lamport;
+use symmem_rma::{bf16, f16};
 
 /// All-gather of `n` bytes per rank (local `src`, symmetric `dst` of `world * n`).
 ///

@@ -265,7 +265,9 @@ impl Reducible for f64 {
     #[inline(always)]
     fn pack(acc: [f64; 2]) -> U32x4 {
         let b = acc.map(f64::to_bits);
-        from_words(core::array::from_fn(|k| (b[k / 2] >> (32 * (k % 2))) as u32))
+        from_words(core::array::from_fn(|k| {
+            (b[k / 2] >> (32 * (k % 2))) as u32
+        }))
     }
 }
 

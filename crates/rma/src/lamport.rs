@@ -145,7 +145,8 @@ macro_rules! lamport_half {
                 unsafe {
                     dst.add(2 * w).write(<$t>::from_bits(word as u16));
                     if 2 * w + 1 < count {
-                        dst.add(2 * w + 1).write(<$t>::from_bits((word >> 16) as u16));
+                        dst.add(2 * w + 1)
+                            .write(<$t>::from_bits((word >> 16) as u16));
                     }
                 }
             }

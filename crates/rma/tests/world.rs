@@ -391,9 +391,7 @@ fn all_reduce_small() {
                 reduce_case::<f16>(world, op, count, |r, i| {
                     f16::from_f32(i as f32 * 0.125 - r as f32 * 3.0)
                 });
-                reduce_case::<f64>(world, op, count, |r, i| {
-                    (i as f64 / 3.0) - r as f64 * 1.5
-                });
+                reduce_case::<f64>(world, op, count, |r, i| (i as f64 / 3.0) - r as f64 * 1.5);
             }
         }
     }
@@ -411,7 +409,10 @@ fn half_rounding() {
     // 1 + 3 * 2^-8 is halfway between 1 + 2^-7 and 1 + 2^-6: ties to even (upper).
     assert_eq!(b(1.0 + 3.0 / 256.0), 0x3f82);
     assert!(<bf16 as Reducible>::narrow(f32::NAN).widen().is_nan());
-    assert_eq!(<bf16 as Reducible>::narrow(f32::INFINITY).widen(), f32::INFINITY);
+    assert_eq!(
+        <bf16 as Reducible>::narrow(f32::INFINITY).widen(),
+        f32::INFINITY
+    );
     let h = |v: f32| <f16 as Reducible>::narrow(v).to_bits();
     assert_eq!(h(1.0), 0x3c00);
     // 1 + 2^-11 is halfway between 1 and 1 + 2^-10: ties to even (1.0).
