@@ -161,21 +161,6 @@ fn bf16_from_f32(v: f32) -> bf16 {
     bf16::from_bits((b.wrapping_add(round) >> 16) as u16)
 }
 
-/// The 16-bit elements packed in `v`, in memory order (little-endian: the low half of
-/// each word is the element at the lower address).
-#[inline(always)]
-fn halves(v: U32x4) -> [u16; 8] {
-    let w = words(v);
-    core::array::from_fn(|k| (w[k / 2] >> (16 * (k % 2))) as u16)
-}
-
-/// Eight 16-bit elements, in memory order, as a vector.
-#[inline(always)]
-fn from_halves(h: [u16; 8]) -> U32x4 {
-    let h = h.map(u32::from);
-    from_words(core::array::from_fn(|k| h[2 * k] | (h[2 * k + 1] << 16)))
-}
-
 /// `Reducible` for a 16-bit float accumulated in `f32`, converted by `$widen`/`$narrow`.
 macro_rules! reducible_half {
     ($t:ty, $widen:expr, $narrow:expr) => {
@@ -200,7 +185,12 @@ macro_rules! reducible_half {
             type Lanes = [f32; 8];
             #[inline(always)]
             fn unpack(v: U32x4) -> [f32; 8] {
-                halves(v).map(|h| $widen(<$t>::from_bits(h)))
+                // Little-endian: the low half of each word is the element at the lower
+                // address.
+                let w = words(v);
+                core::array::from_fn(|k| {
+                    $widen(<$t>::from_bits((w[k / 2] >> (16 * (k % 2))) as u16))
+                })
             }
             #[inline(always)]
             fn combine_lanes(op: ReduceOp, a: [f32; 8], b: [f32; 8]) -> [f32; 8] {
@@ -212,7 +202,8 @@ macro_rules! reducible_half {
             }
             #[inline(always)]
             fn pack(acc: [f32; 8]) -> U32x4 {
-                from_halves(acc.map(|a| $narrow(a).to_bits()))
+                let h = acc.map(|a| u32::from($narrow(a).to_bits()));
+                from_words(core::array::from_fn(|k| h[2 * k] | (h[2 * k + 1] << 16)))
             }
         }
     };
