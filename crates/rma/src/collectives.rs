@@ -161,6 +161,54 @@ fn bf16_from_f32(v: f32) -> bf16 {
     bf16::from_bits((b.wrapping_add(round) >> 16) as u16)
 }
 
+/// Conversions through core's own `f16` (a primitive type here: this module does not
+/// import `half::f16`): one instruction each on GPUs (`cvt.f32.f16` and `cvt.rn.f16.f32`
+/// on nvptx, `v_cvt_f32_f16` and `v_cvt_f16_f32` on amdgcn).
+#[cfg(any(target_arch = "amdgpu", target_arch = "nvptx64"))]
+mod core_f16 {
+    /// The `f16` with bits `bits` as `f32` (exact).
+    #[inline(always)]
+    pub(super) fn to_f32(bits: u16) -> f32 {
+        f16::from_bits(bits) as f32
+    }
+
+    /// The bits of `v` rounded to the nearest `f16`, ties to even.
+    #[inline(always)]
+    pub(super) fn from_f32(v: f32) -> u16 {
+        (v as f16).to_bits()
+    }
+}
+
+/// `x` as `f32` (exact). On GPUs one conversion instruction ([`core_f16`]); elsewhere
+/// `half`'s `to_f32` (its software conversion, inlined into every lane, had kept the
+/// reductions' vector loop out of line on GPUs, behind a call).
+#[inline(always)]
+fn f16_to_f32(x: f16) -> f32 {
+    #[cfg(any(target_arch = "amdgpu", target_arch = "nvptx64"))]
+    {
+        core_f16::to_f32(x.to_bits())
+    }
+    #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+    {
+        x.to_f32()
+    }
+}
+
+/// `v` rounded to the nearest `f16`, ties to even, subnormals kept, overflow to infinity:
+/// the value of `half`'s `f16::from_f32` (a NaN stays a NaN, its payload as the hardware
+/// makes it). On GPUs one instruction ([`core_f16`]), elsewhere `half`'s.
+#[inline(always)]
+fn f16_from_f32(v: f32) -> f16 {
+    #[cfg(any(target_arch = "amdgpu", target_arch = "nvptx64"))]
+    {
+        f16::from_bits(core_f16::from_f32(v))
+    }
+    #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+    {
+        f16::from_f32(v)
+    }
+}
+
 /// `Reducible` for a 16-bit float accumulated in `f32`, converted by `$widen`/`$narrow`.
 macro_rules! reducible_half {
     ($t:ty, $widen:expr, $narrow:expr) => {
@@ -210,7 +258,7 @@ macro_rules! reducible_half {
 }
 
 reducible_half!(bf16, bf16_to_f32, bf16_from_f32);
-reducible_half!(f16, f16::to_f32, f16::from_f32);
+reducible_half!(f16, f16_to_f32, f16_from_f32);
 
 impl Reducible for f64 {
     type Acc = f64;

@@ -26,6 +26,9 @@
 //! converged control flow (they contain block barriers).
 #![no_std]
 #![cfg_attr(target_arch = "nvptx64", feature(asm_experimental_arch))]
+// core's own `f16`, for one-instruction conversions of `half::f16` on GPUs (the device
+// build is always nightly; host builds use `half`'s).
+#![cfg_attr(any(target_arch = "amdgpu", target_arch = "nvptx64"), feature(f16))]
 #![deny(missing_docs)]
 
 #[cfg(feature = "std")]
