@@ -127,9 +127,10 @@ pub const ONE_SHOT_MAX_BYTES: usize = 64 << 10;
 
 pub use symmem_kernels::{GatheredParams, LamportParams, ReductionParams};
 
-/// An element type of the reductions: `f32`, `f64`, [`bf16`], [`f16`], `i32`. Its kernels, one per
-/// (algorithm, operator, type), come from [`symmem_kernels::ReductionKernels`], which
-/// `symmem-kernels` implements for every type in its one list of element types.
+/// An element type of the reductions: `f32`, `f64`, [`bf16`], [`f16`], `i32`. Its
+/// kernels, one per (algorithm, operator, type), come from
+/// [`symmem_kernels::ReductionKernels`], which `symmem-kernels` implements for every type
+/// in its one list of element types.
 ///
 /// Sealed: implemented for exactly the types `ReductionKernels` is.
 pub trait Element: bytemuck::Pod + symmem_kernels::ReductionKernels {}

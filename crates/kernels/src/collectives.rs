@@ -2,9 +2,10 @@
 //! same kernel with the same grid and counts; `sig` is the symmetric signal array of
 //! `symmem_rma::collectives::signal_words(world, grid_dim)` `u64`s, zeroed once.
 //! Reductions have one kernel per (operator, type):
-//! `symmem_{all_reduce_one_shot,all_reduce_two_shot,reduce_scatter}_{sum,min,max}_{f32,bf16,i32,f16,f64}`,
-//! the all-reduce across nodes, `symmem_all_reduce_gathered_{sum,min,max}_{f32,bf16,i32,f16,f64}`,
-//! and the barrier-free sum, `symmem_all_reduce_lamport_sum_{f32,bf16,f16}`: all generated
+//! `symmem_{all_reduce_one_shot,all_reduce_two_shot,reduce_scatter}_{sum,min,max}_{ty}`,
+//! the all-reduce across nodes, `symmem_all_reduce_gathered_{sum,min,max}_{ty}`, for `ty`
+//! in `f32`, `bf16`, `i32`, `f16`, `f64`, and the barrier-free sum,
+//! `symmem_all_reduce_lamport_sum_{f32,bf16,f16}`: all generated
 //! from one list of element types (`reductions!` below), which also gives the host its
 //! table of them, [`ReductionKernels`].
 
@@ -263,8 +264,8 @@ macro_rules! reductions {
     };
 }
 
-// New types go last: every kernel of the types before them keeps its place in the code
-// objects.
+// New types go last: the kernels of the types before them keep their order in the code
+// objects (easier to compare across a change).
 reductions! {
     f32: f32, lamport;
     bf16: bf16, lamport;
