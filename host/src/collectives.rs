@@ -139,6 +139,20 @@ impl<T: bytemuck::Pod + symmem_kernels::ReductionKernels> Element for T {}
 
 /// A rank's handle for launching collectives and RMA kernels over its [`World`]: the
 /// world, a launch shape, and the symmetric signal array the collectives synchronise on.
+///
+/// ```
+/// use symmem::collectives::{Algorithm, Collectives, ReduceOp};
+/// use symmem::{Config, backend::cpu::Cpu};
+/// let sums = symmem::spawn_ranks(2, &Config::default(), |_| Ok(Cpu::new()), |world| {
+///     let coll = Collectives::new(&world)?; // collective: every rank makes one
+///     let x = world.full(4, world.rank() as f32 + 1.0)?; // 1.0 on rank 0, 2.0 on rank 1
+///     let y = world.zeros::<f32>(4)?;
+///     coll.all_reduce(&y, &x, 4, ReduceOp::Sum, Algorithm::Auto)?;
+///     world.read(&y)
+/// })
+/// .unwrap();
+/// assert!(sums.iter().all(|sum| sum.as_ref().unwrap() == &[3.0; 4]));
+/// ```
 pub struct Collectives<'w, B: Backend> {
     world: &'w World<B>,
     grid: Grid,
@@ -378,7 +392,19 @@ impl<'w, B: Backend> Collectives<'w, B> {
         })();
         let (d, s) = self.agreed(&[dst.id(), src.id()], checked)?;
         let bytes = count * size_of::<T>();
+        let chosen = |chose: &str| {
+            tracing::debug!(
+                rank = self.world.rank(),
+                world_size = self.world.world_size(),
+                bytes,
+                op = ?op,
+                asked = ?algorithm,
+                algorithm = chose,
+                "all_reduce"
+            );
+        };
         if self.world.topology().nodes() > 1 && algorithm != Algorithm::Lamport {
+            chosen("hierarchical (across nodes)");
             return self.all_reduce_across_nodes(&d, &s, count, op);
         }
         // The barrier-free kernel stores into every peer's workspace directly: on one
@@ -387,9 +413,11 @@ impl<'w, B: Backend> Collectives<'w, B> {
             .filter(|_| bytes <= self.lamport_capacity && self.world.topology().nodes() == 1);
         let kernel = match (algorithm, lamport) {
             (Algorithm::Lamport, Some(kernel)) => {
+                chosen("lamport");
                 return self.all_reduce_lamport(kernel, &d, &s, count);
             }
             (Algorithm::Auto, Some(kernel)) if bytes <= LAMPORT_AUTO_BYTES => {
+                chosen("lamport");
                 return self.all_reduce_lamport(kernel, &d, &s, count);
             }
             (Algorithm::Lamport, None) => {
@@ -397,9 +425,18 @@ impl<'w, B: Backend> Collectives<'w, B> {
                     "a barrier-free all-reduce other than a sum of f32, bf16 or f16 within the handle's lamport_capacity, on one node",
                 ));
             }
-            (Algorithm::OneShot, _) => T::all_reduce_one_shot(op),
-            (Algorithm::Auto, _) if bytes <= ONE_SHOT_MAX_BYTES => T::all_reduce_one_shot(op),
-            (Algorithm::TwoShot | Algorithm::Auto, _) => T::all_reduce_two_shot(op),
+            (Algorithm::OneShot, _) => {
+                chosen("one-shot");
+                T::all_reduce_one_shot(op)
+            }
+            (Algorithm::Auto, _) if bytes <= ONE_SHOT_MAX_BYTES => {
+                chosen("one-shot");
+                T::all_reduce_one_shot(op)
+            }
+            (Algorithm::TwoShot | Algorithm::Auto, _) => {
+                chosen("two-shot");
+                T::all_reduce_two_shot(op)
+            }
         };
         self.launch(kernel, self.reducing(&d, &s, count))
     }

@@ -291,6 +291,11 @@ pub enum Error {
         /// The limit.
         limit: usize,
     },
+    /// `MpiBootstrap::new` found MPI initialised by the application: a world over the
+    /// application's MPI comes from `MpiBootstrap::from_communicator`.
+    MpiAlreadyInitialised,
+    /// `MpiBootstrap::from_communicator` found MPI not initialised, or finalised.
+    MpiNotInitialised,
     /// The MPI library provides a lower thread level than symmem needs (a world may be
     /// used, and dropped, on any thread, one call at a time: `MPI_THREAD_SERIALIZED`).
     MpiThreadLevel {
@@ -510,6 +515,17 @@ impl fmt::Display for Error {
                      {limit} bytes"
                 )
             }
+            Self::MpiAlreadyInitialised => write!(
+                f,
+                "MPI is already initialised by this program: form the world from one of its \
+                 communicators with MpiBootstrap::from_communicator, not MpiBootstrap::new"
+            ),
+            Self::MpiNotInitialised => write!(
+                f,
+                "MPI is not initialised (or already finalised): MpiBootstrap::from_communicator \
+                 takes a communicator of an MPI the program initialised and has not finalised; \
+                 MpiBootstrap::new initialises MPI itself"
+            ),
             Self::MpiThreadLevel { required, provided } => write!(
                 f,
                 "the MPI library provides {provided}; symmem needs {required}"

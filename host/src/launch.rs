@@ -70,6 +70,19 @@ use symmem_device::{Cmp, Kernel, Param, Params, PeerTable};
 
 /// A kernel crate's code objects loaded on one rank's device. Its kernels are launched
 /// with [`Module::launch`]; it lives as long as the world.
+///
+/// ```
+/// use symmem::{Config, Grid, backend::cpu::Cpu};
+/// symmem::spawn_ranks(2, &Config::default(), |_| Ok(Cpu::new()), |world| {
+///     // symmem's own kernels; a crate of yours: `world.load(&MY_KERNELS)?`.
+///     let module = world.kernels();
+///     let (src, dst) = (world.from_slice(&[7u8; 16])?, world.zeros::<u8>(16)?);
+///     module.launch(symmem_kernels::symmem_copy, Grid::new(1, 16), (&dst, &src, 16u64))?;
+///     assert_eq!(world.read(&dst)?, [7; 16]);
+///     Ok(())
+/// })
+/// .unwrap();
+/// ```
 pub struct Module<'w, B: Backend> {
     world: &'w World<B>,
     loaded: Arc<Loaded<B>>,

@@ -8,15 +8,8 @@
 //! [`ExternalTable`] that NVSHMEM, rocSHMEM or PyTorch symmetric memory built) drives the
 //! same kernels.
 //!
-//! ```
-//! use symmem::{Config, backend::cpu::Cpu};
-//! let results = symmem::spawn_ranks(2, &Config::default(), |_| Ok(Cpu::new()), |world| {
-//!     let (buffer, bases) = world.allocate_symmetric::<u32>(1024)?;
-//!     assert_eq!(bases.entries()[world.rank()], buffer.ptr());
-//!     world.barrier()
-//! }).unwrap();
-//! assert!(results.iter().all(Result::is_ok));
-//! ```
+//!
+#![doc = include_str!("first_program.md")]
 //!
 //! The crate stands on floors, each importing only from floors below it (checked by
 //! `host/tests/layers.rs`): errors, the offset allocator and peer tables; the
@@ -27,6 +20,8 @@
 //! host I/O, providers and [`graph`]s; [`collectives`], built on launch as a user's code
 //! is.
 #![deny(missing_docs)]
+// docs.rs (`--cfg docsrs`): the generated docs mark what needs the `mpi` or `hip` feature.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod backend;
 pub mod bootstrap;

@@ -49,6 +49,21 @@ impl<B: Backend> Drop for Held<'_, B> {
 /// this rank's allocation, which peers map; dropping the rendezvous unmaps the peers'
 /// copies and frees the allocation at the first barrier at which every rank has dropped
 /// its rendezvous.
+///
+/// ```
+/// use symmem::{Config, Rendezvous, backend::cpu::Cpu};
+/// symmem::spawn_ranks(2, &Config::default(), |_| Ok(Cpu::new()), |world| {
+///     let (rank, peer) = (world.rank(), 1 - world.rank());
+///     let mine = world.device_from_slice(&[rank as u32; 8])?; // a plain allocation
+///     let shared = Rendezvous::new(mine)?; // collective: every rank maps every other's
+///     world.barrier()?; // every rank's data is written
+///     let got = world.device_zeros::<u32>(8)?;
+///     world.get(&got, &shared, peer)?; // the peer's allocation, through its table
+///     assert_eq!(world.read(&got)?, [peer as u32; 8]);
+///     Ok(())
+/// })
+/// .unwrap();
+/// ```
 pub struct Rendezvous<'w, T, B: Backend> {
     table: ExternalTable<'w, T, B>,
 }
@@ -141,6 +156,20 @@ impl<T, B: Backend> PeerBaseProvider for Rendezvous<'_, T, B> {
 /// elements of `T` on every rank. The memory it names stays that library's: it must
 /// outlive this value and every kernel launched over it. Dropping it frees only the
 /// uploaded table (at the next barrier at which every rank has dropped its table).
+///
+/// ```
+/// use symmem::{Config, ExternalTable, backend::cpu::Cpu};
+/// symmem::spawn_ranks(2, &Config::default(), |_| Ok(Cpu::new()), |world| {
+///     // Addresses another library mapped; here, a symmetric buffer's own.
+///     let (buffer, bases) = world.allocate_symmetric::<f32>(32)?;
+///     let entries = bases.entries().to_vec();
+///     // SAFETY: entry `r` is `buffer` on rank `r` as mapped here; it outlives `table`.
+///     let table = unsafe { ExternalTable::<f32, _>::new(&world, buffer.ptr(), 32, &entries)? };
+///     assert_eq!(world.read_table(table.peer_bases())?, entries);
+///     Ok(())
+/// })
+/// .unwrap();
+/// ```
 pub struct ExternalTable<'w, T, B: Backend> {
     table: PeerBases,
     local: u64,

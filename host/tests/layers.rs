@@ -12,8 +12,8 @@
 //! | 5 | `memory`, `launch`, `io`, `provider`, `graph` | typed handles, launch, host I/O, providers, graphs |
 //! | 6 | `collectives` | built on launch, as a user's code is |
 //!
-//! `lib.rs` (declarations and re-exports) and `bin/` (programs using the crate from
-//! outside) stand on no floor. A new module must be given a floor here.
+//! `lib.rs` (declarations and re-exports) stands on no floor. A new module must be given a
+//! floor here.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -39,11 +39,11 @@ const FLOORS: &[(&str, u32)] = &[
 ];
 
 /// The top-level module a file of `host/src` belongs to (`backend/cuda/mod.rs` ->
-/// `backend`), or `None` for `lib.rs` and `bin/`.
+/// `backend`), or `None` for `lib.rs`.
 fn module_of(path: &str) -> Option<&str> {
     let first = path.split('/').next()?;
     let name = first.strip_suffix(".rs").unwrap_or(first);
-    (name != "lib" && name != "bin").then_some(name)
+    (name != "lib").then_some(name)
 }
 
 /// The top-level modules `source` names through `crate::` paths, outside comments.

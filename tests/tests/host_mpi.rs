@@ -4,6 +4,11 @@
 //! `mpicc` and preloaded into the ranks), where forming the world must fail with an error
 //! that names both thread levels.
 //!
+//! And an application that initialised MPI itself (`mpi-split`, built with `--features
+//! mpi`) forms two worlds from a split of its communicator at `-np 4`, uses MPI after
+//! they are gone, and is refused with `Error::MpiThreadLevel` when it initialised MPI
+//! with `MPI_THREAD_FUNNELED`.
+//!
 //! Without `mpirun` on PATH these tests fail, unless `SYMMEM_SKIP_MPI=1` (then they print
 //! `skipped: ...` and pass). The MPI demo is built into its own target directory
 //! (`<target>/mpi`), so the default build's `symmem-demo` is left alone.
@@ -17,7 +22,7 @@ const BYTES: usize = 256 << 10;
 
 /// Builds `symmem-demo` with the `mpi` feature once per test process.
 fn mpi_demo() -> PathBuf {
-    mpi::build("symmem", "mpi", "symmem-demo")
+    mpi::build("symmem-demo", "mpi", "symmem-demo")
 }
 
 /// An `MPI_Init_thread` that provides at most `MPI_THREAD_FUNNELED`, as an MPI library
@@ -114,4 +119,49 @@ fn mpirun_thread_level_below_serialized_is_an_error() {
     assert!(!status.success(), "the world formed anyway:\n{all}");
     let named = "the MPI library provides MPI_THREAD_FUNNELED; symmem needs MPI_THREAD_SERIALIZED";
     assert!(stderr.contains(named), "no `{named}`:\n{all}");
+}
+
+/// Runs `mpi-split` under `mpirun -np 4` with `args`; asserts it succeeded and that every
+/// rank printed the line `line(rank)` begins.
+fn mpi_split(args: &[&str], line: impl Fn(usize) -> String) {
+    if !mpirun_available() {
+        return;
+    }
+    let exe = mpi::build("symmem-tests", "mpi", "mpi-split");
+    let run = mpi::mpirun(4, &[], &exe, args, Duration::from_secs(60));
+    let all = run.all();
+    assert!(
+        run.status.success(),
+        "mpirun -np 4 mpi-split {args:?}: {}:\n{all}",
+        run.status
+    );
+    for rank in 0..4 {
+        let want = line(rank);
+        assert!(
+            run.stdout.lines().any(|l| l.starts_with(&want)),
+            "no `{want}...`:\n{all}"
+        );
+    }
+}
+
+#[test]
+fn worlds_from_a_split_of_the_applications_communicator() {
+    // Even application ranks form world 0, odd ones world 1, in order.
+    mpi_split(&[], |rank| {
+        format!(
+            "mpi-split: rank {rank} of 4: world {} rank {} of 2: ok",
+            rank % 2,
+            rank / 2
+        )
+    });
+}
+
+#[test]
+fn an_application_mpi_below_serialized_is_refused() {
+    mpi_split(&["--threading", "funneled"], |rank| {
+        format!(
+            "mpi-split: rank {rank}: refused: the MPI library provides MPI_THREAD_FUNNELED; \
+             symmem needs MPI_THREAD_SERIALIZED"
+        )
+    });
 }

@@ -273,7 +273,7 @@ pub(crate) struct Ticket {
 /// of a launch).
 #[inline(always)]
 pub(crate) fn running() -> bool {
-    !cfg!(symmem_on_node) && !ring().is_null()
+    !cfg!(feature = "on-node") && !ring().is_null()
 }
 
 /// Whether the engine moves data by staging (the proxy cannot reach kernel memory).

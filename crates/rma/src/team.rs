@@ -126,11 +126,11 @@ impl<'a> Team<'a> {
         // SAFETY: `rank < world` by construction; `to < world` by the caller.
         let (there, here) = unsafe { (*bases.get_unchecked(to), *bases.get_unchecked(self.rank)) };
         let there_too = p.wrapping_byte_offset(there.wrapping_sub(here) as isize);
-        // The build for worlds on one node (`--cfg symmem_on_node`, loaded by no other
+        // The build for worlds on one node (feature `on-node`, loaded by no other
         // world) takes no branch: there every peer is mapped, and every table the host
         // lets a kernel take (the heap's, a buffer's, a rendezvous's, an external one,
         // which may hold no null entry there) has no 0 entry.
-        if cfg!(symmem_on_node) {
+        if cfg!(feature = "on-node") {
             return Some(there_too);
         }
         (there != 0).then_some(there_too)

@@ -56,6 +56,9 @@ use toolchain::{Toolchain, rustup_add};
 /// code object is built (the table is empty).
 pub const TARGETS_ENV: &str = "SYMMEM_GPU_TARGETS";
 
+/// Set by docs.rs while it documents a crate: no code object is built then.
+const DOCS_RS_ENV: &str = "DOCS_RS";
+
 /// The targets a [`KernelCrate`] is built for unless [`KernelCrate::targets`] or
 /// [`TARGETS_ENV`] says otherwise.
 pub const DEFAULT_TARGETS: [&str; 3] = ["gfx942", "gfx950", "sm_90"];
@@ -360,12 +363,12 @@ pub struct KernelCrate {
     variant: Option<Variant>,
 }
 
-/// A second build of a kernel crate: `--cfg <cfg>` on every crate of the device build,
-/// code objects named `<name>`.
+/// A second build of a kernel crate: with cargo feature `feature` of the kernel crate
+/// enabled, code objects named `name`.
 #[derive(Clone, Debug)]
 struct Variant {
     name: String,
-    cfg: String,
+    feature: String,
 }
 
 impl KernelCrate {
@@ -381,15 +384,20 @@ impl KernelCrate {
         }
     }
 
-    /// Builds a variant of the crate instead of the crate as it is: every crate of the
-    /// device build gets `--cfg <cfg>` (so code can differ under `#[cfg(<cfg>)]`), and the
-    /// code objects and their table are named `name` (`include_kernels!` with the crate
-    /// name and `name` embeds them). Its nested builds have target directories of their
-    /// own, so the crate's two builds do not rebuild each other.
-    pub fn variant(mut self, name: &str, cfg: &str) -> Self {
+    /// Builds a variant of the crate instead of the crate as it is: the kernel crate's
+    /// cargo feature `feature` is enabled (so code can differ under
+    /// `#[cfg(feature = "...")]`, and the feature can enable its dependencies' features),
+    /// and the code objects and their table are named `name` (`include_kernels!` with the
+    /// crate name and `name` embeds them).
+    ///
+    /// A variant is a feature, not a `--cfg` flag, so that it changes only the crates it
+    /// reaches: `core` and every crate the feature leaves alone are built once per GPU
+    /// target and shared with the crate's other builds. Its wrapper package is its own, so
+    /// the builds do not rebuild each other.
+    pub fn variant(mut self, name: &str, feature: &str) -> Self {
         self.variant = Some(Variant {
             name: name.to_owned(),
-            cfg: cfg.to_owned(),
+            feature: feature.to_owned(),
         });
         self
     }
@@ -437,7 +445,11 @@ impl KernelCrate {
         let out_dir: PathBuf = out_dir.into();
         cargo_line(&format!("rerun-if-env-changed={TARGETS_ENV}"));
         cargo_line(&format!("rerun-if-env-changed={TOOLCHAIN_ENV}"));
+        cargo_line(&format!("rerun-if-env-changed={DOCS_RS_ENV}"));
         let names = match std::env::var(TARGETS_ENV) {
+            // docs.rs documents crates with a toolchain of its own and no network, so no
+            // nested build can run there: no code objects (the tables are empty).
+            _ if std::env::var_os(DOCS_RS_ENV).is_some() => Vec::new(),
             Ok(list) => split_targets(&list),
             Err(_) => self.targets.clone(),
         };
@@ -476,10 +488,36 @@ impl KernelCrate {
                 None => nested_dir_for(&out_dir),
             };
             let tools = Tools::install(&nested.join("tools"), &toolchain, &targets)?;
-            let wrapper = Wrapper::write(&nested.join("wrappers"), &kernel_dir, &names)?;
+            let wrapper = Wrapper::write(
+                &nested.join("wrappers"),
+                &out_dir,
+                &kernel_dir,
+                &names,
+                self.variant.as_ref(),
+            )?;
+            // The targets side by side: each has a nested target directory of its own, and
+            // most of each build is one crate at a time (`core`, then the kernel crate's
+            // dependency chain), so on several cores they overlap instead of queueing.
+            let built: Vec<Result<PathBuf, BuildError>> = std::thread::scope(|scope| {
+                let builds: Vec<_> = targets
+                    .iter()
+                    .map(|target| {
+                        let (wrapper, toolchain, tools, nested) =
+                            (&wrapper, &toolchain, &tools, &nested);
+                        scope.spawn(move || wrapper.build(toolchain, tools, nested, target))
+                    })
+                    .collect();
+                builds
+                    .into_iter()
+                    .map(|b| {
+                        b.join()
+                            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+                    })
+                    .collect()
+            });
             let mut deps = Vec::new();
-            for target in &targets {
-                let built = wrapper.build(&toolchain, &tools, &nested, target, &self.variant)?;
+            for (target, built) in targets.iter().zip(built) {
+                let built = built?;
                 let path = out.join(target.file_name(&output_name));
                 copy(&built, &path)?;
                 if let Ok(d) = std::fs::read_to_string(built.with_extension("d")) {
@@ -663,13 +701,19 @@ struct Wrapper {
 impl Wrapper {
     fn write(
         wrappers: &Path,
+        out_dir: &Path,
         kernel_dir: &Path,
         names: &manifest::Names,
+        variant: Option<&Variant>,
     ) -> Result<Self, BuildError> {
         let crate_name = manifest::crate_name(&names.package);
-        // Two kernel crates of one name (two apps' `kernels`) get wrappers of their own.
+        // Two kernel crates of one name (two apps' `kernels`) get wrappers of their own,
+        // and so does each variant of one.
         let hash = fnv1a(kernel_dir.as_os_str().as_encoded_bytes()) as u32;
-        let id = format!("{crate_name}-{hash:08x}");
+        let id = match variant {
+            Some(v) => format!("{crate_name}-{hash:08x}-{}", v.name),
+            None => format!("{crate_name}-{hash:08x}"),
+        };
         let dir = wrappers.join(&id);
         create_dir(&dir.join("src"))?;
         let lock_path = wrappers.join(format!("{id}.lock"));
@@ -701,7 +745,7 @@ impl Wrapper {
              crate-type = [\"cdylib\"]\n\
              \n\
              [dependencies]\n\
-             {kernel_key} = {{ path = {kernel_path} }}\n\
+             {kernel_key} = {{ path = {kernel_path}{features} }}\n\
              \n\
              [profile.release]\n\
              panic = \"abort\"\n\
@@ -716,6 +760,10 @@ impl Wrapper {
             kernel = names.package,
             kernel_key = toml_string(&names.package),
             kernel_path = toml_string(&kernel_dir.to_string_lossy()),
+            features = variant.map_or_else(String::new, |v| format!(
+                ", features = [{}]",
+                toml_string(&v.feature)
+            )),
         );
         let source = format!(
             "// Generated by symmem-build.\n\
@@ -730,7 +778,7 @@ impl Wrapper {
         );
         write_if_changed(&dir.join("Cargo.toml"), manifest.as_bytes())?;
         write_if_changed(&dir.join("src/lib.rs"), source.as_bytes())?;
-        seed_lockfile(&dir, kernel_dir)?;
+        seed_lockfile(&dir, out_dir, kernel_dir)?;
         Ok(Self {
             dir,
             lib,
@@ -747,12 +795,8 @@ impl Wrapper {
         tools: &Tools,
         nested: &Path,
         target: &Target,
-        variant: &Option<Variant>,
     ) -> Result<PathBuf, BuildError> {
-        let target_dir = match variant {
-            Some(v) => nested.join(format!("{}-{}", target.cpu, v.cfg)),
-            None => nested.join(&target.cpu),
-        };
+        let target_dir = nested.join(&target.cpu);
         let mut cargo = Command::new(&toolchain.cargo);
         scrub_outer_environment(&mut cargo);
         // Every kernel keeps a body of its own: merged functions become aliases, and
@@ -762,9 +806,6 @@ impl Wrapper {
             format!("-Ctarget-cpu={}", target.cpu),
             "-Zmerge-functions=disabled".to_owned(),
         ];
-        if let Some(v) = variant {
-            flags.push(format!("--cfg={}", v.cfg));
-        }
         match target.family {
             Family::Amdgpu => {
                 flags.extend([
@@ -821,14 +862,19 @@ impl Wrapper {
     }
 }
 
-/// Starts the wrapper's `Cargo.lock` from the lock file of the kernel crate's workspace
-/// (the nearest `Cargo.lock` above it), so the kernel crate's dependencies get the
-/// versions the application already uses and resolve without a registry update. Done
-/// again only when that lock file changes (its last copy is kept as `Cargo.lock.seed`);
-/// cargo prunes what the wrapper does not use.
-fn seed_lockfile(wrapper: &Path, kernel_dir: &Path) -> Result<(), BuildError> {
-    let Some(source) = kernel_dir
+/// Starts the wrapper's `Cargo.lock` from the lock file of the build that runs this one,
+/// so the kernel crate's dependencies (`symmem-device`, `symmem-rma`, ...) get the
+/// versions the application's host code uses, and resolve without a registry update.
+///
+/// That lock file is the nearest `Cargo.lock` above `out_dir` (a target directory inside
+/// the application's workspace); where there is none (a target directory elsewhere), the
+/// nearest above the kernel crate (its workspace's, or the one a packaged crate ships in
+/// the registry's cache). Done again only when that lock file changes (its last copy is
+/// kept as `Cargo.lock.seed`); cargo prunes what the wrapper does not use.
+fn seed_lockfile(wrapper: &Path, out_dir: &Path, kernel_dir: &Path) -> Result<(), BuildError> {
+    let Some(source) = out_dir
         .ancestors()
+        .chain(kernel_dir.ancestors())
         .map(|dir| dir.join("Cargo.lock"))
         .find(|l| l.is_file())
     else {
@@ -923,7 +969,9 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     })
 }
 
-/// The LLVM data layout `rustc` uses for `triple`, read from its target spec.
+/// The LLVM data layout `rustc` uses for `triple`, read from its target spec: one string
+/// value found by its key in rustc's JSON (not with `serde_json`: see the `manifest`
+/// module for what a parser would cost every user's cold build).
 fn data_layout_of(rustc: &Path, triple: &str) -> Result<String, BuildError> {
     let mut cmd = Command::new(rustc);
     cmd.args([

@@ -190,3 +190,74 @@ fn builds_a_kernel_crate_and_reports_its_errors() {
     assert!(text.contains("error[E0308]: mismatched types"), "{text}");
     assert!(text.contains("kernels/src/lib.rs:8:"), "{text}");
 }
+
+#[test]
+fn a_variant_enables_a_feature_and_shares_core() {
+    if std::env::var_os(symmem_build::TARGETS_ENV).is_some() {
+        println!("skipped: {} is set", symmem_build::TARGETS_ENV);
+        return;
+    }
+    let dir = scratch("variant");
+    let kernels = kernel_crate(&dir, "variant-kernels", "    let _ = (x, n);");
+    // The feature adds a second entry point.
+    put(
+        &kernels.join("Cargo.toml"),
+        "[package]\nname = \"variant-kernels\"\nversion = \"0.1.0\"\nedition = \"2024\"\n\n\
+         [features]\nextra = []\n\n[dependencies]\nhelper = { path = \"../helper\" }\n",
+    );
+    let source = std::fs::read_to_string(kernels.join("src/lib.rs")).unwrap();
+    let extra = "\n#[cfg(all(feature = \"extra\", any(target_arch = \"amdgpu\", target_arch = \"nvptx64\")))]\n\
+                 #[unsafe(no_mangle)]\n\
+                 pub unsafe extern \"gpu-kernel\" fn only_in_the_variant() {}\n";
+    if !source.contains("only_in_the_variant") {
+        put(&kernels.join("src/lib.rs"), &format!("{source}{extra}"));
+    }
+    let build = |k: KernelCrate| {
+        k.targets(["sm_90"])
+            .nested_dir(nested_dir())
+            .build_in(dir.join("out"))
+            .unwrap()
+    };
+    let plain = build(KernelCrate::new(&kernels));
+    let variant = build(KernelCrate::new(&kernels).variant("variant_kernels_extra", "extra"));
+    let ptx = |b: &symmem_build::Built| std::fs::read_to_string(&b.objects[0].path).unwrap();
+    assert!(plain.objects[0].path.ends_with("variant_kernels-sm_90.ptx"));
+    assert!(
+        variant.objects[0]
+            .path
+            .ends_with("variant_kernels_extra-sm_90.ptx")
+    );
+    assert!(variant.table.ends_with("variant_kernels_extra.rs"));
+    assert!(!ptx(&plain).contains(".entry only_in_the_variant("));
+    assert!(ptx(&variant).contains(".entry only_in_the_variant("));
+    assert!(ptx(&variant).contains(".entry scale("));
+
+    // Every build of this target, variants included (symmem's own `on-node` build
+    // too, when the workspace built it here), used the one `core` of the target's one
+    // nested target directory.
+    fn cores(dir: &Path, found: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if path.is_dir() {
+                cores(&path, found);
+            } else if name.starts_with("libcore-") && name.ends_with(".rlib") {
+                found.push(path);
+            }
+        }
+    }
+    let mut found = Vec::new();
+    cores(&nested_dir().join("sm_90"), &mut found);
+    let cores = found;
+    assert_eq!(cores.len(), 1, "{cores:?}");
+    let others: Vec<_> = std::fs::read_dir(nested_dir())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("sm_90") && n != "sm_90")
+        .collect();
+    assert!(
+        others.is_empty(),
+        "target directories of their own: {others:?}"
+    );
+}

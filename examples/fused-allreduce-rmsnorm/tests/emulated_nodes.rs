@@ -1,13 +1,14 @@
-//! The example across emulated nodes without MPI: its ranks are threads, split one per
-//! node (`SYMMEM_RANKS_PER_NODE=1`), so every peer's data its kernel reads travels
+//! The example across emulated nodes without MPI: its ranks are threads, split into nodes
+//! by `SYMMEM_RANKS_PER_NODE`, so the peers' data its kernel reads on other nodes travels
 //! through the local off-node transport (`symmem::transport::local`); its kernel is
-//! unchanged. It must say that its elements match its host reference.
+//! unchanged. It must say that its elements match its host reference. (Under `mpirun`,
+//! `symmem-tests`' `engine_mpi` runs it at `-np 2`, every peer remote.)
 
-#[test]
-fn every_peer_on_another_node_matches_the_host_reference() {
+/// Runs the example at `ranks` ranks, `per_node` to a node, on the CPU backend.
+fn matches_the_host_reference(ranks: usize, per_node: usize) {
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_fused-allreduce-rmsnorm"))
-        .args(["--ranks", "4", "--backend", "cpu"])
-        .env("SYMMEM_RANKS_PER_NODE", "1")
+        .args(["--ranks", &ranks.to_string(), "--backend", "cpu"])
+        .env("SYMMEM_RANKS_PER_NODE", per_node.to_string())
         .output()
         .expect("running the example");
     let (stdout, stderr) = (
@@ -16,9 +17,19 @@ fn every_peer_on_another_node_matches_the_host_reference() {
     );
     assert!(
         output.status.success()
-            && stdout.contains("fused-allreduce-rmsnorm: 4 ranks on cpu: ")
+            && stdout.contains(&format!("fused-allreduce-rmsnorm: {ranks} ranks on cpu: "))
             && stdout.contains("match the host reference"),
         "{}:\n{stdout}\n{stderr}",
         output.status
     );
+}
+
+#[test]
+fn every_peer_on_another_node_matches_the_host_reference() {
+    matches_the_host_reference(4, 1);
+}
+
+#[test]
+fn two_nodes_of_two_match_the_host_reference() {
+    matches_the_host_reference(4, 2);
 }

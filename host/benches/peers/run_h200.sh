@@ -1,46 +1,199 @@
 #!/usr/bin/env bash
-# The whole H200 benchmark in ONE device command (issue 8, "Benchmarks"):
-#   machine info; nvcc builds copy.cu; the Rust bench (host/benches/cuda.rs, built here
-#   beforehand and carried in .carry/); the CUDA C++ copy; the Iris-style Triton put and
-#   torch symmetric memory; the demo on the GPU (threads and processes); the collectives
-#   on one GPU; then plot.py joins the CSVs into summary.txt (ratios vs goals) and draws
-#   h200.png. (The GPU tests are tests/run_gpu.sh.)
-# Usage (repo root, device machine): bash host/benches/peers/run_h200.sh   (writes to $OUT)
-# Build first (here), then copy into .carry/ (names as used below):
-#   cargo bench -p symmem --bench cuda --bench cuda_collectives --no-run   -> bench-cuda, bench-collectives
-#   cargo build --release -p symmem --bin symmem-demo                     -> symmem-demo
+# Everything symmem measures on ONE H200 (the `nvidia-h200` device machine), in parts that
+# each fit one device command (10 minutes). Several GPUs: run_multi_gpu.sh.
+# Usage (repo root, device machine): bash host/benches/peers/run_h200.sh [PART...]
+#   (default part: bench; writes to $OUT, default target/h200-out)
+# Parts:
+#   bench         put/copy/cuMemcpyDtoD against the CUDA C++ copy (copy.cu) and the
+#                 Iris-style Triton put (iris_put.py, which also times torch symmetric
+#                 memory's allocation), allocate_symmetric, the demo (threads and processes),
+#                 the collectives on one GPU; plot.py -> summary.txt, h200.png,
+#                 collectives.png (log.txt, demo.txt, collectives.txt, *.csv)
+#   tests         tests/run_gpu.sh: every GPU test binary (tests.txt)
+#   examples      peer-put and fused-allreduce-rmsnorm at 2 and 4 ranks, the README's
+#                 "Write your own kernel" crate (my-app), the demo with no flags (examples.txt)
+#   small         the small-message bench three times, graph-replayed, worlds 2, 4, 8;
+#                 plot_small.py -> small_messages.svg (small_messages_{1,2,3}.csv)
+#   engine        the off-node engine on CUDA (staging path) under MPS, processes as
+#                 emulated nodes, against MPI in the same run: -np 2 (1 rank per node) and
+#                 -np 4 (2 per node) (engine-bench-np{2,4}.txt, env.txt)
+#   engine-ranks  engine-ranks --cuda (tables, host put/get, the RMA bodies, every
+#                 collective, peer-put, against host references) at -np 2 and -np 4,
+#                 1 rank per node, without MPS (engine-ranks-np{2,4}.txt)
+#   old-new P...  the same benches of an old commit and of this build, one after the other
+#                 on the same GPU (old_new.txt); every argument after it is one of:
+#                   lifetimes    World::barrier and allocate_symmetric (benches/lifetimes.rs)
+#                   put          the put/copy/memcpy table at 4K, 1M, 64M, 2G (benches/cuda.rs)
+#                   collectives  the collectives at world 2 and 4 (benches/cuda_collectives.rs)
+#                   launch       host enqueue time of one launch (launch_enqueue_us), old and
+#                                new alternating, ${RUNS:-10} runs each
+#                   small        small messages at world 2 and host time per collective call
+#                                (host_call_us), old and new alternating, ${RUNS:-10} runs each
+# Example: bash host/benches/peers/run_h200.sh tests examples old-new put collectives
+#
+# Build first (here, release), then copy into .carry/ under these names:
+#   cargo bench -p symmem --bench cuda --bench cuda_collectives --bench small_messages \
+#     --bench lifetimes --no-run        -> bench-cuda, bench-collectives, bench-small, bench-lifetimes
+#   cargo bench -p symmem --features mpi --bench engine --no-run             -> engine-bench
+#   cargo build --release -p symmem-tests --features mpi --bin engine-ranks  -> engine-ranks
+#   cargo build --release -p symmem-demo                                       -> symmem-demo
+#   cargo build --release -p peer-put -p fused-allreduce-rmsnorm             -> peer-put, fused-allreduce-rmsnorm
+#   the binary .ci/user-crate builds (the README's crate)                     -> my-app
+#   tests/run_gpu.sh's header lists its binaries
+#   old-new: the same benches of the old commit, as old-bench-cuda, old-bench-collectives,
+#     old-bench-small, old-bench-lifetimes (a worktree of it, its own target directory and
+#     pinned toolchain; benches/lifetimes.rs copied in where it lacks one)
+# Only the parts asked for need their binaries.
 set -u
 ROOT=$(cd "$(dirname "$0")/../../.." && pwd)
 CARRY=$ROOT/.carry
 P=$ROOT/host/benches/peers
 OUT=${OUT:-$ROOT/target/h200-out}
+export OUT
 mkdir -p "$OUT"
 # NVLink multicast stays off everywhere (KINDS.md); nothing here calls cuMulticastCreate.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 # Several ranks share the GPU, each on a stream of its own, and their kernels wait on each
 # other: give every stream a hardware queue, and load every kernel up front.
 export CUDA_DEVICE_MAX_CONNECTIONS=32 CUDA_MODULE_LOADING=EAGER
-{
-  echo "== machine"; date -u; uname -r
+MPIRUN="mpirun --allow-run-as-root --oversubscribe"
+
+machine() {
+  echo "== machine"; date -u; uname -r; nproc
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,clocks.mem,power.limit --format=csv
-  nvidia-smi | sed -n 3,4p
-  nvcc --version | tail -2
-  echo "== build copy.cu"; timeout 40 nvcc -O3 -arch=sm_90 "$P/copy.cu" -o /tmp/copy || echo "nvcc failed rc=$?"
-  echo "== rust bench"; timeout 100 "$CARRY/bench-cuda" --out "$OUT"; echo "rust bench rc=$?"
-  echo "== cuda c++ copy"; timeout 40 /tmp/copy "$OUT/cpp.csv"; echo "cpp rc=$?"
-  echo "== triton iris put + torch symmetric memory"; timeout 90 python3 "$P/iris_put.py" "$OUT/triton.csv"; echo "triton rc=$?"
-} 2>&1 | tee "$OUT/log.txt"
-{
-  echo "== symmem-demo --backend cuda --ranks 4 --bytes 64M"
-  timeout 20 "$CARRY/symmem-demo" --backend cuda --ranks 4 --bytes 64M; echo "demo threads rc=$?"
-  echo "== symmem-demo --backend cuda --launcher processes --ranks 4 --bytes 64M"
-  timeout 40 "$CARRY/symmem-demo" --backend cuda --launcher processes --ranks 4 --bytes 64M; echo "demo processes rc=$?"
-} 2>&1 | tee "$OUT/demo.txt"
-{
-  echo "== collectives on one GPU (world 2 and 4)"
-  timeout 200 "$CARRY/bench-collectives"; echo "collectives rc=$?"
-} 2>&1 | tee "$OUT/collectives.txt"
-echo "== summary"
-python3 "$P/plot.py" --png "$OUT/h200.png" --summary "$OUT/summary.txt" \
-  --collectives "$OUT/collectives.txt" --collectives-png "$OUT/collectives.png" \
-  "$OUT/rust.csv" "$OUT/cpp.csv" "$OUT/triton.csv" 2>&1 | tee -a "$OUT/log.txt"
+}
+
+bench() {
+  {
+    machine
+    nvidia-smi | sed -n 3,4p
+    nvcc --version | tail -2
+    echo "== build copy.cu"; timeout 40 nvcc -O3 -arch=sm_90 "$P/copy.cu" -o /tmp/copy || echo "nvcc failed rc=$?"
+    echo "== rust bench"; timeout 100 "$CARRY/bench-cuda" --out "$OUT"; echo "rust bench rc=$?"
+    echo "== cuda c++ copy"; timeout 40 /tmp/copy "$OUT/cpp.csv"; echo "cpp rc=$?"
+    echo "== triton iris put + torch symmetric memory"; timeout 90 python3 "$P/iris_put.py" "$OUT/triton.csv"; echo "triton rc=$?"
+  } 2>&1 | tee "$OUT/log.txt"
+  {
+    echo "== symmem-demo --backend cuda --ranks 4 --bytes 64M"
+    timeout 20 "$CARRY/symmem-demo" --backend cuda --ranks 4 --bytes 64M; echo "demo threads rc=$?"
+    echo "== symmem-demo --backend cuda --launcher processes --ranks 4 --bytes 64M"
+    timeout 40 "$CARRY/symmem-demo" --backend cuda --launcher processes --ranks 4 --bytes 64M; echo "demo processes rc=$?"
+  } 2>&1 | tee "$OUT/demo.txt"
+  {
+    echo "== collectives on one GPU (world 2 and 4)"
+    timeout 200 "$CARRY/bench-collectives"; echo "collectives rc=$?"
+  } 2>&1 | tee "$OUT/collectives.txt"
+  echo "== summary"
+  python3 "$P/plot.py" --png "$OUT/h200.png" --summary "$OUT/summary.txt" \
+    --collectives "$OUT/collectives.txt" --collectives-png "$OUT/collectives.png" \
+    "$OUT/rust.csv" "$OUT/cpp.csv" "$OUT/triton.csv" 2>&1 | tee -a "$OUT/log.txt"
+}
+
+examples() {
+  {
+    machine
+    for ex in peer-put fused-allreduce-rmsnorm; do
+      for n in 2 4; do
+        echo "== $ex --ranks $n"; timeout 60 "$CARRY/$ex" --ranks "$n"; echo "$ex $n rc=$?"
+      done
+    done
+    echo "== my-app (the README's user crate)"; timeout 60 "$CARRY/my-app"; echo "my-app rc=$?"
+    echo "== symmem-demo (no flags)"; timeout 60 "$CARRY/symmem-demo"; echo "demo rc=$?"
+  } 2>&1 | tee "$OUT/examples.txt"
+}
+
+small() {
+  for i in 1 2 3; do
+    echo "== small messages, run $i"
+    timeout 180 "$CARRY/bench-small" >"$OUT/small_messages_$i.csv"; echo "small $i rc=$?"
+  done
+  python3 "$P/plot_small.py" "$OUT/small_messages.svg" "$OUT"/small_messages_[123].csv
+}
+
+# The image's Open MPI is not CUDA-aware and creates no window over memory it did not
+# allocate (results/2026-12-04-issue19-h200-mps/probe-*.txt), so the engine stages and the
+# bench's MPI reference puts into an MPI_Win_allocate window. Processes emulating nodes
+# share the one GPU: without MPS their contexts time-slice it and every staged request
+# waits for the origin's spinning kernel to be switched out, 2.4 ms each
+# (results/2026-12-04-issue19-h200-tuning/). Open MPI binds a rank to one core by default
+# from 2 ranks down, where the proxy shares it with the thread spinning in
+# cuStreamSynchronize; PE=2 gives each rank a core for its proxy.
+engine() {
+  { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nproc
+    mpirun --version | head -1
+    ompi_info --parsable --all 2>/dev/null | grep "built_with_cuda_support:value"; } > "$OUT/env.txt" 2>&1
+  cat "$OUT/env.txt"
+  local pe="--map-by slot:PE=2 --bind-to core"
+  export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  local mps="-x CUDA_MPS_PIPE_DIRECTORY -x CUDA_MPS_LOG_DIRECTORY"
+  nvidia-cuda-mps-control -d || { echo "MPS did not start"; return 1; }
+  echo "== MPS, engine bench --cuda (staging), -np 2, 1 rank per node: put, latency"
+  timeout 60 $MPIRUN $pe $mps -np 2 -x SYMMEM_RANKS_PER_NODE=1 "$CARRY/engine-bench" --cuda \
+    --max-all-reduce 0 > "$OUT/engine-bench-np2.txt" 2>&1
+  echo "rc=$?"; grep -E "bench|put|latency|rror" "$OUT/engine-bench-np2.txt" | head -8
+  echo "== MPS, engine bench --cuda (staging), -np 4, 2 per node: put, latency, all-reduce"
+  timeout 100 $MPIRUN $pe $mps -np 4 -x SYMMEM_RANKS_PER_NODE=2 "$CARRY/engine-bench" --cuda \
+    --max-put 1048576 > "$OUT/engine-bench-np4.txt" 2>&1
+  echo "rc=$?"; grep -E "bench|put|latency|all_reduce|rror" "$OUT/engine-bench-np4.txt" | head -14
+  echo quit | nvidia-cuda-mps-control
+}
+
+engine_ranks() {
+  for np in 2 4; do
+    echo "== engine-ranks --cuda, -np $np, 1 rank per node"
+    ( time timeout 80 $MPIRUN -np "$np" -x SYMMEM_RANKS_PER_NODE=1 "$CARRY/engine-ranks" --cuda ) \
+      > "$OUT/engine-ranks-np$np.txt" 2>&1
+    grep "rank 0:\|: ok$\|real\|rror" "$OUT/engine-ranks-np$np.txt" | tail -12
+  done
+}
+
+# old_new PART...: the old commit's bench beside the new one's, so that a change's cost is
+# read against a reference measured in the same run.
+old_new() {
+  for part in "$@"; do
+    if [ "$part" = small ] || [ "$part" = launch ]; then
+      # Old and new alternate, so drift of the machine hits both alike.
+      mkdir -p "$OUT/launch"
+      for i in $(seq "${RUNS:-10}"); do
+        for build in old new; do
+          local pre=""; [ "$build" = old ] && pre=old-
+          if [ "$part" = small ]; then
+            timeout 120 "$CARRY/${pre}bench-small" --worlds 2 | sed -n "s/^/small $build run $i: /p"
+          else
+            timeout 60 "$CARRY/${pre}bench-cuda" --sizes 16 --no-xproc --out "$OUT/launch" \
+              | sed -n "s/^launch_enqueue_us,/launch $build run $i: /p"
+          fi
+        done
+      done
+      continue
+    fi
+    for build in old new; do
+      local pre=""; [ "$build" = old ] && pre=old-
+      echo "== $part ($build build)"
+      case "$part" in
+      lifetimes) timeout 120 "$CARRY/${pre}bench-lifetimes" ;;
+      put) mkdir -p "$OUT/put-$build" && timeout 150 "$CARRY/${pre}bench-cuda" --sizes 4K,1M,64M,2G --no-xproc --out "$OUT/put-$build" ;;
+      collectives) timeout 200 "$CARRY/${pre}bench-collectives" ;;
+      *) echo "unknown old-new part $part (lifetimes, put, collectives, launch, small)" ;;
+      esac
+      echo "$part $build rc=$?"
+    done
+  done 2>&1 | tee -a "$OUT/old_new.txt"
+}
+
+[ $# -eq 0 ] && set -- bench
+while [ $# -gt 0 ]; do
+  part=$1
+  shift
+  case $part in
+  bench) bench ;;
+  tests) bash "$ROOT/tests/run_gpu.sh" ;;
+  examples) examples ;;
+  small) small ;;
+  engine) engine ;;
+  engine-ranks) engine_ranks ;;
+  old-new) old_new "$@"; break ;;
+  *) echo "unknown part $part (bench, tests, examples, small, engine, engine-ranks, old-new P...)"; exit 2 ;;
+  esac
+done

@@ -31,7 +31,7 @@
 #   cargo test --release -p symmem-tests --test suite_cuda --test rma_processes --no-run
 #                                                      -> suite-cuda, rma-processes
 #   cargo test --release -p symmem --lib --no-run                         -> symmem-lib
-#   cargo build --release -p symmem --bin symmem-demo                     -> symmem-demo
+#   cargo build --release -p symmem-demo                                    -> symmem-demo
 #   target/code-objects/symmem_device-sm_90.ptx                           -> symmem_device-sm_90.ptx
 set -u
 PART=${1:-all}

@@ -79,7 +79,7 @@ macro_rules! include_kernels {
 /// off-node engine's target side for its atomics on a GPU heap.
 pub static KERNELS: CodeObjects = crate::include_kernels!("symmem_kernels");
 
-/// The same kernels built without the off-node engine (`--cfg symmem_on_node`): what a
+/// The same kernels built without the off-node engine (feature `on-node`): what a
 /// world on one node loads. No RMA path there calls into the engine, so each kernel's
 /// registers are its own on-node code's.
 pub static KERNELS_ON_NODE: CodeObjects =

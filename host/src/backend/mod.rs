@@ -15,6 +15,7 @@ pub mod cpu;
 pub mod cuda;
 mod gpu;
 #[cfg(feature = "hip")]
+#[cfg_attr(docsrs, doc(cfg(feature = "hip")))]
 pub mod hip;
 mod ipc;
 
@@ -164,6 +165,11 @@ pub trait Backend: Send + Sync + 'static {
     fn kind(&self) -> BackendKind;
     /// A human-readable device name.
     fn device_name(&self) -> String;
+    /// The device's architecture as the runtime names it (`sm_90`, `gfx942`), which
+    /// picks the code object a module loads; `None` where kernels run on the host.
+    fn device_arch(&self) -> Option<String> {
+        None
+    }
     /// The allocation granularity of heaps; heap sizes are rounded up to it.
     fn heap_granularity(&self) -> usize;
 

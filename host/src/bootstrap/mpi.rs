@@ -1,4 +1,6 @@
-//! Ranks started by `mpirun`, over `MPI_COMM_WORLD` (cargo feature `mpi`, OpenMPI).
+//! Ranks started by `mpirun`, over `MPI_COMM_WORLD` (cargo feature `mpi`, OpenMPI), or
+//! over a communicator an application that initialised MPI itself already has
+//! ([`MpiBootstrap::from_communicator`]: the world, or a split of it).
 //!
 //! Bytes travel through MPI all-gathers. File descriptors cannot travel through MPI, so
 //! each rank also listens on an abstract-namespace UNIX socket named after the job and
@@ -30,17 +32,27 @@ use crate::error::{Error, Result};
 use mpi::datatype::PartitionMut;
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
+use std::mem::ManuallyDrop;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 use std::time::{Duration, Instant};
 
+/// The `mpi` crate (rsmpi) this bootstrap is built on: an application that initialises
+/// MPI itself uses this one, so that its communicators are the type
+/// [`MpiBootstrap::from_communicator`] takes.
+pub use ::mpi as rsmpi;
+
 /// One MPI rank's end of the world.
 pub struct MpiBootstrap {
-    _universe: mpi::environment::Universe,
+    /// MPI itself, when this bootstrap initialised it ([`new`](Self::new)): finalised
+    /// when the bootstrap goes. `None` when the application owns MPI.
+    _universe: Option<mpi::environment::Universe>,
     provided: mpi::Threading,
     /// Whether each rank runs on this machine (descriptors go to those only).
     same_machine: Vec<bool>,
-    world: SimpleCommunicator,
+    /// `MPI_COMM_WORLD`, or symmem's own duplicate of the application's communicator,
+    /// freed by [`Drop`] while MPI is still initialised.
+    world: ManuallyDrop<SimpleCommunicator>,
     job: String,
     listener: UnixListener,
     timeout: Duration,
@@ -93,6 +105,27 @@ fn wait_yielding<'a, D: ?Sized, S: mpi::request::Scope<'a>>(
     }
 }
 
+/// [`Error::MpiThreadLevel`] unless `provided` is at least what symmem needs.
+fn check_level(provided: mpi::Threading) -> Result<()> {
+    if provided < REQUIRED {
+        return Err(Error::MpiThreadLevel {
+            required: level_name(REQUIRED),
+            provided: level_name(provided),
+        });
+    }
+    Ok(())
+}
+
+/// Frees `communicator` (nothing for `MPI_COMM_WORLD`) while MPI is initialised; after
+/// `MPI_Finalize` freeing it would be an MPI error that aborts the process, so then the
+/// handle is left as it is.
+fn free_communicator(mut communicator: ManuallyDrop<SimpleCommunicator>) {
+    if !mpi::environment::is_finalized() {
+        // SAFETY: dropped once, here; the field is not used again.
+        unsafe { ManuallyDrop::drop(&mut communicator) };
+    }
+}
+
 fn os(what: &'static str) -> impl Fn(std::io::Error) -> Error {
     move |source| Error::Os { what, source }
 }
@@ -110,22 +143,56 @@ impl MpiBootstrap {
     }
 
     /// Initialises MPI and joins `MPI_COMM_WORLD`; contributions longer than
-    /// [`ENV_MAX_FRAME_BYTES`](super::ENV_MAX_FRAME_BYTES) are refused.
+    /// [`ENV_MAX_FRAME_BYTES`](super::ENV_MAX_FRAME_BYTES) are refused. MPI is finalised
+    /// when the bootstrap (the world made from it) goes.
     ///
-    /// Errors: `Bootstrap` if MPI was initialised already; [`Error::MpiThreadLevel`] if
-    /// the MPI library provides a lower thread level than `MPI_THREAD_SERIALIZED` (MPI
-    /// is finalised again on every rank alike).
+    /// Errors: [`Error::MpiAlreadyInitialised`] if the application initialised MPI
+    /// (then use [`from_communicator`](Self::from_communicator));
+    /// [`Error::MpiThreadLevel`] if the MPI library provides a lower thread level than
+    /// `MPI_THREAD_SERIALIZED` (MPI is finalised again on every rank alike).
     pub fn new() -> Result<Self> {
         let max_frame = max_frame_from_env()?;
-        let (universe, provided) = mpi::initialize_with_threading(WANTED)
-            .ok_or(Error::Bootstrap("MPI is already initialised".into()))?;
-        if provided < REQUIRED {
-            return Err(Error::MpiThreadLevel {
-                required: level_name(REQUIRED),
-                provided: level_name(provided),
-            });
-        }
+        let (universe, provided) =
+            mpi::initialize_with_threading(WANTED).ok_or(Error::MpiAlreadyInitialised)?;
+        check_level(provided)?;
         let world = universe.world();
+        Self::over(Some(universe), provided, world, max_frame)
+    }
+
+    /// Joins a world over `communicator`, which the application owns, in an application
+    /// that initialised MPI itself (an rsmpi [`Universe`](mpi::environment::Universe)):
+    /// its world, or a split of it; every rank of `communicator` calls this
+    /// (collective). The ranks of the symmem world are the ranks in `communicator`.
+    ///
+    /// symmem talks over its own duplicate of the communicator (`MPI_Comm_dup`), so its
+    /// messages never match the application's, and neither initialises nor finalises
+    /// MPI. Drop the world before the application's `Universe` finalises MPI; a world
+    /// that outlives MPI leaks its duplicate rather than free it after `MPI_Finalize`.
+    ///
+    /// Errors: [`Error::MpiNotInitialised`] if MPI is not initialised (or already
+    /// finalised); [`Error::MpiThreadLevel`] if the application initialised MPI with a
+    /// lower thread level than `MPI_THREAD_SERIALIZED` (`MPI_THREAD_MULTIPLE` for a
+    /// world across nodes): initialise it with
+    /// `rsmpi::initialize_with_threading(rsmpi::Threading::Multiple)`.
+    pub fn from_communicator(communicator: &impl Communicator) -> Result<Self> {
+        if !mpi::environment::is_initialized() || mpi::environment::is_finalized() {
+            return Err(Error::MpiNotInitialised);
+        }
+        let max_frame = max_frame_from_env()?;
+        let provided = mpi::environment::threading_support();
+        check_level(provided)?;
+        Self::over(None, provided, communicator.duplicate(), max_frame)
+    }
+
+    /// The bootstrap over `world`, whose every rank calls this (collective).
+    fn over(
+        universe: Option<mpi::environment::Universe>,
+        provided: mpi::Threading,
+        world: SimpleCommunicator,
+        max_frame: usize,
+    ) -> Result<Self> {
+        // Freed by `Drop` (while MPI lives) from here on, also when this fails.
+        let world = ManuallyDrop::new(world);
         let mut stamp = [0u64; 2];
         if world.rank() == 0 {
             let nanos = std::time::SystemTime::now()
@@ -142,9 +209,19 @@ impl MpiBootstrap {
         let mut hosts = vec![0u8; 64 * world.size() as usize];
         world.all_gather_into(&this[..], &mut hosts[..]);
         let same_machine = hosts.chunks(64).map(|h| h == this).collect();
-        let addr = socket_name(&job, world.rank() as usize).map_err(os("socket name"))?;
-        let listener = UnixListener::bind_addr(&addr).map_err(os("bind of the rank socket"))?;
-        listener.set_nonblocking(true).map_err(os("rank socket"))?;
+        let listen = || -> Result<UnixListener> {
+            let addr = socket_name(&job, world.rank() as usize).map_err(os("socket name"))?;
+            let listener = UnixListener::bind_addr(&addr).map_err(os("bind of the rank socket"))?;
+            listener.set_nonblocking(true).map_err(os("rank socket"))?;
+            Ok(listener)
+        };
+        let listener = match listen() {
+            Ok(listener) => listener,
+            Err(e) => {
+                free_communicator(world);
+                return Err(e);
+            }
+        };
         world.barrier();
         Ok(Self {
             _universe: universe,
@@ -237,6 +314,17 @@ impl MpiBootstrap {
         }
         self.world.barrier();
         Ok(out)
+    }
+}
+
+impl Drop for MpiBootstrap {
+    fn drop(&mut self) {
+        // Before the fields: the duplicate goes while MPI lives (the universe, if this
+        // bootstrap owns it, finalises MPI when the fields drop).
+        if !mpi::environment::is_finalized() {
+            // SAFETY: dropped once, here; `self.world` is not used again.
+            unsafe { ManuallyDrop::drop(&mut self.world) };
+        }
     }
 }
 

@@ -22,6 +22,7 @@
 
 pub mod local;
 #[cfg(feature = "mpi")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mpi")))]
 pub mod mpi;
 mod proxy;
 

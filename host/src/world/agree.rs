@@ -5,6 +5,11 @@ use super::World;
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::ledger::{self, Proposal};
+use std::time::Duration;
+
+/// An agreement that waited longer than this for the other ranks is reported
+/// (`tracing` warning): a rank that arrives late at every barrier is a bug or a hot spot.
+const SLOW_AGREEMENT: Duration = Duration::from_secs(1);
 
 impl<B: Backend> World<B> {
     /// An agreement (see [`crate::ledger`]): every rank calls it at the same point of its
@@ -38,7 +43,17 @@ impl<B: Backend> World<B> {
             state.ledger.propose(call, failed, &dropped)
         };
         let mut bootstrap = self.bootstrap.lock().unwrap_or_else(|p| p.into_inner());
+        let started = std::time::Instant::now();
         let all = self.noting_loss(bootstrap.all_gather(&proposal.encode()))?;
+        let waited = started.elapsed();
+        if waited > SLOW_AGREEMENT {
+            tracing::warn!(
+                rank = self.rank,
+                waited_ms = waited.as_millis() as u64,
+                "slow agreement: this rank waited for the others (a rank reached the barrier or \
+                 collective late, or is busy elsewhere)"
+            );
+        }
         let proposals = all
             .iter()
             .enumerate()
@@ -47,6 +62,15 @@ impl<B: Backend> World<B> {
         let verdict = ledger::decide(&proposals);
         let mut state = self.lock_state();
         let outcome = state.ledger.apply(&verdict, self.rank);
+        tracing::debug!(
+            rank = self.rank,
+            call = ?call,
+            failed,
+            released = verdict.released.len(),
+            waited_us = waited.as_micros() as u64,
+            ok = outcome.is_ok(),
+            "agreement"
+        );
         if verdict.released.is_empty() {
             return outcome;
         }
@@ -67,6 +91,12 @@ impl<B: Backend> World<B> {
             }
         }
         drop(state);
+        tracing::debug!(
+            rank = self.rank,
+            objects = verdict.released.len(),
+            exported = exported.len(),
+            "released retired memory every rank let go of"
+        );
         if !exported.is_empty() {
             // Every rank released the same objects, so every rank takes this barrier:
             // after it, no peer maps this rank's exported memory any more.

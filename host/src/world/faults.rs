@@ -34,6 +34,7 @@ impl<B: Backend> World<B> {
             return Err(e);
         }
         let mut fault = self.fault.lock().unwrap_or_else(|p| p.into_inner());
+        let first = fault.is_none();
         // The first record seen stays the world's error, even if a later wait of the
         // same kernel overwrote the block.
         let fault = *fault.get_or_insert_with(|| {
@@ -53,7 +54,11 @@ impl<B: Backend> World<B> {
                 seen,
             }
         });
-        Err(fault.error())
+        let error = fault.error();
+        if first {
+            tracing::error!(rank = self.rank, %error, "a device wait gave up: the world is poisoned");
+        }
+        Err(error)
     }
 
     /// Waits until the off-node transport has completed every request this rank's

@@ -128,7 +128,11 @@ impl<B: Backend> World<B> {
         let mut state = self.lock_state();
         let offset = match state.allocator.alloc(bytes, align) {
             Ok(offset) => offset,
-            Err(e) => return Err(alloc_error(e, state.pending_bytes())),
+            Err(e) => {
+                let e = alloc_error(e, state.pending_bytes());
+                tracing::debug!(rank = self.rank, bytes, align, error = %e, "symmetric allocation refused");
+                return Err(e);
+            }
         };
         let id = self.create(
             &mut state.ledger,
@@ -153,6 +157,13 @@ impl<B: Backend> World<B> {
         let serial = next_serial();
         state.live.insert(offset, Live { serial, id, bytes });
         drop(state);
+        tracing::debug!(
+            rank = self.rank,
+            bytes,
+            align,
+            offset,
+            "symmetric allocation"
+        );
         // SAFETY: a table slot holds `world_size` u64s, and no launch uses it before this.
         unsafe { self.backend.upload(slot, bytemuck::cast_slice(&entries))? };
         let table = PeerBases::new(slot, entries, self.serial, Some(ObjectTag::new(id, offset)));

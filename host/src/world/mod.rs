@@ -89,6 +89,18 @@ impl Default for Config {
 }
 
 /// One rank's world.
+///
+/// ```
+/// use symmem::{Config, backend::cpu::Cpu};
+/// let sizes = symmem::spawn_ranks(3, &Config::default(), |_| Ok(Cpu::new()), |world| {
+///     let (buffer, bases) = world.allocate_symmetric::<u64>(16)?;
+///     assert_eq!(bases.entries()[world.rank()], buffer.ptr()); // the table's invariant
+///     world.barrier()?; // every rank has allocated: peers may now reach `buffer`
+///     Ok(world.world_size())
+/// })
+/// .unwrap();
+/// assert!(sizes.into_iter().all(|size| size.unwrap() == 3));
+/// ```
 pub struct World<B: Backend> {
     /// The off-node transport (see [`crate::transport`]), when the world spans several
     /// nodes; stopped when the world leaves, before the heap it reaches is freed.
@@ -227,6 +239,19 @@ impl<B: Backend> World<B> {
             None
         };
         bootstrap.barrier()?;
+        tracing::info!(
+            rank,
+            world_size,
+            backend = backend.kind().name(),
+            device = %backend.device_name(),
+            arch = backend.device_arch().as_deref().unwrap_or("host"),
+            nodes = topology.nodes(),
+            node = topology.node_of(rank).unwrap_or(0),
+            ranks_on_node = topology.node_ranks().len(),
+            engine = ?transport.as_ref().map(|t| t.path()),
+            heap_bytes = heap_len,
+            "symmem world formed"
+        );
         Ok(Self {
             transport,
             serial,
@@ -471,7 +496,13 @@ impl<B: Backend> World<B> {
     /// Passes on the result of a bootstrap call; a peer it found lost also aborts this
     /// rank's device waits (their kernels finish instead of waiting for it).
     fn noting_loss<R>(&self, result: Result<R>) -> Result<R> {
-        if let Err(Error::PeerLost { rank, .. }) = &result {
+        if let Err(Error::PeerLost { rank, waited }) = &result {
+            tracing::error!(
+                rank = self.rank,
+                lost = ?rank,
+                waited_ms = waited.as_millis() as u64,
+                "a peer was lost: this rank's device waits are aborted"
+            );
             self.abort.abort(*rank);
         }
         result
@@ -512,6 +543,15 @@ fn start_transport<B: Backend>(
                 .then(|| std::ptr::with_exposed_provenance_mut(heap.base() as usize))
         })
         .filter(|_| !staging_forced);
+    if direct.is_none() {
+        tracing::warn!(
+            rank = bootstrap.rank(),
+            forced = staging_forced,
+            "the off-node engine stages data through host memory: the transport cannot reach \
+             this heap directly (set by SYMMEM_ENGINE_STAGING=1, or a GPU heap with an MPI \
+             that is not GPU-aware)"
+        );
+    }
     transport.attach(Attach {
         heap: Heap {
             device_base: heap.base(),

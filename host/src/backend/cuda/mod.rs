@@ -193,12 +193,19 @@ fn code_object_for(
     minor: i32,
 ) -> Result<(&'static str, &'static [u8])> {
     let all = objects.objects();
-    pick_target(all.iter().map(|(target, _)| *target), major, minor)
+    let picked = pick_target(all.iter().map(|(target, _)| *target), major, minor)
         .and_then(|t| all.iter().copied().find(|(target, _)| *target == t))
         .ok_or_else(|| Error::NoCodeObject {
             module: objects.crate_name(),
             arch: format!("sm_{major}{minor}"),
-        })
+        })?;
+    tracing::debug!(
+        module = objects.crate_name(),
+        device = %format!("sm_{major}{minor}"),
+        ptx = picked.0,
+        "code object picked (an older PTX target is compiled for the device by the driver)"
+    );
+    Ok(picked)
 }
 
 /// Page-locked host memory mapped into the device (`cuMemHostAlloc` with

@@ -102,6 +102,10 @@ impl<T: GpuBackend> Backend for T {
         self.rank().name().to_owned()
     }
 
+    fn device_arch(&self) -> Option<String> {
+        Some(self.rank().arch().to_owned())
+    }
+
     fn heap_granularity(&self) -> usize {
         GpuBackend::heap_granularity(self)
     }
