@@ -4,14 +4,14 @@
 # not pass run again one per process under a watchdog, and a hung one's host and CUDA
 # stacks are logged (cuda-gdb) before it is killed.
 # Usage (repo root, device machine): bash tests/run_gpu.sh   (writes to $OUT/tests.txt)
-# Build first (here), then copy into .carry/ (names as used below):
+# Build first (here), then copy into .carry/, or the folder $CARRY names (names as used below):
 #   cargo test --release -p symmem-tests --test suite_cuda --test rma_processes \
 #     --test waits_processes --test off_node_local --test cuda_backend --no-run
 #          -> suite-cuda, rma-processes, waits-processes, off-node-local, cuda-backend
 #   cargo test --release -p symmem --lib --no-run  -> symmem-lib (run with filter backend::cuda)
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-CARRY=$ROOT/.carry
+CARRY=${CARRY:-$ROOT/.carry}
 OUT=${OUT:-$ROOT/target/gpu-tests}
 mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0 CUDA_DEVICE_MAX_CONNECTIONS=32 CUDA_MODULE_LOADING=EAGER

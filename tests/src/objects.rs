@@ -2,6 +2,12 @@
 //! builds (`symmem::backend::code_objects::KERNELS_ON_NODE`, what worlds on one node run, and
 //! `KERNELS`, with the off-node engine), and every example's (built by `tests/build.rs`,
 //! as the examples' build scripts build them). A new example is found on disk.
+//!
+//! The targets the tests walk are the ones this build was asked for ([`targets`]):
+//! `SYMMEM_GPU_TARGETS` as it was when the tests were compiled, else symmem-build's
+//! `DEFAULT_TARGETS`. Every crate must have an object for each of them
+//! ([`object`] panics otherwise), so a default target that fails to build, or one the
+//! checks have no expectations for ([`AmdCaches::of`], [`ptx_isa`]), fails the tests.
 
 use symmem::CodeObjects;
 
@@ -33,4 +39,93 @@ pub fn object(crate_name: &str, cpu: &str) -> &'static [u8] {
     of(crate_name)
         .find(cpu)
         .unwrap_or_else(|| panic!("no {cpu} code object of {crate_name}"))
+}
+
+/// The GPU targets every kernel crate of this build was built for, in order, without
+/// repeats: `SYMMEM_GPU_TARGETS` when it was set as this crate was compiled (the build
+/// scripts saw the same value), else [`symmem_build::DEFAULT_TARGETS`].
+pub fn targets() -> Vec<&'static str> {
+    let names: Vec<&'static str> = match option_env!("SYMMEM_GPU_TARGETS") {
+        Some(list) => list.split(',').map(str::trim).collect(),
+        None => symmem_build::DEFAULT_TARGETS.to_vec(),
+    };
+    let mut targets: Vec<&'static str> = Vec::new();
+    for name in names {
+        if !name.is_empty() && !targets.contains(&name) {
+            targets.push(name);
+        }
+    }
+    targets
+}
+
+/// The AMD targets of [`targets`] (`gfx…`).
+pub fn amd_targets() -> Vec<&'static str> {
+    targets()
+        .into_iter()
+        .filter(|t| t.starts_with("gfx"))
+        .collect()
+}
+
+/// The NVIDIA targets of [`targets`] (`sm_…`).
+pub fn ptx_targets() -> Vec<&'static str> {
+    targets()
+        .into_iter()
+        .filter(|t| t.starts_with("sm_"))
+        .collect()
+}
+
+/// How an AMD processor keeps memory coherent beyond its own L2, which decides the
+/// instructions LLVM emits for a scoped atomic or fence (LLVM's AMDGPUUsage, "Memory
+/// Model GFX90A" and "Memory Model GFX942"), and so what the codegen checks expect.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AmdCaches {
+    /// gfx90a (MI200): the L2 is coherent for the whole agent; coherence with other
+    /// agents comes from the pages (fine-grained memory: local pages written through
+    /// and probed, remote ones uncached) and from `buffer_wbl2`/`buffer_invl2` for the
+    /// rest, and instructions carry no scope bits. A system-scope release is
+    /// `buffer_wbl2` (no bits) then `s_waitcnt vmcnt(0)`; a system-scope acquire
+    /// `buffer_invl2; buffer_wbinvl1_vol`; an agent-scope one `buffer_wbinvl1_vol` alone;
+    /// an agent-scope release only waits for earlier accesses. Atomics that return a
+    /// value and scoped loads carry `glc` (miss the L1).
+    Gfx90a,
+    /// gfx942, gfx950 (MI300, MI350): scope is in the instructions' `sc0`/`sc1` bits.
+    /// An agent-scope release is `buffer_wbl2 sc1`, a system-scope one `buffer_wbl2 sc0
+    /// sc1`, each then `s_waitcnt vmcnt(0)`; acquires are `buffer_inv` with the same
+    /// bits; system-scope accesses carry `sc0 sc1`.
+    Gfx94x,
+}
+
+impl AmdCaches {
+    /// The model of processor `cpu`. Panics for a processor the codegen checks have no
+    /// expectations for: a target is added to the defaults only once they do.
+    pub fn of(cpu: &str) -> Self {
+        match cpu {
+            "gfx90a" => Self::Gfx90a,
+            "gfx942" | "gfx950" => Self::Gfx94x,
+            _ => panic!(
+                "the codegen checks have no expectations for {cpu}'s memory model: add them \
+                 (symmem_tests::objects::AmdCaches) before building for it"
+            ),
+        }
+    }
+}
+
+/// The PTX ISA version (`.version`) the object for NVIDIA target `cpu` must declare:
+/// the oldest LLVM accepts for the processor, never below 7.0 (rustc's floor for
+/// nvptx64, above the 6.0 the inline PTX needs). Panics for a processor the checks have
+/// no expectation for.
+pub fn ptx_isa(cpu: &str) -> &'static str {
+    match cpu {
+        "sm_70" | "sm_72" | "sm_75" | "sm_80" => "7.0",
+        "sm_86" => "7.1",
+        "sm_87" => "7.4",
+        "sm_89" | "sm_90" => "7.8",
+        "sm_90a" => "8.0",
+        "sm_100" | "sm_100a" | "sm_101" => "8.6",
+        "sm_120" => "8.7",
+        _ => panic!(
+            "the codegen checks have no PTX ISA version for {cpu}: add it \
+             (symmem_tests::objects::ptx_isa) before building for it"
+        ),
+    }
 }

@@ -1,18 +1,26 @@
-//! Release sequences in the AMD code objects (issue 18, item 1).
+//! Release sequences in the AMD code objects (issue 18, item 1; issue 29 for gfx90a).
 //!
-//! A release at agent or system scope on gfx942/gfx950 writes the L2 back
-//! (`buffer_wbl2`) and must then wait for that write-back, which the vector-memory
-//! counter counts, before the releasing store or atomic: `s_waitcnt vmcnt(0)`. Without
-//! the wait a peer can see the flag before the data it releases. LLVM 22's waitcnt pass
+//! A release at agent or system scope on gfx942/gfx950, and at system scope on gfx90a
+//! (whose L2 serves the whole agent, so an agent-scope release there writes nothing
+//! back), writes the L2 back (`buffer_wbl2`; `sc1`/`sc0 sc1` on gfx94x, no bits on
+//! gfx90a) and must then wait for that write-back, which the vector-memory counter
+//! counts, before the releasing store or atomic: `s_waitcnt vmcnt(0)`. Without the wait
+//! a peer can see the flag before the data it releases. The sequences per processor are
+//! `codegen_rma.rs`'s (`symmem_tests::objects::AmdCaches`); these tests walk every
+//! write-back of every function, whatever the processor. LLVM 22's waitcnt pass
 //! deleted that wait (llvm/llvm-project#178316, fixed in LLVM 23), so these tests read
 //! what the toolchain actually emitted. Measured 2026-12-04: on nightly-2026-09-15 (LLVM
 //! 23.1.1) all 135 write-backs of each object are waited for; on nightly-2026-05-20 (LLVM
 //! 22.1.4) 130 of 254 are not (every one that releases a signal or a barrier arrival).
 //!
+//! gfx90a, measured 2026-12-04 on nightly-2026-09-15: all 304 write-backs of the one-node
+//! object and all 354 of the full one are waited for (gfx942: 307 and 357).
+//!
 //! The code objects are every AMD one of every embedded kernel crate (symmem's own and
 //! every example's, `symmem_tests::objects::all`, so a user's kernels built the same way
-//! are walked too), disassembled with llvm-tools' `llvm-objdump`; every function (every `<name>:`
-//! symbol) is walked. A missing tool or object is a failure.
+//! are walked too), for every AMD target of the build (`symmem_tests::objects::amd_targets`),
+//! disassembled with llvm-tools' `llvm-objdump`; every function (every `<name>:` symbol)
+//! is walked. A missing tool or object is a failure.
 
 use std::sync::OnceLock;
 use symmem_tests::llvm;
@@ -78,8 +86,9 @@ fn amd_objects() -> &'static [Object] {
                 functions: disassemble(cpu, bytes),
             })
             .collect();
-        // The project's own objects must be among them, or the test proves nothing.
-        for cpu in ["gfx942", "gfx950"] {
+        // The project's own objects for every AMD target must be among them, or the test
+        // proves nothing for that target.
+        for cpu in symmem_tests::objects::amd_targets() {
             assert!(
                 objects
                     .iter()
@@ -135,12 +144,13 @@ fn is_memory(insn: &str) -> bool {
 }
 
 /// A cache write-back or invalidate: part of a fence or of an atomic's ordering, not an
-/// access of its own.
+/// access of its own (`buffer_invl2` is gfx90a's L2 invalidate, `buffer_inv` gfx94x's).
 fn is_cache_maintenance(insn: &str) -> bool {
     matches!(
         mnemonic(insn),
         "buffer_wbl2"
             | "buffer_inv"
+            | "buffer_invl2"
             | "buffer_wbinvl1"
             | "buffer_wbinvl1_vol"
             | "buffer_gl0_inv"

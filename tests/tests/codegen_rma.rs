@@ -1,11 +1,14 @@
 //! Codegen checks for `symmem-rma`: the scope of an atomic reaches the instruction, and
-//! a translated put stays a 16-byte global vector store, on every GPU target.
+//! a translated put stays a 16-byte global vector store, on every GPU target of the
+//! build (`symmem_tests::objects::targets`; each AMD one by its memory model,
+//! `symmem_tests::objects::AmdCaches`).
 //!
 //! Reads the code objects of `symmem-kernels` embedded in the `symmem` crate (built by `host/build.rs`, so
 //! they exist whenever this test compiles) and disassembles the AMD ones with
 //! llvm-tools' `llvm-objdump`. A missing object, tool or function is a failure.
 
 use symmem_tests::llvm;
+use symmem_tests::objects::{AmdCaches, amd_targets, ptx_targets};
 
 fn object(cpu: &str) -> &'static [u8] {
     symmem_tests::objects::object("symmem_kernels", cpu)
@@ -16,9 +19,9 @@ fn amd_function(cpu: &str, name: &str) -> Vec<String> {
     llvm::amd_function(object(cpu), cpu, name)
 }
 
-/// The body of PTX entry `name` in symmem's sm_90 code object.
-fn ptx_entry(name: &str) -> Vec<String> {
-    llvm::ptx_entry(object("sm_90"), name)
+/// The body of PTX entry `name` in symmem's code object for `cpu`.
+fn ptx_entry(cpu: &str, name: &str) -> Vec<String> {
+    llvm::ptx_entry(object(cpu), name)
 }
 
 /// Asserts that lines matching each pattern appear in this order; returns them.
@@ -58,44 +61,82 @@ fn has_bits(l: &str, bits: &[&str]) -> bool {
 
 fn check_amd_scopes(cpu: &str) {
     let probe = |scope: &str| amd_function(cpu, &format!("symmem_probe_atomic_add_u32_{scope}"));
+    let is = |l: &str, m: &str| l.split_whitespace().next() == Some(m);
 
     let device = probe("device");
-    let found = in_order(
-        &device,
-        &[
-            &|l| l.starts_with("buffer_wbl2") && has_bits(l, &["sc1"]) && !has_bits(l, &["sc0"]),
-            &|l| l.starts_with("global_atomic_add ") && !has_bits(l, &["sc1"]),
-            &|l| l.starts_with("buffer_inv") && has_bits(l, &["sc1"]) && !has_bits(l, &["sc0"]),
-        ],
-        &format!("{cpu} device-scope acq_rel add"),
-    );
+    let found = match AmdCaches::of(cpu) {
+        AmdCaches::Gfx94x => in_order(
+            &device,
+            &[
+                &|l| is(l, "buffer_wbl2") && has_bits(l, &["sc1"]) && !has_bits(l, &["sc0"]),
+                &|l| is(l, "global_atomic_add") && !has_bits(l, &["sc1"]),
+                &|l| is(l, "buffer_inv") && has_bits(l, &["sc1"]) && !has_bits(l, &["sc0"]),
+            ],
+            &format!("{cpu} device-scope acq_rel add"),
+        ),
+        // The agent's L2 is coherent for the agent: the release writes nothing back
+        // (it waits for earlier accesses, of which the probe has none), the acquire
+        // invalidates the L1 only.
+        AmdCaches::Gfx90a => {
+            assert!(
+                !device
+                    .iter()
+                    .any(|l| is(l, "buffer_wbl2") || is(l, "buffer_invl2")),
+                "{cpu} device-scope add must not write back or invalidate the L2:\n{}",
+                device.join("\n")
+            );
+            in_order(
+                &device,
+                &[
+                    &|l| is(l, "global_atomic_add"),
+                    &|l| is(l, "s_waitcnt") && has_bits(l, &["vmcnt(0)"]),
+                    &|l| is(l, "buffer_wbinvl1_vol"),
+                ],
+                &format!("{cpu} device-scope acq_rel add"),
+            )
+        }
+    };
     println!("{cpu} device: {}", found.join(" | "));
 
     // The shorthand (`Team::atomic_fetch_add`) is system scope: a peer may be another GPU.
     for scope in ["system", "default"] {
         let body = probe(scope);
-        let found = in_order(
-            &body,
-            &[
-                &|l| l.starts_with("buffer_wbl2") && has_bits(l, &["sc0", "sc1"]),
-                &|l| l.starts_with("global_atomic_add ") && has_bits(l, &["sc0", "sc1"]),
-                &|l| l.starts_with("buffer_inv") && has_bits(l, &["sc0", "sc1"]),
-            ],
-            &format!("{cpu} {scope}-scope acq_rel add"),
-        );
+        let found = match AmdCaches::of(cpu) {
+            AmdCaches::Gfx94x => in_order(
+                &body,
+                &[
+                    &|l| is(l, "buffer_wbl2") && has_bits(l, &["sc0", "sc1"]),
+                    &|l| is(l, "global_atomic_add") && has_bits(l, &["sc0", "sc1"]),
+                    &|l| is(l, "buffer_inv") && has_bits(l, &["sc0", "sc1"]),
+                ],
+                &format!("{cpu} {scope}-scope acq_rel add"),
+            ),
+            // The whole L2 written back and waited for, the atomic, then the L2's
+            // lines of other agents' memory and the L1 invalidated.
+            AmdCaches::Gfx90a => in_order(
+                &body,
+                &[
+                    &|l| is(l, "buffer_wbl2"),
+                    &|l| is(l, "s_waitcnt") && has_bits(l, &["vmcnt(0)"]),
+                    &|l| is(l, "global_atomic_add"),
+                    &|l| is(l, "s_waitcnt") && has_bits(l, &["vmcnt(0)"]),
+                    &|l| is(l, "buffer_invl2"),
+                    &|l| is(l, "buffer_wbinvl1_vol"),
+                ],
+                &format!("{cpu} {scope}-scope acq_rel add"),
+            ),
+        };
         println!("{cpu} {scope}: {}", found.join(" | "));
     }
 
     let block = probe("block");
     let found = in_order(
         &block,
-        &[&|l| l.starts_with("global_atomic_add ") && !has_bits(l, &["sc1"])],
+        &[&|l| is(l, "global_atomic_add") && !has_bits(l, &["sc1"])],
         &format!("{cpu} block-scope acq_rel add"),
     );
     assert!(
-        !block
-            .iter()
-            .any(|l| l.starts_with("buffer_wbl2") || l.starts_with("buffer_inv")),
+        !block.iter().any(|l| l.starts_with("buffer_")),
         "{cpu} block-scope add must be the bare atomic:\n{}",
         block.join("\n")
     );
@@ -103,35 +144,34 @@ fn check_amd_scopes(cpu: &str) {
 }
 
 #[test]
-fn gfx942_atomic_scope_reaches_the_instruction() {
-    check_amd_scopes("gfx942");
+fn amd_atomic_scope_reaches_the_instruction() {
+    for cpu in amd_targets() {
+        check_amd_scopes(cpu);
+    }
 }
 
 #[test]
-fn gfx950_atomic_scope_reaches_the_instruction() {
-    check_amd_scopes("gfx950");
-}
-
-#[test]
-fn sm90_atomic_scope_reaches_the_instruction() {
+fn ptx_atomic_scope_reaches_the_instruction() {
     let scopes = [
         ("block", "cta"),
         ("device", "gpu"),
         ("system", "sys"),
         ("default", "sys"),
     ];
-    for (scope, ptx) in scopes {
-        let body = ptx_entry(&format!("symmem_probe_atomic_add_u32_{scope}"));
-        let want = format!("atom.acq_rel.{ptx}.global.add.u32");
-        let line = body
-            .iter()
-            .find(|l| l.contains(&want))
-            .unwrap_or_else(|| panic!("no `{want}` in:\n{}", body.join("\n")));
-        assert!(
-            !body.iter().any(|l| l.contains("fence.")),
-            "acq_rel {scope} add needs no separate fence"
-        );
-        println!("sm_90 {scope}: {line}");
+    for cpu in ptx_targets() {
+        for (scope, ptx) in scopes {
+            let body = ptx_entry(cpu, &format!("symmem_probe_atomic_add_u32_{scope}"));
+            let want = format!("atom.acq_rel.{ptx}.global.add.u32");
+            let line = body
+                .iter()
+                .find(|l| l.contains(&want))
+                .unwrap_or_else(|| panic!("{cpu}: no `{want}` in:\n{}", body.join("\n")));
+            assert!(
+                !body.iter().any(|l| l.contains("fence.")),
+                "{cpu}: acq_rel {scope} add needs no separate fence"
+            );
+            println!("{cpu} {scope}: {line}");
+        }
     }
 }
 
@@ -160,28 +200,29 @@ fn check_amd_put(cpu: &str) {
 }
 
 #[test]
-fn gfx942_translated_put_is_a_global_vector_store() {
-    check_amd_put("gfx942");
+fn amd_translated_put_is_a_global_vector_store() {
+    for cpu in amd_targets() {
+        check_amd_put(cpu);
+    }
 }
 
 #[test]
-fn gfx950_translated_put_is_a_global_vector_store() {
-    check_amd_put("gfx950");
-}
-
-#[test]
-fn sm90_translated_put_is_a_global_vector_store() {
-    for kernel in ["symmem_rma_put", "symmem_all_gather", "symmem_all_to_all"] {
-        let body = ptx_entry(kernel);
-        let store = body
-            .iter()
-            .find(|l| l.starts_with("st.global.v4."))
-            .unwrap_or_else(|| panic!("{kernel}: no st.global.v4 in:\n{}", body.join("\n")));
-        assert!(
-            body.iter().any(|l| l.starts_with("ld.global.v4.")),
-            "{kernel}: the source side is not a 16-byte vector load"
-        );
-        println!("sm_90 {kernel}: {store}");
+fn ptx_translated_put_is_a_global_vector_store() {
+    for cpu in ptx_targets() {
+        for kernel in ["symmem_rma_put", "symmem_all_gather", "symmem_all_to_all"] {
+            let body = ptx_entry(cpu, kernel);
+            let store = body
+                .iter()
+                .find(|l| l.starts_with("st.global.v4."))
+                .unwrap_or_else(|| {
+                    panic!("{cpu} {kernel}: no st.global.v4 in:\n{}", body.join("\n"))
+                });
+            assert!(
+                body.iter().any(|l| l.starts_with("ld.global.v4.")),
+                "{cpu} {kernel}: the source side is not a 16-byte vector load"
+            );
+            println!("{cpu} {kernel}: {store}");
+        }
     }
 }
 
@@ -209,17 +250,19 @@ fn loads_before_store(
 #[test]
 fn copy_loop_keeps_four_vector_loads_in_flight() {
     for kernel in ["symmem_rma_put", "symmem_all_gather", "symmem_all_to_all"] {
-        let body = ptx_entry(kernel);
-        let n = loads_before_store(&body, &|l| l.starts_with("ld.global.v4."), &|l| {
-            l.starts_with("st.global.v4.")
-        });
-        assert!(n >= 4, "sm_90 {kernel}: {n} vector loads before a store");
-        assert!(
-            !body.iter().any(|l| l.contains(".local")),
-            "sm_90 {kernel}: local memory (a spill) in:\n{}",
-            body.join("\n")
-        );
-        for cpu in ["gfx942", "gfx950"] {
+        for cpu in ptx_targets() {
+            let body = ptx_entry(cpu, kernel);
+            let n = loads_before_store(&body, &|l| l.starts_with("ld.global.v4."), &|l| {
+                l.starts_with("st.global.v4.")
+            });
+            assert!(n >= 4, "{cpu} {kernel}: {n} vector loads before a store");
+            assert!(
+                !body.iter().any(|l| l.contains(".local")),
+                "{cpu} {kernel}: local memory (a spill) in:\n{}",
+                body.join("\n")
+            );
+        }
+        for cpu in amd_targets() {
             let body = amd_function(cpu, kernel);
             let n = loads_before_store(&body, &|l| l.starts_with("global_load_dwordx4 "), &|l| {
                 l.starts_with("global_store_dwordx4 ")
@@ -248,26 +291,30 @@ fn reductions_read_16_byte_vectors_without_spills() {
         for op in ["sum", "min", "max"] {
             for ty in ["f32", "bf16", "i32"] {
                 let kernel = format!("symmem_{shape}_{op}_{ty}");
-                let body = ptx_entry(&kernel);
-                assert!(
-                    body.iter().any(|l| l.starts_with("ld.global.v4.")),
-                    "sm_90 {kernel}: no 16-byte load"
-                );
-                assert!(
-                    !body.iter().any(|l| l.contains(".local")),
-                    "sm_90 {kernel}: local memory in:\n{}",
-                    body.join("\n")
-                );
-                let body = amd_function("gfx942", &kernel);
-                assert!(
-                    body.iter().any(|l| l.starts_with("global_load_dwordx4 ")),
-                    "gfx942 {kernel}: no 16-byte load"
-                );
-                assert!(
-                    !body.iter().any(|l| l.starts_with("scratch_")),
-                    "gfx942 {kernel}: scratch in:\n{}",
-                    body.join("\n")
-                );
+                for cpu in ptx_targets() {
+                    let body = ptx_entry(cpu, &kernel);
+                    assert!(
+                        body.iter().any(|l| l.starts_with("ld.global.v4.")),
+                        "{cpu} {kernel}: no 16-byte load"
+                    );
+                    assert!(
+                        !body.iter().any(|l| l.contains(".local")),
+                        "{cpu} {kernel}: local memory in:\n{}",
+                        body.join("\n")
+                    );
+                }
+                for cpu in amd_targets() {
+                    let body = amd_function(cpu, &kernel);
+                    assert!(
+                        body.iter().any(|l| l.starts_with("global_load_dwordx4 ")),
+                        "{cpu} {kernel}: no 16-byte load"
+                    );
+                    assert!(
+                        !body.iter().any(|l| l.starts_with("scratch_")),
+                        "{cpu} {kernel}: scratch in:\n{}",
+                        body.join("\n")
+                    );
+                }
             }
         }
     }
@@ -279,16 +326,18 @@ fn reductions_read_16_byte_vectors_without_spills() {
 /// in each AMD object.
 #[test]
 fn bounded_waits_read_the_device_clock_and_the_control_global() {
-    let ptx = std::str::from_utf8(object("sm_90")).expect("PTX is text");
-    assert!(
-        ptx.contains("%globaltimer"),
-        "no globaltimer read in the PTX"
-    );
-    assert!(
-        ptx.contains(".visible .global .align 8 .b8 SYMMEM_CONTROL[8];"),
-        "SYMMEM_CONTROL is not a visible global of the PTX"
-    );
-    for cpu in ["gfx942", "gfx950"] {
+    for cpu in ptx_targets() {
+        let ptx = std::str::from_utf8(object(cpu)).expect("PTX is text");
+        assert!(
+            ptx.contains("%globaltimer"),
+            "{cpu}: no globaltimer read in the PTX"
+        );
+        assert!(
+            ptx.contains(".visible .global .align 8 .b8 SYMMEM_CONTROL[8];"),
+            "{cpu}: SYMMEM_CONTROL is not a visible global of the PTX"
+        );
+    }
+    for cpu in amd_targets() {
         let text = llvm::run_on(
             "llvm-objdump",
             &["-d", &format!("--mcpu={cpu}")],
@@ -309,37 +358,49 @@ fn bounded_waits_read_the_device_clock_and_the_control_global() {
 }
 
 /// The barrier-free all-reduce (`symmem_rma::lamport`) publishes its data and polls for
-/// it in 16 bytes at system scope, without going through the flat address space: on
-/// sm_90 one volatile (relaxed, system) 16-byte global store per peer and 16-byte
-/// volatile global loads; on AMD 8-byte global stores and loads with `sc0 sc1` (a plain
-/// store could wait in the writer's L2, and a volatile access stays flat: LLVM's address
-/// space inference skips it), no flat 16-byte access and no scratch.
+/// it in 16 bytes at system scope, without going through the flat address space: in PTX
+/// one volatile (relaxed, system) 16-byte global store per peer and 16-byte volatile
+/// global loads; on AMD 8-byte global stores and loads, no flat 16-byte access and no
+/// scratch. On gfx942/gfx950 they carry `sc0 sc1` (a plain store could wait in the
+/// writer's L2, and a volatile access stays flat: LLVM's address space inference skips
+/// it). On gfx90a no instruction bit has a system scope: the loads carry `glc` (they miss
+/// the L1, so a poll sees a new value), and the stores are plain, which reach a peer
+/// because the heap is fine-grained memory (another GPU's pages uncached, the local ones
+/// probed): LLVM's own sequence for a relaxed system-scope store and load there.
 #[test]
 fn lamport_publishes_and_polls_at_system_scope_in_global_memory() {
     for ty in ["f32", "bf16"] {
         let kernel = format!("symmem_all_reduce_lamport_sum_{ty}");
-        let body = ptx_entry(&kernel);
-        for (what, prefix) in [
-            ("publish", "st.volatile.global.v4."),
-            ("poll", "ld.volatile.global.v"),
-            ("tail publish", "st.relaxed.sys.global.b32"),
-        ] {
-            assert!(
-                body.iter().any(|l| l.contains(prefix)),
-                "sm_90 {kernel}: no {what} ({prefix}) in:\n{}",
-                body.join("\n")
-            );
+        for cpu in ptx_targets() {
+            let body = ptx_entry(cpu, &kernel);
+            for (what, prefix) in [
+                ("publish", "st.volatile.global.v4."),
+                ("poll", "ld.volatile.global.v"),
+                ("tail publish", "st.relaxed.sys.global.b32"),
+            ] {
+                assert!(
+                    body.iter().any(|l| l.contains(prefix)),
+                    "{cpu} {kernel}: no {what} ({prefix}) in:\n{}",
+                    body.join("\n")
+                );
+            }
         }
-        for cpu in ["gfx942", "gfx950"] {
+        for cpu in amd_targets() {
             let body = amd_function(cpu, &kernel);
-            let system = |op: &str| {
+            let (store_bits, load_bits): (&[&str], &[&str]) = match AmdCaches::of(cpu) {
+                AmdCaches::Gfx94x => (&["sc0", "sc1"], &["sc0", "sc1"]),
+                AmdCaches::Gfx90a => (&[], &["glc"]),
+            };
+            let count = |op: &str, bits: &[&str]| {
                 body.iter()
-                    .filter(|l| l.starts_with(op) && has_bits(l, &["sc0", "sc1"]))
+                    .filter(|l| l.starts_with(op) && has_bits(l, bits))
                     .count()
             };
             assert!(
-                system("global_store_dwordx2 ") >= 2 && system("global_load_dwordx2 ") >= 2,
-                "{cpu} {kernel}: no 8-byte system-scope global publish and poll in:\n{}",
+                count("global_store_dwordx2 ", store_bits) >= 2
+                    && count("global_load_dwordx2 ", load_bits) >= 2,
+                "{cpu} {kernel}: no 8-byte system-scope global publish ({store_bits:?}) and \
+                 poll ({load_bits:?}) in:\n{}",
                 body.join("\n")
             );
             assert!(

@@ -2,7 +2,8 @@
 //! `#[kernel]` declares, with no hand-kept list.
 //!
 //! For each embedded kernel crate (symmem's own and every example's,
-//! `symmem_tests::objects::all`) and each of its AMD code objects (gfx942, gfx950),
+//! `symmem_tests::objects::all`) and each of its AMD code objects (every AMD target of
+//! the build, `symmem_tests::objects::amd_targets`),
 //! the AMDGPU metadata note (`amdhsa.kernels`, read with llvm-tools' `llvm-readobj
 //! --notes`) gives every kernel's `.args` (`.offset`, `.size`, `.value_kind`) and
 //! `.kernarg_segment_size`. [`check_crate`] compares them with what this program knows
@@ -29,9 +30,6 @@ use symmem::backend::hip::{
     KERNARG_BUFFER_ALIGN, code_object_kernels, kernarg_layout, pack_kernargs,
 };
 use symmem_device::{AbiKind, Declaration, Slot};
-
-/// The AMD targets every kernel crate is built for.
-const AMD_TARGETS: [&str; 2] = ["gfx942", "gfx950"];
 
 /// One kernel argument as the metadata describes it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -265,7 +263,7 @@ fn check_crate(objects: &CodeObjects) -> Vec<(&'static str, usize)> {
     );
     let declared_names: BTreeSet<&str> = declared.keys().copied().collect();
     let mut checked = Vec::new();
-    for target in AMD_TARGETS {
+    for target in symmem_tests::objects::amd_targets() {
         let image = objects
             .find(target)
             .unwrap_or_else(|| panic!("{crate_name}: no embedded {target} code object"));
@@ -321,7 +319,7 @@ fn hip_abi_every_declared_kernel_matches_its_metadata() {
 fn hip_abi_parser_reads_a_known_kernel() {
     // Guards the parser itself: symmem_copy is (dst, src, n) = 3 x 8 bytes.
     let name = symmem_kernels::symmem_copy.name();
-    for target in AMD_TARGETS {
+    for target in symmem_tests::objects::amd_targets() {
         let image = symmem::backend::code_objects::KERNELS
             .find(target)
             .unwrap_or_else(|| panic!("no embedded {target} code object"));

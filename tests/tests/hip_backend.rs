@@ -63,15 +63,16 @@ fn hip_arch_name_picks_code_object() {
             other => panic!("{arch}: expected NoCodeObject, got {other:?}"),
         }
     }
-    // symmem's own objects: gfx942 and gfx950 ELF images.
+    // symmem's own objects: an ELF image for every AMD target of the build.
     let kernels = &symmem::backend::code_objects::KERNELS;
     if kernels.objects().is_empty() {
         println!("skipped: this build embeds no code objects of symmem_kernels");
         return;
     }
-    for arch in ["gfx942:sramecc+:xnack-", "gfx950:sramecc+:xnack-"] {
-        let (target, image) = code_object_for(kernels, arch).unwrap();
-        assert_eq!(target, base_arch(arch));
+    for target in symmem_tests::objects::amd_targets() {
+        let (found, image) =
+            code_object_for(kernels, &format!("{target}:sramecc+:xnack-")).unwrap();
+        assert_eq!(found, target);
         assert_eq!(&image[..4], b"\x7fELF", "{target}");
     }
 }
@@ -208,7 +209,7 @@ fn hip_kernel_names_are_the_exported_kernel_descriptors() {
     }
 }
 
-/// symmem's own gfx942 and gfx950 objects: the kernel names `load_module` reads are
+/// symmem's own AMD objects (every AMD target of the build): the kernel names `load_module` reads are
 /// the kernels of `symmem-kernels` (that every declared kernel is there, with its
 /// ABI, is `tests/tests/hip_abi.rs`'s check).
 #[test]
@@ -222,7 +223,7 @@ fn hip_code_objects_name_their_kernels() {
         .filter(|d| d.crate_name == kernels.crate_name())
         .map(|d| d.name)
         .collect();
-    for target in ["gfx942", "gfx950"] {
+    for target in symmem_tests::objects::amd_targets() {
         let image = kernels.find(target).expect(target);
         let names = code_object_kernels(image).unwrap();
         println!("{target}: {} kernels", names.len());

@@ -18,6 +18,29 @@
 //! `$OUT_DIR/symmem-kernels/<crate_name>.rs`: one expression of type
 //! `&'static [(&'static str, &'static [u8])]`, a `(cpu, code object)` pair per target.
 //!
+//! # Targets
+//!
+//! A target is a processor name: `gfx…` builds an AMD code object (`amdgcn-amd-amdhsa`,
+//! an ELF `.hsaco` that runs on exactly that processor), `sm_…` NVIDIA PTX
+//! (`nvptx64-nvidia-cuda`, which the driver compiles for any GPU of that compute
+//! capability or newer). The list is, in this order of precedence:
+//!
+//! 1. the environment variable [`SYMMEM_GPU_TARGETS`](TARGETS_ENV) of the build
+//!    (comma-separated, `SYMMEM_GPU_TARGETS=sm_80 cargo build`; set but empty, nothing
+//!    is built and the table is empty), which overrides every kernel crate of the build;
+//! 2. [`KernelCrate::targets`] in the build script
+//!    (`KernelCrate::new("kernels").targets(["gfx942", "sm_80"])`);
+//! 3. [`DEFAULT_TARGETS`]: `gfx90a`, `gfx942`, `gfx950` (MI200, MI300, MI350) and
+//!    `sm_80`, which covers every NVIDIA GPU from the A100 on (see there for why these
+//!    and what each needs).
+//!
+//! A name that is neither is [`BuildError::UnknownTarget`], before anything is built.
+//! At run time the CUDA backend loads the newest `sm_NN` object not newer than the
+//! device (sm_80 PTX on an sm_89 or sm_90 GPU when it is the only one); the HIP backend
+//! loads exactly the device's processor. Each extra target costs a nested build of
+//! `core` and the kernels: measured on two busy cores for symmem's own kernel crate,
+//! about 20 s for an `sm_…` target and 45 s for a `gfx…` one.
+//!
 //! # How
 //!
 //! For each target, a nested `cargo build --release -Zbuild-std=core --target <triple>`
@@ -26,11 +49,12 @@
 //! crates of one outer build share one nested target directory per GPU target, so `core`
 //! is built once per target. The linkers ship inside this crate:
 //!
-//! * amdgcn (`gfx942`, `gfx950`): rust-lld under `-Clinker-plugin-lto`, linking the
-//!   LLVM IR library from [`amdgpu_ir`] (dispatch-packet reads and scoped fences that
-//!   Rust cannot spell on amdgcn) into the kernels;
-//! * nvptx64 (`sm_90`): llvm-link, opt and llc from llvm-tools, in place of the
-//!   llvm-bitcode-linker rustc would want.
+//! * amdgcn (`gfx…`): rust-lld under `-Clinker-plugin-lto`, linking the LLVM IR library
+//!   from [`amdgpu_ir`] (dispatch-packet reads and scoped fences that Rust cannot spell
+//!   on amdgcn) into the kernels;
+//! * nvptx64 (`sm_…`): llvm-link, opt and llc from llvm-tools, in place of the
+//!   llvm-bitcode-linker rustc would want; the PTX ISA version is llc's oldest for the
+//!   processor, at least 7.0 (see [`DEFAULT_TARGETS`]).
 //!
 //! The toolchain is the outer build's own; it must be a nightly with the `rust-src` and
 //! `llvm-tools` components ([`PINNED_NIGHTLY`] is the one symmem is tested with), and
@@ -52,16 +76,55 @@ use std::str::FromStr;
 use toolchain::{Toolchain, rustup_add};
 
 /// The environment variable that, when set, replaces the target list of every
-/// [`KernelCrate`]: comma-separated processor names (`gfx942,sm_90`). Set but empty, no
-/// code object is built (the table is empty).
+/// [`KernelCrate`]: comma-separated processor names (`gfx942,sm_80`). Set but empty, no
+/// code object is built (the table is empty). See [Targets](crate#targets).
 pub const TARGETS_ENV: &str = "SYMMEM_GPU_TARGETS";
 
 /// Set by docs.rs while it documents a crate: no code object is built then.
 const DOCS_RS_ENV: &str = "DOCS_RS";
 
 /// The targets a [`KernelCrate`] is built for unless [`KernelCrate::targets`] or
-/// [`TARGETS_ENV`] says otherwise.
-pub const DEFAULT_TARGETS: [&str; 3] = ["gfx942", "gfx950", "sm_90"];
+/// [`TARGETS_ENV`] says otherwise (see [Targets](crate#targets)): every processor whose
+/// code symmem's codegen checks (`tests/tests/codegen*.rs`) prove, each for a reason.
+///
+/// * `sm_80`, PTX ISA 7.0: every NVIDIA GPU from the A100 on (sm_86, sm_89, sm_90,
+///   sm_100, sm_120 JIT it), on any driver from CUDA 11.0 (r450) on. No kernel needs
+///   more: the newest instructions in them are the scoped, ordered memory operations of
+///   the atomics, signals and bounded waits (`atom`/`red`/`ld`/`st` with
+///   `.relaxed`/`.acquire`/`.release` and `.cta`/`.gpu`/`.sys`, `fence.sc`,
+///   `fence.acq_rel`: sm_70, PTX 6.0), `%globaltimer` (PTX 3.1) and `brx.idx` (PTX
+///   6.0); bf16 is converted with integer operations and reduced in f32; no multimem,
+///   cluster, `fence.proxy`, `st.async` or `cp.async` appears (the codegen checks fail
+///   on those for a target older than sm_90). 7.0 is the oldest ISA llc accepts for sm_80 and
+///   rustc's floor for nvptx64; CUDA 11.8's ptxas assembles every kernel crate's sm_80
+///   PTX for sm_80, sm_86, sm_89 and sm_90.
+/// * No separate `sm_90`: built for sm_90 (ISA 7.8, the oldest llc accepts for it) the
+///   PTX of every kernel crate is the sm_80 PTX line for line but for `.target`,
+///   `.version` and the spelling of a discarded half in `mov.b64 {lo, hi}` (a scoped
+///   `.reg` before ISA 7.1, `_` from 7.1); ptxas (CUDA 11.8) compiles the two to the same
+///   sm_90 machine code but for the 64-bit division helper of three bf16 reductions (48
+///   to 80 bytes; measured with LLVM 23.1.1, December 2026). So it would cost a nested
+///   build of `core` and the kernels per kernel crate build and change nothing that
+///   matters. A kernel that needs Hopper (multimem for NVLink SHARP, TMA, clusters)
+///   brings it back, and the CUDA backend then loads it on sm_90 devices and the sm_80
+///   PTX on older ones.
+/// * `gfx942`, `gfx950` (MI300, MI350): release and acquire are `buffer_wbl2`/
+///   `buffer_inv` with scope bits, every write-back waited for (`s_waitcnt vmcnt(0)`).
+/// * `gfx90a` (MI200): a memory model of its own (LLVM's AMDGPUUsage, "Memory Model
+///   GFX90A"): no scope bits in the instructions; a system-scope release is
+///   `buffer_wbl2` (no bits) then `s_waitcnt vmcnt(0)`, an acquire `buffer_invl2;
+///   buffer_wbinvl1_vol`; at agent scope the L2 is coherent already (a release only
+///   waits, an acquire is `buffer_wbinvl1_vol`). Served correctly: every `buffer_wbl2`
+///   is waited for in every object (the codegen checks walk them; the deleted wait of
+///   llvm/llvm-project#178316 does not occur with [`PINNED_NIGHTLY`]), and the relaxed
+///   system-scope stores and loads of the barrier-free all-reduce (plain stores, `glc`
+///   loads there, where gfx94x has `sc0 sc1`) reach a peer because the HIP backend's
+///   heap is fine-grained memory: local pages write through to DRAM (MTYPE CC) and are
+///   invalidated by a peer's writes (probes), a peer's pages bypass the L2 (MTYPE UC).
+///
+/// AMD ISAs are not forward-compatible: another AMD processor needs its own target, and
+/// the codegen checks must know its memory model first.
+pub const DEFAULT_TARGETS: [&str; 4] = ["gfx90a", "gfx942", "gfx950", "sm_80"];
 
 /// The folder under `OUT_DIR` that holds the code objects and the tables.
 pub const OUTPUT_FOLDER: &str = "symmem-kernels";
@@ -85,7 +148,8 @@ pub enum Family {
 pub struct Target {
     /// The instruction-set family.
     pub family: Family,
-    /// The processor (`gfx942`, `gfx950`, `sm_90`): the code object runs on it.
+    /// The processor (`gfx942`, `sm_80`): the code object runs on it (PTX also on newer
+    /// NVIDIA GPUs).
     pub cpu: String,
 }
 
@@ -261,8 +325,9 @@ impl fmt::Display for BuildError {
         match self {
             Self::UnknownTarget { name } => write!(
                 f,
-                "unknown GPU target `{name}`: a target is an AMD processor `gfx…` \
-                 (gfx942, gfx950) or an NVIDIA one `sm_…` (sm_90)"
+                "unknown GPU target `{name}`: a target is an AMD processor `gfx…` or an \
+                 NVIDIA one `sm_…` (the defaults: {})",
+                DEFAULT_TARGETS.join(", ")
             ),
             Self::NotInBuildScript => write!(
                 f,
@@ -1116,6 +1181,22 @@ mod tests {
                 "{bad}: {e}"
             );
         }
+        // The message names the defaults as they are.
+        let e = Target::new("tpu_v5").unwrap_err().to_string();
+        assert!(e.contains(&DEFAULT_TARGETS.join(", ")), "{e}");
+    }
+
+    #[test]
+    fn default_targets_are_targets_of_both_families() {
+        let targets: Vec<Target> = DEFAULT_TARGETS
+            .iter()
+            .map(|t| Target::new(t).unwrap())
+            .collect();
+        for family in [Family::Amdgpu, Family::Nvptx] {
+            assert!(targets.iter().any(|t| t.family == family), "{family:?}");
+        }
+        // The oldest NVIDIA GPU symmem supports is the A100 (sm_80): PTX runs on newer ones.
+        assert!(DEFAULT_TARGETS.contains(&"sm_80"));
     }
 
     #[test]

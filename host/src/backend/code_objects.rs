@@ -74,7 +74,8 @@ macro_rules! include_kernels {
     };
 }
 
-/// `symmem-kernels` for every GPU target (`gfx942`, `gfx950`, `sm_90`): what a world
+/// `symmem-kernels` for every GPU target (symmem-build's defaults: `gfx90a`, `gfx942`,
+/// `gfx950`, `sm_80`): what a world
 /// that spans nodes loads for its own operations (`World::kernels`), and the
 /// off-node engine's target side for its atomics on a GPU heap.
 pub static KERNELS: CodeObjects = crate::include_kernels!("symmem_kernels");

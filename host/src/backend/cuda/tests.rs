@@ -123,6 +123,16 @@ fn cuda_code_object_pick_by_compute_capability() {
     assert_eq!(pick_target(t, 10, 0), Some("sm_90"));
     assert_eq!(pick_target(t, 8, 6), Some("sm_80"));
     assert_eq!(pick_target(t, 7, 5), None);
+    // symmem-build's default targets: the sm_80 PTX on every GPU from the A100 on.
+    let t = ["gfx90a", "gfx942", "gfx950", "sm_80"];
+    for (major, minor) in [(8, 0), (8, 6), (8, 9), (9, 0), (10, 0), (12, 0)] {
+        assert_eq!(
+            pick_target(t, major, minor),
+            Some("sm_80"),
+            "{major}.{minor}"
+        );
+    }
+    assert_eq!(pick_target(t, 7, 5), None);
     // A crate's objects: the pick and the error name the crate and the architecture.
     static OBJECTS: CodeObjects = CodeObjects::new(
         "some_kernels",
@@ -146,27 +156,41 @@ fn cuda_code_object_pick_by_compute_capability() {
         }
         other => panic!("expected NoCodeObject, got {other:?}"),
     }
-    // symmem's own objects: sm_90 must be there for the H200, with every kernel.
+    // symmem's own objects: the H200 (9.0) and an sm_89 GPU each get the newest PTX not
+    // newer than the device (sm_80's, with the default targets), with every kernel.
     let kernels = &crate::backend::code_objects::KERNELS;
     assert_eq!(kernels.crate_name(), "symmem_kernels");
-    if kernels.objects().is_empty() {
+    let ptx_targets: Vec<&str> = kernels
+        .objects()
+        .iter()
+        .map(|&(t, _)| t)
+        .filter(|t| t.starts_with("sm_"))
+        .collect();
+    if ptx_targets.is_empty() {
         // host/build.rs builds the kernels for every target; only a stubbed build
-        // script (a CPU-only checkout) embeds none.
-        println!("skipped: this build embeds no code objects of symmem_kernels");
+        // script (a CPU-only checkout) or SYMMEM_GPU_TARGETS without an sm_ embeds none.
+        println!("skipped: this build embeds no PTX of symmem_kernels");
         return;
     }
-    let (target, ptx) = code_object_for(kernels, 9, 0).unwrap();
-    assert_eq!(target, "sm_90");
-    let text = std::str::from_utf8(ptx).unwrap();
-    for k in [
-        symmem_kernels::symmem_put.name(),
-        symmem_kernels::symmem_get.name(),
-        symmem_kernels::symmem_copy.name(),
-    ] {
-        assert!(
-            text.contains(&format!(".entry {k}(")),
-            "{k} missing from the PTX"
-        );
+    for (major, minor) in [(9, 0), (8, 9)] {
+        let newest = pick_target(ptx_targets.iter().copied(), major, minor);
+        let Ok((target, ptx)) = code_object_for(kernels, major, minor) else {
+            // Only where the build has no PTX that old (SYMMEM_GPU_TARGETS=sm_90).
+            assert_eq!(newest, None, "{major}.{minor} of {ptx_targets:?}");
+            continue;
+        };
+        assert_eq!(Some(target), newest, "{major}.{minor} of {ptx_targets:?}");
+        let text = std::str::from_utf8(ptx).unwrap();
+        for k in [
+            symmem_kernels::symmem_put.name(),
+            symmem_kernels::symmem_get.name(),
+            symmem_kernels::symmem_copy.name(),
+        ] {
+            assert!(
+                text.contains(&format!(".entry {k}(")),
+                "{target}: {k} missing from the PTX"
+            );
+        }
     }
 }
 

@@ -1,4 +1,5 @@
-//! The HIP backend: AMD GPUs (gfx942 = MI300X, gfx950 = MI350) through the HIP runtime.
+//! The HIP backend: AMD GPUs (gfx90a = MI200, gfx942 = MI300X, gfx950 = MI350) through the
+//! HIP runtime.
 //!
 //! Behind the `hip` cargo feature. Types and constants come from `hip-sys` (HIP 5.4
 //! bindings); the runtime itself is opened lazily by the private `runtime` module, so a
@@ -16,10 +17,11 @@
 //!   against `hipDeviceProp_tR0000` / `hipDeviceProp_tR0600` and the 6.0 value of
 //!   `hipIpcMemLazyEnablePeerAccess`. Both layouts and both flag values are handled at
 //!   run time.
-//! - **Devices**: `symmem-build` builds every kernel crate for gfx942 and gfx950, so a
-//!   usable runtime is one that supports those GPUs: ROCm 6.0 or later for MI300X
-//!   (gfx942) and the ROCm release that introduced MI350 (gfx950; 7.0) or later. The
-//!   code objects are code object v5 (`amdhsa.version` 1.2), which those runtimes load.
+//! - **Devices**: `symmem-build` builds every kernel crate for gfx90a, gfx942 and gfx950
+//!   (its default targets), so a usable runtime is one that supports those GPUs: ROCm
+//!   6.0 or later for MI200 (gfx90a) and MI300X (gfx942), and the ROCm release that
+//!   introduced MI350 (gfx950; 7.0) or later. The code objects are code object v5
+//!   (`amdhsa.version` 1.2), which those runtimes load.
 //!
 //! # Devices and threads
 //!
@@ -62,7 +64,7 @@
 //! next multiple of its `slot.align` ([`kernarg_layout`], the AMDGPU rule for the
 //! kernels' by-value and pointer parameters); the segment ends at the last argument's
 //! end. `tests/tests/hip_abi.rs` checks, for every kernel `#[kernel]` declares
-//! (`symmem_device::declarations()`) and the gfx942 and gfx950 objects of its crate,
+//! (`symmem_device::declarations()`) and every AMD object of its crate,
 //! that the object's `amdhsa.kernels` metadata lists exactly the declared kernels and
 //! that each one's `.args` (offset, size, value kind) and `.kernarg_segment_size` are
 //! what these slots and this layout give.
