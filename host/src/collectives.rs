@@ -74,7 +74,7 @@ use symmem_device::Kernel;
 use symmem_rma::lamport;
 
 pub use symmem_rma::collectives::{ReduceOp, signal_words};
-pub use symmem_rma::{Bf16, Cmp};
+pub use symmem_rma::{Cmp, bf16, f16};
 
 /// The most blocks a [`Collectives`] grid may have (the signal array holds `world` words
 /// per block: 64 KiB at 8 ranks). Enough for several blocks per SM of any current GPU
@@ -85,7 +85,8 @@ pub const MAX_BLOCKS: u32 = 1024;
 /// Which all-reduce kernel to run.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Algorithm {
-    /// Chosen by size, op and type: [`Algorithm::Lamport`] for sums of `f32` or `Bf16` of
+    /// Chosen by size, op and type: [`Algorithm::Lamport`] for sums of `f32`, [`bf16`] or
+    /// [`f16`] of
     /// at most [`LAMPORT_AUTO_BYTES`] (and the handle's capacity), [`Algorithm::OneShot`]
     /// up to [`ONE_SHOT_MAX_BYTES`], [`Algorithm::TwoShot`] above (thresholds measured on
     /// the H200: `BENCHMARKS.md`, issue 16).
@@ -100,8 +101,10 @@ pub enum Algorithm {
     TwoShot,
     /// Barrier-free (`symmem_rma::lamport`): every rank writes its `src` into every
     /// rank's slot of a rotating workspace and reads spin on the data; no barrier on
-    /// entry or exit. Sums of `f32` and `Bf16` only, of at most the handle's
-    /// [`Collectives::lamport_capacity`]; the same bits as [`Algorithm::OneShot`].
+    /// entry or exit. Sums of `f32`, [`bf16`] and [`f16`] only, of at most the handle's
+    /// [`Collectives::lamport_capacity`]; the same bits as [`Algorithm::OneShot`]. (Not
+    /// `f64`: its data can hold every 32-bit word, so no word can mark "not yet arrived";
+    /// `symmem_rma::lamport` says more.)
     Lamport,
 }
 
@@ -124,9 +127,10 @@ pub const ONE_SHOT_MAX_BYTES: usize = 64 << 10;
 
 pub use symmem_kernels::{GatheredParams, LamportParams, ReductionParams};
 
-/// An element type of the reductions: `f32`, [`Bf16`], `i32`. Its kernels, one per
-/// (algorithm, operator, type), come from [`symmem_kernels::ReductionKernels`], which
-/// `symmem-kernels` implements for every type in its one list of element types.
+/// An element type of the reductions: `f32`, `f64`, [`bf16`], [`f16`], `i32`. Its
+/// kernels, one per (algorithm, operator, type), come from
+/// [`symmem_kernels::ReductionKernels`], which `symmem-kernels` implements for every type
+/// in its one list of element types.
 ///
 /// Sealed: implemented for exactly the types `ReductionKernels` is.
 pub trait Element: bytemuck::Pod + symmem_kernels::ReductionKernels {}
@@ -362,7 +366,7 @@ impl<'w, B: Backend> Collectives<'w, B> {
 
     /// All-reduce: every rank's `dst[0..count]` gets `op` folded over every rank's
     /// `src[0..count]`, in rank order (so all ranks get bit-identical results; integer
-    /// sums wrap; `bf16` is accumulated in `f32` and rounded once). Both buffers are
+    /// sums wrap; `bf16` and `f16` are accumulated in `f32` and rounded once). Both buffers are
     /// symmetric: one-shot reads every peer's `src`, two-shot also writes every peer's
     /// `dst`. Collective.
     ///
@@ -917,7 +921,7 @@ fn local<T, B: Backend>(
     view.as_device_slice().slice(..count)
 }
 
-/// The element type's name without its path (`f32`, `Bf16`), for errors.
+/// The element type's name without its path (`f32`, `bf16`), for errors.
 fn element_name<T>() -> &'static str {
     let name = std::any::type_name::<T>();
     name.rsplit("::").next().unwrap_or(name)

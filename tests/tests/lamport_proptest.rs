@@ -1,12 +1,14 @@
 //! The barrier-free (Lamport) all-reduce against the one-shot all-reduce, bit for bit,
 //! over random sizes (most not a multiple of the 16-byte vector) and random inputs that
-//! contain its sentinel (`-0.0`, in every lane position), NaNs and infinities, in f32
-//! and bf16, at 2 to 4 ranks: CPU backend, ranks as threads, several calls per world so
+//! contain its sentinel (`-0.0`, in every lane position), NaNs and infinities, in f32,
+//! bf16 and f16, at 2 to 4 ranks: CPU backend, ranks as threads, several calls per world so
 //! the workspace rotates and clears lengths of earlier calls.
 
 use proptest::prelude::*;
 use symmem::backend::cpu::Cpu;
-use symmem::collectives::{Algorithm, Bf16, Collectives, Element, LAMPORT_MAX_BYTES, ReduceOp};
+use symmem::collectives::{
+    Algorithm, Collectives, Element, LAMPORT_MAX_BYTES, ReduceOp, bf16, f16,
+};
 use symmem::{Config, World};
 
 /// One call: element count and a seed for every rank's inputs.
@@ -55,12 +57,27 @@ impl Elem for f32 {
     }
 }
 
-impl Elem for Bf16 {
+impl Elem for bf16 {
     fn make(bits: u32) -> Self {
-        Bf16((bits >> 16) as u16)
+        bf16::from_bits((bits >> 16) as u16)
     }
     fn raw(self) -> u32 {
-        u32::from(self.0)
+        u32::from(self.to_bits())
+    }
+}
+
+/// The upper half of an f32 pattern: `-0.0`, `+0.0`, a NaN and an infinity map to f16's
+/// own (`0x8000`, `0`, a NaN, `0x7c00`), the rest to finite values, subnormals among them.
+impl Elem for f16 {
+    fn make(bits: u32) -> Self {
+        let hi = (bits >> 16) as u16;
+        f16::from_bits(match hi & 0x7fff {
+            0x7f80 => hi & 0x8000 | 0x7c00,
+            _ => hi,
+        })
+    }
+    fn raw(self) -> u32 {
+        u32::from(self.to_bits())
     }
 }
 
@@ -125,6 +142,7 @@ proptest! {
     #[test]
     fn lamport_equals_one_shot(world in 2usize..=4, calls in prop::collection::vec(call(), 1..5)) {
         check::<f32>(world, &calls)?;
-        check::<Bf16>(world, &calls)?;
+        check::<bf16>(world, &calls)?;
+        check::<f16>(world, &calls)?;
     }
 }

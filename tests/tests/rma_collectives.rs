@@ -1,18 +1,20 @@
 //! Collectives at every world size: all-gather, all-to-all, broadcast (every root),
-//! all-reduce one-shot and two-shot, reduce-scatter; sum/min/max on f32, bf16 and i32.
+//! all-reduce one-shot and two-shot, reduce-scatter; sum/min/max on f32, bf16, i32, f16
+//! and f64.
 //!
 //! Integers are compared bit-exactly with a host reference. Floats are compared with
-//! the exact sum (computed in f64) within the recursive-summation bound
-//! `world * f32::EPSILON * sum(|x|)`, plus half a bf16 ulp (2^-8 relative) for bf16;
-//! min/max are exact. All ranks must agree bit for bit, and two-shot must equal
+//! the sum computed in f64 (exact for the narrower types) within the
+//! recursive-summation bound `world * EPS * sum(|x|)` of the type they are summed in
+//! (`f32` for bf16 and f16, `f64` for f64), plus half an ulp of the element type (2^-8
+//! relative for bf16, 2^-11 for f16) for the rounding at the end; min/max are exact. All ranks must agree bit for bit, and two-shot must equal
 //! one-shot.
 #![allow(clippy::needless_range_loop)] // rank-indexed loops read best in tests
 
 mod rma_common;
 use rma_common::*;
 use symmem::Grid;
-use symmem_rma::Bf16;
 use symmem_rma::collectives::{self, ReduceOp, Reducible, signal_words};
+use symmem_rma::{bf16, f16};
 
 const GRID: Grid = Grid {
     blocks: 2,
@@ -203,13 +205,15 @@ impl Judge for i32 {
     }
 }
 
-fn float_check(op: ReduceOp, xs: &[f64], got: f64, rel: f64) -> Result<(), String> {
+/// `got` against the f64 sum (or min, max) of `xs`, for a sum accumulated with machine
+/// epsilon `eps` and rounded at the end to within `rel` relative.
+fn float_check(op: ReduceOp, xs: &[f64], got: f64, eps: f64, rel: f64) -> Result<(), String> {
     let world = xs.len() as f64;
     let (want, tol) = match op {
         ReduceOp::Sum => {
             let abs: f64 = xs.iter().map(|x| x.abs()).sum();
             let want: f64 = xs.iter().sum();
-            (want, world * f32::EPSILON as f64 * abs + rel * want.abs())
+            (want, world * eps * abs + rel * want.abs())
         }
         ReduceOp::Min => (xs.iter().copied().fold(f64::INFINITY, f64::min), 0.0),
         ReduceOp::Max => (xs.iter().copied().fold(f64::NEG_INFINITY, f64::max), 0.0),
@@ -225,17 +229,42 @@ impl Judge for f32 {
     }
     fn check(op: ReduceOp, xs: &[Self], got: Self) -> Result<(), String> {
         let xs: Vec<f64> = xs.iter().map(|&x| x as f64).collect();
-        float_check(op, &xs, got as f64, 0.0)
+        float_check(op, &xs, got as f64, f32::EPSILON as f64, 0.0)
     }
 }
 
-impl Judge for Bf16 {
+impl Judge for bf16 {
     fn value(r: usize, i: usize) -> Self {
-        Bf16::from_f32(f32::value(r, i))
+        bf16::from_f32(f32::value(r, i))
     }
     fn check(op: ReduceOp, xs: &[Self], got: Self) -> Result<(), String> {
         let xs: Vec<f64> = xs.iter().map(|x| x.to_f32() as f64).collect();
-        float_check(op, &xs, got.to_f32() as f64, 1.0 / 256.0)
+        float_check(
+            op,
+            &xs,
+            got.to_f32() as f64,
+            f32::EPSILON as f64,
+            1.0 / 256.0,
+        )
+    }
+}
+
+impl Judge for f16 {
+    fn value(r: usize, i: usize) -> Self {
+        f16::from_f32(f32::value(r, i))
+    }
+    fn check(op: ReduceOp, xs: &[Self], got: Self) -> Result<(), String> {
+        let xs: Vec<f64> = xs.iter().map(|x| x.to_f64()).collect();
+        float_check(op, &xs, got.to_f64(), f32::EPSILON as f64, 1.0 / 2048.0)
+    }
+}
+
+impl Judge for f64 {
+    fn value(r: usize, i: usize) -> Self {
+        ((i * 37 + r * 101) % 1999) as f64 / 7.0 - 140.0
+    }
+    fn check(op: ReduceOp, xs: &[Self], got: Self) -> Result<(), String> {
+        float_check(op, xs, got, f64::EPSILON, 0.0)
     }
 }
 
@@ -314,7 +343,9 @@ fn reductions(world: usize) {
     for op in [ReduceOp::Sum, ReduceOp::Min, ReduceOp::Max] {
         reduce::<i32>(world, op, &SMALL);
         reduce::<f32>(world, op, &SMALL);
-        reduce::<Bf16>(world, op, &SMALL);
+        reduce::<bf16>(world, op, &SMALL);
+        reduce::<f16>(world, op, &SMALL);
+        reduce::<f64>(world, op, &SMALL);
     }
 }
 

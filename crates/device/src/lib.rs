@@ -51,7 +51,7 @@ pub use symmem_arch as arch;
 pub use symmem_arch::{Arch, Scope};
 pub use symmem_macros::{kernel, paste_idents};
 pub use symmem_rma as rma;
-pub use symmem_rma::{Bf16, Cmp, Order, Team};
+pub use symmem_rma::{Cmp, Order, Team, bf16, f16};
 pub use symmem_translate as translate;
 pub use symmem_translate::{PeerBases, U32x2, U32x4};
 

@@ -2,18 +2,19 @@
 //! same kernel with the same grid and counts; `sig` is the symmetric signal array of
 //! `symmem_rma::collectives::signal_words(world, grid_dim)` `u64`s, zeroed once.
 //! Reductions have one kernel per (operator, type):
-//! `symmem_{all_reduce_one_shot,all_reduce_two_shot,reduce_scatter}_{sum,min,max}_{f32,bf16,i32}`,
-//! the all-reduce across nodes, `symmem_all_reduce_gathered_{sum,min,max}_{f32,bf16,i32}`,
-//! and the barrier-free sum, `symmem_all_reduce_lamport_sum_{f32,bf16}`: all generated
+//! `symmem_{all_reduce_one_shot,all_reduce_two_shot,reduce_scatter}_{sum,min,max}_{ty}`,
+//! the all-reduce across nodes, `symmem_all_reduce_gathered_{sum,min,max}_{ty}`, for `ty`
+//! in `f32`, `bf16`, `i32`, `f16`, `f64`, and the barrier-free sum,
+//! `symmem_all_reduce_lamport_sum_{f32,bf16,f16}`: all generated
 //! from one list of element types (`reductions!` below), which also gives the host its
 //! table of them, [`ReductionKernels`].
 
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
 use symmem_device::Kernel;
 use symmem_device::{Arch, PeerTable, kernel, paste_idents};
-use symmem_rma::Bf16;
 use symmem_rma::collectives::{self, ReduceOp};
 use symmem_rma::lamport;
+use symmem_rma::{bf16, f16};
 
 /// All-gather of `n` bytes per rank (local `src`, symmetric `dst` of `world * n`).
 ///
@@ -263,10 +264,14 @@ macro_rules! reductions {
     };
 }
 
+// New types go last: the kernels of the types before them keep their order in the code
+// objects (easier to compare across a change).
 reductions! {
     f32: f32, lamport;
-    bf16: Bf16, lamport;
+    bf16: bf16, lamport;
     i32: i32;
+    f16: f16, lamport;
+    f64: f64;
 }
 
 /// The parameters of every reduction kernel: `dst`, `src`, the heap table, `world`,
@@ -296,7 +301,7 @@ pub type LamportParams<T> = (*mut T, *const T, PeerTable, u32, u32, u64, *mut u8
 /// An element type's reduction kernels, as host values to launch: each method returns
 /// the kernel generated for this type from the list in this module,
 /// `symmem_{method}_{operator}_{suffix}`. Implemented for exactly the listed types
-/// (sealed): `f32`, `Bf16`, `i32`.
+/// (sealed): `f32`, `bf16`, `i32`, `f16`, `f64`.
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
 pub trait ReductionKernels: Sized + 'static + sealed::Sealed {
     /// The one-shot all-reduce kernel for `op`.

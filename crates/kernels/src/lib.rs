@@ -232,9 +232,10 @@ mod declarations {
         names.dedup();
         assert_eq!(names.len(), count, "a kernel is recorded twice");
         // 3 point-to-point + 8 rma (with the put-until-delivered benchmark loop and the
-        // copy between two peers) + the engine's atomic + 3 data collectives + 27
-        // reductions + 9 all-reduces across nodes + 2 barrier-free all-reduces, their
-        // reset, the empty kernel + 4 probes.
-        assert_eq!(count, 59, "{names:?}");
+        // copy between two peers) + the engine's atomic + 3 data collectives + 45
+        // reductions (3 shapes x 3 operators x 5 element types) + 15 all-reduces across
+        // nodes + 3 barrier-free all-reduces (f32, bf16, f16), their reset, the empty
+        // kernel + 4 probes.
+        assert_eq!(count, 84, "{names:?}");
     }
 }

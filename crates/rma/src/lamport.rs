@@ -1,4 +1,4 @@
-//! A barrier-free one-shot all-reduce (sum of `f32` or [`Bf16`]), in the Lamport style of
+//! A barrier-free one-shot all-reduce (sum of `f32`, [`bf16`] or [`f16`]), in the Lamport style of
 //! TensorRT-LLM and FlashInfer: no barrier on entry or exit, readers spin on the data.
 //!
 //! Each rank owns a symmetric **workspace** ([`workspace_bytes`]): a header, then three
@@ -21,16 +21,23 @@
 //! a launch recorded once in a graph is correct at every replay.
 //!
 //! **The sentinel** is the word `0x8000_0000` (`-0.0` as `f32`). Before sending, every
-//! `-0.0` is made `+0.0` (for `Bf16`, each half-word `0x8000`), so no word of data is ever
-//! the sentinel (for `Bf16` a word is two elements, and a word with a `-0.0` half is
-//! never sent). The sums start from `+0.0`, as [`crate::collectives`]' do, so the
-//! result equals the one-shot all-reduce's bit for bit, `-0.0` inputs included.
+//! `-0.0` is made `+0.0` (for `bf16` and `f16`, each half-word `0x8000`), so no word of
+//! data is ever the sentinel (for a 16-bit type a word is two elements, and a word with a
+//! `-0.0` half is never sent). The sums start from `+0.0`, as [`crate::collectives`]' do,
+//! so the result equals the one-shot all-reduce's bit for bit, `-0.0` inputs included.
+//!
+//! **Not `f64`** (nor the integers): every 32-bit pattern, the sentinel included, is half
+//! of some finite `f64` (`0x8000_0000` is the upper word of small negative subnormals and
+//! the lower word of many ordinary values), so no change of an input's bits short of a
+//! change of its value keeps the sentinel out, and a reader tests each 32-bit word on its
+//! own (a 16-byte vector is not written as one indivisible access on every target). The
+//! host refuses those sums barrier-free and runs them one-shot or two-shot.
 //!
 //! Every wait is bounded like the [`crate::Team`] waits ([`crate::watch`]).
 
 use crate::collectives::{ReduceOp, Reducible};
 use crate::copy::share;
-use crate::{AtomicInt, Bf16, Order, Scope, Team, U32x4};
+use crate::{AtomicInt, Order, Scope, Team, U32x4, bf16, f16};
 use symmem_arch::Arch;
 
 /// The word a workspace slot holds where no data has arrived.
@@ -62,7 +69,8 @@ pub const fn workspace_bytes(world: usize, capacity: usize) -> Option<usize> {
 /// Slots a reader loads at once before testing any (see step 3 of [`all_reduce`]).
 const GROUP: usize = 4;
 
-/// The 32-bit words that `count` elements of `T` occupy (a last `Bf16` word may hold one).
+/// The 32-bit words that `count` elements of `T` occupy (a last word of a 16-bit type may
+/// hold one).
 pub const fn words<T>(count: usize) -> usize {
     (count * core::mem::size_of::<T>()).div_ceil(4)
 }
@@ -70,19 +78,21 @@ pub const fn words<T>(count: usize) -> usize {
 mod sealed {
     pub trait Sealed {}
     impl Sealed for f32 {}
-    impl Sealed for crate::Bf16 {}
+    impl Sealed for crate::bf16 {}
+    impl Sealed for crate::f16 {}
 }
 
-/// An element type the Lamport all-reduce supports: `f32` and [`Bf16`].
+/// An element type the Lamport all-reduce supports: `f32`, [`bf16`] and [`f16`] (see the
+/// module docs for why not `f64`).
 pub trait Lamport: Reducible + sealed::Sealed {
     /// `word` with every `-0.0` element made `+0.0`: never the [`SENTINEL`].
     fn canonical(word: u32) -> u32;
-    /// Word `w` of `src[0..count]` (the missing half of a last `Bf16` word is 0).
+    /// Word `w` of `src[0..count]` (the missing half of a last 16-bit word is 0).
     ///
     /// # Safety
     /// `src[0..count]` readable, `w < words::<Self>(count)`.
     unsafe fn load_word(src: *const Self, count: usize, w: usize) -> u32;
-    /// Writes word `w` into `dst[0..count]` (only the element of a last `Bf16` word that
+    /// Writes word `w` into `dst[0..count]` (only the element of a last 16-bit word that
     /// lies inside).
     ///
     /// # Safety
@@ -107,36 +117,45 @@ impl Lamport for f32 {
     }
 }
 
-impl Lamport for Bf16 {
-    #[inline(always)]
-    fn canonical(word: u32) -> u32 {
-        let half = |h: u32| if h == 0x8000 { 0 } else { h };
-        half(word & 0xffff) | (half(word >> 16) << 16)
-    }
-    #[inline(always)]
-    unsafe fn load_word(src: *const Bf16, count: usize, w: usize) -> u32 {
-        // SAFETY: 2w < count; 2w + 1 is read only when inside.
-        unsafe {
-            let lo = u32::from(src.add(2 * w).read().0);
-            let hi = if 2 * w + 1 < count {
-                u32::from(src.add(2 * w + 1).read().0)
-            } else {
-                0
-            };
-            lo | (hi << 16)
-        }
-    }
-    #[inline(always)]
-    unsafe fn store_word(dst: *mut Bf16, count: usize, w: usize, word: u32) {
-        // SAFETY: as above.
-        unsafe {
-            dst.add(2 * w).write(Bf16(word as u16));
-            if 2 * w + 1 < count {
-                dst.add(2 * w + 1).write(Bf16((word >> 16) as u16));
+/// `Lamport` for a 16-bit float: two elements per word, `-0.0` is the half-word `0x8000`.
+macro_rules! lamport_half {
+    ($t:ty) => {
+        impl Lamport for $t {
+            #[inline(always)]
+            fn canonical(word: u32) -> u32 {
+                let half = |h: u32| if h == 0x8000 { 0 } else { h };
+                half(word & 0xffff) | (half(word >> 16) << 16)
+            }
+            #[inline(always)]
+            unsafe fn load_word(src: *const $t, count: usize, w: usize) -> u32 {
+                // SAFETY: 2w < count; 2w + 1 is read only when inside.
+                unsafe {
+                    let lo = u32::from(src.add(2 * w).read().to_bits());
+                    let hi = if 2 * w + 1 < count {
+                        u32::from(src.add(2 * w + 1).read().to_bits())
+                    } else {
+                        0
+                    };
+                    lo | (hi << 16)
+                }
+            }
+            #[inline(always)]
+            unsafe fn store_word(dst: *mut $t, count: usize, w: usize, word: u32) {
+                // SAFETY: as above.
+                unsafe {
+                    dst.add(2 * w).write(<$t>::from_bits(word as u16));
+                    if 2 * w + 1 < count {
+                        dst.add(2 * w + 1)
+                            .write(<$t>::from_bits((word >> 16) as u16));
+                    }
+                }
             }
         }
-    }
+    };
 }
+
+lamport_half!(bf16);
+lamport_half!(f16);
 
 /// Writes a vector that another rank polls. nvptx: one 16-byte volatile store
 /// (`st.volatile.global.v4`, relaxed at system scope in PTX). amdgcn: two 8-byte relaxed
@@ -342,7 +361,7 @@ pub unsafe fn all_reduce<A: Arch, T: Lamport>(
     let (start, len) = share(n, 4, block, blocks);
     let vectors = len / 4;
     // A vector is moved whole where the local side is 16-aligned and the vector's 16
-    // bytes lie inside (not so for the last word of an odd `Bf16` count).
+    // bytes lie inside (not so for the last word of an odd count of a 16-bit type).
     let bytes = size_of::<T>() * count;
     let whole = |p: usize, w: usize| p.is_multiple_of(16) && 4 * (w + 4) <= bytes;
 

@@ -26,13 +26,15 @@
 //! converged control flow (they contain block barriers).
 #![no_std]
 #![cfg_attr(target_arch = "nvptx64", feature(asm_experimental_arch))]
+// core's own `f16`, for one-instruction conversions of `half::f16` on GPUs (the device
+// build is always nightly; host builds use `half`'s).
+#![cfg_attr(any(target_arch = "amdgpu", target_arch = "nvptx64"), feature(f16))]
 #![deny(missing_docs)]
 
 #[cfg(feature = "std")]
 extern crate std;
 
 pub mod atomic;
-mod bf16;
 pub mod collectives;
 pub mod copy;
 pub mod engine;
@@ -42,7 +44,7 @@ mod team;
 pub mod watch;
 
 pub use atomic::{AtomicInt, AtomicOp};
-pub use bf16::Bf16;
+pub use half::{bf16, f16};
 pub use signal::{Cmp, SignalOp};
 pub use symmem_arch::Scope;
 pub use symmem_translate::{PeerBases, U32x2, U32x4};

@@ -10,7 +10,7 @@ use std::sync::Barrier;
 use symmem_arch::Arch;
 use symmem_arch::host::{BlockBarrier, HostThread};
 use symmem_rma::collectives::{self, ReduceOp, Reducible};
-use symmem_rma::{AtomicOp, Bf16, Cmp, Order, PeerBases, Scope, SignalOp, Team, U32x4};
+use symmem_rma::{AtomicOp, Cmp, Order, PeerBases, Scope, SignalOp, Team, U32x4, bf16, f16};
 
 struct StdBarrier(Barrier);
 impl BlockBarrier for StdBarrier {
@@ -385,22 +385,43 @@ fn all_reduce_small() {
             });
             if !cfg!(miri) {
                 reduce_case::<f32>(world, op, count, |r, i| (i as f32 * 0.25) - r as f32 * 1.5);
-                reduce_case::<Bf16>(world, op, count, |r, i| {
-                    Bf16::from_f32(i as f32 - r as f32 * 3.0)
+                reduce_case::<bf16>(world, op, count, |r, i| {
+                    bf16::from_f32(i as f32 - r as f32 * 3.0)
                 });
+                reduce_case::<f16>(world, op, count, |r, i| {
+                    f16::from_f32(i as f32 * 0.125 - r as f32 * 3.0)
+                });
+                reduce_case::<f64>(world, op, count, |r, i| (i as f64 / 3.0) - r as f64 * 1.5);
             }
         }
     }
 }
 
+/// The reductions' rounding of their `f32` accumulator to `bf16` and `f16`: to nearest,
+/// ties to even, NaN and infinity kept.
 #[test]
-fn bf16_rounding() {
-    assert_eq!(Bf16::from_f32(1.0).0, 0x3f80);
-    assert_eq!(Bf16::from_f32(-2.0).to_f32(), -2.0);
+fn half_rounding() {
+    let b = |v: f32| <bf16 as Reducible>::narrow(v).to_bits();
+    assert_eq!(b(1.0), 0x3f80);
+    assert_eq!(<bf16 as Reducible>::narrow(-2.0).widen(), -2.0);
     // 1 + 2^-8 is halfway between 1 and 1 + 2^-7: ties to even (1.0).
-    assert_eq!(Bf16::from_f32(1.0 + 1.0 / 256.0).0, 0x3f80);
+    assert_eq!(b(1.0 + 1.0 / 256.0), 0x3f80);
     // 1 + 3 * 2^-8 is halfway between 1 + 2^-7 and 1 + 2^-6: ties to even (upper).
-    assert_eq!(Bf16::from_f32(1.0 + 3.0 / 256.0).0, 0x3f82);
-    assert!(Bf16::from_f32(f32::NAN).to_f32().is_nan());
-    assert_eq!(Bf16::from_f32(f32::INFINITY).to_f32(), f32::INFINITY);
+    assert_eq!(b(1.0 + 3.0 / 256.0), 0x3f82);
+    assert!(<bf16 as Reducible>::narrow(f32::NAN).widen().is_nan());
+    assert_eq!(
+        <bf16 as Reducible>::narrow(f32::INFINITY).widen(),
+        f32::INFINITY
+    );
+    let h = |v: f32| <f16 as Reducible>::narrow(v).to_bits();
+    assert_eq!(h(1.0), 0x3c00);
+    // 1 + 2^-11 is halfway between 1 and 1 + 2^-10: ties to even (1.0).
+    assert_eq!(h(1.0 + 1.0 / 2048.0), 0x3c00);
+    // 1 + 3 * 2^-11: ties to even (upper, 1 + 2^-9).
+    assert_eq!(h(1.0 + 3.0 / 2048.0), 0x3c02);
+    // The smallest subnormal, and past the largest finite value.
+    assert_eq!(h(2f32.powi(-24)), 0x0001);
+    assert_eq!(h(65520.0), 0x7c00);
+    assert!(<f16 as Reducible>::narrow(f32::NAN).widen().is_nan());
+    assert_eq!(<f16 as Reducible>::narrow(-0.0).to_bits(), 0x8000);
 }

@@ -13,7 +13,7 @@ use clap::{Parser, ValueEnum};
 use fused_allreduce_rmsnorm_kernels as kernels;
 use std::process::ExitCode;
 use symmem::backend::{Backend, cpu::Cpu, cuda::Cuda};
-use symmem::collectives::{Bf16, signal_words};
+use symmem::collectives::{bf16, signal_words};
 use symmem::{Config, Grid, Kernel, PeerTable, World};
 
 /// Why a rank failed: symmem's error, or an element that differs from the host reference.
@@ -68,7 +68,7 @@ impl Element for f32 {
     }
 }
 
-impl Element for Bf16 {
+impl Element for bf16 {
     const NAME: &'static str = "bf16";
     // Two bf16 ulps: the kernel rounds the residual once and the output once.
     const TOLERANCE: f64 = 2.0 / 128.0;
@@ -76,7 +76,7 @@ impl Element for Bf16 {
         kernels::fused_ar_rmsnorm_bf16
     }
     fn from_f64(v: f64) -> Self {
-        Bf16::from_f32(v as f32)
+        bf16::from_f32(v as f32)
     }
     fn to_f64(self) -> f64 {
         f64::from(self.to_f32())
@@ -175,7 +175,7 @@ fn run_type<T: Element, B: Backend>(world: &World<B>) -> Result<usize, Failed> {
 }
 
 fn run<B: Backend>(world: World<B>) -> Result<usize, Failed> {
-    Ok(run_type::<f32, B>(&world)? + run_type::<Bf16, B>(&world)?)
+    Ok(run_type::<f32, B>(&world)? + run_type::<bf16, B>(&world)?)
 }
 
 /// One rank of a world over MPI (`--mpi`, under `mpirun`): this process's rank on `backend`.

@@ -5,11 +5,12 @@
 //! * all-gather, all-to-all and broadcast (every root) of 0, 1, 15, 16, 17, 4095 and
 //!   1 MiB + 3 bytes from unaligned local addresses, byte for byte against a host
 //!   reference, with guard bytes after every destination;
-//! * all-reduce (one-shot and two-shot) and reduce-scatter, sum/min/max on f32, bf16
-//!   and i32, at 0, 1, 15, 16, 17 and 4095 elements and about 1 MiB + 3 bytes: every
-//!   result bit-exact to a host fold in rank order (the kernels' order), floats also
-//!   within the bound of `rma_collectives.rs` against the exact (f64) sum
-//!   (`world * f32::EPSILON * sum|x|`, plus 2^-8 relative for bf16);
+//! * all-reduce (one-shot and two-shot) and reduce-scatter, sum/min/max on f32, bf16,
+//!   i32, f16 and f64, at 0, 1, 15, 16, 17 and 4095 elements and about 1 MiB + 3 bytes:
+//!   every result bit-exact to a host fold in rank order (the kernels' order; bf16 and
+//!   f16 folded in f32 and rounded once by `half`), floats also within the bound of
+//!   `rma_collectives.rs` against the f64 sum (`world * EPS * sum|x|` of the type summed
+//!   in, plus 2^-8 relative for bf16 and 2^-11 for f16);
 //! * the device barrier repeated, and ordering puts between rounds;
 //! * put-with-signal then a device-side signal wait (every rank to every rank);
 //! * atomics under contention: every rank x every thread x `iters` adds on every
@@ -30,7 +31,7 @@ use super::TestBackend;
 use rma_ranks::{FILL, GUARD, assert_bytes, assert_guard, filled, handles, local, patterned};
 use std::sync::{Mutex, MutexGuard};
 use symmem::backend::{BackendKind, Grid};
-use symmem::collectives::{Algorithm, Bf16, Cmp, Collectives, Element, MAX_BLOCKS, ReduceOp};
+use symmem::collectives::{Algorithm, Cmp, Collectives, Element, MAX_BLOCKS, ReduceOp, bf16, f16};
 use symmem::{Config, Error, World};
 
 /// Transfer sizes that hit every head/middle/tail path.
@@ -211,12 +212,22 @@ fn fold_f32(op: ReduceOp, xs: impl Iterator<Item = f32>) -> f32 {
     .expect("at least one rank")
 }
 
-/// `rma_collectives.rs`'s bound: the exact sum within `world * EPS * sum|x|` (plus
-/// `rel * |sum|`); min and max exact.
+fn fold_f64(op: ReduceOp, xs: impl Iterator<Item = f64>) -> f64 {
+    xs.reduce(|a, x| match op {
+        ReduceOp::Sum => a + x,
+        ReduceOp::Min => a.min(x),
+        ReduceOp::Max => a.max(x),
+    })
+    .expect("at least one rank")
+}
+
+/// `rma_collectives.rs`'s bound: the f64 sum within `world * eps * sum|x|` (plus
+/// `rel * |sum|`), `eps` the machine epsilon of the type summed in; min and max exact.
 fn float_within(
     op: ReduceOp,
     xs: impl Iterator<Item = f64> + Clone,
     got: f64,
+    eps: f64,
     rel: f64,
 ) -> Result<(), String> {
     let world = xs.clone().count() as f64;
@@ -224,7 +235,7 @@ fn float_within(
         ReduceOp::Sum => {
             let abs: f64 = xs.clone().map(f64::abs).sum();
             let want: f64 = xs.sum();
-            (want, world * f32::EPSILON as f64 * abs + rel * want.abs())
+            (want, world * eps * abs + rel * want.abs())
         }
         ReduceOp::Min => (xs.fold(f64::INFINITY, f64::min), 0.0),
         ReduceOp::Max => (xs.fold(f64::NEG_INFINITY, f64::max), 0.0),
@@ -242,26 +253,59 @@ impl Judge for f32 {
         fold_f32(op, xs.iter().copied())
     }
     fn within(op: ReduceOp, xs: &[Self], got: Self) -> Result<(), String> {
-        float_within(op, xs.iter().map(|&x| x as f64), got as f64, 0.0)
+        float_within(op, xs.iter().map(|&x| x as f64), got as f64, EPS_F32, 0.0)
     }
     fn sentinel() -> Self {
         f32::from_bits(0x5a5a_5a5a)
     }
 }
 
-impl Judge for Bf16 {
+const EPS_F32: f64 = f32::EPSILON as f64;
+
+impl Judge for bf16 {
     fn value(r: usize, i: usize) -> Self {
-        Bf16::from_f32(f32::value(r, i))
+        bf16::from_f32(f32::value(r, i))
     }
     fn fold(op: ReduceOp, xs: &[Self]) -> Self {
-        Bf16::from_f32(fold_f32(op, xs.iter().map(|x| x.to_f32())))
+        bf16::from_f32(fold_f32(op, xs.iter().map(|x| x.to_f32())))
     }
     fn within(op: ReduceOp, xs: &[Self], got: Self) -> Result<(), String> {
-        let xs = xs.iter().map(|x| x.to_f32() as f64);
-        float_within(op, xs, got.to_f32() as f64, 1.0 / 256.0)
+        let xs = xs.iter().map(|x| x.to_f64());
+        float_within(op, xs, got.to_f64(), EPS_F32, 1.0 / 256.0)
     }
     fn sentinel() -> Self {
-        Bf16(0x5a5a)
+        bf16::from_bits(0x5a5a)
+    }
+}
+
+impl Judge for f16 {
+    fn value(r: usize, i: usize) -> Self {
+        f16::from_f32(f32::value(r, i))
+    }
+    fn fold(op: ReduceOp, xs: &[Self]) -> Self {
+        f16::from_f32(fold_f32(op, xs.iter().map(|x| x.to_f32())))
+    }
+    fn within(op: ReduceOp, xs: &[Self], got: Self) -> Result<(), String> {
+        let xs = xs.iter().map(|x| x.to_f64());
+        float_within(op, xs, got.to_f64(), EPS_F32, 1.0 / 2048.0)
+    }
+    fn sentinel() -> Self {
+        f16::from_bits(0x5a5a)
+    }
+}
+
+impl Judge for f64 {
+    fn value(r: usize, i: usize) -> Self {
+        ((i * 37 + r * 101) % 1999) as f64 / 7.0 - 140.0
+    }
+    fn fold(op: ReduceOp, xs: &[Self]) -> Self {
+        fold_f64(op, xs.iter().copied())
+    }
+    fn within(op: ReduceOp, xs: &[Self], got: Self) -> Result<(), String> {
+        float_within(op, xs.iter().copied(), got, f64::EPSILON, 0.0)
+    }
+    fn sentinel() -> Self {
+        f64::from_bits(0x5a5a_5a5a_5a5a_5a5a)
     }
 }
 
@@ -283,10 +327,10 @@ fn reduce_once<T: Judge>(w: &W, c: &C<'_>, op: ReduceOp, count: usize) -> symmem
     let one = w.full(count + GUARD, T::sentinel())?;
     let two = w.full(count + GUARD, T::sentinel())?;
     let sz = size_of::<T>();
-    // The local destination 4 bytes into its allocation (as far from 16-byte alignment
-    // as an element allows), filled with FILL bytes.
+    // The local destination 4 bytes into its allocation (8 for f64: as far from 16-byte
+    // alignment as an element allows), filled with FILL bytes.
     let fill: Vec<T> = rma_ranks::from_bytes(&vec![FILL; count * sz]);
-    let scatter_mem = local(w, &fill, 4 / sz)?;
+    let scatter_mem = local(w, &fill, (4 / sz).max(1))?;
     let scatter = scatter_mem.view();
     w.barrier()?; // see `local`
     c.all_reduce(&one, &src, count, op, Algorithm::OneShot)?;
@@ -344,7 +388,9 @@ fn reductions(n: usize) {
             for &count in &COUNTS {
                 reduce_once::<i32>(&w, &cs[k % 2], op, count)?;
                 reduce_once::<f32>(&w, &cs[(k + 1) % 2], op, count)?;
-                reduce_once::<Bf16>(&w, &cs[k % 2], op, count)?;
+                reduce_once::<bf16>(&w, &cs[k % 2], op, count)?;
+                reduce_once::<f16>(&w, &cs[(k + 1) % 2], op, count)?;
+                reduce_once::<f64>(&w, &cs[k % 2], op, count)?;
                 k += 1;
             }
         }
@@ -353,16 +399,18 @@ fn reductions(n: usize) {
 }
 
 /// 1 MiB + 3 bytes of elements (rounded up to whole elements), with the default grid:
-/// the big size for all three reductions: i32 sums everywhere; f32 and bf16 sums on
-/// GPUs only (on the CPU in debug they would double the run; the kernel bodies get a
-/// big f32 reduction in `rma_collectives.rs`).
+/// the big size for all three reductions: i32 sums everywhere; f32, bf16, f16 and f64
+/// sums on GPUs only (on the CPU in debug they would double the run; the kernel bodies
+/// get a big f32 reduction in `rma_collectives.rs`).
 fn reductions_big(n: usize) {
     run(n, |w| {
         let c = Collectives::new(&w)?;
         reduce_once::<i32>(&w, &c, ReduceOp::Sum, BIG.div_ceil(4))?;
         if gpu() {
             reduce_once::<f32>(&w, &c, ReduceOp::Sum, BIG.div_ceil(4))?;
-            reduce_once::<Bf16>(&w, &c, ReduceOp::Sum, BIG.div_ceil(2))?;
+            reduce_once::<bf16>(&w, &c, ReduceOp::Sum, BIG.div_ceil(2))?;
+            reduce_once::<f16>(&w, &c, ReduceOp::Sum, BIG.div_ceil(2))?;
+            reduce_once::<f64>(&w, &c, ReduceOp::Sum, BIG.div_ceil(8))?;
         }
         c.finalize()
     });

@@ -1,12 +1,13 @@
 //! Small messages on the backend under test (`super::TestBackend`), ranks as threads: the
-//! barrier-free (Lamport) all-reduce gives the one-shot all-reduce's bits, call after
-//! call (its buffers rotate on the device), and every collective recorded once in a graph
-//! gives correct results at every replay, with new inputs written before each.
+//! barrier-free (Lamport) all-reduce gives the one-shot all-reduce's bits (f32, bf16,
+//! f16; refused for f64, whose small sums run one-shot), call after call (its buffers
+//! rotate on the device), and every collective recorded once in a graph gives correct
+//! results at every replay, with new inputs written before each.
 
 use super::TestBackend;
 use std::sync::{Mutex, MutexGuard};
 use symmem::backend::{BackendKind, Grid};
-use symmem::collectives::{Algorithm, Bf16, Collectives, LAMPORT_MAX_BYTES, ReduceOp};
+use symmem::collectives::{Algorithm, Collectives, LAMPORT_MAX_BYTES, ReduceOp, bf16, f16};
 use symmem::{Config, Error, LamportRefusal, World};
 
 type W = World<TestBackend>;
@@ -52,8 +53,10 @@ fn input(r: usize, i: usize, k: usize) -> f32 {
 
 /// The element types under test, as f32 inputs converted.
 trait Elem: symmem::collectives::Element + PartialEq + std::fmt::Debug {
+    /// Whether the barrier-free all-reduce serves the type (else it is refused).
+    const LAMPORT: bool = true;
     fn from(x: f32) -> Self;
-    fn bits(self) -> u32;
+    fn bits(self) -> u64;
     /// The sum over ranks in rank order from `+0.0`, as the device folds it.
     fn sum(xs: impl Iterator<Item = Self>) -> Self;
 }
@@ -62,7 +65,46 @@ impl Elem for f32 {
     fn from(x: f32) -> Self {
         x
     }
-    fn bits(self) -> u32 {
+    fn bits(self) -> u64 {
+        self.to_bits().into()
+    }
+    fn sum(xs: impl Iterator<Item = Self>) -> Self {
+        xs.fold(0.0, |a, x| a + x)
+    }
+}
+
+impl Elem for bf16 {
+    fn from(x: f32) -> Self {
+        bf16::from_f32(x)
+    }
+    fn bits(self) -> u64 {
+        self.to_bits().into()
+    }
+    fn sum(xs: impl Iterator<Item = Self>) -> Self {
+        bf16::from_f32(xs.fold(0.0, |a, x| a + x.to_f32()))
+    }
+}
+
+impl Elem for f16 {
+    fn from(x: f32) -> Self {
+        f16::from_f32(x)
+    }
+    fn bits(self) -> u64 {
+        self.to_bits().into()
+    }
+    fn sum(xs: impl Iterator<Item = Self>) -> Self {
+        f16::from_f32(xs.fold(0.0, |a, x| a + x.to_f32()))
+    }
+}
+
+impl Elem for f64 {
+    const LAMPORT: bool = false;
+    /// `x` a little off, so the sums round in f64 (`-0.0` stays `-0.0`).
+    fn from(x: f32) -> Self {
+        let x: f64 = x.into();
+        x * (1.0 + 2f64.powi(-40))
+    }
+    fn bits(self) -> u64 {
         self.to_bits()
     }
     fn sum(xs: impl Iterator<Item = Self>) -> Self {
@@ -70,20 +112,8 @@ impl Elem for f32 {
     }
 }
 
-impl Elem for Bf16 {
-    fn from(x: f32) -> Self {
-        Bf16::from_f32(x)
-    }
-    fn bits(self) -> u32 {
-        u32::from(self.0)
-    }
-    fn sum(xs: impl Iterator<Item = Self>) -> Self {
-        Bf16::from_f32(xs.fold(0.0, |a, x| a + x.to_f32()))
-    }
-}
-
-/// Counts that hit every path: one element, tails of 1-3 words, odd `Bf16` counts, a
-/// few blocks, and the largest the barrier-free path takes.
+/// Counts that hit every path: one element, tails of 1-3 words, odd counts of 16-bit
+/// types, a few blocks, and the largest the barrier-free path takes.
 fn counts<T>() -> Vec<usize> {
     let max = LAMPORT_MAX_BYTES / size_of::<T>();
     vec![1, 2, 3, 4, 5, 7, 8, 9, 17, 255, 1000, 4099, max - 1, max]
@@ -91,12 +121,14 @@ fn counts<T>() -> Vec<usize> {
 
 /// One all-reduce of `count` elements in round `k`, one-shot, barrier-free and chosen by
 /// size (`Algorithm::Auto`); returns the three results' bits and the host reference's.
+/// Where the barrier-free all-reduce is refused (`!T::LAMPORT`: checked here), its
+/// result is the one-shot's.
 fn both<T: Elem>(
     w: &W,
     c: &Collectives<'_, TestBackend>,
     count: usize,
     k: usize,
-) -> symmem::Result<[Vec<u32>; 4]> {
+) -> symmem::Result<[Vec<u64>; 4]> {
     let (me, n) = (w.rank(), w.world_size());
     let mine: Vec<T> = (0..count).map(|i| T::from(input(me, i, k))).collect();
     let src = w.from_slice(&mine)?;
@@ -105,18 +137,34 @@ fn both<T: Elem>(
     let auto = w.zeros::<T>(count)?;
     w.barrier()?;
     c.all_reduce(&one, &src, count, ReduceOp::Sum, Algorithm::OneShot)?;
-    c.all_reduce(&lamport, &src, count, ReduceOp::Sum, Algorithm::Lamport)?;
+    let barrier_free = c.all_reduce(&lamport, &src, count, ReduceOp::Sum, Algorithm::Lamport);
+    if T::LAMPORT {
+        barrier_free?;
+    } else {
+        assert!(
+            matches!(
+                barrier_free,
+                Err(Error::LamportUnavailable {
+                    why: LamportRefusal::NoKernel,
+                    ..
+                })
+            ),
+            "{}: {barrier_free:?}",
+            std::any::type_name::<T>()
+        );
+    }
     c.all_reduce(&auto, &src, count, ReduceOp::Sum, Algorithm::Auto)?;
     let bits = |v: Vec<T>| v.into_iter().map(T::bits).collect::<Vec<_>>();
     let want = (0..count)
         .map(|i| T::sum((0..n).map(|r| T::from(input(r, i, k)))).bits())
         .collect();
-    Ok([
-        bits(w.read(&one)?),
-        bits(w.read(&lamport)?),
-        bits(w.read(&auto)?),
-        want,
-    ])
+    let one = bits(w.read(&one)?);
+    let lamport = if T::LAMPORT {
+        bits(w.read(&lamport)?)
+    } else {
+        one.clone()
+    };
+    Ok([one, lamport, bits(w.read(&auto)?), want])
 }
 
 fn bit_for_bit<T: Elem>(n: usize) {
@@ -153,7 +201,29 @@ fn lamport_equals_one_shot_bit_for_bit_bf16() {
         return;
     }
     for n in [2, 3, 4, 8] {
-        bit_for_bit::<Bf16>(n);
+        bit_for_bit::<bf16>(n);
+    }
+}
+
+#[test]
+fn lamport_equals_one_shot_bit_for_bit_f16() {
+    if super::skip() {
+        return;
+    }
+    for n in [2, 3, 4, 8] {
+        bit_for_bit::<f16>(n);
+    }
+}
+
+/// f64: the barrier-free all-reduce refused at every count, and the small all-reduce
+/// chosen by size the one-shot's bits, equal to the host's sum in rank order.
+#[test]
+fn small_f64_sums_refuse_lamport_and_run_one_shot_bit_for_bit() {
+    if super::skip() {
+        return;
+    }
+    for n in [2, 3, 4, 8] {
+        bit_for_bit::<f64>(n);
     }
 }
 
@@ -205,7 +275,10 @@ fn lamport_refuses_what_it_cannot_do() {
         let c = Collectives::new(&w)?;
         let big = LAMPORT_MAX_BYTES / 4 + 1;
         let (src, dst) = (w.zeros::<f32>(big)?, w.zeros::<f32>(big)?);
-        let (ints, more_ints) = (w.zeros::<i32>(4)?, w.zeros::<i32>(4)?);
+        // Separate buffers: an all-reduce in place is refused for that alone.
+        let ints = (w.zeros::<i32>(4)?, w.zeros::<i32>(4)?);
+        let doubles = (w.zeros::<f64>(4)?, w.zeros::<f64>(4)?);
+        let halves = (w.zeros::<f16>(4)?, w.zeros::<f16>(4)?);
         let huge = Collectives::with_lamport_capacity(&w, Grid::new(1, 1), usize::MAX);
         assert!(
             matches!(huge, Err(Error::TooLarge { .. })),
@@ -224,7 +297,15 @@ fn lamport_refuses_what_it_cannot_do() {
             ),
             (
                 "i32",
-                c.all_reduce(&ints, &more_ints, 4, ReduceOp::Sum, Algorithm::Lamport),
+                c.all_reduce(&ints.0, &ints.1, 4, ReduceOp::Sum, Algorithm::Lamport),
+            ),
+            (
+                "f64",
+                c.all_reduce(&doubles.0, &doubles.1, 4, ReduceOp::Sum, Algorithm::Lamport),
+            ),
+            (
+                "f16 max",
+                c.all_reduce(&halves.0, &halves.1, 4, ReduceOp::Max, Algorithm::Lamport),
             ),
         ] {
             // Each refusal says why, and names what to do instead.

@@ -14,34 +14,27 @@
     feature(abi_gpu_kernel)
 )]
 
-use symmem_device::rma::collectives::barrier;
-use symmem_device::{Arch, Bf16, PeerTable, kernel};
+use symmem_device::rma::collectives::{Reducible, barrier};
+use symmem_device::{Arch, PeerTable, bf16, kernel};
 
-/// An element type the kernel computes in `f32`.
+/// An element type the kernel computes in `f32`: every type symmem's reductions
+/// accumulate in `f32` (`f32`, `bf16`, `f16`), converted as they convert
+/// ([`Reducible::widen`], [`Reducible::narrow`]: for `bf16` one shift in and one rounding
+/// add out, the values of `half`'s `to_f32`/`from_f32` without their extra NaN tests), so
+/// the fused sum rounds exactly as the all-reduce's.
 trait Real: Copy {
     fn to_f32(self) -> f32;
     fn from_f32(v: f32) -> Self;
 }
 
-impl Real for f32 {
+impl<T: Reducible<Acc = f32>> Real for T {
     #[inline(always)]
     fn to_f32(self) -> f32 {
-        self
+        self.widen()
     }
     #[inline(always)]
     fn from_f32(v: f32) -> Self {
-        v
-    }
-}
-
-impl Real for Bf16 {
-    #[inline(always)]
-    fn to_f32(self) -> f32 {
-        Bf16::to_f32(self)
-    }
-    #[inline(always)]
-    fn from_f32(v: f32) -> Self {
-        Bf16::from_f32(v)
+        T::narrow(v)
     }
 }
 
@@ -152,10 +145,10 @@ pub unsafe fn fused_ar_rmsnorm_f32(
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn fused_ar_rmsnorm_bf16(
     arch: &impl Arch,
-    out: *mut Bf16,
-    residual: *mut Bf16,
-    x: *const Bf16,
-    weight: *const Bf16,
+    out: *mut bf16,
+    residual: *mut bf16,
+    x: *const bf16,
+    weight: *const bf16,
     bases: PeerTable,
     world: u32,
     rank: u32,
