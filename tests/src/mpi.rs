@@ -43,9 +43,13 @@ pub fn build(package: &str, features: &str, bin: &str) -> PathBuf {
     if let Some((_, r)) = built.iter().find(|(b, _)| b == bin) {
         return r.clone().unwrap_or_else(|e| panic!("{e}"));
     }
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map_or_else(|| workspace().join("target"), PathBuf::from)
-        .join("mpi");
+    let outer = std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| workspace().join("target"), PathBuf::from);
+    let target = outer.join("mpi");
+    // The GPU code objects of this build are the default build's: one nested area for
+    // both, so `core` and the kernel crates are built once per GPU target.
+    let nested = std::env::var_os(symmem_build::NESTED_DIR_ENV)
+        .unwrap_or_else(|| outer.join("symmem-device").into_os_string());
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let args = ["build", "-p", package, "--features", features, "--bin", bin];
     let result = Command::new(cargo)
@@ -53,6 +57,7 @@ pub fn build(package: &str, features: &str, bin: &str) -> PathBuf {
         .args(args)
         .arg("--target-dir")
         .arg(&target)
+        .env(symmem_build::NESTED_DIR_ENV, &nested)
         .output()
         .map_err(|e| format!("running cargo: {e}"))
         .and_then(|output| {

@@ -80,6 +80,13 @@ use toolchain::{Toolchain, rustup_add};
 /// code object is built (the table is empty). See [Targets](crate#targets).
 pub const TARGETS_ENV: &str = "SYMMEM_GPU_TARGETS";
 
+/// The environment variable that, when set (and not empty), is the nested area of every
+/// [`KernelCrate`] that does not set [`KernelCrate::nested_dir`]: builds of several target
+/// directories (a second profile, a build with other features in a target directory of
+/// its own) that name one area build `core` and each kernel crate once per GPU target
+/// between them.
+pub const NESTED_DIR_ENV: &str = "SYMMEM_DEVICE_BUILD_DIR";
+
 /// Set by docs.rs while it documents a crate: no code object is built then.
 const DOCS_RS_ENV: &str = "DOCS_RS";
 
@@ -515,6 +522,7 @@ impl KernelCrate {
         let out_dir: PathBuf = out_dir.into();
         cargo_line(&format!("rerun-if-env-changed={TARGETS_ENV}"));
         cargo_line(&format!("rerun-if-env-changed={TOOLCHAIN_ENV}"));
+        cargo_line(&format!("rerun-if-env-changed={NESTED_DIR_ENV}"));
         cargo_line(&format!("rerun-if-env-changed={DOCS_RS_ENV}"));
         let names = match std::env::var(TARGETS_ENV) {
             // docs.rs documents crates with a toolchain of its own and no network, so no
@@ -555,7 +563,10 @@ impl KernelCrate {
             let toolchain = Toolchain::device()?;
             let nested = match self.nested_dir {
                 Some(dir) => dir,
-                None => nested_dir_for(&out_dir),
+                None => match std::env::var_os(NESTED_DIR_ENV) {
+                    Some(dir) if !dir.is_empty() => PathBuf::from(dir),
+                    _ => nested_dir_for(&out_dir),
+                },
             };
             let tools = Tools::install(&nested.join("tools"), &toolchain, &targets)?;
             let wrapper = Wrapper::write(
