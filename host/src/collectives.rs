@@ -86,7 +86,7 @@ pub const MAX_BLOCKS: u32 = 1024;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Algorithm {
     /// Chosen by size, op and type: [`Algorithm::Lamport`] for sums of `f32`, [`bf16`] or
-    /// [`f16`] of
+    /// [`f16`](struct@f16) of
     /// at most [`LAMPORT_AUTO_BYTES`] (and the handle's capacity), [`Algorithm::OneShot`]
     /// up to [`ONE_SHOT_MAX_BYTES`], [`Algorithm::TwoShot`] above (thresholds measured on
     /// the H200: `BENCHMARKS.md`, issue 16).
@@ -101,7 +101,7 @@ pub enum Algorithm {
     TwoShot,
     /// Barrier-free (`symmem_rma::lamport`): every rank writes its `src` into every
     /// rank's slot of a rotating workspace and reads spin on the data; no barrier on
-    /// entry or exit. Sums of `f32`, [`bf16`] and [`f16`] only, of at most the handle's
+    /// entry or exit. Sums of `f32`, [`bf16`] and [`f16`](struct@f16) only, of at most the handle's
     /// [`Collectives::lamport_capacity`]; the same bits as [`Algorithm::OneShot`]. (Not
     /// `f64`: its data can hold every 32-bit word, so no word can mark "not yet arrived";
     /// `symmem_rma::lamport` says more.)
@@ -127,7 +127,7 @@ pub const ONE_SHOT_MAX_BYTES: usize = 64 << 10;
 
 pub use symmem_kernels::{GatheredParams, LamportParams, ReductionParams};
 
-/// An element type of the reductions: `f32`, `f64`, [`bf16`], [`f16`], `i32`. Its
+/// An element type of the reductions: `f32`, `f64`, [`bf16`], [`f16`](struct@f16), `i32`. Its
 /// kernels, one per (algorithm, operator, type), come from
 /// [`symmem_kernels::ReductionKernels`], which `symmem-kernels` implements for every type
 /// in its one list of element types.

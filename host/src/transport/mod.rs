@@ -11,7 +11,7 @@
 //!
 //! * **Proxied** (today's, NVSHMEM's IBRC/UCX, rocSHMEM's reverse offload): kernels post
 //!   requests to a ring in host memory the device reaches, and a proxy thread of the rank
-//!   drains it over a [`Wire`] ([`start_proxy`]). Two wires exist: [`mpi`] (MPI one-sided
+//!   drains it over a [`Wire`] ([`start_proxy`]). Two wires exist: `mpi` (MPI one-sided
 //!   operations and messages, ranks started by `mpirun`; cargo feature `mpi`) and
 //!   [`local`] (between emulated nodes of one process, over the ranks' shared memory: the
 //!   whole off-node path in plain `cargo test`).
