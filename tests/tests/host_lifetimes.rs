@@ -84,6 +84,17 @@ impl Drop for Recording {
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 impl Recording {
+    /// Rank `rank`'s recording backend; with `fail_on_drop`, its drop records a failed
+    /// release.
+    fn new(rank: usize, fail_on_drop: bool) -> Self {
+        Self {
+            cpu: Cpu::new(),
+            rank,
+            errors: Arc::default(),
+            fail_on_drop,
+        }
+    }
+
     fn plain(inner: CpuMemory) -> Logged {
         Logged { inner, end: None }
     }
@@ -293,14 +304,7 @@ fn exported_memory_outlives_every_peer_mapping() {
     let results = symmem::spawn_ranks(
         world,
         &config,
-        |rank| {
-            Ok(Recording {
-                cpu: Cpu::new(),
-                rank,
-                errors: Arc::default(),
-                fail_on_drop: false,
-            })
-        },
+        |rank| Ok(Recording::new(rank, false)),
         |w| {
             let me = w.rank();
             let user = w.alloc::<u8>(1 << 16)?;
@@ -349,14 +353,7 @@ fn finalize_reports_a_release_that_failed_during_teardown() {
     let results = symmem::spawn_ranks(
         2,
         &config,
-        |rank| {
-            Ok(Recording {
-                cpu: Cpu::new(),
-                rank,
-                errors: Arc::default(),
-                fail_on_drop: rank == 1,
-            })
-        },
+        |rank| Ok(Recording::new(rank, rank == 1)),
         |w| w.finalize(),
     )
     .expect("launch");
