@@ -524,12 +524,15 @@ impl KernelCrate {
         cargo_line(&format!("rerun-if-env-changed={TOOLCHAIN_ENV}"));
         cargo_line(&format!("rerun-if-env-changed={NESTED_DIR_ENV}"));
         cargo_line(&format!("rerun-if-env-changed={DOCS_RS_ENV}"));
-        let names = match std::env::var(TARGETS_ENV) {
-            // docs.rs documents crates with a toolchain of its own and no network, so no
-            // nested build can run there: no code objects (the tables are empty).
-            _ if std::env::var_os(DOCS_RS_ENV).is_some() => Vec::new(),
-            Ok(list) => split_targets(&list),
-            Err(_) => self.targets.clone(),
+        // docs.rs documents crates with a toolchain of its own and no network, so no
+        // nested build can run there: no code objects (the tables are empty).
+        let names = if std::env::var_os(DOCS_RS_ENV).is_some() {
+            Vec::new()
+        } else {
+            match std::env::var(TARGETS_ENV) {
+                Ok(list) => split_targets(&list),
+                Err(_) => self.targets.clone(),
+            }
         };
         let mut targets: Vec<Target> = Vec::new();
         for name in &names {

@@ -44,15 +44,16 @@ pub use ::mpi as rsmpi;
 
 /// One MPI rank's end of the world.
 pub struct MpiBootstrap {
+    /// `MPI_COMM_WORLD`, or symmem's own duplicate of the application's communicator.
+    /// Declared before `_universe`, so it is freed before this bootstrap's own MPI, if
+    /// any, is finalised.
+    world: OwnedCommunicator,
     /// MPI itself, when this bootstrap initialised it ([`new`](Self::new)): finalised
     /// when the bootstrap goes. `None` when the application owns MPI.
     _universe: Option<mpi::environment::Universe>,
     provided: mpi::Threading,
     /// Whether each rank runs on this machine (descriptors go to those only).
     same_machine: Vec<bool>,
-    /// `MPI_COMM_WORLD`, or symmem's own duplicate of the application's communicator,
-    /// freed by [`Drop`] while MPI is still initialised.
-    world: ManuallyDrop<SimpleCommunicator>,
     job: String,
     listener: UnixListener,
     timeout: Duration,
@@ -116,13 +117,25 @@ fn check_level(provided: mpi::Threading) -> Result<()> {
     Ok(())
 }
 
-/// Frees `communicator` (nothing for `MPI_COMM_WORLD`) while MPI is initialised; after
-/// `MPI_Finalize` freeing it would be an MPI error that aborts the process, so then the
-/// handle is left as it is.
-fn free_communicator(mut communicator: ManuallyDrop<SimpleCommunicator>) {
-    if !mpi::environment::is_finalized() {
-        // SAFETY: dropped once, here; the field is not used again.
-        unsafe { ManuallyDrop::drop(&mut communicator) };
+/// A communicator freed when dropped (nothing for `MPI_COMM_WORLD`) while MPI is
+/// initialised; after `MPI_Finalize` freeing it would be an MPI error that aborts the
+/// process, so then the handle is left as it is.
+struct OwnedCommunicator(ManuallyDrop<SimpleCommunicator>);
+
+impl std::ops::Deref for OwnedCommunicator {
+    type Target = SimpleCommunicator;
+
+    fn deref(&self) -> &SimpleCommunicator {
+        &self.0
+    }
+}
+
+impl Drop for OwnedCommunicator {
+    fn drop(&mut self) {
+        if !mpi::environment::is_finalized() {
+            // SAFETY: dropped once, here; the handle is not used again.
+            unsafe { ManuallyDrop::drop(&mut self.0) };
+        }
     }
 }
 
@@ -191,8 +204,8 @@ impl MpiBootstrap {
         world: SimpleCommunicator,
         max_frame: usize,
     ) -> Result<Self> {
-        // Freed by `Drop` (while MPI lives) from here on, also when this fails.
-        let world = ManuallyDrop::new(world);
+        // Freed (while MPI lives) when dropped, also when this fails.
+        let world = OwnedCommunicator(ManuallyDrop::new(world));
         let mut stamp = [0u64; 2];
         if world.rank() == 0 {
             let nanos = std::time::SystemTime::now()
@@ -209,25 +222,15 @@ impl MpiBootstrap {
         let mut hosts = vec![0u8; 64 * world.size() as usize];
         world.all_gather_into(&this[..], &mut hosts[..]);
         let same_machine = hosts.chunks(64).map(|h| h == this).collect();
-        let listen = || -> Result<UnixListener> {
-            let addr = socket_name(&job, world.rank() as usize).map_err(os("socket name"))?;
-            let listener = UnixListener::bind_addr(&addr).map_err(os("bind of the rank socket"))?;
-            listener.set_nonblocking(true).map_err(os("rank socket"))?;
-            Ok(listener)
-        };
-        let listener = match listen() {
-            Ok(listener) => listener,
-            Err(e) => {
-                free_communicator(world);
-                return Err(e);
-            }
-        };
+        let addr = socket_name(&job, world.rank() as usize).map_err(os("socket name"))?;
+        let listener = UnixListener::bind_addr(&addr).map_err(os("bind of the rank socket"))?;
+        listener.set_nonblocking(true).map_err(os("rank socket"))?;
         world.barrier();
         Ok(Self {
+            world,
             _universe: universe,
             provided,
             same_machine,
-            world,
             job,
             listener,
             timeout: DEFAULT_TIMEOUT,
@@ -315,17 +318,6 @@ impl MpiBootstrap {
         }
         self.world.barrier();
         Ok(out)
-    }
-}
-
-impl Drop for MpiBootstrap {
-    fn drop(&mut self) {
-        // Before the fields: the duplicate goes while MPI lives (the universe, if this
-        // bootstrap owns it, finalises MPI when the fields drop).
-        if !mpi::environment::is_finalized() {
-            // SAFETY: dropped once, here; `self.world` is not used again.
-            unsafe { ManuallyDrop::drop(&mut self.world) };
-        }
     }
 }
 
