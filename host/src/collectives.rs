@@ -701,6 +701,10 @@ impl<'w, B: Backend> Collectives<'w, B> {
     /// [`Config::wait_deadline`](crate::Config::wait_deadline), or as soon as a peer
     /// process is found lost, and poisons the world ([`World::check_waits`]).
     ///
+    /// The wait names no peer, so a peer's departure does not end it (only a lost peer,
+    /// the world's abort and the deadline do): where one rank satisfies the condition,
+    /// [`Collectives::signal_wait_until_from`] ends promptly when that rank leaves.
+    ///
     /// Errors: `index` outside `signal`, `signal` not in the heap.
     pub fn signal_wait_until(
         &self,
@@ -708,6 +712,36 @@ impl<'w, B: Backend> Collectives<'w, B> {
         index: usize,
         cmp: Cmp,
         value: u64,
+    ) -> Result<()> {
+        self.wait_until(signal, index, cmp, value, symmem_rma::watch::NO_PEER)
+    }
+
+    /// [`Collectives::signal_wait_until`] for a signal that rank `from` satisfies: if
+    /// `from` leaves the world (or is lost) before it does, the wait gives up within two
+    /// of its looks at the control block, instead of at the deadline, and the world
+    /// reports [`Error::PeerLost`](crate::Error::PeerLost) naming `from`. A signal `from`
+    /// sent before it left still satisfies the wait.
+    ///
+    /// Errors: as [`Collectives::signal_wait_until`], and `from` outside the world.
+    pub fn signal_wait_until_from(
+        &self,
+        signal: &SymmetricBuffer<'_, u64, B>,
+        index: usize,
+        from: usize,
+        cmp: Cmp,
+        value: u64,
+    ) -> Result<()> {
+        self.check_rank(from)?;
+        self.wait_until(signal, index, cmp, value, from as u64)
+    }
+
+    fn wait_until(
+        &self,
+        signal: &SymmetricBuffer<'_, u64, B>,
+        index: usize,
+        cmp: Cmp,
+        value: u64,
+        from: u64,
     ) -> Result<()> {
         let sig = self.one_sided(signal, index, 1)?;
         self.world.kernels().launch(
@@ -720,6 +754,7 @@ impl<'w, B: Backend> Collectives<'w, B> {
                 &sig,
                 cmp,
                 value,
+                from,
             ),
         )
     }

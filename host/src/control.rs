@@ -1,7 +1,8 @@
 //! The host's side of a rank's control block of bounded device waits
 //! (`symmem_rma::watch::Control`): the abort word that ends every wait of the rank's
-//! kernels. The watchdog, the bootstrap's loss reports, and the off-node transports
-//! write it; the world reads it.
+//! kernels, and the departed-peer bitmask that ends the waits on a peer that has left.
+//! The watchdog, the bootstrap's loss reports, and the off-node transports write them;
+//! the world reads them.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -48,5 +49,81 @@ impl AbortWord {
             u64::MAX => Some(None),
             r => Some(Some((r - 1) as usize)),
         }
+    }
+}
+
+/// The departed-peer bitmask of a rank's control block
+/// (`symmem_rma::watch::Control::departed`): bit `r` set once rank `r` has left the world.
+///
+/// Only the world's watchdog thread sets bits (a peer's departure notice), with atomic
+/// operations on the host; kernels only read them. The bitmask lives in the control
+/// block's region, which outlives the watchdog (as for [`AbortWord`]).
+#[derive(Clone, Copy)]
+pub struct DepartedMask {
+    words: *mut u64,
+    ranks: usize,
+}
+
+// SAFETY: only accessed with atomic operations, while the world keeps the region alive
+// (see the type's documentation).
+unsafe impl Send for DepartedMask {}
+
+impl DepartedMask {
+    /// The bitmask of `ranks` bits at `words`.
+    ///
+    /// # Safety
+    /// `words` is 8-aligned, holds `ranks.div_ceil(64)` `u64`s that stay valid while the
+    /// result (or a copy) is used, and is accessed only atomically.
+    pub(crate) unsafe fn new(words: *mut u64, ranks: usize) -> Self {
+        Self { words, ranks }
+    }
+
+    /// How many bytes a bitmask of `ranks` bits takes.
+    pub(crate) const fn bytes(ranks: usize) -> usize {
+        ranks.div_ceil(64) * 8
+    }
+
+    fn word(&self, rank: usize) -> Option<&AtomicU64> {
+        (rank < self.ranks).then(|| {
+            // SAFETY: word `rank / 64` of the live bitmask (`new`'s contract), accessed
+            // atomically.
+            unsafe { AtomicU64::from_ptr(self.words.add(rank / 64)) }
+        })
+    }
+
+    /// Marks `rank` as departed (a rank outside the world is ignored). The release
+    /// orders it after whatever told this thread of the departure.
+    pub fn set(self, rank: usize) {
+        if let Some(word) = self.word(rank) {
+            word.fetch_or(1 << (rank % 64), Ordering::Release);
+        }
+    }
+
+    /// Whether `rank` has departed.
+    #[cfg(test)]
+    pub fn is_set(self, rank: usize) -> bool {
+        self.word(rank)
+            .is_some_and(|w| w.load(Ordering::Acquire) & (1 << (rank % 64)) != 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn departed_bits_are_per_rank_and_ignore_ranks_outside_the_world() {
+        let mut words = [0u64; 2];
+        // SAFETY: two local words, used atomically until the end of the test.
+        let mask = unsafe { DepartedMask::new(words.as_mut_ptr(), 70) };
+        mask.set(69);
+        mask.set(3);
+        mask.set(70);
+        mask.set(1000);
+        assert!(mask.is_set(69) && mask.is_set(3));
+        assert!(!mask.is_set(4) && !mask.is_set(70));
+        assert_eq!(words, [1 << 3, 1 << 5]);
+        assert_eq!(DepartedMask::bytes(70), 16);
+        assert_eq!(DepartedMask::bytes(64), 8);
     }
 }

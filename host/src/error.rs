@@ -251,7 +251,8 @@ pub enum Error {
         /// The last failure, as text.
         last: String,
     },
-    /// A peer left (exited, crashed or was killed) or did not answer in time.
+    /// A peer left (returned, exited, crashed or was killed) while this rank needed it,
+    /// or did not answer in time.
     #[error("{}", peer_lost(*.rank, *.waited))]
     PeerLost {
         /// The rank that was lost, when known.
@@ -734,8 +735,9 @@ fn env_value(value: Option<&str>) -> String {
 fn peer_lost(rank: Option<usize>, waited: Duration) -> String {
     match rank {
         Some(rank) => format!(
-            "rank {rank} was lost (waited {waited:?}): find why it stopped (its own error or \
-             log); if it only started slowly, raise Config::timeout"
+            "rank {rank} left or was lost while this rank needed it (waited {waited:?}): find \
+             why it stopped (its own error or log, or a return before the calls its peers \
+             made); if it only started slowly, raise Config::timeout"
         ),
         None => format!(
             "a peer was lost or did not answer within {waited:?}: find why it stopped (its \
@@ -826,7 +828,7 @@ mod tests {
         teardown_names_the_rank: Error::Teardown { rank: 1, failures: 2, last: "cuMemFree".into() }
             => ["rank 1: ", "2 runtime call(s)", "cuMemFree"];
         peer_lost_names_the_timeout: Error::PeerLost { rank: Some(2), waited: Duration::from_secs(1) }
-            => ["rank 2 was lost", "raise Config::timeout"];
+            => ["rank 2 left or was lost", "raise Config::timeout"];
         peer_lost_unknown_names_the_timeout: Error::PeerLost { rank: None, waited: Duration::from_secs(1) }
             => ["did not answer within 1s", "raise Config::timeout"];
         no_device_names_the_cpu_backend: Error::NoDevice { backend: "cuda" }

@@ -1,30 +1,44 @@
 //! Peer liveness: a watchdog per world that ends this rank's device waits the moment a
-//! peer process ends.
+//! peer process ends or a peer leaves.
 //!
-//! A device wait on a peer that was killed would otherwise spin until its deadline
-//! (`Config::wait_deadline`, minutes by default). When a world forms, its ranks exchange
-//! who they are (boot id, PID namespace, process id). For every peer that is another
-//! process on this machine, in this PID namespace, this rank opens a pidfd (Linux 5.3+),
-//! which becomes readable when that process ends, however it ends (exit, crash,
-//! SIGKILL). A watchdog thread polls them; the first that ends has its rank written into
-//! the abort word of this rank's control block (`symmem_rma::watch::Control::abort`, as
-//! rank + 1), and every wait of this rank's kernels gives up at its next look, so the
-//! host reports [`Error::PeerLost`](crate::Error::PeerLost) naming that rank.
+//! A device wait on a peer that was killed or has left would otherwise spin until its
+//! deadline (`Config::wait_deadline`, minutes by default). When a world forms, its ranks
+//! exchange who they are (boot id, PID namespace, process id) and a departure socket
+//! each: a datagram socket whose sending end every peer on this machine receives (as a
+//! file descriptor, over the bootstrap).
 //!
-//! Ranks that are threads of this process are not watched (they cannot end alone), nor
-//! are peers on other machines or in other PID namespaces: their loss is seen by the
-//! bootstrap at the next host collective (which also sets the abort word), and a device
-//! wait on them is bounded by the deadline.
+//! - **A lost peer.** For every peer that is another process on this machine, in this
+//!   PID namespace, this rank opens a pidfd (Linux 5.3+), which becomes readable when
+//!   that process ends, however it ends (exit, crash, SIGKILL). The first that ends has
+//!   its rank written into the abort word of this rank's control block
+//!   (`symmem_rma::watch::Control::abort`, as rank + 1), and every wait of this rank's
+//!   kernels gives up at its next look, so the host reports
+//!   [`Error::PeerLost`](crate::Error::PeerLost) naming that rank. A rank whose thread
+//!   panics tells its peers it is lost (a departure notice of kind lost), with the same
+//!   effect.
+//! - **A departed peer.** A rank that leaves its world (drops or finalizes it) tells every
+//!   peer on this machine, once its own device work is complete. Their watchdogs set its
+//!   bit in the departed bitmask of their control block
+//!   (`symmem_rma::watch::Control::departed`): every wait that names it gives up within
+//!   two looks unless the peer's last writes satisfy it, and the host reports
+//!   [`Error::PeerLost`](crate::Error::PeerLost) naming it. A departure does not poison
+//!   the world: reads, writes and waits that do not need the departed rank go on. Its
+//!   process ending afterwards is not a loss.
 //!
-//! A world stops its watchdog when it leaves, after its device work has completed and
-//! before it leaves the group, so a peer that exits after the group ended is not
-//! mistaken for a lost one.
+//! Peers on other machines or in other PID namespaces are not watched: their loss is
+//! seen by the bootstrap at the next host collective (which also sets the abort word),
+//! and a device wait on them is bounded by the deadline.
+//!
+//! A world stops its watchdog when it leaves, after its device work has completed, it has
+//! told its peers, and before it leaves the group.
 
+use crate::backend::Shareable;
 use crate::bootstrap::Bootstrap;
-use crate::control::AbortWord;
-use crate::error::Result;
+use crate::control::{AbortWord, DepartedMask};
+use crate::error::{Error, Result};
 use rustix::event::{PollFd, PollFlags};
 use rustix::io::Errno;
+use rustix::net::{AddressFamily, RecvFlags, SendFlags, SocketFlags, SocketType};
 use rustix::process::{Pid, PidfdFlags};
 use std::io::Read;
 use std::os::fd::OwnedFd;
@@ -88,51 +102,133 @@ fn pidfd(pid: u32) -> Option<OwnedFd> {
     rustix::process::pidfd_open(pid, PidfdFlags::empty()).ok()
 }
 
-/// A world's watchdog thread; dropping it stops the thread.
+/// How a rank ends, as it tells its peers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Departure {
+    /// It left its world: its device work is complete.
+    Left,
+    /// Its thread panicked: like a process that ended, it is lost.
+    Lost,
+}
+
+impl Departure {
+    const BYTES: usize = 8;
+
+    fn encode(self, rank: usize) -> [u8; Self::BYTES] {
+        let kind: u32 = match self {
+            Departure::Left => 0,
+            Departure::Lost => 1,
+        };
+        let mut out = [0; Self::BYTES];
+        out[..4].copy_from_slice(&(rank as u32).to_le_bytes());
+        out[4..].copy_from_slice(&kind.to_le_bytes());
+        out
+    }
+
+    /// The rank and kind of a notice; `None` for anything else (a notice from a rank
+    /// outside a world of `world` ranks, a length or kind no rank sends).
+    fn decode(bytes: &[u8], world: usize) -> Option<(usize, Self)> {
+        let (rank, kind) = bytes.split_first_chunk::<4>()?;
+        let rank = usize::try_from(u32::from_le_bytes(*rank)).ok()?;
+        let kind = match u32::from_le_bytes(kind.try_into().ok()?) {
+            0 => Departure::Left,
+            1 => Departure::Lost,
+            _ => return None,
+        };
+        (rank < world).then_some((rank, kind))
+    }
+}
+
+/// A world's watchdog thread, and the peers it tells when this rank leaves; dropping it
+/// stops the thread.
 pub(crate) struct Watchdog {
+    rank: usize,
+    /// The sending ends of the peers' departure sockets (those on this machine).
+    peers: Vec<OwnedFd>,
     /// Closing it wakes the thread, which then returns.
     stop: Option<UnixStream>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl Watchdog {
-    /// Collective (every rank calls it at the same point): exchanges identities over
-    /// `bootstrap` and watches every peer that is another process on this machine. The
-    /// first to end has its rank written to `abort`. `None` when there is no such peer.
+    /// Collective (every rank calls it at the same point): exchanges identities and
+    /// departure sockets over `bootstrap`, and watches every peer that is another process
+    /// on this machine and every peer's departure notice. A lost peer has its rank
+    /// written to `abort`; a departed one, its bit set in `departed`. `None` in a world
+    /// of one rank.
     ///
-    /// Errors: the bootstrap's.
-    pub(crate) fn start(bootstrap: &mut dyn Bootstrap, abort: AbortWord) -> Result<Option<Self>> {
-        let me = Identity::of_this_process();
-        let all = bootstrap.all_gather(&Identity::encode(me.as_ref()))?;
-        let Some(me) = me else { return Ok(None) };
-        let watched: Vec<(usize, OwnedFd)> = all
-            .iter()
-            .enumerate()
-            .filter_map(|(rank, bytes)| {
-                let peer = Identity::decode(bytes)?;
-                let same_machine = peer.machine == me.machine && peer.namespace == me.namespace;
-                (same_machine && peer.pid != me.pid).then_some((rank, peer.pid))
-            })
-            .filter_map(|(rank, pid)| Some((rank, pidfd(pid)?)))
-            .collect();
-        if watched.is_empty() {
+    /// Errors: the bootstrap's; [`Error::Os`] where the socket or the thread cannot be
+    /// made.
+    pub(crate) fn start(
+        bootstrap: &mut dyn Bootstrap,
+        abort: AbortWord,
+        departed: DepartedMask,
+    ) -> Result<Option<Self>> {
+        let (rank, world) = (bootstrap.rank(), bootstrap.world_size());
+        if world == 1 {
             return Ok(None);
         }
-        let (stop, wake) = UnixStream::pair().map_err(|source| crate::error::Error::Os {
+        let me = Identity::of_this_process();
+        let (notices, sender) = rustix::net::socketpair(
+            AddressFamily::UNIX,
+            SocketType::DGRAM,
+            SocketFlags::CLOEXEC,
+            None,
+        )
+        .map_err(|e| Error::Os {
+            what: "departure socket pair",
+            source: e.into(),
+        })?;
+        let all = bootstrap.all_gather_shareable(Shareable {
+            bytes: Identity::encode(me.as_ref()),
+            fd: Some(sender),
+        })?;
+        let mut peers = Vec::with_capacity(world - 1);
+        let mut watched: Vec<(usize, OwnedFd)> = Vec::new();
+        for (peer, share) in all.into_iter().enumerate() {
+            if peer == rank {
+                continue;
+            }
+            // A peer on another machine (MPI) sends no descriptor: it is not told.
+            peers.extend(share.fd);
+            let identity = Identity::decode(&share.bytes);
+            if let (Some(me), Some(identity)) = (&me, identity) {
+                let same_machine =
+                    identity.machine == me.machine && identity.namespace == me.namespace;
+                if same_machine && identity.pid != me.pid {
+                    watched.extend(pidfd(identity.pid).map(|fd| (peer, fd)));
+                }
+            }
+        }
+        let (stop, wake) = UnixStream::pair().map_err(|source| Error::Os {
             what: "watchdog socket pair",
             source,
         })?;
         let thread = std::thread::Builder::new()
             .name("symmem-watchdog".into())
-            .spawn(move || watch(wake, &watched, abort))
-            .map_err(|source| crate::error::Error::Os {
+            .spawn(move || watch(wake, &notices, watched, world, abort, departed))
+            .map_err(|source| Error::Os {
                 what: "watchdog thread",
                 source,
             })?;
         Ok(Some(Self {
+            rank,
+            peers,
             stop: Some(stop),
             thread: Some(thread),
         }))
+    }
+
+    /// Tells every peer on this machine that this rank ends (`how`). Call it once this
+    /// rank's device work is complete. A peer that has already stopped listening is
+    /// skipped; nothing here blocks.
+    pub(crate) fn announce(&self, how: Departure) {
+        let notice = how.encode(self.rank);
+        for peer in &self.peers {
+            // Non-blocking, and no SIGPIPE where a peer's end is closed: a peer that
+            // stopped listening has left already.
+            let _ = rustix::net::send(peer, &notice, SendFlags::DONTWAIT | SendFlags::NOSIGNAL);
+        }
     }
 }
 
@@ -146,12 +242,23 @@ impl Drop for Watchdog {
 }
 
 /// The watchdog thread: waits until `wake` closes (the world stops it) or one of the
-/// `watched` processes ends (its rank goes to `abort`).
-fn watch(wake: UnixStream, watched: &[(usize, OwnedFd)], abort: AbortWord) {
-    let mut fds: Vec<PollFd<'_>> = std::iter::once(PollFd::new(&wake, PollFlags::IN))
-        .chain(watched.iter().map(|(_, fd)| PollFd::new(fd, PollFlags::IN)))
-        .collect();
+/// `watched` processes ends or a peer's notice says it was lost (its rank goes to
+/// `abort`, and the thread returns). A peer's notice that it left sets its bit in
+/// `departed`, and its process is no longer watched (it may now end).
+fn watch(
+    wake: UnixStream,
+    notices: &OwnedFd,
+    mut watched: Vec<(usize, OwnedFd)>,
+    world: usize,
+    abort: AbortWord,
+    departed: DepartedMask,
+) {
     loop {
+        let mut fds: Vec<PollFd<'_>> = [PollFd::new(&wake, PollFlags::IN)]
+            .into_iter()
+            .chain([PollFd::new(notices, PollFlags::IN)])
+            .chain(watched.iter().map(|(_, fd)| PollFd::new(fd, PollFlags::IN)))
+            .collect();
         match rustix::event::poll(&mut fds, None) {
             Ok(_) => {}
             Err(Errno::INTR) => continue,
@@ -162,12 +269,33 @@ fn watch(wake: UnixStream, watched: &[(usize, OwnedFd)], abort: AbortWord) {
             let _ = (&wake).read(&mut [0]);
             return;
         }
-        if let Some(((rank, _), _)) = watched
+        let ended = watched
             .iter()
-            .zip(&fds[1..])
+            .zip(&fds[2..])
             .find(|(_, fd)| !fd.revents().is_empty())
-        {
-            abort.abort(Some(*rank));
+            .map(|((rank, _), _)| *rank);
+        let noticed = !fds[1].revents().is_empty();
+        drop(fds);
+        if noticed {
+            let mut buf = [0u8; Departure::BYTES + 1];
+            while let Ok((len, _)) = rustix::net::recv(notices, &mut buf, RecvFlags::DONTWAIT) {
+                match Departure::decode(&buf[..len], world) {
+                    Some((rank, Departure::Left)) => {
+                        tracing::debug!(peer = rank, "a peer left the world");
+                        departed.set(rank);
+                        watched.retain(|(r, _)| *r != rank);
+                    }
+                    Some((rank, Departure::Lost)) => {
+                        abort.abort(Some(rank));
+                        return;
+                    }
+                    None => tracing::warn!(len, "an unreadable departure notice was ignored"),
+                }
+            }
+            continue;
+        }
+        if let Some(rank) = ended {
+            abort.abort(Some(rank));
             return;
         }
     }
@@ -190,11 +318,26 @@ mod tests {
         assert!(Identity::decode(&Identity::encode(None)).is_none());
     }
 
+    /// A departure socket pair (receiving end, sending end) and a bitmask of 8 ranks over
+    /// `word`.
+    fn notices(word: &mut u64) -> (OwnedFd, OwnedFd, DepartedMask) {
+        let (rx, tx) = rustix::net::socketpair(
+            AddressFamily::UNIX,
+            SocketType::DGRAM,
+            SocketFlags::CLOEXEC,
+            None,
+        )
+        .expect("socketpair");
+        // SAFETY: a local word that outlives every use in the test, used atomically.
+        (rx, tx, unsafe { DepartedMask::new(word, 8) })
+    }
+
     #[test]
     fn a_child_that_ends_is_seen_and_named() {
-        let mut word = 0u64;
+        let (mut word, mut bits) = (0u64, 0u64);
         // SAFETY: a local word, used atomically until the end of the test.
         let abort = unsafe { AbortWord::new(&raw mut word) };
+        let (rx, _tx, departed) = notices(&mut bits);
         let mut child = std::process::Command::new("sleep")
             .arg("0.2")
             .spawn()
@@ -202,7 +345,7 @@ mod tests {
         let fd = pidfd(child.id()).expect("pidfd_open");
         let (stop, wake) = UnixStream::pair().expect("pair");
         let start = std::time::Instant::now();
-        watch(wake, &[(5, fd)], abort);
+        watch(wake, &rx, vec![(5, fd)], 8, abort, departed);
         assert_eq!(abort.read(), Some(Some(5)));
         assert!(start.elapsed() < std::time::Duration::from_secs(5));
         let _ = child.wait();
@@ -213,17 +356,75 @@ mod tests {
     }
 
     #[test]
-    fn stopping_the_watchdog_returns_without_an_abort() {
-        let mut word = 0u64;
+    fn a_departure_sets_its_bit_and_its_process_ending_is_no_loss() {
+        let (mut word, mut bits) = (0u64, 0u64);
         // SAFETY: as above.
         let abort = unsafe { AbortWord::new(&raw mut word) };
+        let (rx, tx, departed) = notices(&mut bits);
+        let mut child = std::process::Command::new("sleep")
+            .arg("0.3")
+            .spawn()
+            .expect("sleep");
+        let fd = pidfd(child.id()).expect("pidfd_open");
+        let (stop, wake) = UnixStream::pair().expect("pair");
+        // Garbage first (ignored), then rank 3's departure.
+        rustix::net::send(&tx, b"no", SendFlags::empty()).expect("send");
+        rustix::net::send(&tx, &Departure::Left.encode(9), SendFlags::empty()).expect("send");
+        rustix::net::send(&tx, &Departure::Left.encode(3), SendFlags::empty()).expect("send");
+        let thread =
+            std::thread::spawn(move || watch(wake, &rx, vec![(3, fd)], 8, abort, departed));
+        let start = std::time::Instant::now();
+        while !departed.is_set(3) {
+            assert!(
+                start.elapsed() < std::time::Duration::from_secs(5),
+                "departure not seen"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        // Rank 3's process ends after it left: not a loss.
+        let _ = child.wait();
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert_eq!(abort.read(), None);
+        assert_eq!(bits_of(departed), [3]);
+        // A peer whose thread panicked is lost.
+        rustix::net::send(&tx, &Departure::Lost.encode(6), SendFlags::empty()).expect("send");
+        thread.join().expect("watchdog");
+        assert_eq!(abort.read(), Some(Some(6)));
+        drop(stop);
+    }
+
+    fn bits_of(mask: DepartedMask) -> Vec<usize> {
+        (0..8).filter(|&r| mask.is_set(r)).collect()
+    }
+
+    #[test]
+    fn departure_notices_round_trip_and_reject_the_rest() {
+        for how in [Departure::Left, Departure::Lost] {
+            assert_eq!(Departure::decode(&how.encode(7), 8), Some((7, how)));
+            assert_eq!(Departure::decode(&how.encode(8), 8), None);
+        }
+        let mut bad = Departure::Left.encode(1);
+        bad[4] = 2;
+        assert_eq!(Departure::decode(&bad, 8), None);
+        assert_eq!(Departure::decode(&bad[..7], 8), None);
+        assert_eq!(Departure::decode(&[0; 9], 8), None);
+        assert_eq!(Departure::decode(&[], 8), None);
+    }
+
+    #[test]
+    fn stopping_the_watchdog_returns_without_an_abort() {
+        let (mut word, mut bits) = (0u64, 0u64);
+        // SAFETY: as above.
+        let abort = unsafe { AbortWord::new(&raw mut word) };
+        let (rx, _tx, departed) = notices(&mut bits);
         let mut child = std::process::Command::new("sleep")
             .arg("30")
             .spawn()
             .expect("sleep");
         let fd = pidfd(child.id()).expect("pidfd_open");
         let (stop, wake) = UnixStream::pair().expect("pair");
-        let thread = std::thread::spawn(move || watch(wake, &[(1, fd)], abort));
+        let thread =
+            std::thread::spawn(move || watch(wake, &rx, vec![(1, fd)], 8, abort, departed));
         drop(stop);
         thread.join().expect("watchdog");
         assert_eq!(abort.read(), None);

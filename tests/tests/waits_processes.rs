@@ -1,8 +1,8 @@
-//! A rank killed while its peers wait for it on the device, ranks as processes: every
-//! survivor's kernel ends (nothing kills it), and the survivor returns
+//! A rank killed, or leaving, while its peers wait for it on the device, ranks as
+//! processes: every survivor's kernel ends (nothing kills it), and the survivor returns
 //! `PeerLost { rank: Some(victim) }` within the bootstrap timeout plus 1 s of the kill,
-//! long before the device-wait deadline, then exits by itself; nothing is left in
-//! `/dev/shm`.
+//! and within 2 s of a leave with the default 10-minute device-wait deadline, then exits
+//! by itself; nothing is left in `/dev/shm`.
 //!
 //! The survivors wait (a) in a device barrier, (b) in a one-shot all-reduce, (c) in
 //! `signal_wait_until`, (d) inside a user kernel, the fused all-reduce + RMSNorm example
@@ -37,6 +37,27 @@ const WAIT_DEADLINE: Duration = Duration::from_secs(60);
 const VICTIM_DELAY: Duration = Duration::from_millis(500);
 /// The marker the parent kills the victim on.
 const MARKER: &str = "READY-TO-DIE";
+/// What a leaving victim prints before it drops its world, with the time.
+const LEAVING: &str = "LEAVING-AT-US";
+/// The bound from a leave to every survivor's error.
+const LEAVE_BOUND: Duration = Duration::from_secs(2);
+
+/// Microseconds since the UNIX epoch: a clock every process of the test reads alike.
+fn unix_us() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_micros()
+}
+
+/// How the victim ends.
+#[derive(Clone, Copy, PartialEq)]
+enum End {
+    /// The parent SIGKILLs it.
+    Killed,
+    /// It drops its world and exits.
+    Leaves,
+}
 
 /// The fused kernel's shape: one row per thread.
 const GRID: Grid = Grid::new(2, 32);
@@ -44,17 +65,22 @@ const ROWS: usize = 64;
 const HIDDEN: usize = 32;
 
 /// One child: builds a world on `backend`, prepares the buffers of wait `wait`, takes a
-/// barrier, then either dies (the victim) or waits (everyone else) and reports.
+/// barrier, then either ends as `end` (the victim) or waits (everyone else) and reports.
 fn child<B: Backend>(
     bootstrap: UnixBootstrap,
     backend: B,
     wait: &str,
     victim: usize,
+    end: End,
 ) -> symmem::Result<()> {
     let config = Config {
         heap_bytes: 8 << 20,
         timeout: bootstrap.timeout(),
-        wait_deadline: WAIT_DEADLINE,
+        // A leave must end the waits by itself: the default deadline (10 minutes).
+        wait_deadline: match end {
+            End::Killed => WAIT_DEADLINE,
+            End::Leaves => Config::default().wait_deadline,
+        },
         ranks_per_node: None,
     };
     let world = World::new(Box::new(bootstrap), backend, &config)?;
@@ -72,6 +98,11 @@ fn child<B: Backend>(
     );
     let module = world.load(symmem_tests::objects::of("fused_allreduce_rmsnorm_kernels"))?;
     world.barrier()?;
+    if rank == victim && end == End::Leaves {
+        std::thread::sleep(VICTIM_DELAY);
+        println!("{LEAVING} {}", unix_us());
+        return Ok(());
+    }
     if rank == victim {
         std::thread::sleep(VICTIM_DELAY);
         println!("{MARKER}");
@@ -82,6 +113,9 @@ fn child<B: Backend>(
     let waited = match wait {
         "barrier" => coll.barrier(),
         "all-reduce" => coll.all_reduce(&dst, &src, n, ReduceOp::Sum, Algorithm::OneShot),
+        "signal-wait" if end == End::Leaves => {
+            coll.signal_wait_until_from(&signal, 0, victim, Cmp::Ge, 1)
+        }
         "signal-wait" => coll.signal_wait_until(&signal, 0, Cmp::Ge, 1),
         "user-kernel" => module.launch(
             fused_ar_rmsnorm_f32,
@@ -105,27 +139,40 @@ fn child<B: Backend>(
     // On a GPU the launch returned at once: the barrier waits for the device.
     .and_then(|()| world.barrier());
     println!(
-        "CHILD-WAITED rank {rank} elapsed_ms {}",
-        start.elapsed().as_millis()
+        "CHILD-WAITED rank {rank} elapsed_ms {} at_us {}",
+        start.elapsed().as_millis(),
+        unix_us()
     );
     waited
 }
 
-/// Runs the child named by [`CHILD`] (`BACKEND WAIT VICTIM`) and exits with its outcome.
+/// Runs the child named by [`CHILD`] (`BACKEND WAIT VICTIM END`) and exits with its
+/// outcome.
 fn run_child(mode: &str) -> ! {
     let words: Vec<&str> = mode.split_whitespace().collect();
-    let [backend, wait, victim] = words[..] else {
+    let [backend, wait, victim, end] = words[..] else {
         panic!("bad {CHILD}={mode}")
     };
     let victim: usize = victim.parse().expect("victim rank");
+    let end = if end == "leaves" {
+        End::Leaves
+    } else {
+        End::Killed
+    };
     let result = UnixBootstrap::from_env().and_then(|bootstrap| match backend {
-        "cpu" => child(bootstrap, Cpu::new(), wait, victim),
+        "cpu" => child(bootstrap, Cpu::new(), wait, victim, end),
         "cuda" => {
             let backend = Cuda::for_rank(bootstrap.rank())?;
-            child(bootstrap, backend, wait, victim)
+            child(bootstrap, backend, wait, victim, end)
         }
         #[cfg(feature = "hip")]
-        "hip" => child(bootstrap, symmem::backend::hip::Hip::new(0)?, wait, victim),
+        "hip" => child(
+            bootstrap,
+            symmem::backend::hip::Hip::new(0)?,
+            wait,
+            victim,
+            end,
+        ),
         _ => panic!("bad backend {backend}"),
     });
     exit_child(&result)
@@ -135,7 +182,7 @@ fn run_child(mode: &str) -> ! {
 /// checks every survivor: exit by itself with `PeerLost` naming the victim, within
 /// [`TIMEOUT`] plus 1 s of the kill. Prints each survivor's time from kill to exit.
 fn kill_one(test: &str, backend: &str, wait: &str, n: usize, victim: usize) {
-    let mode = format!("{backend} {wait} {victim}");
+    let mode = format!("{backend} {wait} {victim} killed");
     let outcomes = spawn_ranks(
         test,
         &mode,
@@ -170,6 +217,51 @@ fn kill_one(test: &str, backend: &str, wait: &str, n: usize, victim: usize) {
     assert_no_shm_leftovers();
 }
 
+/// Spawns `n` ranks waiting in `wait` on `backend`, of which `victim` leaves, and checks
+/// every survivor: exit by itself with `PeerLost` naming the victim, having had the error
+/// within [`LEAVE_BOUND`] of the leave; the victim exits by itself too.
+fn leave_one(test: &str, backend: &str, wait: &str, n: usize, victim: usize) {
+    let mode = format!("{backend} {wait} {victim} leaves");
+    let outcomes = spawn_ranks(test, &mode, n, TIMEOUT, Duration::from_secs(120), None);
+    let all = report(&outcomes);
+    let stamp = |o: &symmem_tests::processes::Outcome, key: &str| -> Option<u128> {
+        o.lines.iter().find_map(|l| {
+            let mut words = l.split_whitespace();
+            words.position(|w| w == key)?;
+            words.next()?.parse().ok()
+        })
+    };
+    let left = stamp(&outcomes[victim], LEAVING)
+        .unwrap_or_else(|| panic!("the victim never left:\n{all}"));
+    assert!(
+        outcomes[victim].status.is_some(),
+        "the victim did not exit by itself:\n{all}"
+    );
+    for (rank, o) in outcomes.iter().enumerate().filter(|&(r, _)| r != victim) {
+        assert_eq!(
+            o.code(),
+            Some(EXIT_PEER_LOST),
+            "rank {rank} did not exit by itself with PeerLost:\n{all}"
+        );
+        let named = format!("PeerLost {{ rank: Some({victim})");
+        assert!(
+            o.text().contains(&named),
+            "rank {rank} should name rank {victim}:\n{all}"
+        );
+        let at = stamp(o, "at_us").unwrap_or_else(|| panic!("rank {rank} never waited:\n{all}"));
+        assert!(at >= left, "rank {rank} failed before the leave:\n{all}");
+        let after = Duration::from_micros((at - left) as u64);
+        eprintln!(
+            "{backend} {wait}, world {n}: rank {rank} had its error {after:?} after the leave"
+        );
+        assert!(
+            after < LEAVE_BOUND,
+            "rank {rank} had its error {after:?} after the leave:\n{all}"
+        );
+    }
+    assert_no_shm_leftovers();
+}
+
 /// Why `backend` cannot run here, if it cannot.
 fn missing(backend: &str) -> Option<String> {
     match backend {
@@ -184,7 +276,7 @@ fn missing(backend: &str) -> Option<String> {
 }
 
 macro_rules! kill_tests {
-    ($($name:ident: $backend:literal, $wait:literal, $n:literal, $victim:literal;)*) => {
+    ($($name:ident: $run:ident, $backend:literal, $wait:literal, $n:literal, $victim:literal;)*) => {
         $(
             #[test]
             fn $name() {
@@ -195,23 +287,32 @@ macro_rules! kill_tests {
                     eprintln!("skipped: {} backend unavailable: {why}", $backend);
                     return;
                 }
-                kill_one(stringify!($name), $backend, $wait, $n, $victim);
+                $run(stringify!($name), $backend, $wait, $n, $victim);
             }
         )*
     };
 }
 
 kill_tests! {
-    cpu_killed_in_a_device_barrier: "cpu", "barrier", 3, 1;
-    cpu_killed_in_a_one_shot_all_reduce: "cpu", "all-reduce", 4, 0;
-    cpu_killed_in_signal_wait_until: "cpu", "signal-wait", 2, 1;
-    cpu_killed_in_a_user_kernel: "cpu", "user-kernel", 3, 2;
-    cuda_killed_in_a_device_barrier: "cuda", "barrier", 3, 1;
-    cuda_killed_in_a_one_shot_all_reduce: "cuda", "all-reduce", 4, 0;
-    cuda_killed_in_signal_wait_until: "cuda", "signal-wait", 2, 1;
-    cuda_killed_in_a_user_kernel: "cuda", "user-kernel", 3, 2;
-    hip_killed_in_a_device_barrier: "hip", "barrier", 3, 1;
-    hip_killed_in_a_one_shot_all_reduce: "hip", "all-reduce", 4, 0;
-    hip_killed_in_signal_wait_until: "hip", "signal-wait", 2, 1;
-    hip_killed_in_a_user_kernel: "hip", "user-kernel", 3, 2;
+    cpu_killed_in_a_device_barrier: kill_one, "cpu", "barrier", 3, 1;
+    cpu_killed_in_a_one_shot_all_reduce: kill_one, "cpu", "all-reduce", 4, 0;
+    cpu_killed_in_signal_wait_until: kill_one, "cpu", "signal-wait", 2, 1;
+    cpu_killed_in_a_user_kernel: kill_one, "cpu", "user-kernel", 3, 2;
+    cuda_killed_in_a_device_barrier: kill_one, "cuda", "barrier", 3, 1;
+    cuda_killed_in_a_one_shot_all_reduce: kill_one, "cuda", "all-reduce", 4, 0;
+    cuda_killed_in_signal_wait_until: kill_one, "cuda", "signal-wait", 2, 1;
+    cuda_killed_in_a_user_kernel: kill_one, "cuda", "user-kernel", 3, 2;
+    hip_killed_in_a_device_barrier: kill_one, "hip", "barrier", 3, 1;
+    hip_killed_in_a_one_shot_all_reduce: kill_one, "hip", "all-reduce", 4, 0;
+    hip_killed_in_signal_wait_until: kill_one, "hip", "signal-wait", 2, 1;
+    hip_killed_in_a_user_kernel: kill_one, "hip", "user-kernel", 3, 2;
+    cpu_leaves_during_a_device_barrier: leave_one, "cpu", "barrier", 3, 1;
+    cpu_leaves_during_a_one_shot_all_reduce: leave_one, "cpu", "all-reduce", 4, 0;
+    cpu_leaves_during_a_named_signal_wait: leave_one, "cpu", "signal-wait", 2, 1;
+    cpu_leaves_during_a_user_kernel: leave_one, "cpu", "user-kernel", 3, 2;
+    cuda_leaves_during_a_device_barrier: leave_one, "cuda", "barrier", 3, 1;
+    cuda_leaves_during_a_named_signal_wait: leave_one, "cuda", "signal-wait", 2, 1;
+    cuda_leaves_during_a_user_kernel: leave_one, "cuda", "user-kernel", 3, 2;
+    hip_leaves_during_a_device_barrier: leave_one, "hip", "barrier", 3, 1;
+    hip_leaves_during_a_user_kernel: leave_one, "hip", "user-kernel", 3, 2;
 }

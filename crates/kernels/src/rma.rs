@@ -162,12 +162,13 @@ pub unsafe fn symmem_rma_atomic_add_all(
 
 /// Signal wait: thread 0 of block 0 waits until this rank's local signal word `sig`
 /// satisfies `cmp` against `value` (acquire, system scope); every other thread returns
-/// at once. Enqueued on a stream, it holds back the
-/// stream's later work until the signal arrives.
+/// at once. Enqueued on a stream, it holds back the stream's later work until the signal
+/// arrives. `from` is the rank expected to satisfy it (its departure ends the wait), or
+/// `symmem_rma::watch::NO_PEER`.
 ///
 /// # Safety
 /// As `symmem_rma_put`; `sig` local (symmetric or not), 8-aligned, accessed only
-/// atomically; some rank must eventually satisfy the condition, or this never returns.
+/// atomically. The wait is bounded ([`symmem_rma::watch`]).
 #[kernel]
 pub unsafe fn symmem_rma_signal_wait_until(
     arch: &impl Arch,
@@ -177,12 +178,13 @@ pub unsafe fn symmem_rma_signal_wait_until(
     sig: *const u64,
     cmp: Cmp,
     value: u64,
+    from: u64,
 ) {
     if arch.block_id() == 0 && arch.thread_id() == 0 {
         // SAFETY: as in `symmem_rma_put`.
         unsafe {
             let team = bases.team(world, rank);
-            team.signal_wait_until(sig, cmp, value);
+            team.signal_wait_until_from(sig, cmp, value, from as usize);
         }
     }
 }

@@ -737,7 +737,8 @@ impl Team<'_> {
     /// the signalling rank did before its release update is visible afterwards.
     ///
     /// The wait is bounded (see [`crate::watch`]): if the host aborts or the deadline
-    /// passes, it records why in the rank's control block and returns the last value it
+    /// passes (a peer's departure does not end it: it names no peer; see
+    /// [`Team::signal_wait_until_from`]), it records why in the rank's control block and returns the last value it
     /// saw, which then does not satisfy the condition; every later wait of the rank
     /// returns at once.
     ///
@@ -749,8 +750,26 @@ impl Team<'_> {
         unsafe { self.wait_from(sig, cmp, value, crate::watch::NO_PEER) }
     }
 
-    /// [`Team::signal_wait_until`] for a word that rank `peer` updates (recorded if the
-    /// wait gives up).
+    /// [`Team::signal_wait_until`] for a word that rank `peer` updates: the wait also
+    /// gives up, promptly, once `peer` has left the world without satisfying it (see
+    /// [`crate::watch`]), and a wait that gives up records `peer`.
+    ///
+    /// # Safety
+    /// As [`Team::signal_wait_until`].
+    #[inline(always)]
+    pub unsafe fn signal_wait_until_from(
+        &self,
+        sig: *const u64,
+        cmp: Cmp,
+        value: u64,
+        peer: usize,
+    ) -> u64 {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.wait_from(sig, cmp, value, peer as u64) }
+    }
+
+    /// [`Team::signal_wait_until`] for a word that rank `peer` updates ([`crate::watch::NO_PEER`]
+    /// for none).
     ///
     /// # Safety
     /// As [`Team::signal_wait_until`].

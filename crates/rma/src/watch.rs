@@ -1,11 +1,20 @@
 //! Bounded device waits: every wait of this crate (`Team::signal_wait_until`, and through
-//! it every barrier and collective) also watches this rank's [`Control`] block, so a lost
-//! or absent peer never hangs a kernel.
+//! it every barrier and collective) also watches this rank's [`Control`] block, so a lost,
+//! departed or absent peer never hangs a kernel.
 //!
 //! The block is shared by the host and the device: the host sets `abort` (a peer is lost,
-//! the world is going down) and `deadline_ns`; a wait that has spun longer than the
-//! deadline, or sees `abort`, records once what it was waiting for (`reason`, `peer`,
-//! `signal`, `value`, `seen`, `waited_ns`) and returns. Every later wait of the rank sees
+//! the world is going down), `deadline_ns`, and a bit per peer that has left the world
+//! (`departed`); a wait that has spun longer than the deadline, sees `abort`, or waits on
+//! a named peer that has left, records once what it was waiting for (`reason`, `peer`,
+//! `signal`, `value`, `seen`, `waited_ns`) and returns.
+//!
+//! A departure is not a loss: a rank leaves only once its device work is complete, so
+//! its last writes are already visible. A wait on it gives up only when it has seen the
+//! departure at two looks in a row, having read its word again in between (the peer's
+//! writes, made before its departure, are then visible to it), so a departure never ends
+//! a wait that the peer's last signal satisfies. A wait that names no peer
+//! ([`NO_PEER`]: `Team::signal_wait_until`) cannot tell who would have written its word,
+//! so a departure does not end it; only `abort` and the deadline do. Every later wait of the rank sees
 //! `reason` set and returns at once, so every block of the kernel finishes promptly (its
 //! results are then meaningless; the host turns the record into an error and poisons the
 //! world).
@@ -47,11 +56,18 @@ pub struct Control {
     /// Address of this rank's off-node request ring ([`crate::engine::Ring`]); 0 when
     /// the world runs no engine (every peer is on this node).
     pub ring: u64,
+    /// Address of the departed-peer bitmask: `ranks.div_ceil(64)` words, bit `r % 64` of
+    /// word `r / 64` set once rank `r` has left the world (its device work complete).
+    /// Written by the host only; 0 when there is none.
+    pub departed: u64,
+    /// Bits in the `departed` bitmask (the world's size); a wait on a peer outside it
+    /// ignores departures.
+    pub ranks: u64,
 }
 
 /// Why a wait gave up: it outlived the deadline.
 pub const REASON_TIMEOUT: u64 = 1;
-/// Why a wait gave up: it saw the host's abort.
+/// Why a wait gave up: it saw the host's abort, or the peer it waited on had left.
 pub const REASON_ABORT: u64 = 2;
 /// Why a wait gave up: a request named a peer this rank cannot reach (its table entry
 /// is 0 and there is no engine, or the address is outside the symmetric heap).
@@ -170,13 +186,17 @@ pub fn now_ns() -> u64 {
     }
 }
 
-/// One wait's watch over the control block: when its first look was (0: none yet).
+/// One wait's watch over the control block: when its first look was (0: none yet), and
+/// whether that look saw the awaited peer departed ([`DEPARTED_SEEN`]).
 pub(crate) struct Watch {
     start: u64,
 }
 
 /// What [`look`] returns when the wait must give up (any other value is the wait's start).
 const GIVE_UP: u64 = u64::MAX;
+/// The bit of a wait's start that says its last look saw the awaited peer departed. The
+/// clocks stay below it (nanoseconds: centuries).
+const DEPARTED_SEEN: u64 = 1 << 63;
 
 impl Watch {
     #[inline(always)]
@@ -208,7 +228,8 @@ impl Watch {
 }
 
 /// The out-of-line part of [`Watch::give_up`]: returns the wait's start (the clock at
-/// its first look) or [`GIVE_UP`].
+/// its first look, with [`DEPARTED_SEEN`] if this look saw the peer departed) or
+/// [`GIVE_UP`].
 #[inline(never)]
 #[cold]
 fn look(start: u64, signal: u64, value: u64, seen: u64, peer: u64) -> u64 {
@@ -217,31 +238,41 @@ fn look(start: u64, signal: u64, value: u64, seen: u64, peer: u64) -> u64 {
         return start;
     }
     let load = |p: *const u64| {
-        // SAFETY: `c` is this rank's live control block (set by the host).
+        // SAFETY: `c` is this rank's live control block (set by the host), and `p` one of
+        // its words or a word of the departed bitmask it points to.
         unsafe { u64::load(p, Order::Acquire, Scope::System) }
     };
     // SAFETY: field addresses of the live block.
-    let (status, abort, deadline) = unsafe {
+    let (status, abort, deadline, departed, ranks) = unsafe {
         (
             load(&raw const (*c).status),
             load(&raw const (*c).abort),
             load(&raw const (*c).deadline_ns),
+            load(&raw const (*c).departed),
+            load(&raw const (*c).ranks),
         )
     };
     if status != 0 {
         return GIVE_UP;
     }
-    let now = now_ns().clamp(1, GIVE_UP - 1);
-    if start == 0 {
-        return now;
+    // The peer's departure, read with acquire: every word it wrote before it left is
+    // visible to this wait's next reads.
+    let gone = departed != 0
+        && peer < ranks
+        && load((departed + (peer / 64) * 8) as *const u64) & (1 << (peer % 64)) != 0;
+    let mark = if gone { DEPARTED_SEEN } else { 0 };
+    let now = now_ns().clamp(1, DEPARTED_SEEN - 1);
+    let first = start & !DEPARTED_SEEN;
+    if first == 0 {
+        return now | mark;
     }
-    let waited = now.wrapping_sub(start);
-    let why = if abort != 0 {
+    let waited = now.wrapping_sub(first);
+    let why = if abort != 0 || (gone && start & DEPARTED_SEEN != 0) {
         REASON_ABORT
     } else if deadline != 0 && waited > deadline {
         REASON_TIMEOUT
     } else {
-        return start;
+        return first | mark;
     };
     write_record(c, why, peer, waited, signal, value, seen);
     GIVE_UP

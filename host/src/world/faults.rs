@@ -9,14 +9,15 @@ use std::time::Duration;
 use symmem_rma::watch::Control;
 
 impl<B: Backend> World<B> {
-    /// Checks this rank's device waits: a wait that gave up (its deadline passed, or the
-    /// host aborted) poisons the world, and so does a peer process found lost (a
+    /// Checks this rank's device waits: a wait that gave up (its deadline passed, the
+    /// host aborted, or the peer it waited on had left) poisons the world, and so does a peer process found lost (a
     /// watchdog thread polls a pidfd of every peer process on this machine); this and
     /// every later call get the error (launches, barriers, allocations, reads and writes
     /// check it first; a read checks again after it has waited for the device). Reads
     /// host memory only: no device synchronisation.
     ///
-    /// Errors: [`Error::WaitTimedOut`], [`Error::PeerLost`] (an abort: a peer lost).
+    /// Errors: [`Error::WaitTimedOut`], [`Error::PeerLost`] (an abort: a peer lost; or a
+    /// wait on a peer that had left).
     pub fn check_waits(&self) -> Result<()> {
         let control = self.control.host_ptr().cast::<Control>();
         // SAFETY: the live control block; words are read atomically (the device writes
@@ -91,7 +92,7 @@ pub(super) struct Fault {
 impl Fault {
     /// The error of rank `rank`'s fault.
     fn error(self, rank: usize) -> Error {
-        use symmem_rma::watch::status;
+        use symmem_rma::watch::{REASON_ABORT, status};
         let peer = status::peer(self.status).map(|p| p as usize);
         let waited = Duration::from_nanos(status::waited_ns(self.status));
         if status::reason(self.status) == symmem_rma::watch::REASON_UNREACHABLE {
@@ -100,6 +101,9 @@ impl Fault {
                 peer,
                 address: self.signal,
             }
+        } else if self.lost.is_none() && status::reason(self.status) == REASON_ABORT {
+            // No abort was set: the wait gave up because the peer it waited on had left.
+            Error::PeerLost { rank: peer, waited }
         } else if let Some(lost) = self.lost {
             // The abort names the rank that was lost; the wait that saw it may have waited
             // for another (or no wait was running).

@@ -35,9 +35,9 @@ mod heap;
 use crate::backend::code_objects::{KERNELS, KERNELS_ON_NODE, Loaded};
 use crate::backend::{Backend, DeviceRegion, Shareable, SharedRegion};
 use crate::bootstrap::Bootstrap;
-use crate::control::AbortWord;
+use crate::control::{AbortWord, DepartedMask};
 use crate::error::{Error, Result};
-use crate::liveness::Watchdog;
+use crate::liveness::{Departure, Watchdog};
 use crate::offset_alloc::MIN_ALIGN;
 use crate::table::PeerBases;
 use crate::topology::Topology;
@@ -111,8 +111,9 @@ pub struct World<B: Backend> {
     kernels: Arc<Loaded<B>>,
     /// Kernel crates loaded with [`World::load`], kept while the world lives.
     modules: Mutex<Vec<Arc<Loaded<B>>>>,
-    /// Watches peer processes on this machine (see [`crate::liveness`]); stopped when the
-    /// world leaves, and declared before `control`, whose abort word it writes.
+    /// Watches peer processes and departures on this machine (see [`crate::liveness`]),
+    /// and tells the peers when this rank leaves; stopped when the world leaves, and
+    /// declared before `control`, whose abort word and departed bitmask it writes.
     watchdog: Option<Watchdog>,
     /// The abort word of `control`.
     abort: AbortWord,
@@ -213,11 +214,18 @@ impl<B: Backend> World<B> {
         unsafe { backend.upload(heap_bases_memory.base(), bytemuck::cast_slice(&bases))? };
         let serial = heap::next_serial();
         let heap_bases = PeerBases::new(heap_bases_memory.base(), bases.into(), serial, None);
-        let control = backend.alloc_shared(size_of::<Control>())?;
+        // The control block, then its departed-peer bitmask.
+        let control =
+            backend.alloc_shared(size_of::<Control>() + DepartedMask::bytes(world_size))?;
         let deadline = u64::try_from(config.wait_deadline.as_nanos()).unwrap_or(u64::MAX);
-        // SAFETY: a fresh zeroed block of `Control`'s size, aligned (page-locked or
-        // 64-aligned allocations), that no kernel reads yet.
-        unsafe { (*control.host_ptr().cast::<Control>()).deadline_ns = deadline };
+        // SAFETY: a fresh zeroed block of `Control`'s size and the bitmask's, aligned
+        // (page-locked or 64-aligned allocations), that no kernel reads yet.
+        unsafe {
+            let block = control.host_ptr().cast::<Control>();
+            (*block).deadline_ns = deadline;
+            (*block).departed = control.device_ptr() + size_of::<Control>() as u64;
+            (*block).ranks = world_size as u64;
+        }
         let objects = if topology.nodes() > 1 {
             &KERNELS
         } else {
@@ -229,7 +237,15 @@ impl<B: Backend> World<B> {
         // atomically.
         let abort =
             unsafe { AbortWord::new(&raw mut (*control.host_ptr().cast::<Control>()).abort) };
-        let watchdog = Watchdog::start(&mut *bootstrap, abort)?;
+        // SAFETY: the bitmask after the block, 8-aligned (`Control` is a whole number of
+        // words), living as long as `control` (as the abort word), accessed atomically.
+        let departed = unsafe {
+            DepartedMask::new(
+                control.host_ptr().add(size_of::<Control>()).cast(),
+                world_size,
+            )
+        };
+        let watchdog = Watchdog::start(&mut *bootstrap, abort, departed)?;
         let transport = if topology.nodes() > 1 {
             let link = start_transport(&*bootstrap, &backend, &heap, abort)?;
             // SAFETY: the live control block's word, before any launch.
@@ -457,6 +473,17 @@ impl<B: Backend> World<B> {
             .backend
             .synchronize()
             .and_then(|()| self.quiet_transport());
+        // This rank's device work is complete (or failed): its peers' waits on it end now
+        // instead of at their deadline. A rank whose thread panicked is lost to them.
+        if let Some(watchdog) = &self.watchdog {
+            let how = if std::thread::panicking() {
+                Departure::Lost
+            } else {
+                Departure::Left
+            };
+            tracing::debug!(rank = self.rank, ?how, "leaving: telling the peers");
+            watchdog.announce(how);
+        }
         if let Some(transport) = &mut self.transport {
             // Once every rank is quiet, no request reaches any peer's transport any more:
             // the transports stop and free what they share together.
