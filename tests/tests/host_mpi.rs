@@ -7,7 +7,8 @@
 //! And an application that initialised MPI itself (`mpi-split`, built with `--features
 //! mpi`) forms two worlds from a split of its communicator at `-np 4`, uses MPI after
 //! they are gone, and is refused with `Error::MpiThreadLevel` when it initialised MPI
-//! with `MPI_THREAD_FUNNELED`.
+//! with `MPI_THREAD_FUNNELED`; with `--leave`, a rank of each world leaves while its peer
+//! waits for it on the device, and the peer gets `PeerLost` naming it within 2 s.
 //!
 //! Without `mpirun` on PATH these tests fail, unless `SYMMEM_SKIP_MPI=1` (then they print
 //! `skipped: ...` and pass). The MPI demo is built into its own target directory
@@ -154,6 +155,24 @@ fn worlds_from_a_split_of_the_applications_communicator() {
             "mpi-split: rank {rank} of 4: world {} rank {} of 2: ok",
             rank % 2,
             rank / 2
+        )
+    });
+}
+
+#[test]
+fn a_rank_that_leaves_ends_its_peers_device_wait_under_mpirun() {
+    // In each world of the split, world rank 1 leaves while world rank 0 waits for it in
+    // a device barrier (default 10-minute deadline): PeerLost within 2 s of the leave.
+    mpi_split(&["--leave"], |rank| {
+        format!(
+            "mpi-split: rank {rank} of 4: world {} rank {} of 2: {}",
+            rank % 2,
+            rank / 2,
+            if rank / 2 == 1 {
+                "left: ok"
+            } else {
+                "PeerLost from world rank 1 after"
+            }
         )
     });
 }

@@ -10,12 +10,18 @@
 //! messages), then finalises it by dropping its `Universe`. Each rank prints
 //! `mpi-split: rank R of N: world C rank r of n: ok` and exits 0.
 //!
+//! `--leave`: then, in each world, world rank 1 leaves (drops its world) while world
+//! rank 0 waits for it in a device barrier, with the default 10-minute device-wait
+//! deadline; rank 0 must get `PeerLost` naming rank 1 within 2 s of the leave (its
+//! line ends `left: ok` or `PeerLost from world rank 1 after N ms: ok`).
+//!
 //! `--threading funneled` initialises MPI with `MPI_THREAD_FUNNELED` instead: forming the
 //! world must then fail with `Error::MpiThreadLevel`, which each rank prints
 //! (`mpi-split: rank R: refused: ...`) before it exits 0.
 
 use clap::{Parser, ValueEnum};
 use std::process::ExitCode;
+use std::time::{Duration, Instant};
 use symmem::backend::cpu::Cpu;
 use symmem::bootstrap::mpi::{MpiBootstrap, rsmpi};
 use symmem::collectives::{Algorithm, Collectives, ReduceOp};
@@ -31,7 +37,15 @@ struct Options {
     /// The thread level the application initialises MPI with.
     #[arg(long, value_enum, default_value_t = Level::Multiple)]
     threading: Level,
+    /// After the checks, world rank 1 leaves while world rank 0 waits for it.
+    #[arg(long)]
+    leave: bool,
 }
+
+/// How long the leaving rank lets its peer wait.
+const LEAVE_DELAY: Duration = Duration::from_millis(300);
+/// The bound from the leave to the survivor's error.
+const LEAVE_BOUND: Duration = Duration::from_secs(2);
 
 /// `--threading`.
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -71,7 +85,7 @@ fn main() -> ExitCode {
             eprintln!("mpi-split: rank {rank}: a world formed over MPI_THREAD_FUNNELED");
             return ExitCode::FAILURE;
         }
-        Ok(bootstrap) => match in_the_world(bootstrap, rank, color, size) {
+        Ok(bootstrap) => match in_the_world(bootstrap, rank, color, size, options.leave) {
             Ok(line) => line,
             Err(e) => {
                 eprintln!("mpi-split: rank {rank}: {e}");
@@ -98,8 +112,9 @@ fn in_the_world(
     rank: usize,
     color: usize,
     size: usize,
+    leave: bool,
 ) -> Result<String, String> {
-    checks(bootstrap, rank, color, size).map_err(|e| e.to_string())?
+    checks(bootstrap, rank, color, size, leave).map_err(|e| e.to_string())?
 }
 
 /// [`in_the_world`]: symmem's errors outside, the checks' own inside.
@@ -108,6 +123,7 @@ fn checks(
     rank: usize,
     color: usize,
     size: usize,
+    leave: bool,
 ) -> symmem::Result<Result<String, String>> {
     let world = World::new(Box::new(bootstrap), Cpu::new(), &Config::default())?;
     let (me, n) = (world.rank(), world.world_size());
@@ -140,8 +156,43 @@ fn checks(
             return Ok(Err(format!("the previous rank put {got:?}, not {from}")));
         }
     }
+    let line = format!("mpi-split: rank {rank} of {size}: world {color} rank {me} of {n}");
+    if leave {
+        return Ok(leave_or_wait(world, line));
+    }
     world.finalize()?;
-    Ok(Ok(format!(
-        "mpi-split: rank {rank} of {size}: world {color} rank {me} of {n}: ok"
-    )))
+    Ok(Ok(format!("{line}: ok")))
+}
+
+/// `--leave`: world rank 1 drops `world` after [`LEAVE_DELAY`], while world rank 0 waits
+/// for it in a device barrier and must get `PeerLost` naming it within [`LEAVE_BOUND`]
+/// of the leave.
+fn leave_or_wait(world: World<Cpu>, line: String) -> Result<String, String> {
+    let me = world.rank();
+    let collectives = Collectives::new(&world).map_err(|e| e.to_string())?;
+    let probe = world.zeros::<u8>(1).map_err(|e| e.to_string())?;
+    world.barrier().map_err(|e| e.to_string())?;
+    if me == 1 {
+        std::thread::sleep(LEAVE_DELAY);
+        // Returning drops the world: its watchdog tells rank 0.
+        return Ok(format!("{line}: left: ok"));
+    }
+    let start = Instant::now();
+    let waited = collectives
+        .barrier()
+        .and_then(|()| world.read(&probe).map(drop));
+    let elapsed = start.elapsed();
+    match waited {
+        Err(Error::PeerLost { rank: Some(1), .. }) if elapsed < LEAVE_DELAY + LEAVE_BOUND => {
+            Ok(format!(
+                "{line}: PeerLost from world rank 1 after {} ms: ok",
+                elapsed.as_millis()
+            ))
+        }
+        other => Err(format!(
+            "waiting for world rank 1, which left: {other:?} after {elapsed:?}, not PeerLost \
+             naming it within {:?}",
+            LEAVE_DELAY + LEAVE_BOUND
+        )),
+    }
 }
