@@ -46,7 +46,9 @@
 //! blocks must be resident on their devices at once**. With several ranks on one GPU
 //! that means `world * blocks` blocks at the same time: keep `blocks` small (the GPU
 //! default is 8 blocks of 256 threads), give each rank's stream its own hardware queue
-//! (`CUDA_DEVICE_MAX_CONNECTIONS` at least the number of live streams), and do not run
+//! (`CUDA_DEVICE_MAX_CONNECTIONS` at least the number of live streams: symmem sets it when
+//! it is unset, and refuses more ranks than queues with
+//! [`Error::HardwareQueues`](crate::Error::HardwareQueues)), and do not run
 //! several worlds' collectives on one GPU concurrently. Otherwise a waiting block can
 //! hold back the peer it waits for, and the kernels never finish. (Lazy kernel loading
 //! is the same trap: a load may wait for running kernels, so every kernel of a module

@@ -260,6 +260,24 @@ pub enum Error {
         /// How long this rank waited.
         waited: Duration,
     },
+    /// More ranks of this process on one GPU than its context has hardware queues: ranks
+    /// whose kernels wait for each other on one queue would deadlock.
+    #[error(
+        "device {device}: {ranks} ranks of this process would share its {queues} hardware \
+         queues ({variable}), and ranks that wait for each other on one queue deadlock: set \
+         {variable} to at least {ranks} before the process's first GPU call (symmem sets it \
+         when it is unset and makes the context itself), or run the ranks as processes"
+    )]
+    HardwareQueues {
+        /// The device ordinal.
+        device: usize,
+        /// Ranks of this process on the device, this one included.
+        ranks: usize,
+        /// Hardware queues its context has.
+        queues: usize,
+        /// The environment variable that sets them.
+        variable: &'static str,
+    },
     /// A backend with no usable device on this machine.
     #[error(
         "{backend}: no device found: use the CPU backend (backend::cpu::Cpu), or check the \
@@ -831,6 +849,8 @@ mod tests {
             => ["rank 2 left or was lost", "raise Config::timeout"];
         peer_lost_unknown_names_the_timeout: Error::PeerLost { rank: None, waited: Duration::from_secs(1) }
             => ["did not answer within 1s", "raise Config::timeout"];
+        hardware_queues_names_the_variable: Error::HardwareQueues { device: 0, ranks: 9, queues: 8, variable: "CUDA_DEVICE_MAX_CONNECTIONS" }
+            => ["device 0: 9 ranks", "8 hardware queues", "set CUDA_DEVICE_MAX_CONNECTIONS to at least 9", "run the ranks as processes"];
         no_device_names_the_cpu_backend: Error::NoDevice { backend: "cuda" }
             => ["cuda: no device", "use the CPU backend (backend::cpu::Cpu)"];
         library_missing_names_the_library_path: Error::LibraryMissing { library: "libcuda.so" }

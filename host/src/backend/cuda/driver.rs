@@ -195,6 +195,21 @@ pub(super) fn primary_ctx_retain(dev: Device) -> Result<Context> {
     Ok(Context(unsafe { c.assume_init() }))
 }
 
+/// `cuDevicePrimaryCtxGetState`: whether the device's primary context exists (someone
+/// retained it, or the runtime made it).
+pub(super) fn primary_ctx_active(dev: Device) -> Result<bool> {
+    let (mut flags, mut active) = (
+        MaybeUninit::<c_uint>::uninit(),
+        MaybeUninit::<c_int>::uninit(),
+    );
+    // SAFETY: valid out-pointers.
+    check("cuDevicePrimaryCtxGetState", unsafe {
+        sys::cuDevicePrimaryCtxGetState(dev, flags.as_mut_ptr(), active.as_mut_ptr())
+    })?;
+    // SAFETY: written by the driver on success.
+    Ok(unsafe { active.assume_init() } != 0)
+}
+
 /// `cuDevicePrimaryCtxRelease`: drops one reference taken by [`primary_ctx_retain`].
 pub(super) fn primary_ctx_release(dev: Device) -> Result<()> {
     // SAFETY: no pointers; the caller owns one retain of this device's primary context.

@@ -226,7 +226,18 @@ pub struct Cuda {
     rank: gpu::Rank<CudaDriver>,
     staging: Mutex<staging::Staging>,
     ctx: Arc<Context>,
+    /// This rank's hardware queue of the device (see `gpu::queues`), given back last.
+    _queue: gpu::QueueSlot,
 }
+
+/// CUDA's hardware queues per context: `CUDA_DEVICE_MAX_CONNECTIONS` (1 to 32, 8 by
+/// default); symmem asks for the most, 32, when it is unset (see `gpu::queues`).
+static QUEUES: gpu::QueueSetting = gpu::QueueSetting {
+    variable: "CUDA_DEVICE_MAX_CONNECTIONS",
+    ours: 32,
+    default: 8,
+    set_by_us: std::sync::OnceLock::new(),
+};
 
 impl fmt::Debug for Cuda {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -247,6 +258,7 @@ impl Cuda {
                 library: "libcuda.so",
             });
         }
+        gpu::configure_queues(&QUEUES);
         driver::init()?;
         driver::device_count()
     }
@@ -256,9 +268,17 @@ impl Cuda {
     /// # Errors
     /// [`Error::LibraryMissing`] when `libcuda` cannot be loaded (checked before any driver
     /// call, so it is never a panic) or is the toolkit's stub; [`Error::NoDevice`] when the
-    /// driver sees no device or fewer than `ordinal + 1`; [`Error::Driver`] for any other
-    /// driver failure.
+    /// driver sees no device or fewer than `ordinal + 1`; [`Error::HardwareQueues`] when
+    /// this process's ranks on the device would outnumber its hardware queues
+    /// (`CUDA_DEVICE_MAX_CONNECTIONS`); [`Error::Driver`] for any other driver failure.
     pub fn new(ordinal: usize) -> Result<Self> {
+        if ordinal >= Self::device_count()? {
+            return Err(Error::NoDevice { backend: "cuda" });
+        }
+        // Before this rank retains the primary context: whether someone else made it.
+        let queue = gpu::QueueSlot::take(&QUEUES, ordinal, || {
+            driver::primary_ctx_active(driver::device_get(ordinal)?)
+        })?;
         let ctx = Arc::new(Context::retain_primary(ordinal, Arc::default())?);
         let driver_version = driver::driver_version()?;
         let device = ctx.device;
@@ -307,6 +327,7 @@ impl Cuda {
             rank,
             staging,
             ctx,
+            _queue: queue,
         })
     }
 

@@ -3,7 +3,8 @@
 //! ([`DropErrors`]), the RAII handles that release a module, a stream, an IPC mapping
 //! and mapped host memory, a peer's memory as mapped here ([`Mapping`]), a loaded
 //! kernel crate with its kernels found by name ([`Module`]), the rank's stream and wait
-//! count ([`Rank`]), the default launch shape, and the [`Backend`] implementation itself
+//! count ([`Rank`]), the default launch shape, each rank's claim on its device's hardware
+//! queues ([`QueueSlot`]), and the [`Backend`] implementation itself
 //! over what differs between the runtimes ([`GpuBackend`]).
 //!
 //! Every handle keeps its backend's [`Runtime::Scope`]: what makes its device current on
@@ -16,6 +17,7 @@ mod drop_errors;
 mod handles;
 mod launch_shape;
 mod module;
+mod queues;
 mod rank;
 
 pub use backend::GpuBackend;
@@ -27,6 +29,7 @@ pub use handles::{HostMapped, Mapping};
 pub(in crate::backend) use launch_shape::THREADS;
 pub(in crate::backend) use launch_shape::grid_for_bytes;
 pub use module::Module;
+pub(in crate::backend) use queues::{QueueSetting, QueueSlot, configure as configure_queues};
 pub(in crate::backend) use rank::DeviceInfo;
 pub use rank::Rank;
 

@@ -173,7 +173,18 @@ pub struct Hip {
     // Field order is drop order: the rank (which waits for its stream), then the device.
     rank: gpu::Rank<HipRuntime>,
     device: Arc<Device>,
+    /// This rank's hardware queue of the device (see `gpu::queues`), given back last.
+    _queue: gpu::QueueSlot,
 }
+
+/// HIP's hardware queues per device and process: `GPU_MAX_HW_QUEUES` (4 by default);
+/// symmem asks for 16 when it is unset (see `gpu::queues`).
+static QUEUES: gpu::QueueSetting = gpu::QueueSetting {
+    variable: "GPU_MAX_HW_QUEUES",
+    ours: 16,
+    default: 4,
+    set_by_us: std::sync::OnceLock::new(),
+};
 
 impl fmt::Debug for Hip {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -192,6 +203,7 @@ impl Hip {
     /// here; [`Error::NoDevice`] when the runtime sees no device or fewer than
     /// `ordinal + 1`; [`Error::Driver`] for any other HIP failure.
     pub fn new(ordinal: usize) -> Result<Self> {
+        gpu::configure_queues(&QUEUES);
         // The first call loads the runtime: a missing library or entry point is an `Err`.
         runtime::init()?;
         let runtime_version = runtime::runtime_version()?;
@@ -199,6 +211,9 @@ impl Hip {
             return Err(Error::NoDevice { backend: "hip" });
         }
         let ordinal_c = c_int::try_from(ordinal).map_err(|_| Error::NoDevice { backend: "hip" })?;
+        // HIP says nothing of who made its device state: where the runtime was started
+        // before symmem set the variable, the user sets it (see `gpu::queues`).
+        let queue = gpu::QueueSlot::take(&QUEUES, ordinal, || Ok(false))?;
         let device = Arc::new(Device {
             ordinal: ordinal_c,
             drop_errors: Arc::default(),
@@ -216,6 +231,7 @@ impl Hip {
             runtime_version,
             rank: gpu::Rank::new(Arc::clone(&device), stream, info),
             device,
+            _queue: queue,
         })
     }
 
