@@ -99,12 +99,33 @@ impl DepartedMask {
         }
     }
 
+    /// The lowest rank that has departed, if any.
+    pub fn first(self) -> Option<usize> {
+        (0..self.ranks.div_ceil(64)).find_map(|w| {
+            // SAFETY: word `w` of the live bitmask, accessed atomically.
+            let bits = unsafe { AtomicU64::from_ptr(self.words.add(w)) }.load(Ordering::Acquire);
+            (bits != 0).then(|| w * 64 + bits.trailing_zeros() as usize)
+        })
+    }
+
     /// Whether `rank` has departed.
     #[cfg(test)]
     pub fn is_set(self, rank: usize) -> bool {
         self.word(rank)
             .is_some_and(|w| w.load(Ordering::Acquire) & (1 << (rank % 64)) != 0)
     }
+}
+
+/// What this rank knows of its peers' departures: `all` (the device's bitmask, every
+/// departure, so waits on the rank end) and `healthy` (host only: the ranks that left with
+/// their world in good order, so a departure can be named as the cause of a failure; a
+/// rank that left after its own wait failed is not a cause).
+#[derive(Clone, Copy)]
+pub struct Departures {
+    /// Every departed rank (the control block's `departed` bitmask).
+    pub all: DepartedMask,
+    /// The ranks that left healthy.
+    pub healthy: DepartedMask,
 }
 
 #[cfg(test)]
@@ -123,6 +144,7 @@ mod tests {
         assert!(mask.is_set(69) && mask.is_set(3));
         assert!(!mask.is_set(4) && !mask.is_set(70));
         assert_eq!(words, [1 << 3, 1 << 5]);
+        assert_eq!(mask.first(), Some(3));
         assert_eq!(DepartedMask::bytes(70), 16);
         assert_eq!(DepartedMask::bytes(64), 8);
     }

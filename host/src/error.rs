@@ -158,7 +158,9 @@ pub enum Error {
         offset: usize,
     },
     /// Other ranks failed their part of a collective call (its exchange still completed,
-    /// so every rank stays in step); each of them returns its own error.
+    /// so every rank stays in step), or a device barrier this rank waited in found that a
+    /// peer's wait had given up (the peer poisons its arrivals, so no rank goes on with
+    /// what it sent after); each of them returns its own error.
     #[error(
         "rank {rank}: ranks {ranks:?} failed their part of this collective call: read the \
          error each of them returned"

@@ -34,7 +34,7 @@
 
 use crate::backend::Shareable;
 use crate::bootstrap::Bootstrap;
-use crate::control::{AbortWord, DepartedMask};
+use crate::control::{AbortWord, Departures};
 use crate::error::{Error, Result};
 use rustix::event::{PollFd, PollFlags};
 use rustix::io::Errno;
@@ -105,8 +105,11 @@ fn pidfd(pid: u32) -> Option<OwnedFd> {
 /// How a rank ends, as it tells its peers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Departure {
-    /// It left its world: its device work is complete.
+    /// It left its world in good order: its device work is complete.
     Left,
+    /// It left after its own work failed (a wait of its gave up): its device work is
+    /// complete, but its failure, not its departure, is the cause to name.
+    Failed,
     /// Its thread panicked: like a process that ended, it is lost.
     Lost,
 }
@@ -118,6 +121,7 @@ impl Departure {
         let kind: u32 = match self {
             Departure::Left => 0,
             Departure::Lost => 1,
+            Departure::Failed => 2,
         };
         let mut out = [0; Self::BYTES];
         out[..4].copy_from_slice(&(rank as u32).to_le_bytes());
@@ -133,6 +137,7 @@ impl Departure {
         let kind = match u32::from_le_bytes(kind.try_into().ok()?) {
             0 => Departure::Left,
             1 => Departure::Lost,
+            2 => Departure::Failed,
             _ => return None,
         };
         (rank < world).then_some((rank, kind))
@@ -154,7 +159,8 @@ impl Watchdog {
     /// Collective (every rank calls it at the same point): exchanges identities and
     /// departure sockets over `bootstrap`, and watches every peer that is another process
     /// on this machine and every peer's departure notice. A lost peer has its rank
-    /// written to `abort`; a departed one, its bit set in `departed`. `None` in a world
+    /// written to `abort`; a departed one, its bit set in `departures` (`healthy` too
+    /// where it left in good order). `None` in a world
     /// of one rank.
     ///
     /// Errors: the bootstrap's; [`Error::Os`] where the socket or the thread cannot be
@@ -162,7 +168,7 @@ impl Watchdog {
     pub(crate) fn start(
         bootstrap: &mut dyn Bootstrap,
         abort: AbortWord,
-        departed: DepartedMask,
+        departures: Departures,
     ) -> Result<Option<Self>> {
         let (rank, world) = (bootstrap.rank(), bootstrap.world_size());
         if world == 1 {
@@ -206,7 +212,7 @@ impl Watchdog {
         })?;
         let thread = std::thread::Builder::new()
             .name("symmem-watchdog".into())
-            .spawn(move || watch(wake, &notices, watched, world, abort, departed))
+            .spawn(move || watch(wake, &notices, watched, world, abort, departures))
             .map_err(|source| Error::Os {
                 what: "watchdog thread",
                 source,
@@ -244,14 +250,14 @@ impl Drop for Watchdog {
 /// The watchdog thread: waits until `wake` closes (the world stops it) or one of the
 /// `watched` processes ends or a peer's notice says it was lost (its rank goes to
 /// `abort`, and the thread returns). A peer's notice that it left sets its bit in
-/// `departed`, and its process is no longer watched (it may now end).
+/// `departures`, and its process is no longer watched (it may now end).
 fn watch(
     wake: UnixStream,
     notices: &OwnedFd,
     mut watched: Vec<(usize, OwnedFd)>,
     world: usize,
     abort: AbortWord,
-    departed: DepartedMask,
+    departures: Departures,
 ) {
     loop {
         let mut fds: Vec<PollFd<'_>> = [PollFd::new(&wake, PollFlags::IN)]
@@ -280,9 +286,12 @@ fn watch(
             let mut buf = [0u8; Departure::BYTES + 1];
             while let Ok((len, _)) = rustix::net::recv(notices, &mut buf, RecvFlags::DONTWAIT) {
                 match Departure::decode(&buf[..len], world) {
-                    Some((rank, Departure::Left)) => {
-                        tracing::debug!(peer = rank, "a peer left the world");
-                        departed.set(rank);
+                    Some((rank, how @ (Departure::Left | Departure::Failed))) => {
+                        tracing::debug!(peer = rank, ?how, "a peer left the world");
+                        if how == Departure::Left {
+                            departures.healthy.set(rank);
+                        }
+                        departures.all.set(rank);
                         watched.retain(|(r, _)| *r != rank);
                     }
                     Some((rank, Departure::Lost)) => {
@@ -304,6 +313,7 @@ fn watch(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::control::DepartedMask;
 
     #[test]
     fn identities_round_trip_and_reject_other_lengths() {
@@ -318,9 +328,9 @@ mod tests {
         assert!(Identity::decode(&Identity::encode(None)).is_none());
     }
 
-    /// A departure socket pair (receiving end, sending end) and a bitmask of 8 ranks over
-    /// `word`.
-    fn notices(word: &mut u64) -> (OwnedFd, OwnedFd, DepartedMask) {
+    /// A departure socket pair (receiving end, sending end) and bitmasks of 8 ranks over
+    /// `words` (every departure, the healthy ones).
+    fn notices(words: &mut [u64; 2]) -> (OwnedFd, OwnedFd, Departures) {
         let (rx, tx) = rustix::net::socketpair(
             AddressFamily::UNIX,
             SocketType::DGRAM,
@@ -328,13 +338,20 @@ mod tests {
             None,
         )
         .expect("socketpair");
-        // SAFETY: a local word that outlives every use in the test, used atomically.
-        (rx, tx, unsafe { DepartedMask::new(word, 8) })
+        let [all, healthy] = words.each_mut().map(std::ptr::from_mut);
+        // SAFETY: local words that outlive every use in the test, used atomically.
+        let departures = unsafe {
+            Departures {
+                all: DepartedMask::new(all, 8),
+                healthy: DepartedMask::new(healthy, 8),
+            }
+        };
+        (rx, tx, departures)
     }
 
     #[test]
     fn a_child_that_ends_is_seen_and_named() {
-        let (mut word, mut bits) = (0u64, 0u64);
+        let (mut word, mut bits) = (0u64, [0u64; 2]);
         // SAFETY: a local word, used atomically until the end of the test.
         let abort = unsafe { AbortWord::new(&raw mut word) };
         let (rx, _tx, departed) = notices(&mut bits);
@@ -357,7 +374,7 @@ mod tests {
 
     #[test]
     fn a_departure_sets_its_bit_and_its_process_ending_is_no_loss() {
-        let (mut word, mut bits) = (0u64, 0u64);
+        let (mut word, mut bits) = (0u64, [0u64; 2]);
         // SAFETY: as above.
         let abort = unsafe { AbortWord::new(&raw mut word) };
         let (rx, tx, departed) = notices(&mut bits);
@@ -374,7 +391,7 @@ mod tests {
         let thread =
             std::thread::spawn(move || watch(wake, &rx, vec![(3, fd)], 8, abort, departed));
         let start = std::time::Instant::now();
-        while !departed.is_set(3) {
+        while !departed.all.is_set(3) {
             assert!(
                 start.elapsed() < std::time::Duration::from_secs(5),
                 "departure not seen"
@@ -385,7 +402,14 @@ mod tests {
         let _ = child.wait();
         std::thread::sleep(std::time::Duration::from_millis(100));
         assert_eq!(abort.read(), None);
-        assert_eq!(bits_of(departed), [3]);
+        assert_eq!(bits_of(departed.all), [3]);
+        assert_eq!(bits_of(departed.healthy), [3]);
+        // A rank that left after its own failure is departed, not healthy.
+        rustix::net::send(&tx, &Departure::Failed.encode(5), SendFlags::empty()).expect("send");
+        while !departed.all.is_set(5) {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert_eq!(bits_of(departed.healthy), [3]);
         // A peer whose thread panicked is lost.
         rustix::net::send(&tx, &Departure::Lost.encode(6), SendFlags::empty()).expect("send");
         thread.join().expect("watchdog");
@@ -393,18 +417,18 @@ mod tests {
         drop(stop);
     }
 
-    fn bits_of(mask: DepartedMask) -> Vec<usize> {
+    fn bits_of(mask: crate::control::DepartedMask) -> Vec<usize> {
         (0..8).filter(|&r| mask.is_set(r)).collect()
     }
 
     #[test]
     fn departure_notices_round_trip_and_reject_the_rest() {
-        for how in [Departure::Left, Departure::Lost] {
+        for how in [Departure::Left, Departure::Lost, Departure::Failed] {
             assert_eq!(Departure::decode(&how.encode(7), 8), Some((7, how)));
             assert_eq!(Departure::decode(&how.encode(8), 8), None);
         }
         let mut bad = Departure::Left.encode(1);
-        bad[4] = 2;
+        bad[4] = 3;
         assert_eq!(Departure::decode(&bad, 8), None);
         assert_eq!(Departure::decode(&bad[..7], 8), None);
         assert_eq!(Departure::decode(&[0; 9], 8), None);
@@ -413,7 +437,7 @@ mod tests {
 
     #[test]
     fn stopping_the_watchdog_returns_without_an_abort() {
-        let (mut word, mut bits) = (0u64, 0u64);
+        let (mut word, mut bits) = (0u64, [0u64; 2]);
         // SAFETY: as above.
         let abort = unsafe { AbortWord::new(&raw mut word) };
         let (rx, _tx, departed) = notices(&mut bits);

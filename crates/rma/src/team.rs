@@ -820,12 +820,69 @@ impl Team<'_> {
             r += threads;
         }
         let mut r = tid;
+        let mut gave_up = false;
         while r < world {
             // SAFETY: r < world.
-            unsafe { self.wait_from(sig.add(r), Cmp::Ge, arrival, r as u64) };
+            gave_up |= !unsafe { self.wait_arrival(sig.add(r), arrival, r) };
             r += threads;
         }
+        if gave_up {
+            // What this rank does after a wait that gave up is not to be trusted: its
+            // arrival word on every peer says so, and their waits on it give up too.
+            let mut p = 0;
+            while p < world {
+                if p != self.rank {
+                    // SAFETY: p < world; the word is symmetric. Relaxed: it orders nothing,
+                    // and this thread's later arrivals on `p` are atomics on the same word.
+                    unsafe {
+                        self.atomic(
+                            AtomicOp::Or,
+                            sig.add(self.rank),
+                            crate::watch::POISON,
+                            p,
+                            Order::Relaxed,
+                            Scope::System,
+                        )
+                    };
+                }
+                p += 1;
+            }
+        }
         arch.sync_block();
+    }
+
+    /// A barrier's wait for rank `peer`'s arrival count at `sig` to reach `arrival`: true
+    /// when it did, false when the wait gave up (see [`crate::watch`]) or the count
+    /// carries [`crate::watch::POISON`] (recorded as
+    /// [`crate::watch::REASON_PEER_GAVE_UP`]).
+    ///
+    /// # Safety
+    /// `sig` valid, 8-aligned, accessed only atomically.
+    #[inline(always)]
+    unsafe fn wait_arrival(&self, sig: *const u64, arrival: u64, peer: usize) -> bool {
+        let mut watch = crate::watch::Watch::new();
+        let mut spins = 0;
+        loop {
+            // SAFETY: forwarded from the caller.
+            let v = unsafe { u64::load(sig, Order::Acquire, Scope::System) };
+            if v & crate::watch::POISON != 0 {
+                crate::watch::record(
+                    crate::watch::REASON_PEER_GAVE_UP,
+                    peer as u64,
+                    sig.addr() as u64,
+                    arrival,
+                    v,
+                );
+                return false;
+            }
+            if v >= arrival {
+                return true;
+            }
+            crate::spin(&mut spins);
+            if watch.give_up(spins, sig, arrival, v, peer as u64) {
+                return false;
+            }
+        }
     }
 }
 

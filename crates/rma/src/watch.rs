@@ -72,33 +72,42 @@ pub const REASON_ABORT: u64 = 2;
 /// Why a wait gave up: a request named a peer this rank cannot reach (its table entry
 /// is 0 and there is no engine, or the address is outside the symmetric heap).
 pub const REASON_UNREACHABLE: u64 = 3;
+/// Why a wait gave up: the peer it waited on had itself given up (its barrier arrival word
+/// carries [`POISON`]), so what that peer sent after is not to be trusted.
+pub const REASON_PEER_GAVE_UP: u64 = 4;
+/// The bit a rank whose barrier wait gave up sets in its arrival word on every peer
+/// (`Team::barrier_block`): a peer's wait on that word gives up
+/// ([`REASON_PEER_GAVE_UP`]) instead of being satisfied by arrivals the rank makes after
+/// it stopped waiting, so no peer goes on with data that rank did not finish. Arrival
+/// counts never reach it.
+pub const POISON: u64 = 1 << 63;
 /// A waiting thread looks at the control block once per this many spins.
 pub const POLL_EVERY: u32 = 1 << 16;
 /// The peer of a wait that did not name one.
 pub const NO_PEER: u64 = u64::MAX;
 
-/// The packing of [`Control::status`]: bits 0-1 the reason, bits 2-21 the peer plus one
-/// (0: unknown), bits 22-63 how long the wait had waited, in microseconds.
+/// The packing of [`Control::status`]: bits 0-2 the reason, bits 3-22 the peer plus one
+/// (0: unknown), bits 23-63 how long the wait had waited, in microseconds.
 pub mod status {
     /// Packs a status word.
     pub const fn pack(reason: u64, peer: u64, waited_ns: u64) -> u64 {
         let peer = if peer < (1 << 20) - 1 { peer + 1 } else { 0 };
-        (reason & 3) | (peer << 2) | ((waited_ns / 1000) << 22)
+        (reason & 7) | (peer << 3) | ((waited_ns / 1000) << 23)
     }
     /// The reason of a status word.
     pub const fn reason(status: u64) -> u64 {
-        status & 3
+        status & 7
     }
     /// The peer of a status word, if the wait named one.
     pub const fn peer(status: u64) -> Option<u64> {
-        match (status >> 2) & ((1 << 20) - 1) {
+        match (status >> 3) & ((1 << 20) - 1) {
             0 => None,
             p => Some(p - 1),
         }
     }
     /// How long the wait had waited, in nanoseconds (microsecond resolution).
     pub const fn waited_ns(status: u64) -> u64 {
-        (status >> 22) * 1000
+        (status >> 23) * 1000
     }
 }
 
@@ -337,5 +346,9 @@ mod tests {
             (super::REASON_ABORT, None)
         );
         assert_ne!(s, 0);
+        let s = status::pack(super::REASON_PEER_GAVE_UP, (1 << 20) - 2, 1 << 40);
+        assert_eq!(status::reason(s), super::REASON_PEER_GAVE_UP);
+        assert_eq!(status::peer(s), Some((1 << 20) - 2));
+        assert_eq!(status::waited_ns(s), (1 << 40) / 1000 * 1000);
     }
 }

@@ -50,6 +50,7 @@ impl<B: Backend> World<B> {
             Fault {
                 status,
                 lost,
+                departed: self.departures.healthy.first(),
                 signal,
                 value,
                 seen,
@@ -84,32 +85,50 @@ pub(super) struct Fault {
     status: u64,
     /// The abort, if any, and the rank it names.
     lost: Option<Option<usize>>,
+    /// The first rank that had left the world healthy, if any.
+    departed: Option<usize>,
     signal: u64,
     value: u64,
     seen: u64,
 }
 
 impl Fault {
-    /// The error of rank `rank`'s fault.
+    /// The error of rank `rank`'s fault: the root cause where it is known (a lost or
+    /// departed rank), else what the wait saw.
     fn error(self, rank: usize) -> Error {
-        use symmem_rma::watch::{REASON_ABORT, status};
+        use symmem_rma::watch::{REASON_ABORT, REASON_PEER_GAVE_UP, REASON_UNREACHABLE, status};
         let peer = status::peer(self.status).map(|p| p as usize);
         let waited = Duration::from_nanos(status::waited_ns(self.status));
-        if status::reason(self.status) == symmem_rma::watch::REASON_UNREACHABLE {
+        let reason = status::reason(self.status);
+        if reason == REASON_UNREACHABLE {
             Error::Unreachable {
                 rank,
                 peer,
                 address: self.signal,
             }
-        } else if self.lost.is_none() && status::reason(self.status) == REASON_ABORT {
-            // No abort was set: the wait gave up because the peer it waited on had left.
-            Error::PeerLost { rank: peer, waited }
         } else if let Some(lost) = self.lost {
             // The abort names the rank that was lost; the wait that saw it may have waited
             // for another (or no wait was running).
-            // (A wait gives up on an abort only after the abort is set, so `lost` is
-            // always there when the status says so.)
             Error::PeerLost { rank: lost, waited }
+        } else if reason == REASON_ABORT {
+            // No abort was set: the wait gave up because the peer it waited on had left.
+            Error::PeerLost { rank: peer, waited }
+        } else if reason == REASON_PEER_GAVE_UP
+            && let Some(departed) = self.departed
+        {
+            // A peer gave up, and a rank had left in good order: that is why (the peer
+            // names it too).
+            Error::PeerLost {
+                rank: Some(departed),
+                waited,
+            }
+        } else if reason == REASON_PEER_GAVE_UP {
+            // The peer's own error (its wait timed out, or it saw another peer give up)
+            // says why; this rank stopped rather than go on with what it sent after.
+            Error::PeerFailed {
+                rank,
+                ranks: peer.into_iter().collect(),
+            }
         } else {
             Error::WaitTimedOut {
                 peer,

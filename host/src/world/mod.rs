@@ -35,7 +35,7 @@ mod heap;
 use crate::backend::code_objects::{KERNELS, KERNELS_ON_NODE, Loaded};
 use crate::backend::{Backend, DeviceRegion, Shareable, SharedRegion};
 use crate::bootstrap::Bootstrap;
-use crate::control::{AbortWord, DepartedMask};
+use crate::control::{AbortWord, DepartedMask, Departures};
 use crate::error::{Error, Result};
 use crate::liveness::{Departure, Watchdog};
 use crate::offset_alloc::MIN_ALIGN;
@@ -117,6 +117,8 @@ pub struct World<B: Backend> {
     watchdog: Option<Watchdog>,
     /// The abort word of `control`.
     abort: AbortWord,
+    /// The departed-peer bitmasks after `control`.
+    departures: Departures,
     /// This rank's control block of bounded device waits (`symmem_rma::watch`).
     control: B::Shared,
     /// The first failed device wait, once seen: the world is poisoned by it.
@@ -214,9 +216,10 @@ impl<B: Backend> World<B> {
         unsafe { backend.upload(heap_bases_memory.base(), bytemuck::cast_slice(&bases))? };
         let serial = heap::next_serial();
         let heap_bases = PeerBases::new(heap_bases_memory.base(), bases.into(), serial, None);
-        // The control block, then its departed-peer bitmask.
-        let control =
-            backend.alloc_shared(size_of::<Control>() + DepartedMask::bytes(world_size))?;
+        // The control block, then its departed-peer bitmask (read by the device), then
+        // the host's bitmask of the peers that left healthy.
+        let mask_bytes = DepartedMask::bytes(world_size);
+        let control = backend.alloc_shared(size_of::<Control>() + 2 * mask_bytes)?;
         let deadline = u64::try_from(config.wait_deadline.as_nanos()).unwrap_or(u64::MAX);
         // SAFETY: a fresh zeroed block of `Control`'s size and the bitmask's, aligned
         // (page-locked or 64-aligned allocations), that no kernel reads yet.
@@ -237,15 +240,16 @@ impl<B: Backend> World<B> {
         // atomically.
         let abort =
             unsafe { AbortWord::new(&raw mut (*control.host_ptr().cast::<Control>()).abort) };
-        // SAFETY: the bitmask after the block, 8-aligned (`Control` is a whole number of
-        // words), living as long as `control` (as the abort word), accessed atomically.
-        let departed = unsafe {
-            DepartedMask::new(
-                control.host_ptr().add(size_of::<Control>()).cast(),
-                world_size,
-            )
+        // SAFETY: the two bitmasks after the block, 8-aligned (`Control` is a whole number
+        // of words), living as long as `control` (as the abort word), accessed atomically.
+        let departures = unsafe {
+            let masks = control.host_ptr().add(size_of::<Control>());
+            Departures {
+                all: DepartedMask::new(masks.cast(), world_size),
+                healthy: DepartedMask::new(masks.add(mask_bytes).cast(), world_size),
+            }
         };
-        let watchdog = Watchdog::start(&mut *bootstrap, abort, departed)?;
+        let watchdog = Watchdog::start(&mut *bootstrap, abort, departures)?;
         let transport = if topology.nodes() > 1 {
             let link = start_transport(&*bootstrap, &backend, &heap, abort)?;
             // SAFETY: the live control block's word, before any launch.
@@ -275,6 +279,7 @@ impl<B: Backend> World<B> {
             modules: Mutex::new(Vec::new()),
             watchdog,
             abort,
+            departures,
             control,
             fault: Mutex::new(None),
             rank,
@@ -478,6 +483,8 @@ impl<B: Backend> World<B> {
         if let Some(watchdog) = &self.watchdog {
             let how = if std::thread::panicking() {
                 Departure::Lost
+            } else if synced.is_err() || self.check_waits().is_err() {
+                Departure::Failed
             } else {
                 Departure::Left
             };
