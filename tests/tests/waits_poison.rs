@@ -10,24 +10,29 @@
 //! `WaitTimedOut`, the others `PeerFailed` naming rank 0 or a rank that gave up because of
 //! it; all as soon as rank 2 arrives, none waits until the default deadline.
 //!
-//! On the CPU backend (CI); the same kernels run on GPUs.
+//! On the CPU backend (CI); on CUDA (ranks sharing GPU 0) where a GPU answers.
 
 use std::time::{Duration, Instant};
+use symmem::backend::Backend;
 use symmem::backend::cpu::Cpu;
+use symmem::backend::cuda::Cuda;
 use symmem::bootstrap::local::LocalBootstrap;
 use symmem::collectives::{Algorithm, Collectives, ReduceOp};
 use symmem::{Config, Error, World};
+use symmem_tests::processes::cuda_missing;
 
 /// Rank 0's device-wait deadline.
 const SHORT: Duration = Duration::from_millis(100);
-/// How late rank 2 enters the collective.
-const LATE: Duration = Duration::from_millis(800);
+/// How late rank 2 enters the collective: longer than two looks of rank 0 at its control
+/// block (each after 65,536 spins, which take far longer on a loaded CPU).
+const LATE: Duration = Duration::from_secs(3);
 const N: usize = 4096;
 
 /// One rank: an all-reduce every rank enters together (so the buffers are agreed), then
 /// one that rank 2 enters [`LATE`]; returns the second call's outcome, read back.
-fn rank_body(
+fn rank_body<B: Backend>(
     bootstrap: LocalBootstrap,
+    make: impl Fn(usize) -> symmem::Result<B>,
     algorithm: Algorithm,
 ) -> (symmem::Result<Vec<i32>>, Duration) {
     let rank = symmem::bootstrap::Bootstrap::rank(&bootstrap);
@@ -42,7 +47,7 @@ fn rank_body(
     };
     let start = Instant::now();
     let run = || -> symmem::Result<symmem::Result<Vec<i32>>> {
-        let world = World::new(Box::new(bootstrap), Cpu::new(), &config)?;
+        let world = World::new(Box::new(bootstrap), make(rank)?, &config)?;
         let coll = Collectives::new(&world)?;
         let src = world.from_slice(&vec![rank as i32 + 1; N])?;
         let dst = world.zeros::<i32>(N)?;
@@ -59,12 +64,18 @@ fn rank_body(
     (result, start.elapsed())
 }
 
-fn forced_timeout_fails_every_rank(algorithm: Algorithm) {
+fn forced_timeout_fails_every_rank<B: Backend>(
+    make: impl Fn(usize) -> symmem::Result<B> + Sync,
+    algorithm: Algorithm,
+) {
     let group = LocalBootstrap::default_group(3);
     let results: Vec<_> = std::thread::scope(|s| {
         let handles: Vec<_> = group
             .into_iter()
-            .map(|b| s.spawn(move || rank_body(b, algorithm)))
+            .map(|b| {
+                let make = &make;
+                s.spawn(move || rank_body(b, make, algorithm))
+            })
             .collect();
         handles
             .into_iter()
@@ -95,10 +106,19 @@ fn forced_timeout_fails_every_rank(algorithm: Algorithm) {
 
 #[test]
 fn a_forced_timeout_fails_every_rank_of_a_one_shot_all_reduce() {
-    forced_timeout_fails_every_rank(Algorithm::OneShot);
+    forced_timeout_fails_every_rank(|_| Ok(Cpu::new()), Algorithm::OneShot);
 }
 
 #[test]
 fn a_forced_timeout_fails_every_rank_of_a_two_shot_all_reduce() {
-    forced_timeout_fails_every_rank(Algorithm::TwoShot);
+    forced_timeout_fails_every_rank(|_| Ok(Cpu::new()), Algorithm::TwoShot);
+}
+
+#[test]
+fn cuda_a_forced_timeout_fails_every_rank_of_a_two_shot_all_reduce() {
+    if let Some(why) = cuda_missing() {
+        eprintln!("skipped: cuda backend unavailable: {why}");
+        return;
+    }
+    forced_timeout_fails_every_rank(Cuda::for_rank, Algorithm::TwoShot);
 }
