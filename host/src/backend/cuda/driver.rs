@@ -42,7 +42,12 @@ impl Stream {
     /// The `CUstream` a cudarc stream wraps. The caller keeps `stream` alive while the
     /// handle is used.
     pub(super) fn of_cudarc(stream: &cudarc::driver::CudaStream) -> Self {
-        Self(stream.cu_stream())
+        Self::from_raw(stream.cu_stream())
+    }
+
+    /// The handle `raw`.
+    pub(super) fn from_raw(raw: sys::CUstream) -> Self {
+        Self(raw)
     }
 
     /// Whether this is a handle of a default stream rather than a stream of its own:
@@ -132,14 +137,21 @@ fn check(call: &'static str, rc: sys::CUresult) -> Result<()> {
 /// on both.
 impl From<cudarc::driver::DriverError> for Error {
     fn from(e: cudarc::driver::DriverError) -> Self {
-        match check("a cudarc call", e.0) {
-            Err(e) => e,
-            // cudarc makes no error of CUDA_SUCCESS; report it as the code it is.
-            Ok(()) => Error::Driver {
-                call: "a cudarc call",
-                code: e.0 as i64,
-                message: format!("{:?}", e.0),
-            },
+        let code = e.0;
+        if code == sys::CUresult::CUDA_ERROR_NO_DEVICE {
+            return Error::NoDevice { backend: "cuda" };
+        }
+        // The driver's text where it loads (it does after any real cudarc call; a
+        // `DriverError` made by hand without it must not reach the panicking loader).
+        let message = if library_present() {
+            error_string(code)
+        } else {
+            format!("{code:?}")
+        };
+        Error::Driver {
+            call: "a cudarc call",
+            code: code as i64,
+            message,
         }
     }
 }

@@ -69,6 +69,13 @@ mod handles;
 mod staging;
 pub mod timing;
 
+/// The cudarc crate this backend is built on: the version whose types
+/// [`Cuda::from_cudarc_stream`], [`Cuda::cudarc_stream`] and [`crate::CudarcView`] take, with
+/// the features `std`, `driver`, `dynamic-loading` and `cuda-13000`. A program that loads
+/// PTX with cudarc (`CudaContext::load_module`) depends on the same version itself, adding
+/// its `nvrtc` feature.
+pub use cudarc;
+
 use super::gpu::{self, DeviceScope, DropErrors};
 use super::ipc::IpcExport;
 use super::{CodeObjects, DeviceRegion, HeapAccess, KernelLaunch, Shareable, SharedRegion};
