@@ -18,6 +18,18 @@
 //! contexts would give each rank its own GPU address space on the same device, and raw
 //! pointers could not cross between them.)
 //!
+//! # Streams and cudarc
+//!
+//! A rank's stream is a cudarc [`CudaStream`] of the primary context (cudarc's
+//! `CudaContext::new` retains the same one): [`Cuda::new`] makes it, and
+//! [`Cuda::from_cudarc_stream`] adopts a program's own instead, so that the program's
+//! cudarc work and symmem's (copies, kernels, collectives, graph capture) run on one
+//! stream, in the order enqueued. cudarc owns the stream and destroys it when the last
+//! `Arc` goes; the backend holds one for its life and waits for the stream when dropped.
+//! [`Cuda::cudarc_stream`] hands it out, and [`crate::CudarcView`] lends this rank's
+//! memory to cudarc. Failures of cudarc's own releases are recorded in its context
+//! (`CudaContext::check_err`), not in [`Cuda::drop_errors`].
+//!
 //! # Memory
 //!
 //! - The heap is VMM memory: `cuMemCreate` (POSIX fd handle type requested) mapped into
