@@ -331,6 +331,20 @@ pub enum Error {
         /// The capability.
         feature: &'static str,
     },
+    /// A cudarc stream the CUDA backend cannot run a rank on
+    /// (`Cuda::from_cudarc_stream`): its context is not the device's primary context,
+    /// whose address space symmem's memory lives in, or it is a default stream, shared
+    /// with every user of the context (or a different one on each thread) and not
+    /// capturable into a graph.
+    #[error(
+        "cannot run symmem on this cudarc stream of device {device}: {why}; give each rank a          stream of its own in the primary context: CudaContext::new({device})?.new_stream()?"
+    )]
+    ForeignStream {
+        /// The stream's device ordinal.
+        device: usize,
+        /// What is wrong with it.
+        why: &'static str,
+    },
     /// This rank's device cannot reach the memory of a peer's device (no peer-to-peer
     /// path between the two GPUs), so mapping that peer's memory here would fault.
     #[error(
@@ -861,6 +875,10 @@ mod tests {
             => ["libamdhip64 has no hipMemcpy", "install a runtime that provides it"];
         device_lacks_names_the_capability: Error::DeviceLacks { device: 1, feature: "VMM" }
             => ["device 1 has no VMM", "use a GPU and driver that provide it"];
+        foreign_stream_names_the_primary_context: Error::ForeignStream {
+            device: 1,
+            why: "it is a default stream (legacy or per-thread)",
+        } => ["device 1", "default stream", "CudaContext::new(1)?.new_stream()?"];
         peer_unreachable_names_p2p: Error::PeerUnreachable { device: 0, peer_device: 1 }
             => ["device 0", "device 1", "nvidia-smi topo -p2p p"];
         no_code_object_names_the_targets: Error::NoCodeObject {

@@ -17,8 +17,8 @@
 //! engine needs from a heap) and its CPU, CUDA and HIP implementations; off-node
 //! [`transport`]s; [`bootstrap`], [`topology`] and liveness; the [`World`] (forming and
 //! leaving, the heap, agreement, faults); typed memory, [`Module`] and checked launch,
-//! host I/O, providers and [`graph`]s; [`collectives`], built on launch as a user's code
-//! is.
+//! host I/O, providers, [`graph`]s and memory lent to cudarc ([`CudarcView`]);
+//! [`collectives`], built on launch as a user's code is.
 #![deny(missing_docs)]
 // docs.rs (`--cfg docsrs`): the generated docs mark what needs the `mpi` or `hip` feature.
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -27,6 +27,7 @@ pub mod backend;
 pub mod bootstrap;
 pub mod collectives;
 mod control;
+mod cudarc_view;
 mod error;
 pub mod graph;
 mod io;
@@ -44,6 +45,7 @@ mod world;
 pub use backend::{CodeObjects, Grid};
 /// The bound on every element type of device memory (plain old data).
 pub use bytemuck::Pod;
+pub use cudarc_view::CudarcView;
 pub use error::{Error, LamportRefusal, Result};
 pub use graph::Graph;
 pub use launch::{KernelArg, KernelArgs, Lowering, Module};

@@ -9,7 +9,7 @@
 //! | 2 | `transport` | off-node transports |
 //! | 3 | `bootstrap`, `topology`, `liveness` | who the peers are, where they live, whether alive |
 //! | 4 | `world` | forming and leaving, the heap, agreement, faults |
-//! | 5 | `memory`, `launch`, `io`, `provider`, `graph` | typed handles, launch, host I/O, providers, graphs |
+//! | 5 | `memory`, `launch`, `io`, `provider`, `graph`, `cudarc_view` | typed handles, launch, host I/O, providers, graphs, memory lent to cudarc |
 //! | 6 | `collectives` | built on launch, as a user's code is |
 //!
 //! `lib.rs` (declarations and re-exports) stands on no floor. A new module must be given a
@@ -35,6 +35,7 @@ const FLOORS: &[(&str, u32)] = &[
     ("io", 5),
     ("provider", 5),
     ("graph", 5),
+    ("cudarc_view", 5),
     ("collectives", 6),
 ];
 

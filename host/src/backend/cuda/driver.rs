@@ -31,6 +31,34 @@ pub(super) struct Context(sys::CUcontext);
 /// A `CUstream`.
 #[derive(Clone, Copy, Debug)]
 pub struct Stream(sys::CUstream);
+impl Context {
+    /// Whether this is the context `raw` (another library's handle of it).
+    pub(super) fn is(self, raw: sys::CUcontext) -> bool {
+        self.0 == raw
+    }
+}
+
+impl Stream {
+    /// The `CUstream` a cudarc stream wraps. The caller keeps `stream` alive while the
+    /// handle is used.
+    pub(super) fn of_cudarc(stream: &cudarc::driver::CudaStream) -> Self {
+        Self::from_raw(stream.cu_stream())
+    }
+
+    /// The handle `raw`.
+    pub(super) fn from_raw(raw: sys::CUstream) -> Self {
+        Self(raw)
+    }
+
+    /// Whether this is a handle of a default stream rather than a stream of its own:
+    /// `NULL` or `CU_STREAM_LEGACY` (0x1, the legacy default stream) or
+    /// `CU_STREAM_PER_THREAD` (0x2, a different stream on each thread). `cuda.h` defines
+    /// the two constants as these addresses; cudarc's bindings do not name them.
+    pub(super) fn is_default(self) -> bool {
+        matches!(self.0 as usize, 0..=2)
+    }
+}
+
 /// A `CUmodule`.
 #[derive(Clone, Copy, Debug)]
 pub struct Module(sys::CUmodule);
@@ -101,6 +129,30 @@ fn check(call: &'static str, rc: sys::CUresult) -> Result<()> {
             code: code as i64,
             message: error_string(code),
         }),
+    }
+}
+
+/// A failed cudarc call, as symmem reports a driver failure ([`Error::Driver`]; with
+/// `CUDA_ERROR_NO_DEVICE`, [`Error::NoDevice`]), so code that mixes the two can use `?`
+/// on both.
+impl From<cudarc::driver::DriverError> for Error {
+    fn from(e: cudarc::driver::DriverError) -> Self {
+        let code = e.0;
+        if code == sys::CUresult::CUDA_ERROR_NO_DEVICE {
+            return Error::NoDevice { backend: "cuda" };
+        }
+        // The driver's text where it loads (it does after any real cudarc call; a
+        // `DriverError` made by hand without it must not reach the panicking loader).
+        let message = if library_present() {
+            error_string(code)
+        } else {
+            format!("{code:?}")
+        };
+        Error::Driver {
+            call: "a cudarc call",
+            code: code as i64,
+            message,
+        }
     }
 }
 
@@ -245,22 +297,11 @@ pub(super) fn ctx_set_current(ctx: Context) -> Result<()> {
     check("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(ctx.0) })
 }
 
-/// `cuStreamCreate(CU_STREAM_NON_BLOCKING)` in the current context.
-pub(super) fn stream_create_non_blocking() -> Result<Stream> {
-    let mut s = MaybeUninit::<sys::CUstream>::uninit();
-    let flags = sys::CUstream_flags::CU_STREAM_NON_BLOCKING as c_uint;
-    // SAFETY: `s` is a valid out-pointer.
-    check("cuStreamCreate", unsafe {
-        sys::cuStreamCreate(s.as_mut_ptr(), flags)
-    })?;
-    // SAFETY: written by the driver on success.
-    Ok(Stream(unsafe { s.assume_init() }))
-}
-
 /// `cuStreamDestroy`.
 ///
 /// # Safety
-/// `stream` was created by [`stream_create_non_blocking`] and is not used afterwards.
+/// `stream` is owned by the caller (no other library destroys it) and is not used
+/// afterwards.
 pub(super) unsafe fn stream_destroy(stream: Stream) -> Result<()> {
     // SAFETY: forwarded from the caller.
     check("cuStreamDestroy", unsafe {

@@ -18,6 +18,18 @@
 //! contexts would give each rank its own GPU address space on the same device, and raw
 //! pointers could not cross between them.)
 //!
+//! # Streams and cudarc
+//!
+//! A rank's stream is a cudarc [`CudaStream`] of the primary context (cudarc's
+//! `CudaContext::new` retains the same one): [`Cuda::new`] makes it, and
+//! [`Cuda::from_cudarc_stream`] adopts a program's own instead, so that the program's
+//! cudarc work and symmem's (copies, kernels, collectives, graph capture) run on one
+//! stream, in the order enqueued. cudarc owns the stream and destroys it when the last
+//! `Arc` goes; the backend holds one for its life and waits for the stream when dropped.
+//! [`Cuda::cudarc_stream`] hands it out, and [`crate::CudarcView`] lends this rank's
+//! memory to cudarc. Failures of cudarc's own releases are recorded in its context
+//! (`CudaContext::check_err`), not in [`Cuda::drop_errors`].
+//!
 //! # Memory
 //!
 //! - The heap is VMM memory: `cuMemCreate` (POSIX fd handle type requested) mapped into
@@ -69,11 +81,19 @@ mod handles;
 mod staging;
 pub mod timing;
 
+/// The cudarc crate this backend is built on: the version whose types
+/// [`Cuda::from_cudarc_stream`], [`Cuda::cudarc_stream`] and [`crate::CudarcView`] take, with
+/// the features `std`, `driver`, `dynamic-loading` and `cuda-13000`. A program that loads
+/// PTX with cudarc (`CudaContext::load_module`) depends on the same version itself, adding
+/// its `nvrtc` feature.
+pub use cudarc;
+
 use super::gpu::{self, DeviceScope, DropErrors};
 use super::ipc::IpcExport;
 use super::{CodeObjects, DeviceRegion, HeapAccess, KernelLaunch, Shareable, SharedRegion};
 use crate::error::{Error, Result};
 use cudarc::driver::sys::CUdevice_attribute;
+use cudarc::driver::{CudaContext, CudaStream};
 use handles::{Context, CudaDriver, KernelParams, Physical, VmmView, map_physical};
 use std::ffi::CString;
 use std::fmt;
@@ -214,16 +234,17 @@ pub type CudaShared = gpu::HostMapped<CudaDriver>;
 pub type CudaModule = gpu::Module<CudaDriver>;
 
 /// The CUDA backend of one rank: a device, its primary context and a non-blocking
-/// stream. Kernel crates are loaded with [`Backend::load_module`](super::Backend::load_module).
+/// stream, which is a cudarc stream ([`Cuda::cudarc_stream`], [`Cuda::from_cudarc_stream`]). Kernel crates are loaded with [`Backend::load_module`](super::Backend::load_module).
 pub struct Cuda {
     major: i32,
     minor: i32,
     driver_version: i32,
     granularity: usize,
     vmm_fd_supported: bool,
-    // Field order is drop order: the rank (which waits for its stream, then destroys
-    // it), staging, then the context retain.
+    // Field order is drop order: the rank (which waits for its stream), the stream (which
+    // cudarc destroys when no clone of it is left), staging, then the context retain.
     rank: gpu::Rank<CudaDriver>,
+    stream: Arc<CudaStream>,
     staging: Mutex<staging::Staging>,
     ctx: Arc<Context>,
     /// This rank's hardware queue of the device (see `gpu::queues`), given back last.
@@ -263,7 +284,8 @@ impl Cuda {
         driver::device_count()
     }
 
-    /// Opens device `ordinal`.
+    /// Opens device `ordinal`, with a new non-blocking stream made through cudarc (see
+    /// [`Cuda::cudarc_stream`]).
     ///
     /// # Errors
     /// [`Error::LibraryMissing`] when `libcuda` cannot be loaded (checked before any driver
@@ -280,6 +302,58 @@ impl Cuda {
             driver::primary_ctx_active(driver::device_get(ordinal)?)
         })?;
         let ctx = Arc::new(Context::retain_primary(ordinal, Arc::default())?);
+        // cudarc's `CudaContext::new` retains the same primary context; its stream is this
+        // rank's, destroyed by cudarc once the backend and every clone handed out are gone.
+        // `fork` of the default stream rather than `new_stream`: the latter waits for the
+        // whole device (`cuCtxSynchronize`) on a context's first stream, which other ranks'
+        // collectives on this GPU could hold up (see "Several ranks on one GPU"); the fork
+        // only orders its stream after the legacy default stream's work, which no symmem
+        // stream (all non-blocking) takes part in.
+        let stream = CudaContext::new(ordinal)?.default_stream().fork()?;
+        Self::on_stream(ctx, stream)
+    }
+
+    /// The backend of the device that `stream` belongs to, enqueueing all its work (copies,
+    /// kernels, collectives, graph capture and replay) on `stream`: symmem's work and the
+    /// work the caller enqueues on `stream` through cudarc run in the order they were
+    /// enqueued, with no synchronisation between them.
+    ///
+    /// The backend keeps `stream` (a clone of the `Arc`) for its whole life and never
+    /// destroys it: cudarc does, when the last clone is dropped. Each rank needs a stream
+    /// of its own (ranks' collectives wait for each other on the device, so two ranks on
+    /// one stream wait forever), made for example with
+    /// `CudaContext::new(ordinal)?.new_stream()?`.
+    ///
+    /// # Errors
+    /// [`Error::ForeignStream`] when `stream`'s context is not its device's primary context
+    /// (the one every symmem backend and `CudaContext::new` use: memory of one context
+    /// is not addressable from another), or when `stream` is a default stream
+    /// (`CudaContext::default_stream`, `per_thread_stream`: one is shared by every user of
+    /// the context and cannot be captured into a graph, the other is a different stream on
+    /// each thread); as [`Cuda::new`] otherwise.
+    pub fn from_cudarc_stream(stream: Arc<CudaStream>) -> Result<Self> {
+        let ctx = Arc::new(Context::retain_primary(
+            stream.context().ordinal(),
+            Arc::default(),
+        )?);
+        Self::on_stream(ctx, stream)
+    }
+
+    /// The backend of `ctx`'s device on `stream`, after checking that `stream` is a stream
+    /// of its own in that context.
+    fn on_stream(ctx: Arc<Context>, stream: Arc<CudaStream>) -> Result<Self> {
+        let ordinal = ctx.ordinal as usize;
+        let foreign = |why| Error::ForeignStream {
+            device: ordinal,
+            why,
+        };
+        if !ctx.ctx.is(stream.context().cu_ctx()) {
+            return Err(foreign("its context is not the device's primary context"));
+        }
+        let raw = driver::Stream::of_cudarc(&stream);
+        if raw.is_default() {
+            return Err(foreign("it is a default stream (legacy or per-thread)"));
+        }
         let driver_version = driver::driver_version()?;
         let device = ctx.device;
         ctx.make_current()?;
@@ -309,13 +383,15 @@ impl Cuda {
             2 << 20
         };
 
-        let stream = driver::stream_create_non_blocking()?;
         let device = gpu::DeviceInfo {
             ordinal,
             name,
             arch: format!("sm_{major}{minor}"),
         };
-        let rank = gpu::Rank::new(Arc::clone(&ctx), stream, device);
+        let owner = gpu::StreamOwner::Foreign {
+            _keep: Box::new(Arc::clone(&stream)),
+        };
+        let rank = gpu::Rank::new(Arc::clone(&ctx), raw, owner, device);
         let staging = Mutex::new(staging::Staging::new(Arc::clone(&ctx))?);
 
         Ok(Self {
@@ -325,6 +401,7 @@ impl Cuda {
             granularity,
             vmm_fd_supported,
             rank,
+            stream,
             staging,
             ctx,
             _queue: queue,
@@ -339,6 +416,19 @@ impl Cuda {
     /// As [`Cuda::device_count`] and [`Cuda::new`].
     pub fn for_rank(rank: usize) -> Result<Self> {
         Self::new(rank % Self::device_count()?)
+    }
+
+    /// The stream this backend enqueues all its work on, as cudarc's: work a caller
+    /// enqueues on it through cudarc (kernels with `launch_builder`, copies) and symmem's
+    /// work run in the order they were enqueued, with no synchronisation between them, and
+    /// a graph capture of the backend ([`Backend::begin_capture`](super::Backend::begin_capture)) records both. It
+    /// is the stream [`Cuda::from_cudarc_stream`] was given, or the one [`Cuda::new`] made
+    /// through cudarc; a clone stays valid after the backend is dropped, and cudarc
+    /// destroys the stream when the last clone goes. Its context is the device's primary
+    /// context, so cudarc allocations made through it are addressable by symmem's kernels
+    /// and the reverse.
+    pub fn cudarc_stream(&self) -> &Arc<CudaStream> {
+        &self.stream
     }
 
     /// The device ordinal this backend drives.

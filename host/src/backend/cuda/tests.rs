@@ -626,3 +626,29 @@ fn cuda_gpu_child_heap_import() {
     unsafe { cuda.memset(m.base(), 0x3c, 8192).unwrap() };
     cuda.synchronize().unwrap();
 }
+
+#[test]
+fn cuda_cudarc_errors_are_driver_errors() {
+    use cudarc::driver::{DriverError, sys::CUresult};
+    match Error::from(DriverError(CUresult::CUDA_ERROR_INVALID_VALUE)) {
+        Error::Driver { call, code, .. } => {
+            assert_eq!(call, "a cudarc call");
+            assert_eq!(code, CUresult::CUDA_ERROR_INVALID_VALUE as i64);
+        }
+        e => panic!("expected Error::Driver, got {e:?}"),
+    }
+    assert!(matches!(
+        Error::from(DriverError(CUresult::CUDA_ERROR_NO_DEVICE)),
+        Error::NoDevice { backend: "cuda" }
+    ));
+}
+
+#[test]
+fn cuda_default_stream_handles_are_refused() {
+    for raw in [0usize, 1, 2] {
+        let stream: cudarc::driver::sys::CUstream = std::ptr::without_provenance_mut(raw);
+        assert!(driver::Stream::from_raw(stream).is_default(), "{raw:#x}");
+    }
+    let own: cudarc::driver::sys::CUstream = std::ptr::without_provenance_mut(0x5555_0000);
+    assert!(!driver::Stream::from_raw(own).is_default());
+}

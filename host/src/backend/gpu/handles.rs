@@ -25,19 +25,42 @@ impl<R: Runtime> Drop for LoadedModule<R> {
     }
 }
 
-/// A rank's stream; destroyed on drop.
+/// Who destroys a rank's stream.
+#[derive(Debug)]
+pub(in crate::backend) enum StreamOwner {
+    /// The backend made it: destroyed when the last handle of it drops (HIP's streams;
+    /// every CUDA stream is cudarc's).
+    #[cfg_attr(
+        not(feature = "hip"),
+        expect(dead_code, reason = "only the HIP backend makes its own streams")
+    )]
+    Backend,
+    /// Another library made it and destroys it (a cudarc `CudaStream`): the rank keeps
+    /// this handle of that library's, which keeps the stream alive, and drops it instead
+    /// of destroying the stream.
+    Foreign {
+        /// Held for its drop (which lets go of the stream).
+        _keep: Box<dyn std::any::Any + Send + Sync>,
+    },
+}
+
+/// A rank's stream, with who owns it: destroyed on drop where the backend does.
 #[derive(Debug)]
 pub(in crate::backend) struct OwnedStream<R: Runtime> {
     pub(in crate::backend) scope: Arc<R::Scope>,
     pub(in crate::backend) stream: R::Stream,
+    pub(in crate::backend) owner: StreamOwner,
 }
 
 impl<R: Runtime> Drop for OwnedStream<R> {
     fn drop(&mut self) {
-        self.scope.release(|| {
-            // SAFETY: the stream was created by the backend and is not used after this.
-            unsafe { R::stream_destroy(self.stream) }
-        });
+        // A foreign stream's owner is dropped with this value's fields, after this.
+        if let StreamOwner::Backend = self.owner {
+            self.scope.release(|| {
+                // SAFETY: the stream was created by the backend and is not used after this.
+                unsafe { R::stream_destroy(self.stream) }
+            });
+        }
     }
 }
 

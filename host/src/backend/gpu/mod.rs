@@ -23,8 +23,8 @@ mod rank;
 pub use backend::GpuBackend;
 pub use drop_errors::DropErrors;
 use handles::LoadedModule;
-pub(in crate::backend) use handles::OwnedStream;
 pub use handles::{HostMapped, Mapping};
+pub(in crate::backend) use handles::{OwnedStream, StreamOwner};
 #[cfg(feature = "hip")]
 pub(in crate::backend) use launch_shape::THREADS;
 pub(in crate::backend) use launch_shape::grid_for_bytes;

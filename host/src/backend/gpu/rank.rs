@@ -2,7 +2,7 @@
 //! drives, and the count of its waits for the device; and what it does with them alike
 //! on every runtime.
 
-use super::{DeviceScope, LoadedModule, OwnedStream, Runtime};
+use super::{DeviceScope, LoadedModule, OwnedStream, Runtime, StreamOwner};
 use crate::backend::ipc::IpcExport;
 use crate::backend::{Grid, Shareable};
 use crate::error::Result;
@@ -34,14 +34,20 @@ pub(in crate::backend) struct DeviceInfo {
 }
 
 impl<R: Runtime> Rank<R> {
-    /// The rank that owns `stream` on device `device` (reached through `scope`).
+    /// The rank that uses `stream` on device `device` (reached through `scope`); `owner`
+    /// says who destroys the stream.
     pub(in crate::backend) fn new(
         scope: Arc<R::Scope>,
         stream: R::Stream,
+        owner: StreamOwner,
         device: DeviceInfo,
     ) -> Self {
         Self {
-            stream: Arc::new(OwnedStream { scope, stream }),
+            stream: Arc::new(OwnedStream {
+                scope,
+                stream,
+                owner,
+            }),
             ordinal: device.ordinal,
             name: device.name,
             arch: device.arch,

@@ -229,7 +229,7 @@ impl Hip {
         };
         Ok(Self {
             runtime_version,
-            rank: gpu::Rank::new(Arc::clone(&device), stream, info),
+            rank: gpu::Rank::new(Arc::clone(&device), stream, gpu::StreamOwner::Backend, info),
             device,
             _queue: queue,
         })

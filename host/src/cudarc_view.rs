@@ -1,0 +1,142 @@
+//! symmem's device memory lent to cudarc: [`CudarcView`], a typed view of this rank's
+//! memory on the CUDA backend that cudarc's copies, kernels (`launch_builder(..).arg(..)`)
+//! and libraries take as they take a `CudaView`.
+
+use crate::backend::cuda::Cuda;
+use crate::memory::{AsDeviceSlice, DeviceSlice};
+use cudarc::driver::sys::CUdeviceptr;
+use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, LaunchArgs, PushKernelArg, SyncOnDrop};
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+/// `len` elements of `T` of this rank's device memory (a symmetric buffer's local copy, a
+/// [`crate::DeviceBuffer`], a slice of either), lent to cudarc for as long as the memory
+/// is borrowed: it implements cudarc's `DevicePtr`/`DevicePtrMut` (so `memcpy_dtoh`,
+/// `memcpy_htod`, `memcpy_dtod`, cuBLAS and the other cudarc libraries take it) and
+/// `PushKernelArg`, so `stream.launch_builder(&f).arg(&view)` passes the address of its
+/// first element, as for a `CudaView`.
+///
+/// # Ordering
+/// The view carries no cudarc events: it is ordered by its stream alone, the world's
+/// stream ([`Cuda::cudarc_stream`], which [`DeviceSlice`]'s `stream` gives). Work
+/// enqueued on that stream, cudarc's and symmem's alike, runs in the order it was
+/// enqueued, with no synchronisation. Handed to a cudarc call on *another* stream through
+/// `DevicePtr`/`DevicePtrMut`, that stream first waits (on the device) for the world's
+/// stream, and the host waits for that stream once the call is enqueued (cudarc drops the
+/// returned `SyncOnDrop`), so symmem's later work cannot overlap it: correct, but a
+/// synchronisation, which the world's stream never needs. A kernel launch
+/// (`PushKernelArg`) orders nothing: launch on the world's stream, or order the streams
+/// yourself.
+///
+/// # Lifetime
+/// The view borrows the memory it views, so it cannot outlive it; as with symmem's own
+/// launches, memory freed while enqueued work still uses it is the caller's to avoid
+/// (symmetric memory is reused only after a barrier, which waits for the device first).
+/// Through a shared view cudarc may write (`DevicePtrMut`, a kernel): device memory is not
+/// Rust memory, and the races it could have are the same as for two symmem kernels.
+#[derive(Debug)]
+pub struct CudarcView<'a, T> {
+    ptr: CUdeviceptr,
+    len: usize,
+    stream: &'a Arc<CudaStream>,
+    _t: PhantomData<&'a [T]>,
+}
+
+impl<T> Clone for CudarcView<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for CudarcView<'_, T> {}
+
+impl<'a, T> CudarcView<'a, T> {
+    /// The view of `memory`, this rank's memory of a world on the CUDA backend, for as
+    /// long as `memory` is borrowed.
+    pub fn new(memory: &'a impl AsDeviceSlice<T, Cuda>) -> Self {
+        memory.as_device_slice().into()
+    }
+
+    /// Device address of the first element.
+    pub fn ptr(&self) -> u64 {
+        self.ptr
+    }
+
+    /// Elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True for no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The world's stream, the one the view is ordered by (see the type's documentation).
+    pub fn stream(&self) -> &'a Arc<CudaStream> {
+        self.stream
+    }
+
+    /// What a cudarc call on `stream` needs to be ordered with the world's stream: nothing
+    /// on the world's stream itself; on another, a device-side wait for the world's
+    /// stream now and a host wait for `stream` once the call is enqueued. A failure is
+    /// recorded in `stream`'s context, where cudarc reports its own
+    /// (`CudaContext::check_err`).
+    fn order<'b>(&'b self, stream: &'b CudaStream) -> SyncOnDrop<'b> {
+        if stream.cu_stream() == self.stream.cu_stream() {
+            return SyncOnDrop::Sync(None);
+        }
+        stream.context().record_err(stream.join(self.stream));
+        SyncOnDrop::sync_stream(stream)
+    }
+}
+
+impl<'a, T> From<DeviceSlice<'a, T, Cuda>> for CudarcView<'a, T> {
+    /// The view of `slice` for as long as `slice` borrows its memory.
+    fn from(slice: DeviceSlice<'a, T, Cuda>) -> Self {
+        Self {
+            ptr: slice.ptr(),
+            len: slice.len(),
+            stream: slice.world().backend().cudarc_stream(),
+            _t: PhantomData,
+        }
+    }
+}
+
+impl<T> cudarc::driver::DeviceSlice<T> for CudarcView<'_, T> {
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn stream(&self) -> &Arc<CudaStream> {
+        self.stream
+    }
+}
+
+impl<T> DevicePtr<T> for CudarcView<'_, T> {
+    fn device_ptr<'b>(&'b self, stream: &'b CudaStream) -> (CUdeviceptr, SyncOnDrop<'b>) {
+        (self.ptr, self.order(stream))
+    }
+}
+
+impl<T> DevicePtrMut<T> for CudarcView<'_, T> {
+    fn device_ptr_mut<'b>(&'b mut self, stream: &'b CudaStream) -> (CUdeviceptr, SyncOnDrop<'b>) {
+        (self.ptr, self.order(stream))
+    }
+}
+
+// SAFETY: the kernel parameter is the view's device address, a `CUdeviceptr` pushed by
+// cudarc's own `&u64` implementation; the reference to it lives for `'b`, as long as the
+// builder (`'b: 'a`), so the pointer cudarc keeps is valid when it launches.
+unsafe impl<'a, 'b: 'a, 'c: 'b, T> PushKernelArg<&'b CudarcView<'c, T>> for LaunchArgs<'a> {
+    #[inline(always)]
+    fn arg(&mut self, arg: &'b CudarcView<'c, T>) -> &mut Self {
+        <Self as PushKernelArg<&'b CUdeviceptr>>::arg(self, &arg.ptr)
+    }
+}
+
+// SAFETY: as for `&CudarcView`.
+unsafe impl<'a, 'b: 'a, 'c: 'b, T> PushKernelArg<&'b mut CudarcView<'c, T>> for LaunchArgs<'a> {
+    #[inline(always)]
+    fn arg(&mut self, arg: &'b mut CudarcView<'c, T>) -> &mut Self {
+        <Self as PushKernelArg<&'b CUdeviceptr>>::arg(self, &arg.ptr)
+    }
+}
