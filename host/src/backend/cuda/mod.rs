@@ -310,7 +310,7 @@ impl Cuda {
         // only orders its stream after the legacy default stream's work, which no symmem
         // stream (all non-blocking) takes part in.
         let stream = CudaContext::new(ordinal)?.default_stream().fork()?;
-        Self::on_stream(ctx, stream)
+        Self::on_stream(ctx, stream, queue)
     }
 
     /// The backend of the device that `stream` belongs to, enqueueing all its work (copies,
@@ -332,16 +332,21 @@ impl Cuda {
     /// the context and cannot be captured into a graph, the other is a different stream on
     /// each thread); as [`Cuda::new`] otherwise.
     pub fn from_cudarc_stream(stream: Arc<CudaStream>) -> Result<Self> {
-        let ctx = Arc::new(Context::retain_primary(
-            stream.context().ordinal(),
-            Arc::default(),
-        )?);
-        Self::on_stream(ctx, stream)
+        let ordinal = stream.context().ordinal();
+        // The caller's context exists: it has the queues the variable said when it was
+        // made, or the driver's default if symmem set the variable after that.
+        let queue = gpu::QueueSlot::take(&QUEUES, ordinal, || Ok(true))?;
+        let ctx = Arc::new(Context::retain_primary(ordinal, Arc::default())?);
+        Self::on_stream(ctx, stream, queue)
     }
 
-    /// The backend of `ctx`'s device on `stream`, after checking that `stream` is a stream
-    /// of its own in that context.
-    fn on_stream(ctx: Arc<Context>, stream: Arc<CudaStream>) -> Result<Self> {
+    /// The backend of `ctx`'s device on `stream`, holding hardware queue `queue`, after
+    /// checking that `stream` is a stream of its own in that context.
+    fn on_stream(
+        ctx: Arc<Context>,
+        stream: Arc<CudaStream>,
+        queue: gpu::QueueSlot,
+    ) -> Result<Self> {
         let ordinal = ctx.ordinal as usize;
         let foreign = |why| Error::ForeignStream {
             device: ordinal,
