@@ -6,15 +6,21 @@
 # Usage (repo root, device machine): bash tests/run_gpu.sh   (writes to $OUT/tests.txt)
 # Build first (here), then copy into .carry/, or the folder $CARRY names (names as used below):
 #   cargo test --release -p symmem-tests --test suite_cuda --test rma_processes \
-#     --test waits_processes --test off_node_local --test cuda_backend --no-run
-#          -> suite-cuda, rma-processes, waits-processes, off-node-local, cuda-backend
+#     --test waits_processes --test waits_leave --test waits_poison --test off_node_local \
+#     --test cuda_backend --no-run
+#          -> suite-cuda, rma-processes, waits-processes, waits-leave, waits-poison,
+#             off-node-local, cuda-backend
 #   cargo test --release -p symmem --lib --no-run  -> symmem-lib (run with filter backend::cuda)
+#   cargo build --release -p cudarc-interop        -> cudarc-interop
+# CUDA_DEVICE_MAX_CONNECTIONS is left unset on purpose: symmem sets it (issue 31), and the
+# suite's 8 ranks on one GPU must pass without it.
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 CARRY=${CARRY:-$ROOT/.carry}
 OUT=${OUT:-$ROOT/target/gpu-tests}
 mkdir -p "$OUT"
-export NCCL_NVLS_ENABLE=0 CUDA_DEVICE_MAX_CONNECTIONS=32 CUDA_MODULE_LOADING=EAGER
+export NCCL_NVLS_ENABLE=0 CUDA_MODULE_LOADING=EAGER
+unset CUDA_DEVICE_MAX_CONNECTIONS
 
 # run NAME LIMIT_S WATCHDOG_S BINARY [FILTER]
 run() {
@@ -53,7 +59,15 @@ run() {
   # A rank killed mid-wait, ranks as processes; then (rma_processes, below) new worlds in
   # new processes complete collectives on the same GPU.
   run waits_processes 300 150 "$CARRY/waits-processes" "cuda_ --nocapture"
-  grep "after the kill" /tmp/waits_processes.log
+  grep -E "after the (kill|leave)" /tmp/waits_processes.log
+  # A rank that leaves while its peers wait for it (ranks as threads), and a forced timeout
+  # on one rank that must fail every rank of the call.
+  run waits_leave 120 60 "$CARRY/waits-leave" "cuda_ --nocapture"
+  grep "after the leave" /tmp/waits_leave.log
+  run waits_poison 120 60 "$CARRY/waits-poison" "cuda_ --nocapture"
+  grep -E "rank [0-9]:" /tmp/waits_poison.log
+  # A cudarc kernel on each rank's cudarc stream feeding a symmem all-reduce.
+  for ranks in 2 4; do timeout 120 "$CARRY/cudarc-interop" --ranks "$ranks"; echo "cudarc-interop $ranks rc=$?"; done
   run rma_processes 200 130 "$CARRY/rma-processes" cuda_
   run cuda_backend 60 30 "$CARRY/cuda-backend"
   run symmem_lib_cuda 60 30 "$CARRY/symmem-lib" backend::cuda
