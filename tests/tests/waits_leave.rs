@@ -218,3 +218,57 @@ fn a_departure_after_the_last_signal_fails_no_wait() {
         assert_eq!(results, [vec![], vec![round; 4]]);
     }
 }
+
+/// Rank 2 of 3 leaves; rank 1 learns it from a device wait that names it (`PeerLost`
+/// naming 2) and returns; then rank 0 calls `World::barrier`: it must name rank 2, the
+/// first rank lost, not rank 1, a survivor that went because of it (found by the fault
+/// soak with panicking ranks: a survivor that learned of a loss from its world, not its
+/// bootstrap, left no cause behind).
+#[test]
+fn a_survivor_that_stopped_for_a_loss_is_not_named_as_lost() {
+    let config = Config {
+        heap_bytes: 1 << 20,
+        ..Config::default()
+    };
+    let rank1_done = std::sync::atomic::AtomicBool::new(false);
+    let ranks = symmem::spawn_ranks(
+        3,
+        &config,
+        |_| Ok(Cpu::new()),
+        |world| {
+            let coll = Collectives::new(&world)?;
+            let signal = world.zeros::<u64>(1)?;
+            world.barrier()?;
+            match world.rank() {
+                2 => Ok(Ok(())),
+                1 => {
+                    let waited = coll
+                        .signal_wait_until_from(&signal, 0, 2, Cmp::Ge, 1)
+                        .and_then(|()| world.check_waits());
+                    rank1_done.store(true, std::sync::atomic::Ordering::Release);
+                    Ok(waited)
+                }
+                _ => {
+                    while !rank1_done.load(std::sync::atomic::Ordering::Acquire) {
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                    // Rank 1's world is dropped by now, or about to be.
+                    std::thread::sleep(Duration::from_millis(300));
+                    Ok(world.barrier())
+                }
+            }
+        },
+    )
+    .expect("spawn_ranks");
+    let results: Vec<_> = ranks
+        .into_iter()
+        .map(|r| r.expect("the world forms"))
+        .collect();
+    for rank in [0, 1] {
+        assert!(
+            matches!(results[rank], Err(Error::PeerLost { rank: Some(2), .. })),
+            "rank {rank}: {:?} (the first rank lost is 2)",
+            results[rank]
+        );
+    }
+}

@@ -204,6 +204,11 @@ impl Bootstrap for LocalBootstrap {
     fn all_gather_shareable(&mut self, mine: Shareable) -> Result<Vec<Shareable>> {
         self.exchange(mine)
     }
+    fn note_lost(&mut self, lost: usize) {
+        if lost < self.group.world && lost != self.rank {
+            self.lost.get_or_insert(lost);
+        }
+    }
     fn leave(&mut self) -> Result<()> {
         let group = self.group.clone();
         let start = Instant::now();

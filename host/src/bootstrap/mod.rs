@@ -82,6 +82,13 @@ pub trait Bootstrap: Send {
     fn leave(&mut self) -> Result<()> {
         self.barrier()
     }
+    /// Records that this rank stops because it learned, outside the bootstrap (a device
+    /// wait, its world's watchdog), that rank `lost` was lost or left: the ranks that
+    /// later find this one gone name `lost`, the cause, rather than this survivor. The
+    /// first cause stays. The default does nothing (a group that cannot pass it on).
+    fn note_lost(&mut self, lost: usize) {
+        let _ = lost;
+    }
     /// The off-node transport this group's ranks reach each other with when their world
     /// spans several nodes ([`crate::transport`]): the local wire for thread-ranks, MPI
     /// for ranks `mpirun` started.

@@ -491,6 +491,13 @@ impl Bootstrap for UnixBootstrap {
             self.spoke_gather(mine)
         }
     }
+    /// Ends the group with `lost` as its verdict, which every other rank then names (a
+    /// spoke tells the hub, which passes it on; the hub tells every spoke).
+    fn note_lost(&mut self, lost: usize) {
+        if self.ended.is_none() && lost < self.world && lost != self.rank {
+            let _ = self.abort(Verdict::Lost(lost), Instant::now());
+        }
+    }
 }
 
 /// The rank processes [`spawn`] started, indexed by rank. It owns them, so that none is

@@ -480,16 +480,28 @@ impl<B: Backend> World<B> {
             .and_then(|()| self.quiet_transport());
         // This rank's device work is complete (or failed): its peers' waits on it end now
         // instead of at their deadline. A rank whose thread panicked is lost to them.
+        let waits = self.check_waits();
         if let Some(watchdog) = &self.watchdog {
             let how = if std::thread::panicking() {
                 Departure::Lost
-            } else if synced.is_err() || self.check_waits().is_err() {
+            } else if synced.is_err() || waits.is_err() {
                 Departure::Failed
             } else {
                 Departure::Left
             };
             tracing::debug!(rank = self.rank, ?how, "leaving: telling the peers");
             watchdog.announce(how);
+        }
+        // A loss this rank learned from its device waits or its watchdog, not from the
+        // bootstrap: the ranks that find this one gone name that rank, not this one.
+        if let Err(Error::PeerLost {
+            rank: Some(lost), ..
+        }) = waits
+        {
+            self.bootstrap
+                .get_mut()
+                .unwrap_or_else(|p| p.into_inner())
+                .note_lost(lost);
         }
         if let Some(transport) = &mut self.transport {
             // Once every rank is quiet, no request reaches any peer's transport any more:
