@@ -508,9 +508,16 @@ impl Model {
                 }
                 (self.ok(), false)
             }
-            Op::Read { slot } => (self.reads(slot).into_iter().map(Expect::Ok).collect(), false),
+            Op::Read { slot } => (
+                self.reads(slot).into_iter().map(Expect::Ok).collect(),
+                false,
+            ),
             Op::Put {
-                dst, at, len, shift, ..
+                dst,
+                at,
+                len,
+                shift,
+                ..
             } => {
                 if !self.buf(dst).agreed {
                     return (vec![Expect::Refused("NotAgreed"); n], false);
@@ -524,7 +531,11 @@ impl Model {
                 (self.ok(), false)
             }
             Op::Get {
-                src, at, len, shift, ..
+                src,
+                at,
+                len,
+                shift,
+                ..
             } => {
                 if !self.buf(src).agreed {
                     return (vec![Expect::Refused("NotAgreed"); n], false);
@@ -659,11 +670,15 @@ impl Model {
                     self.apply(&write, graph_tag(tag, k));
                     for sub in body {
                         let (seen, _) = self.apply(sub, 0);
-                        for (r, e) in seen.into_iter().enumerate() {
-                            let Expect::Ok(reads) = e else {
-                                unreachable!("graphs hold no refused call")
-                            };
-                            out[r].extend(reads);
+                        assert!(
+                            seen.iter().all(|e| matches!(e, Expect::Ok(_))),
+                            "graphs hold no refused call"
+                        );
+                    }
+                    // Every destination is read after the whole replay.
+                    for dst in body.iter().filter_map(Op::destination) {
+                        for (r, reads) in out.iter_mut().enumerate() {
+                            reads.push(self.buf(dst).data[r].clone());
                         }
                     }
                 }
@@ -856,9 +871,7 @@ fn next_op(g: &mut Gen, m: &Model, types: &[Ty]) -> Op {
     let any = live_slots(m, |_| true);
     match g.below(100) {
         0..8 => alloc_op(g, m, types),
-        8..12 if any.len() > 3 => Op::Drop {
-            slot: g.pick(&any),
-        },
+        8..12 if any.len() > 3 => Op::Drop { slot: g.pick(&any) },
         12..18 => Op::Barrier,
         18..22 => Op::DeviceBarrier,
         22..28 if !any.is_empty() => {
@@ -866,9 +879,7 @@ fn next_op(g: &mut Gen, m: &Model, types: &[Ty]) -> Op {
             let (at, len) = span_in(g, m.buf(slot).len);
             Op::Write { slot, at, len }
         }
-        28..32 if !any.is_empty() => Op::Read {
-            slot: g.pick(&any),
-        },
+        28..32 if !any.is_empty() => Op::Read { slot: g.pick(&any) },
         32..40 if !any.is_empty() => {
             let dst = g.pick(&any);
             let (at, len) = span_in(g, m.buf(dst).len);
@@ -932,7 +943,9 @@ fn next_op(g: &mut Gen, m: &Model, types: &[Ty]) -> Op {
                     body.push(op);
                 }
             }
-            let Some(input) = body.iter().find_map(|op| op.agreed_buffers().last().copied())
+            let Some(input) = body
+                .iter()
+                .find_map(|op| op.agreed_buffers().last().copied())
             else {
                 return alloc_op(g, m, types);
             };
@@ -1094,12 +1107,18 @@ struct Rank<'w> {
     lens: Vec<usize>,
 }
 
-fn read<T: El>(world: &World<Cpu>, view: &impl symmem::AsDeviceSlice<T, Cpu>) -> symmem::Result<Vec<i64>> {
+fn read<T: El>(
+    world: &World<Cpu>,
+    view: &impl symmem::AsDeviceSlice<T, Cpu>,
+) -> symmem::Result<Vec<i64>> {
     Ok(world.read(view)?.into_iter().map(El::val).collect())
 }
 
 fn vals<T: El>(seed: u64, tag: u64, rank: usize, len: usize, ty: Ty) -> Vec<T> {
-    values(seed, tag, rank, len, ty).into_iter().map(T::of).collect()
+    values(seed, tag, rank, len, ty)
+        .into_iter()
+        .map(T::of)
+        .collect()
 }
 
 fn ty_of(buf: &AnyBuf<'_>) -> Ty {
@@ -1138,7 +1157,14 @@ impl<'w> Rank<'w> {
         self.bufs[slot].as_ref().expect("a live slot")
     }
 
-    fn alloc(&mut self, slot: usize, ty: Ty, len: usize, fill: bool, tag: u64) -> symmem::Result<()> {
+    fn alloc(
+        &mut self,
+        slot: usize,
+        ty: Ty,
+        len: usize,
+        fill: bool,
+        tag: u64,
+    ) -> symmem::Result<()> {
         fn make<'w, T: El>(
             r: &Rank<'w>,
             ty: Ty,
@@ -1353,7 +1379,9 @@ impl<'w> Rank<'w> {
                 src,
                 count,
                 root,
-            } => pair!(self.buf(dst), self.buf(src), d, s => self.coll.broadcast(d, s, count, root)),
+            } => {
+                pair!(self.buf(dst), self.buf(src), d, s => self.coll.broadcast(d, s, count, root))
+            }
             Op::ReduceScatter {
                 dst,
                 src,
@@ -1375,7 +1403,10 @@ impl<'w> Rank<'w> {
     /// `body` between two device barriers (peers' one-sided calls touch this rank's copy
     /// only between them). A refusal the model predicts still takes the second barrier,
     /// as every rank is refused alike.
-    fn fenced(&self, body: impl FnOnce(&Self) -> symmem::Result<Readouts>) -> symmem::Result<Readouts> {
+    fn fenced(
+        &self,
+        body: impl FnOnce(&Self) -> symmem::Result<Readouts>,
+    ) -> symmem::Result<Readouts> {
         self.coll.barrier()?;
         let result = body(self);
         match result {
@@ -1394,9 +1425,15 @@ enum Seen {
     Done {
         result: symmem::Result<Readouts>,
         took: Duration,
+        ended: Instant,
     },
-    /// The fault: left, panicked, skipped, or exhausted (with what the allocation said).
-    Injected(FaultKind, Option<symmem::Result<()>>),
+    /// The fault, when it was injected: left, panicked, skipped (with what the barrier
+    /// after said), or exhausted (with what the allocation said).
+    Injected {
+        kind: FaultKind,
+        at: Instant,
+        result: Option<symmem::Result<()>>,
+    },
 }
 
 /// Every rank's results, by rank then step, and each rank's `finalize`.
@@ -1442,30 +1479,38 @@ fn config() -> Config {
 fn execute(p: &Program) -> Observed {
     let n = p.world;
     let steps: Mutex<Vec<Vec<(usize, Seen)>>> = Mutex::new((0..n).map(|_| Vec::new()).collect());
-    let finalized: Mutex<Vec<Option<symmem::Result<()>>>> = Mutex::new((0..n).map(|_| None).collect());
+    let finalized: Mutex<Vec<Option<symmem::Result<()>>>> =
+        Mutex::new((0..n).map(|_| None).collect());
     let panics: Mutex<Vec<Option<String>>> = Mutex::new(vec![None; n]);
-    let record = |rank: usize, step: usize, seen: Seen| steps.lock().unwrap()[rank].push((step, seen));
+    let record =
+        |rank: usize, step: usize, seen: Seen| steps.lock().unwrap()[rank].push((step, seen));
     let spawned = std::panic::catch_unwind(AssertUnwindSafe(|| {
-        symmem::spawn_ranks(n, &config(), |_| Ok(Cpu::new()), |world| {
-            let me = world.rank();
-            let ran = std::panic::catch_unwind(AssertUnwindSafe(|| run_rank(p, &world, &record)));
-            match ran {
-                Ok(true) => {
-                    finalized.lock().unwrap()[me] = Some(world.finalize());
-                    Ok(String::new())
-                }
-                // Left: the world is dropped here.
-                Ok(false) => Ok(String::new()),
-                Err(payload) => {
-                    let text = panic_text(&*payload);
-                    if text != INJECTED {
-                        panics.lock().unwrap()[me] = Some(text);
+        symmem::spawn_ranks(
+            n,
+            &config(),
+            |_| Ok(Cpu::new()),
+            |world| {
+                let me = world.rank();
+                let ran =
+                    std::panic::catch_unwind(AssertUnwindSafe(|| run_rank(p, &world, &record)));
+                match ran {
+                    Ok(true) => {
+                        finalized.lock().unwrap()[me] = Some(world.finalize());
+                        Ok(String::new())
                     }
-                    // The world is dropped while unwinding: the rank is lost to its peers.
-                    std::panic::resume_unwind(payload)
+                    // Left: the world is dropped here.
+                    Ok(false) => Ok(String::new()),
+                    Err(payload) => {
+                        let text = panic_text(&*payload);
+                        if text != INJECTED {
+                            panics.lock().unwrap()[me] = Some(text);
+                        }
+                        // The world is dropped while unwinding: the rank is lost to its peers.
+                        std::panic::resume_unwind(payload)
+                    }
                 }
-            }
-        })
+            },
+        )
     }));
     let spawn = match spawned {
         Ok(Ok(ranks)) => Some(Ok(ranks
@@ -1497,6 +1542,7 @@ fn run_rank(p: &Program, world: &World<Cpu>, record: &impl Fn(usize, usize, Seen
                 Seen::Done {
                     result: Err(e),
                     took: Duration::ZERO,
+                    ended: Instant::now(),
                 },
             );
             return true;
@@ -1513,26 +1559,47 @@ fn run_rank(p: &Program, world: &World<Cpu>, record: &impl Fn(usize, usize, Seen
         let tag = step as u64 + 1;
         let mut extra = 0;
         if let Some(f) = p.fault.filter(|f| f.step == step && f.rank == me) {
+            let injected = |result| Seen::Injected {
+                kind: f.kind,
+                at: Instant::now(),
+                result,
+            };
             match f.kind {
                 FaultKind::Leave => {
-                    record(me, step, Seen::Injected(f.kind, None));
+                    record(me, step, injected(None));
                     return false;
                 }
                 FaultKind::Panic => {
-                    record(me, step, Seen::Injected(f.kind, None));
+                    record(me, step, injected(None));
                     std::panic::panic_any(INJECTED);
                 }
                 FaultKind::Skip => {
-                    record(me, step, Seen::Injected(f.kind, None));
-                    // Keep the slots in step with the others'.
-                    continue;
+                    // The rank skips the call and asks the world whether all is well (the
+                    // call after a skip that the others' kernels wait in, not another
+                    // device collective: see
+                    // `a_rank_that_skips_a_collective_desynchronises_the_next_ones`).
+                    let at = Instant::now();
+                    let result = Some(world.barrier());
+                    record(
+                        me,
+                        step,
+                        Seen::Injected {
+                            kind: f.kind,
+                            at,
+                            result,
+                        },
+                    );
+                    return true;
                 }
                 FaultKind::Exhaust => {
                     let r = world.zeros::<u8>(world.heap_len()).map(drop);
-                    record(me, step, Seen::Injected(f.kind, Some(r)));
+                    record(me, step, injected(Some(r)));
                     return false;
                 }
-                FaultKind::Mismatch => extra = 1 + (p.seed as usize % 64),
+                FaultKind::Mismatch => {
+                    record(me, step, injected(None));
+                    extra = 1 + (p.seed as usize % 64);
+                }
             }
         }
         let start = Instant::now();
@@ -1543,7 +1610,15 @@ fn run_rank(p: &Program, world: &World<Cpu>, record: &impl Fn(usize, usize, Seen
             (Err(_), _) => true,
             (Ok(_), _) => false,
         };
-        record(me, step, Seen::Done { result, took });
+        record(
+            me,
+            step,
+            Seen::Done {
+                result,
+                took,
+                ended: Instant::now(),
+            },
+        );
         if stop {
             return true;
         }
@@ -1664,7 +1739,14 @@ fn check(p: &Program, seen: &Observed) -> Stats {
                 }
             }
         }
-        None if !matches!(p.fault, Some(Fault { kind: FaultKind::Panic, .. })) => {
+        None if !matches!(
+            p.fault,
+            Some(Fault {
+                kind: FaultKind::Panic,
+                ..
+            })
+        ) =>
+        {
             fail(&mut s, "spawn_ranks panicked with no injected panic".into());
         }
         None => {}
@@ -1676,17 +1758,68 @@ fn check(p: &Program, seen: &Observed) -> Stats {
         .filter(|f| f.kind == FaultKind::Mismatch)
         .and_then(|f| (f.step..p.ops.len()).find(|&k| p.agreements[k]));
     let mut mismatch_seen = vec![false; p.world];
+    // When the fault was injected: no error may come before.
+    let injected_at = seen
+        .steps
+        .iter()
+        .flatten()
+        .find_map(|(_, seen)| match seen {
+            Seen::Injected { at, .. } => Some(*at),
+            Seen::Done { .. } => None,
+        });
     for (rank, steps) in seen.steps.iter().enumerate() {
         let last = steps.len().saturating_sub(1);
         for (i, (step, seen_here)) in steps.iter().enumerate() {
             let (step, seen_here) = (*step, seen_here);
-            let Seen::Done { result, took } = seen_here else {
-                if let Seen::Injected(FaultKind::Exhaust, Some(r)) = seen_here
-                    && !matches!(r, Err(Error::OutOfHeap { .. }))
-                {
-                    fail(&mut s, format!("rank {rank}: exhausting the heap gave {r:?}"));
+            let (result, took, ended) = match seen_here {
+                Seen::Done {
+                    result,
+                    took,
+                    ended,
+                } => (result, took, ended),
+                Seen::Injected {
+                    kind: FaultKind::Exhaust,
+                    result: Some(r),
+                    ..
+                } => {
+                    if !matches!(r, Err(Error::OutOfHeap { .. })) {
+                        fail(
+                            &mut s,
+                            format!("rank {rank}: exhausting the heap gave {r:?}"),
+                        );
+                    }
+                    continue;
                 }
-                continue;
+                Seen::Injected {
+                    kind: FaultKind::Skip,
+                    result: Some(r),
+                    ..
+                } => {
+                    // The skipper's barrier: the others never made the call it skipped.
+                    match r {
+                        Ok(()) => {
+                            fail(&mut s, format!("rank {rank} skipped step {step} unnoticed"))
+                        }
+                        Err(e) => {
+                            *s.errors.entry(label(e, p.fault)).or_default() += 1;
+                            let f = p.fault.expect("a skip");
+                            let named = mismatch_names(p.world, f.rank);
+                            let ok = match e {
+                                Error::PeerLost { .. } | Error::PeerFailed { .. } => true,
+                                Error::CollectiveMismatch { ranks, .. } => *ranks == named,
+                                _ => false,
+                            };
+                            if !ok {
+                                fail(
+                                    &mut s,
+                                    format!("rank {rank}'s barrier after its skip: {e:?}"),
+                                );
+                            }
+                        }
+                    }
+                    continue;
+                }
+                Seen::Injected { .. } => continue,
             };
             if step == usize::MAX {
                 fail(&mut s, format!("rank {rank}: Collectives::new: {result:?}"));
@@ -1699,19 +1832,35 @@ fn check(p: &Program, seen: &Observed) -> Stats {
                 (Ok(got), Expect::Ok(want)) if got == want => {}
                 (Ok(got), Expect::Ok(want)) => {
                     s.wrong += 1;
-                    fail(&mut s, format!("WRONG ANSWER at {}: got {got:?}, model {want:?}", what()));
+                    fail(
+                        &mut s,
+                        format!("WRONG ANSWER at {}: got {got:?}, model {want:?}", what()),
+                    );
                 }
                 (Ok(got), Expect::Refused(name)) => {
                     s.wrong += 1;
-                    fail(&mut s, format!("{} succeeded ({got:?}), model says {name}", what()));
+                    fail(
+                        &mut s,
+                        format!("{} succeeded ({got:?}), model says {name}", what()),
+                    );
                 }
                 (Err(e), expected) => {
                     *s.errors.entry(label(e, p.fault)).or_default() += 1;
                     if matches!(expected, Expect::Refused(name) if kind(e) == *name) {
                         continue;
                     }
-                    if step < fault_step {
-                        fail(&mut s, format!("{} failed before any fault: {e:?}", what()));
+                    // A panicking rank is lost at once: its peers' worlds are aborted
+                    // wherever they are (even a step behind). Other faults act in program
+                    // order.
+                    let before = match p.fault {
+                        None => true,
+                        Some(f) => {
+                            injected_at.is_none_or(|at| *ended < at)
+                                || (f.kind != FaultKind::Panic && step < fault_step)
+                        }
+                    };
+                    if before {
+                        fail(&mut s, format!("{} failed before the fault: {e:?}", what()));
                         continue;
                     }
                     if i != last {
@@ -1719,7 +1868,10 @@ fn check(p: &Program, seen: &Observed) -> Stats {
                     }
                     if *took > ERROR_BOUND {
                         s.slow_errors += 1;
-                        fail(&mut s, format!("{} took {took:?} to fail with {e:?}", what()));
+                        fail(
+                            &mut s,
+                            format!("{} took {took:?} to fail with {e:?}", what()),
+                        );
                     }
                     let f = p.fault.expect("an error after a fault");
                     let allowed = match f.kind {
@@ -1733,15 +1885,23 @@ fn check(p: &Program, seen: &Observed) -> Stats {
                         FaultKind::Leave | FaultKind::Panic | FaultKind::Exhaust => {
                             matches!(e, Error::PeerLost { rank: Some(r), .. } if *r == f.rank)
                         }
-                        FaultKind::Skip => matches!(
-                            e,
+                        // The others wait for the skipper on the device, or agree with
+                        // its barrier (a collective's first use of new buffers).
+                        FaultKind::Skip => match e {
                             Error::PeerLost { .. }
-                                | Error::WaitTimedOut { .. }
-                                | Error::PeerFailed { .. }
-                        ),
+                            | Error::WaitTimedOut { .. }
+                            | Error::PeerFailed { .. } => true,
+                            Error::CollectiveMismatch { ranks, .. } => {
+                                *ranks == mismatch_names(p.world, f.rank)
+                            }
+                            _ => false,
+                        },
                     };
                     if !allowed {
-                        fail(&mut s, format!("{} after fault {f:?}: unexpected {e:?}", what()));
+                        fail(
+                            &mut s,
+                            format!("{} after fault {f:?}: unexpected {e:?}", what()),
+                        );
                     }
                 }
             }
@@ -1759,7 +1919,10 @@ fn check(p: &Program, seen: &Observed) -> Stats {
             if !mismatch_seen[rank] {
                 fail(
                     &mut s,
-                    format!("rank {rank} was not told of rank {}'s mismatch at step {at}", f.rank),
+                    format!(
+                        "rank {rank} was not told of rank {}'s mismatch at step {at}",
+                        f.rank
+                    ),
                 );
             }
         }
@@ -1784,13 +1947,18 @@ fn run_bounded(p: &Program) -> Option<Observed> {
 fn healthy_world_works() -> Result<(), String> {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
-        let r = symmem::spawn_ranks(2, &config(), |_| Ok(Cpu::new()), |world| {
-            let coll = Collectives::new(&world)?;
-            let src = world.from_slice(&[world.rank() as i32 + 1; 8])?;
-            let dst = world.zeros::<i32>(8)?;
-            coll.all_reduce(&dst, &src, 8, ReduceOp::Sum, Algorithm::Auto)?;
-            world.read(&dst)
-        });
+        let r = symmem::spawn_ranks(
+            2,
+            &config(),
+            |_| Ok(Cpu::new()),
+            |world| {
+                let coll = Collectives::new(&world)?;
+                let src = world.from_slice(&[world.rank() as i32 + 1; 8])?;
+                let dst = world.zeros::<i32>(8)?;
+                coll.all_reduce(&dst, &src, 8, ReduceOp::Sum, Algorithm::Auto)?;
+                world.read(&dst)
+            },
+        );
         let _ = tx.send(format!("{r:?}"));
     });
     match rx.recv_timeout(Duration::from_secs(10)) {
@@ -1804,7 +1972,10 @@ fn healthy_world_works() -> Result<(), String> {
 fn soak_one(seed: u64, verbose: bool) -> Stats {
     let p = generate(seed);
     if verbose {
-        eprintln!("seed {seed}: world {}, blocks {}, fault {:?}", p.world, p.blocks, p.fault);
+        eprintln!(
+            "seed {seed}: world {}, blocks {}, fault {:?}",
+            p.world, p.blocks, p.fault
+        );
         for (k, op) in p.ops.iter().enumerate() {
             eprintln!("  {k:3}: {op:?}");
         }
@@ -1835,8 +2006,7 @@ fn soak_one(seed: u64, verbose: bool) -> Stats {
         s.failures.push(format!("seed {seed}: {why}"));
     }
     if let Err(e) = std::panic::catch_unwind(symmem_tests::processes::assert_no_shm_leftovers) {
-        s.failures
-            .push(format!("seed {seed}: {}", panic_text(&*e)));
+        s.failures.push(format!("seed {seed}: {}", panic_text(&*e)));
     }
     s
 }
@@ -1891,7 +2061,87 @@ fn long_soak() {
         .as_nanos() as u64;
     eprintln!("long soak: {seconds} s of random seeds from {first}");
     let until = Instant::now() + Duration::from_secs(seconds);
-    let (s, took) = soak((0..).map(|k: u64| first.wrapping_add(k.wrapping_mul(0x9e37_79b9)) >> 1), Some(until));
+    let (s, took) = soak(
+        (0..).map(|k: u64| first.wrapping_add(k.wrapping_mul(0x9e37_79b9)) >> 1),
+        Some(until),
+    );
     eprintln!("{}", s.table(took));
     assert!(s.failures.is_empty(), "{:#?}", s.failures);
+}
+
+// ---------------------------------------------------------------------------------------
+// Regressions the soak found, reduced.
+
+/// Rank 1 skips a two-shot all-reduce and makes two device barriers instead (a skip
+/// followed by the next device collective, as seed 2 of the soak did): rank 0's
+/// all-reduce pairs its entry and exit barriers with rank 1's two barriers, returns `Ok`
+/// without rank 1's half of the reduction (`[3, 3, 0, 0]` for `[3; 4]`), and the world
+/// barrier after agrees: a wrong answer and no error anywhere. The device barriers count
+/// arrivals without naming the call they belong to.
+#[test]
+#[ignore = "bug: a skipped device collective desynchronises the next ones silently (wrong results, no error)"]
+fn a_rank_that_skips_a_collective_desynchronises_the_next_ones() {
+    let ranks = symmem::spawn_ranks(
+        2,
+        &config(),
+        |_| Ok(Cpu::new()),
+        |world| {
+            let coll = Collectives::new(&world)?;
+            let src = world.from_slice(&[world.rank() as i32 + 1; 4])?;
+            let dst = world.zeros::<i32>(4)?;
+            world.barrier()?;
+            let got = if world.rank() == 0 {
+                coll.all_reduce(&dst, &src, 4, ReduceOp::Sum, Algorithm::TwoShot)
+                    .and_then(|()| world.read(&dst))
+            } else {
+                coll.barrier()?;
+                coll.barrier()?;
+                Ok(vec![3; 4])
+            };
+            let barrier = world.barrier();
+            Ok((got, barrier))
+        },
+    )
+    .expect("spawn_ranks");
+    let (got, barrier) = ranks
+        .into_iter()
+        .next()
+        .expect("rank 0")
+        .expect("rank 0's world");
+    assert!(
+        matches!(&got, Ok(v) if *v == [3; 4]) || got.is_err() || barrier.is_err(),
+        "rank 0's all-reduce gave {got:?} and its barrier {barrier:?}: a wrong answer, no error"
+    );
+}
+
+/// Rank 1 skips an all-reduce over buffers allocated since the last agreement and calls
+/// `World::barrier`, as a rank that skipped a call should to find out (seed 27 of the
+/// soak): the all-reduce's agreement on rank 0 (its first use of fresh buffers) pairs
+/// with rank 1's barrier, and both pass, so the barrier reports nothing on rank 1. Fixed
+/// by naming the kind of call in every agreement: now both get `CollectiveMismatch`.
+#[test]
+fn a_barrier_does_not_pass_for_a_collectives_agreement() {
+    let ranks = symmem::spawn_ranks(
+        2,
+        &config(),
+        |_| Ok(Cpu::new()),
+        |world| {
+            let coll = Collectives::new(&world)?;
+            let src = world.from_slice(&[1i32; 4])?;
+            let dst = world.zeros::<i32>(4)?;
+            Ok(if world.rank() == 0 {
+                coll.all_reduce(&dst, &src, 4, ReduceOp::Sum, Algorithm::OneShot)
+            } else {
+                world.barrier()
+            })
+        },
+    )
+    .expect("spawn_ranks");
+    for (rank, r) in ranks.into_iter().enumerate() {
+        let r = r.expect("the world forms");
+        assert!(
+            matches!(&r, Err(Error::CollectiveMismatch { ranks, .. }) if *ranks == [1]),
+            "rank {rank}: {r:?}"
+        );
+    }
 }
