@@ -22,7 +22,7 @@ use crate::error::{Error, Result};
 use crate::ledger::Record;
 use crate::memory::{AsSymSlice, DeviceBuffer, SymSlice};
 use crate::table::{ObjectTag, PeerBaseProvider, PeerBases};
-use crate::world::World;
+use crate::world::{Call, World};
 use std::marker::PhantomData;
 
 /// What a provider holds for its world, let go of as one collective object on drop.
@@ -83,7 +83,7 @@ impl<'w, T: bytemuck::Pod, B: Backend> Rendezvous<'w, T, B> {
         let id = world.create_object(Record::Rendezvous);
         let backend = world.backend();
         let exported = backend.export_device_memory(&memory);
-        let handle = world.agree_on(&[len as u64], exported)?;
+        let handle = world.agree_on(Call::Rendezvous, &[len as u64], exported)?;
         let local = memory.base();
         let handles = world.all_gather_shareable(handle)?;
         // From here on peers may map `memory`: every path out releases it collectively.
@@ -205,7 +205,11 @@ impl<'w, T, B: Backend> ExternalTable<'w, T, B> {
     ) -> Result<Self> {
         let id = world.create_object(Record::ExternalTable);
         let bytes = len.saturating_mul(size_of::<T>());
-        world.agree_on(&[bytes as u64], check_table(world, local, bytes, entries))?;
+        world.agree_on(
+            Call::ExternalTable,
+            &[bytes as u64],
+            check_table(world, local, bytes, entries),
+        )?;
         let held = Held {
             world,
             id,

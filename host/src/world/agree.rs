@@ -11,10 +11,26 @@ use std::time::Duration;
 /// (`tracing` warning): a rank that arrives late at every barrier is a bug or a hot spot.
 const SLOW_AGREEMENT: Duration = Duration::from_secs(1);
 
+/// The kind of call an agreement is part of, its first call word: ranks at different
+/// calls (one at a barrier, another at a collective's first use of new buffers, as after
+/// a skipped call) disagree, instead of passing each other.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Call {
+    /// [`World::barrier`].
+    Barrier = 1,
+    /// A collective call's first use of objects created since the last agreement.
+    Collective = 2,
+    /// A [`crate::Rendezvous`]'s creation.
+    Rendezvous = 3,
+    /// An [`crate::ExternalTable`]'s creation.
+    ExternalTable = 4,
+}
+
 impl<B: Backend> World<B> {
     /// An agreement (see [`crate::ledger`]): every rank calls it at the same point of its
-    /// program with the same `call` words. `failed` says this rank's part of the call
-    /// failed. With `release`, objects every rank has let go of are released.
+    /// program, the same `kind` of call with the same `call` words. `failed` says this
+    /// rank's part of the call failed. With `release`, objects every rank has let go of
+    /// are released.
     ///
     /// A world poisoned by a failed device wait ([`World::check_waits`]) still takes
     /// part, as failed, so its peers are not left waiting for it, and returns that error.
@@ -22,11 +38,20 @@ impl<B: Backend> World<B> {
     /// Errors: the failed wait's, the poisoning [`Error::CollectiveMismatch`] (at once,
     /// without an exchange, when an earlier agreement failed: every rank knows that), a
     /// call-parameter `CollectiveMismatch`, [`Error::PeerFailed`], and the bootstrap's.
-    pub(crate) fn agree(&self, call: &[u64], failed: bool, release: bool) -> Result<()> {
+    pub(crate) fn agree(
+        &self,
+        kind: Call,
+        call: &[u64],
+        failed: bool,
+        release: bool,
+    ) -> Result<()> {
         let waits = self.check_waits();
         // A live graph may replay launches on dropped objects: keep them all.
         let release = release && waits.is_ok() && self.lock_pins().graphs == 0;
-        let agreed = self.exchange_agreement(call, failed || waits.is_err(), release);
+        let call: Vec<u64> = std::iter::once(kind as u64)
+            .chain(call.iter().copied())
+            .collect();
+        let agreed = self.exchange_agreement(&call, failed || waits.is_err(), release);
         waits.and(agreed)
     }
 
@@ -124,8 +149,8 @@ impl<B: Backend> World<B> {
     /// The agreement of a collective call on parameters `call`, given this rank's own
     /// check of its part, `checked`: a rank whose check failed still takes part (the
     /// others get [`Error::PeerFailed`]) and returns its own error.
-    pub(crate) fn agree_on<R>(&self, call: &[u64], checked: Result<R>) -> Result<R> {
-        let agreed = self.agree(call, checked.is_err(), false);
+    pub(crate) fn agree_on<R>(&self, kind: Call, call: &[u64], checked: Result<R>) -> Result<R> {
+        let agreed = self.agree(kind, call, checked.is_err(), false);
         let value = checked?;
         agreed.map(|()| value)
     }
@@ -141,7 +166,7 @@ impl<B: Backend> World<B> {
             ids.iter().any(|&id| !state.ledger.is_agreed(id))
         };
         if fresh {
-            self.agree_on(&[], checked)
+            self.agree_on(Call::Collective, &[], checked)
         } else {
             checked
         }

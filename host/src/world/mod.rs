@@ -30,6 +30,8 @@
 
 mod agree;
 mod faults;
+
+pub(crate) use agree::Call;
 mod heap;
 
 use crate::backend::code_objects::{KERNELS, KERNELS_ON_NODE, Loaded};
@@ -439,7 +441,7 @@ impl<B: Backend> World<B> {
             .synchronize()
             .and_then(|()| self.quiet_transport());
         // The agreement also checks the device waits, now that the device is done.
-        let agreed = self.agree(&[], synced.is_err(), synced.is_ok());
+        let agreed = self.agree(Call::Barrier, &[], synced.is_err(), synced.is_ok());
         synced.and(agreed)
     }
 

@@ -1,0 +1,2240 @@
+//! A randomized fault soak (issue 31): random programs over symmem's public API, ranks as
+//! threads on the CPU backend at 2-8 ranks, every result checked against a host model of
+//! every rank's memory, with at most one fault per program.
+//!
+//! A program is a list of operations every rank makes in the same order: symmetric
+//! allocations of random sizes and element types (`zeros`, `from_slice`) and drops,
+//! `World::barrier`, `World::write` and `World::read`, puts and gets (`World::put`,
+//! `World::get`, `Collectives::put`, `Collectives::get`), puts with a signal and a named
+//! wait (`put_with_signal`, `signal_wait_until_from`), every collective (`barrier`,
+//! `all_reduce` with each `Algorithm`, `all_gather`, `all_to_all`, `broadcast`,
+//! `reduce_scatter`), graphs of collectives captured once and replayed, and calls the
+//! model knows are refused (`NotAgreed`, `OutOfHeap`, `TooLarge`, `ZeroSize`,
+//! `LamportUnavailable`). Values are small integers, as `f32`, `f64`, `bf16` and `f16`
+//! too, so every sum is exact in any order and every result is compared exactly.
+//!
+//! The faults, one per program at a random operation of a random rank: the rank leaves
+//! (returns, dropping its world), panics, skips a device collective, allocates a
+//! different size than the others (every rank's next agreement must report
+//! `CollectiveMismatch` naming it), or exhausts its heap (`OutOfHeap`, then it leaves).
+//!
+//! The oracle: before the fault every result is exact (or the model's refusal); from the
+//! fault on, every surviving rank's result is exact or a typed error, each error within
+//! the wait deadline plus 1 s; a rank that got an error stops and returns. No panic but
+//! the injected one, no program runs past a bound (run on a thread of its own), nothing
+//! is left in `/dev/shm`, and a healthy world works after every faulty one.
+//!
+//! CI runs fixed seeds (`fixed_seeds_soak`). `SYMMEM_SOAK_SEED=N` replays one program
+//! with its operations and every rank's results printed; `SYMMEM_SOAK_SECONDS=N` with
+//! `--ignored` runs random seeds for N seconds (`long_soak`) and prints a table.
+
+use proptest::prelude::Rng;
+use proptest::test_runner::{RngAlgorithm, TestRng};
+use std::collections::BTreeMap;
+use std::panic::AssertUnwindSafe;
+use std::sync::{Mutex, mpsc};
+use std::time::{Duration, Instant};
+use symmem::backend::Grid;
+use symmem::backend::cpu::Cpu;
+use symmem::collectives::{Algorithm, Cmp, Collectives, ReduceOp, bf16, f16};
+use symmem::{Config, Error, SymmetricBuffer, World};
+
+/// Bytes of symmetric heap per rank.
+const HEAP: usize = 2 << 20;
+/// What a program's own buffers may hold at once (live, and dropped but not yet released
+/// by a barrier), so that only the deliberate exhaustions fail.
+const BUDGET: usize = HEAP / 2;
+/// The barrier-free all-reduce's capacity (bytes per rank) of each program's handle.
+const LAMPORT_CAPACITY: usize = 4096;
+/// How long a rank waits for its peers in the bootstrap, and a device wait at most.
+const TIMEOUT: Duration = Duration::from_millis(1500);
+const WAIT_DEADLINE: Duration = Duration::from_millis(1500);
+/// An error must come this soon after its call started.
+const ERROR_BOUND: Duration = Duration::from_millis(1500 + 1000);
+/// A program that has not ended after this is a hang.
+const PROGRAM_BOUND: Duration = Duration::from_secs(30);
+/// The message of the injected panic (the panic hook keeps it quiet).
+const INJECTED: &str = "fault_soak: injected panic";
+
+type Sym<'w, T> = SymmetricBuffer<'w, T, Cpu>;
+/// What one operation reads back: one vector per read.
+type Readouts = Vec<Vec<i64>>;
+
+// ---------------------------------------------------------------------------------------
+// Element types and values.
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ty {
+    I32,
+    F32,
+    F64,
+    Bf16,
+    F16,
+    U64,
+}
+
+impl Ty {
+    const ALL: [Ty; 6] = [Ty::I32, Ty::F32, Ty::F64, Ty::Bf16, Ty::F16, Ty::U64];
+
+    fn size(self) -> usize {
+        match self {
+            Ty::I32 | Ty::F32 => 4,
+            Ty::F64 | Ty::U64 => 8,
+            Ty::Bf16 | Ty::F16 => 2,
+        }
+    }
+
+    fn reducible(self) -> bool {
+        self != Ty::U64
+    }
+
+    /// Values lie in `-span..=span` (`0..span` for `u64`): a sum over 8 ranks is exact.
+    fn span(self) -> i64 {
+        match self {
+            Ty::I32 | Ty::F32 => 1000,
+            Ty::F64 => 1_000_000,
+            Ty::Bf16 => 16,
+            Ty::F16 => 200,
+            Ty::U64 => 1 << 40,
+        }
+    }
+}
+
+/// What a float that is not an integer reads as (never a value of the model).
+const NOT_AN_INTEGER: i64 = i64::MIN;
+
+fn exact(x: f64) -> i64 {
+    if x.is_finite() && x.fract() == 0.0 {
+        x as i64
+    } else {
+        NOT_AN_INTEGER
+    }
+}
+
+/// An element type of the soak: model values (integers) in and out, exactly.
+trait El: bytemuck::Pod + Send + Sync + 'static {
+    fn of(v: i64) -> Self;
+    fn val(self) -> i64;
+}
+
+impl El for i32 {
+    fn of(v: i64) -> Self {
+        v as i32
+    }
+    fn val(self) -> i64 {
+        i64::from(self)
+    }
+}
+impl El for u64 {
+    fn of(v: i64) -> Self {
+        v as u64
+    }
+    fn val(self) -> i64 {
+        self as i64
+    }
+}
+impl El for f32 {
+    fn of(v: i64) -> Self {
+        v as f32
+    }
+    fn val(self) -> i64 {
+        exact(f64::from(self))
+    }
+}
+impl El for f64 {
+    fn of(v: i64) -> Self {
+        v as f64
+    }
+    fn val(self) -> i64 {
+        exact(self)
+    }
+}
+impl El for bf16 {
+    fn of(v: i64) -> Self {
+        bf16::from_f32(v as f32)
+    }
+    fn val(self) -> i64 {
+        exact(self.to_f64())
+    }
+}
+impl El for f16 {
+    fn of(v: i64) -> Self {
+        f16::from_f32(v as f32)
+    }
+    fn val(self) -> i64 {
+        exact(self.to_f64())
+    }
+}
+
+/// The value rank `rank` puts at element `i` of what operation tag `tag` writes.
+fn value(seed: u64, tag: u64, rank: usize, i: usize, ty: Ty) -> i64 {
+    let mut x = seed
+        ^ tag.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        ^ (rank as u64).wrapping_mul(0xbf58_476d_1ce4_e5b9)
+        ^ (i as u64).wrapping_mul(0x94d0_49bb_1331_11eb);
+    // splitmix64's finaliser.
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^= x >> 31;
+    let span = ty.span();
+    if ty == Ty::U64 {
+        (x % span as u64) as i64
+    } else {
+        (x % (2 * span as u64 + 1)) as i64 - span
+    }
+}
+
+fn values(seed: u64, tag: u64, rank: usize, len: usize, ty: Ty) -> Vec<i64> {
+    (0..len).map(|i| value(seed, tag, rank, i, ty)).collect()
+}
+
+fn fold(op: ReduceOp, xs: impl Iterator<Item = i64>) -> i64 {
+    let f = match op {
+        ReduceOp::Sum => |a: i64, b: i64| a + b,
+        ReduceOp::Min => |a: i64, b: i64| a.min(b),
+        ReduceOp::Max => |a: i64, b: i64| a.max(b),
+    };
+    xs.reduce(f).expect("at least one rank")
+}
+
+// ---------------------------------------------------------------------------------------
+// Programs.
+
+/// Which host call a put or get goes through.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Api {
+    World,
+    Collectives,
+}
+
+/// A call the model knows is refused, on every rank.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Refusal {
+    /// `zeros::<u8>(heap)` while something is live.
+    OutOfHeap,
+    /// `zeros::<u8>(heap + 1)`.
+    TooLarge,
+    /// `zeros(0)`.
+    ZeroSize,
+}
+
+/// One operation, made by every rank in program order. Buffers are named by slot (the
+/// model's and each rank's list of buffers, in allocation order); ranks a call reaches are
+/// `(rank + shift) % world`.
+#[derive(Clone, Debug)]
+enum Op {
+    /// `from_slice` of values (`fill`) or `zeros`.
+    Alloc {
+        slot: usize,
+        ty: Ty,
+        len: usize,
+        fill: bool,
+    },
+    Drop {
+        slot: usize,
+    },
+    /// `World::barrier`.
+    Barrier,
+    /// `Collectives::barrier`.
+    DeviceBarrier,
+    Write {
+        slot: usize,
+        at: usize,
+        len: usize,
+    },
+    Read {
+        slot: usize,
+    },
+    /// Device barrier, put, device barrier.
+    Put {
+        api: Api,
+        dst: usize,
+        at: usize,
+        len: usize,
+        shift: usize,
+    },
+    /// Device barrier, get into plain device memory, read it, device barrier.
+    Get {
+        api: Api,
+        src: usize,
+        at: usize,
+        len: usize,
+        shift: usize,
+    },
+    /// Device barrier, put with signal, wait (naming the sender) for what the model says
+    /// the signal holds then (`wait[rank]`), read `dst`, device barrier.
+    PutSignal {
+        dst: usize,
+        at: usize,
+        len: usize,
+        signal: usize,
+        index: usize,
+        value: u64,
+        shift: usize,
+        wait: Vec<u64>,
+    },
+    /// Each collective is followed by a read of its destination.
+    AllReduce {
+        dst: usize,
+        src: usize,
+        count: usize,
+        op: ReduceOp,
+        algorithm: Algorithm,
+    },
+    AllGather {
+        dst: usize,
+        src: usize,
+        count: usize,
+    },
+    AllToAll {
+        dst: usize,
+        src: usize,
+        count: usize,
+    },
+    Broadcast {
+        dst: usize,
+        src: usize,
+        count: usize,
+        root: usize,
+    },
+    ReduceScatter {
+        dst: usize,
+        src: usize,
+        count: usize,
+        op: ReduceOp,
+    },
+    /// Capture `body` (collectives) once; `replays` times: write fresh values into slot
+    /// `input`, replay, read every destination of `body`.
+    Graph {
+        body: Vec<Op>,
+        input: usize,
+        replays: usize,
+    },
+    Refused(Refusal),
+}
+
+impl Op {
+    fn is_device_collective(&self) -> bool {
+        matches!(
+            self,
+            Op::DeviceBarrier
+                | Op::AllReduce { .. }
+                | Op::AllGather { .. }
+                | Op::AllToAll { .. }
+                | Op::Broadcast { .. }
+                | Op::ReduceScatter { .. }
+        )
+    }
+
+    /// The buffer a collective writes (what is read after it).
+    fn destination(&self) -> Option<usize> {
+        match *self {
+            Op::AllReduce { dst, .. }
+            | Op::AllGather { dst, .. }
+            | Op::AllToAll { dst, .. }
+            | Op::Broadcast { dst, .. }
+            | Op::ReduceScatter { dst, .. } => Some(dst),
+            _ => None,
+        }
+    }
+
+    /// The symmetric buffers whose agreement a collective checks (a fresh one makes every
+    /// rank agree first).
+    fn agreed_buffers(&self) -> Vec<usize> {
+        match *self {
+            Op::AllReduce { dst, src, .. } => vec![dst, src],
+            Op::AllGather { dst, .. } | Op::AllToAll { dst, .. } => vec![dst],
+            Op::Broadcast { src, .. } | Op::ReduceScatter { src, .. } => vec![src],
+            Op::Graph { ref body, .. } => body.iter().flat_map(Op::agreed_buffers).collect(),
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// What the model expects of one operation on one rank.
+#[derive(Clone, Debug, PartialEq)]
+enum Expect {
+    Ok(Readouts),
+    /// Refused with this error (its variant name), on every rank.
+    Refused(&'static str),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum FaultKind {
+    /// The rank returns from its body before the operation (its world is dropped).
+    Leave,
+    /// The rank panics before the operation.
+    Panic,
+    /// The rank skips the operation (a device collective) and goes on.
+    Skip,
+    /// The rank allocates more elements than the others at this `Alloc`.
+    Mismatch,
+    /// The rank allocates its whole heap before the operation (`OutOfHeap`), then stops.
+    Exhaust,
+}
+
+impl FaultKind {
+    fn name(self) -> &'static str {
+        match self {
+            FaultKind::Leave => "leave",
+            FaultKind::Panic => "panic",
+            FaultKind::Skip => "skip",
+            FaultKind::Mismatch => "mismatch",
+            FaultKind::Exhaust => "exhaust",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Fault {
+    kind: FaultKind,
+    rank: usize,
+    step: usize,
+}
+
+#[derive(Clone, Debug)]
+struct Program {
+    seed: u64,
+    world: usize,
+    blocks: u32,
+    ops: Vec<Op>,
+    /// `expect[step][rank]`.
+    expect: Vec<Vec<Expect>>,
+    /// The first agreement after the fault (a `Mismatch` must be reported there).
+    agreements: Vec<bool>,
+    fault: Option<Fault>,
+}
+
+// ---------------------------------------------------------------------------------------
+// The model.
+
+#[derive(Clone)]
+struct MBuf {
+    ty: Ty,
+    len: usize,
+    /// Every rank's copy.
+    data: Vec<Vec<i64>>,
+    agreed: bool,
+}
+
+#[derive(Clone)]
+struct Model {
+    seed: u64,
+    n: usize,
+    blocks: u64,
+    bufs: Vec<Option<MBuf>>,
+    /// Bytes of live buffers, and of dropped ones no barrier has released yet.
+    live: usize,
+    pending: usize,
+}
+
+fn bytes_of(ty: Ty, len: usize) -> usize {
+    (ty.size() * len).next_multiple_of(256)
+}
+
+impl Model {
+    fn buf(&self, slot: usize) -> &MBuf {
+        self.bufs[slot].as_ref().expect("a live slot")
+    }
+
+    fn buf_mut(&mut self, slot: usize) -> &mut MBuf {
+        self.bufs[slot].as_mut().expect("a live slot")
+    }
+
+    /// Every value of every buffer is held exactly by its element type.
+    fn exact(&self) -> bool {
+        self.bufs.iter().flatten().all(|b| {
+            let limit = match b.ty {
+                Ty::I32 => i64::from(i32::MAX),
+                Ty::F32 => 1 << 24,
+                Ty::F64 => 1 << 53,
+                Ty::Bf16 => 1 << 8,
+                Ty::F16 => 1 << 11,
+                Ty::U64 => i64::MAX,
+            };
+            b.data.iter().flatten().all(|v| v.abs() <= limit)
+        })
+    }
+
+    fn agree_all(&mut self) {
+        for b in self.bufs.iter_mut().flatten() {
+            b.agreed = true;
+        }
+    }
+
+    fn reads(&self, slot: usize) -> Vec<Readouts> {
+        (0..self.n)
+            .map(|r| vec![self.buf(slot).data[r].clone()])
+            .collect()
+    }
+
+    fn ok(&self) -> Vec<Expect> {
+        vec![Expect::Ok(Vec::new()); self.n]
+    }
+
+    /// Applies `op` (tag `tag`) to the model; returns what each rank sees and whether the
+    /// operation made the ranks agree (compare their ledgers).
+    fn apply(&mut self, op: &Op, tag: u64) -> (Vec<Expect>, bool) {
+        let n = self.n;
+        let seed = self.seed;
+        match *op {
+            Op::Alloc {
+                slot,
+                ty,
+                len,
+                fill,
+            } => {
+                let data = (0..n)
+                    .map(|r| {
+                        if fill {
+                            values(seed, tag, r, len, ty)
+                        } else {
+                            vec![0; len]
+                        }
+                    })
+                    .collect();
+                assert_eq!(slot, self.bufs.len());
+                self.bufs.push(Some(MBuf {
+                    ty,
+                    len,
+                    data,
+                    agreed: false,
+                }));
+                self.live += bytes_of(ty, len);
+                (self.ok(), false)
+            }
+            Op::Drop { slot } => {
+                let b = self.bufs[slot].take().expect("a live slot");
+                let bytes = bytes_of(b.ty, b.len);
+                self.live -= bytes;
+                self.pending += bytes;
+                (self.ok(), false)
+            }
+            Op::Barrier => {
+                self.agree_all();
+                self.pending = 0;
+                (self.ok(), true)
+            }
+            Op::DeviceBarrier => (self.ok(), false),
+            Op::Write { slot, at, len } => {
+                let b = self.buf_mut(slot);
+                let ty = b.ty;
+                for (r, copy) in b.data.iter_mut().enumerate() {
+                    copy[at..at + len].copy_from_slice(&values(seed, tag, r, len, ty));
+                }
+                (self.ok(), false)
+            }
+            Op::Read { slot } => (
+                self.reads(slot).into_iter().map(Expect::Ok).collect(),
+                false,
+            ),
+            Op::Put {
+                dst,
+                at,
+                len,
+                shift,
+                ..
+            } => {
+                if !self.buf(dst).agreed {
+                    return (vec![Expect::Refused("NotAgreed"); n], false);
+                }
+                let b = self.buf_mut(dst);
+                let ty = b.ty;
+                for r in 0..n {
+                    let v = values(seed, tag, r, len, ty);
+                    b.data[(r + shift) % n][at..at + len].copy_from_slice(&v);
+                }
+                (self.ok(), false)
+            }
+            Op::Get {
+                src,
+                at,
+                len,
+                shift,
+                ..
+            } => {
+                if !self.buf(src).agreed {
+                    return (vec![Expect::Refused("NotAgreed"); n], false);
+                }
+                let b = self.buf(src);
+                let out = (0..n)
+                    .map(|r| Expect::Ok(vec![b.data[(r + shift) % n][at..at + len].to_vec()]))
+                    .collect();
+                (out, false)
+            }
+            Op::PutSignal {
+                dst,
+                at,
+                len,
+                signal,
+                index,
+                value: add,
+                shift,
+                ..
+            } => {
+                if !self.buf(dst).agreed || !self.buf(signal).agreed {
+                    return (vec![Expect::Refused("NotAgreed"); n], false);
+                }
+                let b = self.buf_mut(dst);
+                let ty = b.ty;
+                for r in 0..n {
+                    let v = values(seed, tag, r, len, ty);
+                    b.data[(r + shift) % n][at..at + len].copy_from_slice(&v);
+                }
+                let total = add.wrapping_mul(self.blocks) as i64;
+                let s = self.buf_mut(signal);
+                for r in 0..n {
+                    s.data[(r + shift) % n][index] += total;
+                }
+                (self.reads(dst).into_iter().map(Expect::Ok).collect(), false)
+            }
+            Op::AllReduce {
+                dst,
+                src,
+                count,
+                op: rop,
+                algorithm,
+            } => {
+                let agreed = self.agree_for(op);
+                let ty = self.buf(src).ty;
+                let bytes = count * ty.size();
+                let lamport = matches!(ty, Ty::F32 | Ty::Bf16 | Ty::F16)
+                    && rop == ReduceOp::Sum
+                    && bytes <= LAMPORT_CAPACITY;
+                if algorithm == Algorithm::Lamport && !lamport {
+                    return (vec![Expect::Refused("LamportUnavailable"); n], agreed);
+                }
+                let s = &self.buf(src).data;
+                let folded: Vec<i64> = (0..count)
+                    .map(|i| fold(rop, (0..n).map(|r| s[r][i])))
+                    .collect();
+                let d = self.buf_mut(dst);
+                for copy in &mut d.data {
+                    copy[..count].copy_from_slice(&folded);
+                }
+                (self.read_out(dst), agreed)
+            }
+            Op::AllGather { dst, src, count } => {
+                let agreed = self.agree_for(op);
+                let s: Vec<Vec<i64>> = (0..n)
+                    .map(|r| self.buf(src).data[r][..count].to_vec())
+                    .collect();
+                let d = self.buf_mut(dst);
+                for copy in &mut d.data {
+                    for (j, chunk) in s.iter().enumerate() {
+                        copy[j * count..(j + 1) * count].copy_from_slice(chunk);
+                    }
+                }
+                (self.read_out(dst), agreed)
+            }
+            Op::AllToAll { dst, src, count } => {
+                let agreed = self.agree_for(op);
+                let s = self.buf(src).data.clone();
+                let d = self.buf_mut(dst);
+                for (r, copy) in d.data.iter_mut().enumerate() {
+                    for (j, sj) in s.iter().enumerate() {
+                        copy[j * count..(j + 1) * count]
+                            .copy_from_slice(&sj[r * count..(r + 1) * count]);
+                    }
+                }
+                (self.read_out(dst), agreed)
+            }
+            Op::Broadcast {
+                dst,
+                src,
+                count,
+                root,
+            } => {
+                let agreed = self.agree_for(op);
+                let s = self.buf(src).data[root][..count].to_vec();
+                let d = self.buf_mut(dst);
+                for copy in &mut d.data {
+                    copy[..count].copy_from_slice(&s);
+                }
+                (self.read_out(dst), agreed)
+            }
+            Op::ReduceScatter {
+                dst,
+                src,
+                count,
+                op: rop,
+            } => {
+                let agreed = self.agree_for(op);
+                let s = self.buf(src).data.clone();
+                let d = self.buf_mut(dst);
+                for r in 0..n {
+                    for i in 0..count {
+                        d.data[r][i] = fold(rop, s.iter().map(|sj| sj[r * count + i]));
+                    }
+                }
+                (self.read_out(dst), agreed)
+            }
+            Op::Graph {
+                ref body,
+                input,
+                replays,
+            } => {
+                let agreed = self.agree_for(op);
+                let mut out: Vec<Readouts> = vec![Vec::new(); n];
+                let len = self.buf(input).len;
+                for k in 0..replays {
+                    let write = Op::Write {
+                        slot: input,
+                        at: 0,
+                        len,
+                    };
+                    self.apply(&write, graph_tag(tag, k));
+                    for sub in body {
+                        let (seen, _) = self.apply(sub, 0);
+                        assert!(
+                            seen.iter().all(|e| matches!(e, Expect::Ok(_))),
+                            "graphs hold no refused call"
+                        );
+                    }
+                    // Every destination is read after the whole replay.
+                    for dst in body.iter().filter_map(Op::destination) {
+                        for (r, reads) in out.iter_mut().enumerate() {
+                            reads.push(self.buf(dst).data[r].clone());
+                        }
+                    }
+                }
+                (out.into_iter().map(Expect::Ok).collect(), agreed)
+            }
+            Op::Refused(refusal) => {
+                let name = match refusal {
+                    Refusal::OutOfHeap => "OutOfHeap",
+                    Refusal::TooLarge => "TooLarge",
+                    Refusal::ZeroSize => "ZeroSize",
+                };
+                (vec![Expect::Refused(name); n], false)
+            }
+        }
+    }
+
+    /// A collective (or a capture) over a buffer no agreement has confirmed agrees first.
+    fn agree_for(&mut self, op: &Op) -> bool {
+        let fresh = op
+            .agreed_buffers()
+            .iter()
+            .any(|&slot| !self.buf(slot).agreed);
+        if fresh {
+            self.agree_all();
+        }
+        fresh
+    }
+
+    fn read_out(&self, dst: usize) -> Vec<Expect> {
+        self.reads(dst).into_iter().map(Expect::Ok).collect()
+    }
+}
+
+fn graph_tag(tag: u64, replay: usize) -> u64 {
+    (tag << 8) | 0x80 | replay as u64
+}
+
+// ---------------------------------------------------------------------------------------
+// The generator.
+
+struct Gen {
+    rng: TestRng,
+}
+
+impl Gen {
+    fn new(seed: u64) -> Self {
+        let mut bytes = [0u8; 32];
+        bytes[..8].copy_from_slice(&seed.to_le_bytes());
+        bytes[8..16].copy_from_slice(b"symmsoak");
+        Self {
+            rng: TestRng::from_seed(RngAlgorithm::ChaCha, &bytes),
+        }
+    }
+
+    /// Uniform in `0..n`.
+    fn below(&mut self, n: usize) -> usize {
+        (self.rng.next_u64() % n.max(1) as u64) as usize
+    }
+
+    fn range(&mut self, lo: usize, hi: usize) -> usize {
+        lo + self.below(hi - lo + 1)
+    }
+
+    fn chance(&mut self, percent: usize) -> bool {
+        self.below(100) < percent
+    }
+
+    fn pick<T: Copy>(&mut self, xs: &[T]) -> T {
+        xs[self.below(xs.len())]
+    }
+}
+
+fn live_slots(m: &Model, want: impl Fn(&MBuf) -> bool) -> Vec<usize> {
+    m.bufs
+        .iter()
+        .enumerate()
+        .filter_map(|(i, b)| b.as_ref().filter(|b| want(b)).map(|_| i))
+        .collect()
+}
+
+fn generate(seed: u64) -> Program {
+    let mut g = Gen::new(seed);
+    let n = g.range(2, 8);
+    let blocks = if g.chance(25) { 2 } else { 1 };
+    // A few element types per program, so that same-type pairs are common.
+    let mut types: Vec<Ty> = Ty::ALL.to_vec();
+    while types.len() > 3 {
+        types.remove(g.below(types.len()));
+    }
+    if !types.contains(&Ty::U64) && g.chance(50) {
+        types[0] = Ty::U64;
+    }
+    let mut m = Model {
+        seed,
+        n,
+        blocks: u64::from(blocks),
+        bufs: Vec::new(),
+        live: 0,
+        pending: 0,
+    };
+    let mut ops = Vec::new();
+    let mut expect = Vec::new();
+    let mut agreements = Vec::new();
+    let steps = g.range(10, 40);
+    let mut push = |m: &mut Model, op: Op, ops: &mut Vec<Op>| {
+        let tag = ops.len() as u64 + 1;
+        // Sums of sums grow: an operation that would leave a value its type does not hold
+        // exactly becomes a device barrier.
+        let mut trial = m.clone();
+        trial.apply(&op, tag);
+        let op = if trial.exact() { op } else { Op::DeviceBarrier };
+        let (e, agreed) = m.apply(&op, tag);
+        expect.push(e);
+        agreements.push(agreed);
+        ops.push(op);
+    };
+    // A signal buffer and a few data buffers, agreed.
+    for _ in 0..g.range(2, 4) {
+        let op = alloc_op(&mut g, &m, &types);
+        push(&mut m, op, &mut ops);
+    }
+    let signal = Op::Alloc {
+        slot: m.bufs.len(),
+        ty: Ty::U64,
+        len: g.range(1, 4),
+        fill: false,
+    };
+    push(&mut m, signal, &mut ops);
+    push(&mut m, Op::Barrier, &mut ops);
+    while ops.len() < steps {
+        let op = next_op(&mut g, &m, &types);
+        push(&mut m, op, &mut ops);
+    }
+    let fault = if g.chance(20) {
+        None
+    } else {
+        let kinds = [
+            FaultKind::Leave,
+            FaultKind::Panic,
+            FaultKind::Skip,
+            FaultKind::Mismatch,
+            FaultKind::Exhaust,
+        ];
+        let kind = g.pick(&kinds);
+        let steps: Vec<usize> = (0..ops.len())
+            .filter(|&k| match kind {
+                FaultKind::Skip => ops[k].is_device_collective(),
+                FaultKind::Mismatch => matches!(ops[k], Op::Alloc { .. }),
+                _ => true,
+            })
+            .collect();
+        (!steps.is_empty()).then(|| Fault {
+            kind,
+            rank: g.below(n),
+            step: g.pick(&steps),
+        })
+    };
+    Program {
+        seed,
+        world: n,
+        blocks,
+        ops,
+        expect,
+        agreements,
+        fault,
+    }
+}
+
+fn alloc_op(g: &mut Gen, m: &Model, types: &[Ty]) -> Op {
+    let ty = g.pick(types);
+    let len = if g.chance(10) {
+        g.range(1000, 10_000)
+    } else if g.chance(50) {
+        g.range(m.n, 8 * m.n)
+    } else {
+        g.range(1, 64)
+    };
+    let len = if m.live + m.pending + bytes_of(ty, len) > BUDGET {
+        1
+    } else {
+        len
+    };
+    Op::Alloc {
+        slot: m.bufs.len(),
+        ty,
+        len,
+        fill: g.chance(50),
+    }
+}
+
+/// A random valid operation given the model's state (an allocation where the one picked
+/// finds no buffers to work on).
+fn next_op(g: &mut Gen, m: &Model, types: &[Ty]) -> Op {
+    let n = m.n;
+    let any = live_slots(m, |_| true);
+    match g.below(100) {
+        0..8 => alloc_op(g, m, types),
+        8..12 if any.len() > 3 => Op::Drop { slot: g.pick(&any) },
+        12..18 => Op::Barrier,
+        18..22 => Op::DeviceBarrier,
+        22..28 if !any.is_empty() => {
+            let slot = g.pick(&any);
+            let (at, len) = span_in(g, m.buf(slot).len);
+            Op::Write { slot, at, len }
+        }
+        28..32 if !any.is_empty() => Op::Read { slot: g.pick(&any) },
+        32..40 if !any.is_empty() => {
+            let dst = g.pick(&any);
+            let (at, len) = span_in(g, m.buf(dst).len);
+            let api = g.pick(&[Api::World, Api::Collectives]);
+            Op::Put {
+                api,
+                dst,
+                at,
+                len,
+                shift: g.below(n),
+            }
+        }
+        40..46 if !any.is_empty() => {
+            let src = g.pick(&any);
+            let (at, len) = span_in(g, m.buf(src).len);
+            let api = g.pick(&[Api::World, Api::Collectives]);
+            Op::Get {
+                api,
+                src,
+                at,
+                len,
+                shift: g.below(n),
+            }
+        }
+        46..52 => {
+            let signals = live_slots(m, |b| b.ty == Ty::U64);
+            if signals.is_empty() {
+                return alloc_op(g, m, types);
+            }
+            let signal = g.pick(&signals);
+            let dsts: Vec<usize> = any.iter().copied().filter(|&s| s != signal).collect();
+            if dsts.is_empty() {
+                return alloc_op(g, m, types);
+            }
+            let dst = g.pick(&dsts);
+            let (at, len) = span_in(g, m.buf(dst).len);
+            let index = g.below(m.buf(signal).len);
+            let shift = g.below(n);
+            let value = g.range(1, 3) as u64;
+            // What this rank's signal holds once its sender's put has landed.
+            let total = value * m.blocks;
+            let wait = (0..n)
+                .map(|r| m.buf(signal).data[r][index] as u64 + total)
+                .collect();
+            Op::PutSignal {
+                dst,
+                at,
+                len,
+                signal,
+                index,
+                value,
+                shift,
+                wait,
+            }
+        }
+        52..90 => collective(g, m, true).unwrap_or_else(|| alloc_op(g, m, types)),
+        90..95 => {
+            let mut body = Vec::new();
+            for _ in 0..g.range(1, 3) {
+                if let Some(op) = collective(g, m, false) {
+                    body.push(op);
+                }
+            }
+            let Some(input) = body
+                .iter()
+                .find_map(|op| op.agreed_buffers().last().copied())
+            else {
+                return alloc_op(g, m, types);
+            };
+            Op::Graph {
+                body,
+                input,
+                replays: g.range(1, 3),
+            }
+        }
+        95..98 => Op::Refused(g.pick(&[Refusal::OutOfHeap, Refusal::TooLarge, Refusal::ZeroSize])),
+        _ => alloc_op(g, m, types),
+    }
+}
+
+/// A random `at..at + len` inside a buffer of `cap` elements.
+fn span_in(g: &mut Gen, cap: usize) -> (usize, usize) {
+    let at = g.below(cap);
+    let len = g.range(1, (cap - at).min(256));
+    (at, len)
+}
+
+/// A random collective over live buffers (with a refused barrier-free all-reduce where
+/// `refusals`), or `None` if the buffers it picked do not fit.
+fn collective(g: &mut Gen, m: &Model, refusals: bool) -> Option<Op> {
+    let n = m.n;
+    let kind = g.below(6);
+    if kind == 0 {
+        return Some(Op::DeviceBarrier);
+    }
+    let reducing = matches!(kind, 1 | 5);
+    let dsts = live_slots(m, |b| !reducing || b.ty.reducible());
+    if dsts.is_empty() {
+        return None;
+    }
+    let dst = g.pick(&dsts);
+    let ty = m.buf(dst).ty;
+    let srcs: Vec<usize> = live_slots(m, |b| b.ty == ty)
+        .into_iter()
+        .filter(|&s| s != dst)
+        .collect();
+    if srcs.is_empty() {
+        return None;
+    }
+    let src = g.pick(&srcs);
+    let (dl, sl) = (m.buf(dst).len, m.buf(src).len);
+    let op = g.pick(&[ReduceOp::Sum, ReduceOp::Min, ReduceOp::Max]);
+    let count = |g: &mut Gen, most: usize| (most >= 1).then(|| g.range(1, most.min(4096)));
+    Some(match kind {
+        1 => {
+            let count = count(g, dl.min(sl))?;
+            let mut algorithm = g.pick(&[
+                Algorithm::Auto,
+                Algorithm::OneShot,
+                Algorithm::TwoShot,
+                Algorithm::Lamport,
+            ]);
+            let bytes = count * ty.size();
+            let lamport = matches!(ty, Ty::F32 | Ty::Bf16 | Ty::F16)
+                && op == ReduceOp::Sum
+                && bytes <= LAMPORT_CAPACITY;
+            if algorithm == Algorithm::Lamport && !lamport && !(refusals && g.chance(30)) {
+                algorithm = Algorithm::Auto;
+            }
+            Op::AllReduce {
+                dst,
+                src,
+                count,
+                op,
+                algorithm,
+            }
+        }
+        2 => Op::AllGather {
+            dst,
+            src,
+            count: count(g, (dl / n).min(sl))?,
+        },
+        3 => Op::AllToAll {
+            dst,
+            src,
+            count: count(g, (dl / n).min(sl / n))?,
+        },
+        4 => Op::Broadcast {
+            dst,
+            src,
+            count: count(g, dl.min(sl))?,
+            root: g.below(n),
+        },
+        _ => Op::ReduceScatter {
+            dst,
+            src,
+            count: count(g, dl.min(sl / n))?,
+            op,
+        },
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// Running a program.
+
+enum AnyBuf<'w> {
+    I32(Sym<'w, i32>),
+    F32(Sym<'w, f32>),
+    F64(Sym<'w, f64>),
+    Bf16(Sym<'w, bf16>),
+    F16(Sym<'w, f16>),
+    U64(Sym<'w, u64>),
+}
+
+/// `$body` with `$b` bound to the buffer, whatever its element type.
+macro_rules! each {
+    ($buf:expr, $b:ident => $body:expr) => {
+        match $buf {
+            AnyBuf::I32($b) => $body,
+            AnyBuf::F32($b) => $body,
+            AnyBuf::F64($b) => $body,
+            AnyBuf::Bf16($b) => $body,
+            AnyBuf::F16($b) => $body,
+            AnyBuf::U64($b) => $body,
+        }
+    };
+}
+
+/// `$body` with two buffers of one element type (the generator pairs them so).
+macro_rules! pair {
+    ($a:expr, $b:expr, $x:ident, $y:ident => $body:expr) => {
+        match ($a, $b) {
+            (AnyBuf::I32($x), AnyBuf::I32($y)) => $body,
+            (AnyBuf::F32($x), AnyBuf::F32($y)) => $body,
+            (AnyBuf::F64($x), AnyBuf::F64($y)) => $body,
+            (AnyBuf::Bf16($x), AnyBuf::Bf16($y)) => $body,
+            (AnyBuf::F16($x), AnyBuf::F16($y)) => $body,
+            (AnyBuf::U64($x), AnyBuf::U64($y)) => $body,
+            _ => unreachable!("the generator pairs buffers of one type"),
+        }
+    };
+}
+
+/// As [`pair!`], for the reductions (no `u64`).
+macro_rules! pair_reducible {
+    ($a:expr, $b:expr, $x:ident, $y:ident => $body:expr) => {
+        match ($a, $b) {
+            (AnyBuf::I32($x), AnyBuf::I32($y)) => $body,
+            (AnyBuf::F32($x), AnyBuf::F32($y)) => $body,
+            (AnyBuf::F64($x), AnyBuf::F64($y)) => $body,
+            (AnyBuf::Bf16($x), AnyBuf::Bf16($y)) => $body,
+            (AnyBuf::F16($x), AnyBuf::F16($y)) => $body,
+            _ => unreachable!("the generator reduces buffers of one reducible type"),
+        }
+    };
+}
+
+/// One rank's end of a program.
+struct Rank<'w> {
+    seed: u64,
+    world: &'w World<Cpu>,
+    coll: Collectives<'w, Cpu>,
+    bufs: Vec<Option<AnyBuf<'w>>>,
+    /// Each slot's length in the model (a mismatched allocation is longer here).
+    lens: Vec<usize>,
+}
+
+fn read<T: El>(
+    world: &World<Cpu>,
+    view: &impl symmem::AsDeviceSlice<T, Cpu>,
+) -> symmem::Result<Vec<i64>> {
+    Ok(world.read(view)?.into_iter().map(El::val).collect())
+}
+
+fn vals<T: El>(seed: u64, tag: u64, rank: usize, len: usize, ty: Ty) -> Vec<T> {
+    values(seed, tag, rank, len, ty)
+        .into_iter()
+        .map(T::of)
+        .collect()
+}
+
+fn ty_of(buf: &AnyBuf<'_>) -> Ty {
+    match buf {
+        AnyBuf::I32(_) => Ty::I32,
+        AnyBuf::F32(_) => Ty::F32,
+        AnyBuf::F64(_) => Ty::F64,
+        AnyBuf::Bf16(_) => Ty::Bf16,
+        AnyBuf::F16(_) => Ty::F16,
+        AnyBuf::U64(_) => Ty::U64,
+    }
+}
+
+/// A refusal the model predicts leaves the world working: the call's other parts still run.
+fn is_refusal(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::NotAgreed { .. }
+            | Error::LamportUnavailable { .. }
+            | Error::OutOfHeap { .. }
+            | Error::TooLarge { .. }
+            | Error::ZeroSize
+    )
+}
+
+impl<'w> Rank<'w> {
+    fn me(&self) -> usize {
+        self.world.rank()
+    }
+
+    fn n(&self) -> usize {
+        self.world.world_size()
+    }
+
+    fn buf(&self, slot: usize) -> &AnyBuf<'w> {
+        self.bufs[slot].as_ref().expect("a live slot")
+    }
+
+    fn alloc(
+        &mut self,
+        slot: usize,
+        ty: Ty,
+        len: usize,
+        fill: bool,
+        tag: u64,
+    ) -> symmem::Result<()> {
+        fn make<'w, T: El>(
+            r: &Rank<'w>,
+            ty: Ty,
+            len: usize,
+            fill: bool,
+            tag: u64,
+        ) -> symmem::Result<Sym<'w, T>> {
+            if fill {
+                r.world.from_slice(&vals::<T>(r.seed, tag, r.me(), len, ty))
+            } else {
+                r.world.zeros::<T>(len)
+            }
+        }
+        let buf = match ty {
+            Ty::I32 => AnyBuf::I32(make(self, ty, len, fill, tag)?),
+            Ty::F32 => AnyBuf::F32(make(self, ty, len, fill, tag)?),
+            Ty::F64 => AnyBuf::F64(make(self, ty, len, fill, tag)?),
+            Ty::Bf16 => AnyBuf::Bf16(make(self, ty, len, fill, tag)?),
+            Ty::F16 => AnyBuf::F16(make(self, ty, len, fill, tag)?),
+            Ty::U64 => AnyBuf::U64(make(self, ty, len, fill, tag)?),
+        };
+        assert_eq!(slot, self.bufs.len(), "slots in allocation order");
+        self.bufs.push(Some(buf));
+        Ok(())
+    }
+
+    /// Runs `op` (tag `tag`); `extra` elements more for a mismatched allocation.
+    fn run(&mut self, op: &Op, tag: u64, extra: usize) -> symmem::Result<Readouts> {
+        let (me, n, seed) = (self.me(), self.n(), self.seed);
+        match *op {
+            Op::Alloc {
+                slot,
+                ty,
+                len,
+                fill,
+            } => {
+                // A mismatched allocation fills as many elements as the others, zeroes the
+                // rest.
+                self.alloc(slot, ty, len + extra, fill && extra == 0, tag)?;
+                self.lens.push(len);
+                if fill && extra > 0 {
+                    each!(self.buf(slot), b => self.world.write(b, 0, &vals(seed, tag, me, len, ty)))?;
+                }
+                Ok(Vec::new())
+            }
+            Op::Drop { slot } => {
+                self.bufs[slot] = None;
+                Ok(Vec::new())
+            }
+            Op::Barrier => self.world.barrier().map(|()| Vec::new()),
+            Op::DeviceBarrier => self.coll.barrier().map(|()| Vec::new()),
+            Op::Write { slot, at, len } => {
+                let ty = ty_of(self.buf(slot));
+                each!(self.buf(slot), b => self.world.write(b, at, &vals(seed, tag, me, len, ty)))?;
+                Ok(Vec::new())
+            }
+            Op::Read { slot } => Ok(vec![self.read_slot(slot)?]),
+            Op::Put {
+                api,
+                dst,
+                at,
+                len,
+                shift,
+            } => self.fenced(|r| {
+                let to = (me + shift) % n;
+                let ty = ty_of(r.buf(dst));
+                each!(r.buf(dst), b => {
+                    let src = r.world.device_from_slice(&vals(seed, tag, me, len, ty))?;
+                    match api {
+                        Api::Collectives => r.coll.put(b, at, &src, to),
+                        Api::World => r.world.put(&b.slice(at..at + len)?, &src, to),
+                    }
+                })?;
+                Ok(Vec::new())
+            }),
+            Op::Get {
+                api,
+                src,
+                at,
+                len,
+                shift,
+            } => self.fenced(|r| {
+                let from = (me + shift) % n;
+                let got = each!(r.buf(src), b => {
+                    let dst = r.world.device_zeros(len)?;
+                    match api {
+                        Api::Collectives => r.coll.get(&dst, b, at, from)?,
+                        Api::World => r.world.get(&dst, &b.slice(at..at + len)?, from)?,
+                    }
+                    read(r.world, &dst)?
+                });
+                Ok(vec![got])
+            }),
+            Op::PutSignal {
+                dst,
+                at,
+                len,
+                signal,
+                index,
+                value: add,
+                shift,
+                ref wait,
+            } => self.fenced(|r| {
+                let (to, from) = ((me + shift) % n, (me + n - shift) % n);
+                let Some(AnyBuf::U64(sig)) = &r.bufs[signal] else {
+                    unreachable!("signals are u64 buffers")
+                };
+                let ty = ty_of(r.buf(dst));
+                each!(r.buf(dst), b => {
+                    let src = r.world.device_from_slice(&vals(seed, tag, me, len, ty))?;
+                    r.coll.put_with_signal(b, at, &src, sig, index, add, to)
+                })?;
+                r.coll
+                    .signal_wait_until_from(sig, index, from, Cmp::Ge, wait[me])?;
+                Ok(vec![r.read_slot(dst)?])
+            }),
+            Op::AllReduce {
+                dst,
+                src,
+                count,
+                op,
+                algorithm,
+            } => {
+                pair_reducible!(self.buf(dst), self.buf(src), d, s =>
+                    self.coll.all_reduce(d, s, count, op, algorithm))?;
+                Ok(vec![self.read_slot(dst)?])
+            }
+            Op::AllGather { dst, src, count } => {
+                pair!(self.buf(dst), self.buf(src), d, s => self.coll.all_gather(d, s, count))?;
+                Ok(vec![self.read_slot(dst)?])
+            }
+            Op::AllToAll { dst, src, count } => {
+                pair!(self.buf(dst), self.buf(src), d, s => self.coll.all_to_all(d, s, count))?;
+                Ok(vec![self.read_slot(dst)?])
+            }
+            Op::Broadcast {
+                dst,
+                src,
+                count,
+                root,
+            } => {
+                pair!(self.buf(dst), self.buf(src), d, s =>
+                    self.coll.broadcast(d, s, count, root))?;
+                Ok(vec![self.read_slot(dst)?])
+            }
+            Op::ReduceScatter {
+                dst,
+                src,
+                count,
+                op,
+            } => {
+                pair_reducible!(self.buf(dst), self.buf(src), d, s =>
+                    self.coll.reduce_scatter(d, s, count, op))?;
+                Ok(vec![self.read_slot(dst)?])
+            }
+            Op::Graph {
+                ref body,
+                input,
+                replays,
+            } => {
+                let graph = self.world.capture(|| {
+                    for sub in body {
+                        self.launch_only(sub)?;
+                    }
+                    Ok(())
+                })?;
+                let mut out = Vec::new();
+                let ty = ty_of(self.buf(input));
+                for k in 0..replays {
+                    let (len, tag) = (self.lens[input], graph_tag(tag, k));
+                    each!(self.buf(input), b => self.world.write(b, 0, &vals(seed, tag, me, len, ty)))?;
+                    graph.replay()?;
+                    for sub in body {
+                        if let Some(dst) = sub.destination() {
+                            out.push(self.read_slot(dst)?);
+                        }
+                    }
+                }
+                Ok(out)
+            }
+            Op::Refused(refusal) => {
+                let len = match refusal {
+                    Refusal::OutOfHeap => self.world.heap_len(),
+                    Refusal::TooLarge => self.world.heap_len() + 1,
+                    Refusal::ZeroSize => 0,
+                };
+                self.world.zeros::<u8>(len).map(|_| Vec::new())
+            }
+        }
+    }
+
+    /// A collective's launch alone (inside a capture).
+    fn launch_only(&self, op: &Op) -> symmem::Result<()> {
+        match *op {
+            Op::DeviceBarrier => self.coll.barrier(),
+            Op::AllReduce {
+                dst,
+                src,
+                count,
+                op,
+                algorithm,
+            } => pair_reducible!(self.buf(dst), self.buf(src), d, s =>
+                self.coll.all_reduce(d, s, count, op, algorithm)),
+            Op::AllGather { dst, src, count } => {
+                pair!(self.buf(dst), self.buf(src), d, s => self.coll.all_gather(d, s, count))
+            }
+            Op::AllToAll { dst, src, count } => {
+                pair!(self.buf(dst), self.buf(src), d, s => self.coll.all_to_all(d, s, count))
+            }
+            Op::Broadcast {
+                dst,
+                src,
+                count,
+                root,
+            } => {
+                pair!(self.buf(dst), self.buf(src), d, s => self.coll.broadcast(d, s, count, root))
+            }
+            Op::ReduceScatter {
+                dst,
+                src,
+                count,
+                op,
+            } => pair_reducible!(self.buf(dst), self.buf(src), d, s =>
+                self.coll.reduce_scatter(d, s, count, op)),
+            _ => unreachable!("graphs hold collectives only"),
+        }
+    }
+
+    /// This rank's copy of `slot`, as long as the model's.
+    fn read_slot(&self, slot: usize) -> symmem::Result<Vec<i64>> {
+        let mut v = each!(self.buf(slot), b => read(self.world, b))?;
+        v.truncate(self.lens[slot]);
+        Ok(v)
+    }
+
+    /// `body` between two device barriers (peers' one-sided calls touch this rank's copy
+    /// only between them). A refusal the model predicts still takes the second barrier,
+    /// as every rank is refused alike.
+    fn fenced(
+        &self,
+        body: impl FnOnce(&Self) -> symmem::Result<Readouts>,
+    ) -> symmem::Result<Readouts> {
+        self.coll.barrier()?;
+        let result = body(self);
+        match result {
+            Err(e) if !is_refusal(&e) => Err(e),
+            result => {
+                self.coll.barrier()?;
+                result
+            }
+        }
+    }
+}
+
+/// One rank's result of one operation.
+#[derive(Debug)]
+enum Seen {
+    Done {
+        result: symmem::Result<Readouts>,
+        took: Duration,
+        ended: Instant,
+    },
+    /// The fault, when it was injected: left, panicked, skipped (with what the barrier
+    /// after said), or exhausted (with what the allocation said).
+    Injected {
+        kind: FaultKind,
+        at: Instant,
+        result: Option<symmem::Result<()>>,
+    },
+}
+
+/// Every rank's results, by rank then step, and each rank's `finalize`.
+struct Observed {
+    steps: Vec<Vec<(usize, Seen)>>,
+    finalized: Vec<Option<symmem::Result<()>>>,
+    /// A panic other than the injected one, by rank.
+    panics: Vec<Option<String>>,
+    /// `spawn_ranks`'s own result (a world that failed to form), when it returned.
+    spawn: Option<Result<Vec<String>, String>>,
+}
+
+fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a non-string panic".into())
+}
+
+fn quiet_injected_panics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let default = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if panic_text(info.payload()) != INJECTED {
+                default(info);
+            }
+        }));
+    });
+}
+
+fn config() -> Config {
+    Config {
+        heap_bytes: HEAP,
+        timeout: TIMEOUT,
+        wait_deadline: WAIT_DEADLINE,
+        ..Config::default()
+    }
+}
+
+/// Runs `p` on its ranks (on this thread).
+fn execute(p: &Program) -> Observed {
+    let n = p.world;
+    let steps: Mutex<Vec<Vec<(usize, Seen)>>> = Mutex::new((0..n).map(|_| Vec::new()).collect());
+    let finalized: Mutex<Vec<Option<symmem::Result<()>>>> =
+        Mutex::new((0..n).map(|_| None).collect());
+    let panics: Mutex<Vec<Option<String>>> = Mutex::new(vec![None; n]);
+    let record =
+        |rank: usize, step: usize, seen: Seen| steps.lock().unwrap()[rank].push((step, seen));
+    let spawned = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        symmem::spawn_ranks(
+            n,
+            &config(),
+            |_| Ok(Cpu::new()),
+            |world| {
+                let me = world.rank();
+                let ran =
+                    std::panic::catch_unwind(AssertUnwindSafe(|| run_rank(p, &world, &record)));
+                match ran {
+                    Ok(true) => {
+                        finalized.lock().unwrap()[me] = Some(world.finalize());
+                        Ok(String::new())
+                    }
+                    // Left: the world is dropped here.
+                    Ok(false) => Ok(String::new()),
+                    Err(payload) => {
+                        let text = panic_text(&*payload);
+                        if text != INJECTED {
+                            panics.lock().unwrap()[me] = Some(text);
+                        }
+                        // The world is dropped while unwinding: the rank is lost to its peers.
+                        std::panic::resume_unwind(payload)
+                    }
+                }
+            },
+        )
+    }));
+    let spawn = match spawned {
+        Ok(Ok(ranks)) => Some(Ok(ranks
+            .into_iter()
+            .map(|r| r.err().map(|e| format!("{e:?}")).unwrap_or_default())
+            .collect())),
+        Ok(Err(e)) => Some(Err(format!("{e:?}"))),
+        Err(_) => None,
+    };
+    Observed {
+        steps: steps.into_inner().unwrap(),
+        finalized: finalized.into_inner().unwrap(),
+        panics: panics.into_inner().unwrap(),
+        spawn,
+    }
+}
+
+/// One rank's program; false where the rank left (its world is then dropped, not
+/// finalized).
+fn run_rank(p: &Program, world: &World<Cpu>, record: &impl Fn(usize, usize, Seen)) -> bool {
+    let me = world.rank();
+    let grid = Grid::new(p.blocks, 1);
+    let coll = match Collectives::with_lamport_capacity(world, grid, LAMPORT_CAPACITY) {
+        Ok(coll) => coll,
+        Err(e) => {
+            record(
+                me,
+                usize::MAX,
+                Seen::Done {
+                    result: Err(e),
+                    took: Duration::ZERO,
+                    ended: Instant::now(),
+                },
+            );
+            return true;
+        }
+    };
+    let mut rank = Rank {
+        seed: p.seed,
+        world,
+        coll,
+        bufs: Vec::new(),
+        lens: Vec::new(),
+    };
+    for (step, op) in p.ops.iter().enumerate() {
+        let tag = step as u64 + 1;
+        let mut extra = 0;
+        if let Some(f) = p.fault.filter(|f| f.step == step && f.rank == me) {
+            let injected = |result| Seen::Injected {
+                kind: f.kind,
+                at: Instant::now(),
+                result,
+            };
+            match f.kind {
+                FaultKind::Leave => {
+                    record(me, step, injected(None));
+                    return false;
+                }
+                FaultKind::Panic => {
+                    record(me, step, injected(None));
+                    std::panic::panic_any(INJECTED);
+                }
+                FaultKind::Skip => {
+                    // The rank skips the call and asks the world whether all is well (the
+                    // call after a skip that the others' kernels wait in, not another
+                    // device collective: see
+                    // `a_rank_that_skips_a_collective_desynchronises_the_next_ones`).
+                    let at = Instant::now();
+                    let result = Some(world.barrier());
+                    record(
+                        me,
+                        step,
+                        Seen::Injected {
+                            kind: f.kind,
+                            at,
+                            result,
+                        },
+                    );
+                    return true;
+                }
+                FaultKind::Exhaust => {
+                    let r = world.zeros::<u8>(world.heap_len()).map(drop);
+                    record(me, step, injected(Some(r)));
+                    return false;
+                }
+                FaultKind::Mismatch => {
+                    record(me, step, injected(None));
+                    extra = 1 + (p.seed as usize % 64);
+                }
+            }
+        }
+        let start = Instant::now();
+        let result = rank.run(op, tag, extra);
+        let took = start.elapsed();
+        let stop = match (&result, &p.expect[step][me]) {
+            (Err(e), Expect::Refused(name)) => kind(e) != *name,
+            (Err(_), _) => true,
+            (Ok(_), _) => false,
+        };
+        record(
+            me,
+            step,
+            Seen::Done {
+                result,
+                took,
+                ended: Instant::now(),
+            },
+        );
+        if stop {
+            return true;
+        }
+    }
+    true
+}
+
+/// An error's variant name.
+fn kind(e: &Error) -> String {
+    let debug = format!("{e:?}");
+    debug
+        .split([' ', '{', '('])
+        .next()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+// ---------------------------------------------------------------------------------------
+// The oracle.
+
+#[derive(Default)]
+struct Stats {
+    programs: u64,
+    ops: u64,
+    faults: BTreeMap<&'static str, u64>,
+    errors: BTreeMap<String, u64>,
+    wrong: u64,
+    hangs: u64,
+    slow_errors: u64,
+    /// `PeerLost` naming a survivor instead of the faulty rank (a known bug).
+    misnamed: u64,
+    failures: Vec<String>,
+}
+
+impl Stats {
+    fn add(&mut self, other: Stats) {
+        self.programs += other.programs;
+        self.ops += other.ops;
+        for (k, v) in other.faults {
+            *self.faults.entry(k).or_default() += v;
+        }
+        for (k, v) in other.errors {
+            *self.errors.entry(k).or_default() += v;
+        }
+        self.wrong += other.wrong;
+        self.hangs += other.hangs;
+        self.slow_errors += other.slow_errors;
+        self.misnamed += other.misnamed;
+        self.failures.extend(other.failures);
+    }
+
+    fn table(&self, elapsed: Duration) -> String {
+        let mut t = format!(
+            "fault soak: {} programs, {} operations (rank-calls) in {:.1?}\n",
+            self.programs, self.ops, elapsed
+        );
+        t += "  faults injected:";
+        for (k, v) in &self.faults {
+            t += &format!(" {k} {v},");
+        }
+        t += "\n  errors by type:";
+        for (k, v) in &self.errors {
+            t += &format!(" {k} {v},");
+        }
+        t += &format!(
+            "\n  wrong answers: {}\n  hangs: {}\n  slow errors: {}\n  PeerLost naming a \
+             survivor (known bug): {}\n  failing programs: {}\n",
+            self.wrong,
+            self.hangs,
+            self.slow_errors,
+            self.misnamed,
+            self.failures.len()
+        );
+        t
+    }
+}
+
+/// An error's name for the table: `PeerLost` says whom it names (the faulty rank, another,
+/// or none).
+fn label(e: &Error, fault: Option<Fault>) -> String {
+    let named = |r: Option<usize>| match (r, fault) {
+        (None, _) => "none",
+        (Some(r), Some(f)) if r == f.rank => "faulty",
+        _ => "other",
+    };
+    match e {
+        Error::PeerLost { rank, .. } => format!("PeerLost({})", named(*rank)),
+        Error::WaitTimedOut { peer, .. } => format!("WaitTimedOut({})", named(*peer)),
+        e => kind(e),
+    }
+}
+
+/// The ranks an agreement names when rank `victim`'s ledger differs (the majority's
+/// view; in a tie, the group of rank 0 is the reference).
+fn mismatch_names(world: usize, victim: usize) -> Vec<usize> {
+    if world == 2 { vec![1] } else { vec![victim] }
+}
+
+/// Checks `seen` against `p`'s model; returns the statistics and adds a failure line
+/// for everything wrong.
+fn check(p: &Program, seen: &Observed) -> Stats {
+    let mut s = Stats {
+        programs: 1,
+        ..Stats::default()
+    };
+    let fail = |s: &mut Stats, why: String| {
+        s.failures.push(format!("seed {}: {why}", p.seed));
+    };
+    if let Some(f) = p.fault {
+        *s.faults.entry(f.kind.name()).or_default() += 1;
+    }
+    for (rank, text) in seen.panics.iter().enumerate() {
+        if let Some(text) = text {
+            fail(&mut s, format!("rank {rank} panicked: {text}"));
+        }
+    }
+    match &seen.spawn {
+        Some(Err(e)) => fail(&mut s, format!("spawn_ranks failed: {e}")),
+        Some(Ok(ranks)) => {
+            for (rank, e) in ranks.iter().enumerate() {
+                if !e.is_empty() {
+                    fail(&mut s, format!("rank {rank}'s world failed: {e}"));
+                }
+            }
+        }
+        None if !matches!(
+            p.fault,
+            Some(Fault {
+                kind: FaultKind::Panic,
+                ..
+            })
+        ) =>
+        {
+            fail(&mut s, "spawn_ranks panicked with no injected panic".into());
+        }
+        None => {}
+    }
+    let fault_step = p.fault.map_or(usize::MAX, |f| f.step);
+    // A mismatch is reported at the first agreement after it, to every rank.
+    let mismatch_at = p
+        .fault
+        .filter(|f| f.kind == FaultKind::Mismatch)
+        .and_then(|f| (f.step..p.ops.len()).find(|&k| p.agreements[k]));
+    let mut mismatch_seen = vec![false; p.world];
+    // When the fault was injected: no error may come before.
+    let injected_at = seen
+        .steps
+        .iter()
+        .flatten()
+        .find_map(|(_, seen)| match seen {
+            Seen::Injected { at, .. } => Some(*at),
+            Seen::Done { .. } => None,
+        });
+    for (rank, steps) in seen.steps.iter().enumerate() {
+        let last = steps.len().saturating_sub(1);
+        for (i, (step, seen_here)) in steps.iter().enumerate() {
+            let (step, seen_here) = (*step, seen_here);
+            let (result, took, ended) = match seen_here {
+                Seen::Done {
+                    result,
+                    took,
+                    ended,
+                } => (result, took, ended),
+                Seen::Injected {
+                    kind: FaultKind::Exhaust,
+                    result: Some(r),
+                    ..
+                } => {
+                    if !matches!(r, Err(Error::OutOfHeap { .. })) {
+                        fail(
+                            &mut s,
+                            format!("rank {rank}: exhausting the heap gave {r:?}"),
+                        );
+                    }
+                    continue;
+                }
+                Seen::Injected {
+                    kind: FaultKind::Skip,
+                    result: Some(r),
+                    ..
+                } => {
+                    // The skipper's barrier: the others never made the call it skipped.
+                    match r {
+                        Ok(()) => {
+                            fail(&mut s, format!("rank {rank} skipped step {step} unnoticed"))
+                        }
+                        Err(e) => {
+                            *s.errors.entry(label(e, p.fault)).or_default() += 1;
+                            let f = p.fault.expect("a skip");
+                            let named = mismatch_names(p.world, f.rank);
+                            let ok = match e {
+                                Error::PeerLost { .. } | Error::PeerFailed { .. } => true,
+                                Error::CollectiveMismatch { ranks, .. } => *ranks == named,
+                                _ => false,
+                            };
+                            if !ok {
+                                fail(
+                                    &mut s,
+                                    format!("rank {rank}'s barrier after its skip: {e:?}"),
+                                );
+                            }
+                        }
+                    }
+                    continue;
+                }
+                Seen::Injected { .. } => continue,
+            };
+            if step == usize::MAX {
+                fail(&mut s, format!("rank {rank}: Collectives::new: {result:?}"));
+                continue;
+            }
+            s.ops += 1;
+            let expected = &p.expect[step][rank];
+            let what = || format!("rank {rank}, step {step} ({:?})", p.ops[step]);
+            match (result, expected) {
+                (Ok(got), Expect::Ok(want)) if got == want => {}
+                (Ok(got), Expect::Ok(want)) => {
+                    s.wrong += 1;
+                    fail(
+                        &mut s,
+                        format!("WRONG ANSWER at {}: got {got:?}, model {want:?}", what()),
+                    );
+                }
+                (Ok(got), Expect::Refused(name)) => {
+                    s.wrong += 1;
+                    fail(
+                        &mut s,
+                        format!("{} succeeded ({got:?}), model says {name}", what()),
+                    );
+                }
+                (Err(e), expected) => {
+                    *s.errors.entry(label(e, p.fault)).or_default() += 1;
+                    if matches!(expected, Expect::Refused(name) if kind(e) == *name) {
+                        continue;
+                    }
+                    // A panicking rank is lost at once: its peers' worlds are aborted
+                    // wherever they are (even a step behind). Other faults act in program
+                    // order.
+                    let before = match p.fault {
+                        None => true,
+                        Some(f) => {
+                            injected_at.is_none_or(|at| *ended < at)
+                                || (f.kind != FaultKind::Panic && step < fault_step)
+                        }
+                    };
+                    if before {
+                        fail(&mut s, format!("{} failed before the fault: {e:?}", what()));
+                        continue;
+                    }
+                    if i != last {
+                        fail(&mut s, format!("{} went on after {e:?}", what()));
+                    }
+                    if *took > ERROR_BOUND {
+                        s.slow_errors += 1;
+                        fail(
+                            &mut s,
+                            format!("{} took {took:?} to fail with {e:?}", what()),
+                        );
+                    }
+                    let f = p.fault.expect("an error after a fault");
+                    let allowed = match f.kind {
+                        FaultKind::Mismatch => {
+                            let ok = matches!(e, Error::CollectiveMismatch { ranks, .. }
+                                if *ranks == mismatch_names(p.world, f.rank))
+                                && Some(step) == mismatch_at;
+                            mismatch_seen[rank] |= ok;
+                            ok
+                        }
+                        FaultKind::Leave | FaultKind::Panic | FaultKind::Exhaust => match e {
+                            Error::PeerLost { rank: Some(r), .. } if *r == f.rank => true,
+                            // A survivor that stopped for the loss, named instead of the
+                            // lost rank: the known bug of
+                            // `a_survivor_that_stopped_for_a_loss_is_not_named_as_lost`.
+                            Error::PeerLost { rank: Some(_), .. } => {
+                                s.misnamed += 1;
+                                true
+                            }
+                            _ => false,
+                        },
+                        // The others wait for the skipper on the device, or agree with
+                        // its barrier (a collective's first use of new buffers).
+                        FaultKind::Skip => match e {
+                            Error::PeerLost { .. }
+                            | Error::WaitTimedOut { .. }
+                            | Error::PeerFailed { .. } => true,
+                            Error::CollectiveMismatch { ranks, .. } => {
+                                *ranks == mismatch_names(p.world, f.rank)
+                            }
+                            _ => false,
+                        },
+                    };
+                    if !allowed {
+                        fail(
+                            &mut s,
+                            format!("{} after fault {f:?}: unexpected {e:?}", what()),
+                        );
+                    }
+                }
+            }
+        }
+        // A rank that ran to the end finalizes; in a healthy program, without error.
+        if let Some(Some(Err(e))) = seen.finalized.get(rank)
+            && p.fault.is_none()
+        {
+            fail(&mut s, format!("rank {rank}: finalize: {e:?}"));
+        }
+    }
+    if let Some(at) = mismatch_at {
+        let f = p.fault.expect("a mismatch");
+        for (rank, seen) in mismatch_seen.iter().enumerate() {
+            if !seen {
+                fail(
+                    &mut s,
+                    format!(
+                        "rank {rank} was not told of rank {}'s mismatch at step {at}",
+                        f.rank
+                    ),
+                );
+            }
+        }
+    }
+    s
+}
+
+/// Runs `p` on a thread of its own, bounded by [`PROGRAM_BOUND`]; `None` for a hang.
+fn run_bounded(p: &Program) -> Option<Observed> {
+    let (tx, rx) = mpsc::channel();
+    let program = p.clone();
+    std::thread::Builder::new()
+        .name(format!("soak-{}", p.seed))
+        .spawn(move || {
+            let _ = tx.send(execute(&program));
+        })
+        .expect("a program thread");
+    rx.recv_timeout(PROGRAM_BOUND).ok()
+}
+
+/// A tiny healthy program, after a faulty one: a new world works.
+fn healthy_world_works() -> Result<(), String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let r = symmem::spawn_ranks(
+            2,
+            &config(),
+            |_| Ok(Cpu::new()),
+            |world| {
+                let coll = Collectives::new(&world)?;
+                let src = world.from_slice(&[world.rank() as i32 + 1; 8])?;
+                let dst = world.zeros::<i32>(8)?;
+                coll.all_reduce(&dst, &src, 8, ReduceOp::Sum, Algorithm::Auto)?;
+                world.read(&dst)
+            },
+        );
+        let _ = tx.send(format!("{r:?}"));
+    });
+    match rx.recv_timeout(Duration::from_secs(10)) {
+        Ok(r) if r == "Ok([Ok([3, 3, 3, 3, 3, 3, 3, 3]), Ok([3, 3, 3, 3, 3, 3, 3, 3])])" => Ok(()),
+        Ok(r) => Err(format!("a healthy world after it gave {r}")),
+        Err(_) => Err("a healthy world after it hung".into()),
+    }
+}
+
+/// Generates, runs and checks seed `seed`.
+fn soak_one(seed: u64, verbose: bool) -> Stats {
+    let p = generate(seed);
+    if verbose {
+        eprintln!(
+            "seed {seed}: world {}, blocks {}, fault {:?}",
+            p.world, p.blocks, p.fault
+        );
+        for (k, op) in p.ops.iter().enumerate() {
+            eprintln!("  {k:3}: {op:?}");
+        }
+    }
+    let Some(seen) = run_bounded(&p) else {
+        return Stats {
+            programs: 1,
+            hangs: 1,
+            failures: vec![format!(
+                "seed {seed}: HANG: the program ran past {PROGRAM_BOUND:?} (fault {:?})",
+                p.fault
+            )],
+            ..Stats::default()
+        };
+    };
+    if verbose {
+        for (rank, steps) in seen.steps.iter().enumerate() {
+            for (step, seen) in steps {
+                eprintln!("  rank {rank} step {step}: {seen:?}");
+            }
+            eprintln!("  rank {rank} finalize: {:?}", seen.finalized[rank]);
+        }
+    }
+    let mut s = check(&p, &seen);
+    if p.fault.is_some()
+        && let Err(why) = healthy_world_works()
+    {
+        s.failures.push(format!("seed {seed}: {why}"));
+    }
+    if let Err(e) = std::panic::catch_unwind(symmem_tests::processes::assert_no_shm_leftovers) {
+        s.failures.push(format!("seed {seed}: {}", panic_text(&*e)));
+    }
+    s
+}
+
+fn soak(seeds: impl Iterator<Item = u64>, until: Option<Instant>) -> (Stats, Duration) {
+    quiet_injected_panics();
+    let start = Instant::now();
+    let mut total = Stats::default();
+    for seed in seeds {
+        if until.is_some_and(|t| Instant::now() >= t) {
+            break;
+        }
+        let s = soak_one(seed, false);
+        for f in &s.failures {
+            eprintln!("FAILED (replay with SYMMEM_SOAK_SEED={seed}): {f}");
+        }
+        total.add(s);
+    }
+    (total, start.elapsed())
+}
+
+/// The CI soak: fixed seeds (or the one of `SYMMEM_SOAK_SEED`, printed in full).
+#[test]
+fn fixed_seeds_soak() {
+    if let Ok(seed) = std::env::var("SYMMEM_SOAK_SEED") {
+        quiet_injected_panics();
+        let seed = seed.parse().expect("SYMMEM_SOAK_SEED is a number");
+        let s = soak_one(seed, true);
+        eprintln!("{}", s.table(Duration::ZERO));
+        assert!(s.failures.is_empty(), "{:#?}", s.failures);
+        return;
+    }
+    let (s, took) = soak(0..CI_SEEDS, None);
+    eprintln!("{}", s.table(took));
+    assert!(s.failures.is_empty(), "{:#?}", s.failures);
+}
+
+/// Programs the CI soak runs.
+const CI_SEEDS: u64 = 60;
+
+/// Random seeds for `SYMMEM_SOAK_SECONDS` seconds (default 300).
+#[test]
+#[ignore = "long-running: SYMMEM_SOAK_SECONDS=N cargo test --test fault_soak -- --ignored"]
+fn long_soak() {
+    let seconds: u64 = std::env::var("SYMMEM_SOAK_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(300);
+    let first = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_nanos() as u64;
+    eprintln!("long soak: {seconds} s of random seeds from {first}");
+    let until = Instant::now() + Duration::from_secs(seconds);
+    let (s, took) = soak(
+        (0..).map(|k: u64| first.wrapping_add(k.wrapping_mul(0x9e37_79b9)) >> 1),
+        Some(until),
+    );
+    eprintln!("{}", s.table(took));
+    assert!(s.failures.is_empty(), "{:#?}", s.failures);
+}
+
+// ---------------------------------------------------------------------------------------
+// Regressions the soak found, reduced.
+
+/// Rank 0 of 4 skips a two-shot all-reduce (2 blocks a rank) and makes two device
+/// barriers instead (a skip followed by the next device call, as seed 2 of the soak did:
+/// its put between two barriers): every other rank's all-reduce pairs its entry and exit
+/// barriers with rank 0's two barriers and returns `Ok` without rank 0's share of the
+/// reduction, and the world barrier after agrees: wrong answers and no error anywhere.
+/// The device barriers count arrivals without naming the call they belong to.
+#[test]
+#[ignore = "bug: a skipped device collective desynchronises the next ones silently (wrong results, no error)"]
+fn a_rank_that_skips_a_collective_desynchronises_the_next_ones() {
+    let n = 4;
+    let count = 16;
+    let ranks = symmem::spawn_ranks(
+        n,
+        &config(),
+        |_| Ok(Cpu::new()),
+        |world| {
+            let coll = Collectives::with_grid(&world, Grid::new(2, 1))?;
+            let src = world.from_slice(&vec![world.rank() as i32 + 1; count])?;
+            let dst = world.zeros::<i32>(count)?;
+            world.barrier()?;
+            let got = if world.rank() == 0 {
+                coll.barrier()?;
+                coll.barrier()?;
+                Ok(Vec::new())
+            } else {
+                coll.all_reduce(&dst, &src, count, ReduceOp::Sum, Algorithm::TwoShot)
+                    .and_then(|()| world.read(&dst))
+            };
+            let barrier = world.barrier();
+            Ok((got, barrier))
+        },
+    )
+    .expect("spawn_ranks");
+    let sum = (1..=n as i32).sum::<i32>();
+    for (rank, r) in ranks.into_iter().enumerate().skip(1) {
+        let (got, barrier) = r.expect("the world forms");
+        assert!(
+            matches!(&got, Ok(v) if *v == vec![sum; count]) || got.is_err() || barrier.is_err(),
+            "rank {rank}'s all-reduce gave {got:?} and its barrier {barrier:?}: a wrong \
+             answer, no error"
+        );
+    }
+}
+
+/// Rank 1 skips an all-reduce over buffers allocated since the last agreement and calls
+/// `World::barrier`, as a rank that skipped a call should to find out (seed 27 of the
+/// soak): the all-reduce's agreement on rank 0 (its first use of fresh buffers) pairs
+/// with rank 1's barrier, and both pass, so the barrier reports nothing on rank 1. Fixed
+/// by naming the kind of call in every agreement: now both get `CollectiveMismatch`.
+#[test]
+fn a_barrier_does_not_pass_for_a_collectives_agreement() {
+    let ranks = symmem::spawn_ranks(
+        2,
+        &config(),
+        |_| Ok(Cpu::new()),
+        |world| {
+            let coll = Collectives::new(&world)?;
+            let src = world.from_slice(&[1i32; 4])?;
+            let dst = world.zeros::<i32>(4)?;
+            Ok(if world.rank() == 0 {
+                coll.all_reduce(&dst, &src, 4, ReduceOp::Sum, Algorithm::OneShot)
+            } else {
+                world.barrier()
+            })
+        },
+    )
+    .expect("spawn_ranks");
+    for (rank, r) in ranks.into_iter().enumerate() {
+        let r = r.expect("the world forms");
+        assert!(
+            matches!(&r, Err(Error::CollectiveMismatch { ranks, .. }) if *ranks == [1]),
+            "rank {rank}: {r:?}"
+        );
+    }
+}
+
+/// Rank 2 of 3 leaves; rank 1 learns it from a device wait that names it (`PeerLost`
+/// naming 2, its world poisoned) and returns; then rank 0 calls `World::barrier`. The
+/// local bootstrap means its survivors to name the first rank lost (a rank that went
+/// because it lost a peer leaves that peer's name behind), but rank 1 learned of the loss
+/// from its world (a device wait, or the liveness watchdog's abort for a panicking rank),
+/// not from the bootstrap, so it leaves no cause and rank 0 is told `PeerLost` naming
+/// rank 1, a survivor. The soak saw it with panicking ranks (seed 898218247568642903):
+/// a survivor whose abort came first stopped at a local call, and the others' barrier
+/// named it.
+#[test]
+#[ignore = "bug: a survivor that learned of a loss from its world (not its bootstrap) is named as the lost rank"]
+fn a_survivor_that_stopped_for_a_loss_is_not_named_as_lost() {
+    let rank1_done = std::sync::atomic::AtomicBool::new(false);
+    let ranks = symmem::spawn_ranks(
+        3,
+        &config(),
+        |_| Ok(Cpu::new()),
+        |world| {
+            let coll = Collectives::new(&world)?;
+            let signal = world.zeros::<u64>(1)?;
+            world.barrier()?;
+            match world.rank() {
+                2 => Ok(Ok(())),
+                1 => {
+                    let waited = coll
+                        .signal_wait_until_from(&signal, 0, 2, Cmp::Ge, 1)
+                        .and_then(|()| world.check_waits());
+                    assert!(
+                        matches!(waited, Err(Error::PeerLost { rank: Some(2), .. })),
+                        "{waited:?}"
+                    );
+                    rank1_done.store(true, std::sync::atomic::Ordering::Release);
+                    Ok(Ok(()))
+                }
+                _ => {
+                    while !rank1_done.load(std::sync::atomic::Ordering::Acquire) {
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                    // Rank 1's world is dropped by now.
+                    std::thread::sleep(Duration::from_millis(300));
+                    Ok(world.barrier())
+                }
+            }
+        },
+    )
+    .expect("spawn_ranks");
+    let r0 = ranks
+        .into_iter()
+        .next()
+        .expect("rank 0")
+        .expect("rank 0's world");
+    assert!(
+        matches!(r0, Err(Error::PeerLost { rank: Some(2), .. })),
+        "rank 0's barrier: {r0:?} (the first rank lost is 2)"
+    );
+}
