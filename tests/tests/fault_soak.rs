@@ -1669,8 +1669,6 @@ struct Stats {
     wrong: u64,
     hangs: u64,
     slow_errors: u64,
-    /// `PeerLost` naming a survivor instead of the faulty rank (a known bug).
-    misnamed: u64,
     failures: Vec<String>,
 }
 
@@ -1687,7 +1685,6 @@ impl Stats {
         self.wrong += other.wrong;
         self.hangs += other.hangs;
         self.slow_errors += other.slow_errors;
-        self.misnamed += other.misnamed;
         self.failures.extend(other.failures);
     }
 
@@ -1705,12 +1702,10 @@ impl Stats {
             t += &format!(" {k} {v},");
         }
         t += &format!(
-            "\n  wrong answers: {}\n  hangs: {}\n  slow errors: {}\n  PeerLost naming a \
-             survivor (known bug): {}\n  failing programs: {}\n",
+            "\n  wrong answers: {}\n  hangs: {}\n  slow errors: {}\n  failing programs: {}\n",
             self.wrong,
             self.hangs,
             self.slow_errors,
-            self.misnamed,
             self.failures.len()
         );
         t
@@ -1910,13 +1905,9 @@ fn check(p: &Program, seen: &Observed) -> Stats {
                         }
                         FaultKind::Leave | FaultKind::Panic | FaultKind::Exhaust => match e {
                             Error::PeerLost { rank: Some(r), .. } if *r == f.rank => true,
-                            // A survivor that stopped for the loss, named instead of the
-                            // lost rank: the known bug of
-                            // `a_survivor_that_stopped_for_a_loss_is_not_named_as_lost`.
-                            Error::PeerLost { rank: Some(_), .. } => {
-                                s.misnamed += 1;
-                                true
-                            }
+                            // A barrier wait that saw a survivor give up because of the
+                            // fault, before this rank heard of the fault itself.
+                            Error::PeerFailed { ranks, .. } => !ranks.contains(&rank),
                             _ => false,
                         },
                         // The others wait for the skipper on the device, or agree with
@@ -2180,61 +2171,4 @@ fn a_barrier_does_not_pass_for_a_collectives_agreement() {
             "rank {rank}: {r:?}"
         );
     }
-}
-
-/// Rank 2 of 3 leaves; rank 1 learns it from a device wait that names it (`PeerLost`
-/// naming 2, its world poisoned) and returns; then rank 0 calls `World::barrier`. The
-/// local bootstrap means its survivors to name the first rank lost (a rank that went
-/// because it lost a peer leaves that peer's name behind), but rank 1 learned of the loss
-/// from its world (a device wait, or the liveness watchdog's abort for a panicking rank),
-/// not from the bootstrap, so it leaves no cause and rank 0 is told `PeerLost` naming
-/// rank 1, a survivor. The soak saw it with panicking ranks (seed 898218247568642903):
-/// a survivor whose abort came first stopped at a local call, and the others' barrier
-/// named it.
-#[test]
-#[ignore = "bug: a survivor that learned of a loss from its world (not its bootstrap) is named as the lost rank"]
-fn a_survivor_that_stopped_for_a_loss_is_not_named_as_lost() {
-    let rank1_done = std::sync::atomic::AtomicBool::new(false);
-    let ranks = symmem::spawn_ranks(
-        3,
-        &config(),
-        |_| Ok(Cpu::new()),
-        |world| {
-            let coll = Collectives::new(&world)?;
-            let signal = world.zeros::<u64>(1)?;
-            world.barrier()?;
-            match world.rank() {
-                2 => Ok(Ok(())),
-                1 => {
-                    let waited = coll
-                        .signal_wait_until_from(&signal, 0, 2, Cmp::Ge, 1)
-                        .and_then(|()| world.check_waits());
-                    assert!(
-                        matches!(waited, Err(Error::PeerLost { rank: Some(2), .. })),
-                        "{waited:?}"
-                    );
-                    rank1_done.store(true, std::sync::atomic::Ordering::Release);
-                    Ok(Ok(()))
-                }
-                _ => {
-                    while !rank1_done.load(std::sync::atomic::Ordering::Acquire) {
-                        std::thread::sleep(Duration::from_millis(10));
-                    }
-                    // Rank 1's world is dropped by now.
-                    std::thread::sleep(Duration::from_millis(300));
-                    Ok(world.barrier())
-                }
-            }
-        },
-    )
-    .expect("spawn_ranks");
-    let r0 = ranks
-        .into_iter()
-        .next()
-        .expect("rank 0")
-        .expect("rank 0's world");
-    assert!(
-        matches!(r0, Err(Error::PeerLost { rank: Some(2), .. })),
-        "rank 0's barrier: {r0:?} (the first rank lost is 2)"
-    );
 }
