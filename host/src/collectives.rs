@@ -78,6 +78,23 @@ use symmem_rma::lamport;
 pub use symmem_rma::collectives::{ReduceOp, signal_words};
 pub use symmem_rma::{Cmp, bf16, f16};
 
+/// The kind of a collective call, the first word of what the world's ledger records of it.
+#[derive(Clone, Copy)]
+enum Call {
+    Barrier = 1,
+    AllGather = 2,
+    AllToAll = 3,
+    Broadcast = 4,
+    AllReduce = 5,
+    ReduceScatter = 6,
+}
+
+/// A word naming element type `T` (its name hashed), so calls over different element
+/// types of one size differ in the ledger.
+fn element<T>() -> u64 {
+    crate::ledger::name_word(std::any::type_name::<T>())
+}
+
 /// The most blocks a [`Collectives`] grid may have (the signal array holds `world` words
 /// per block: 64 KiB at 8 ranks). Enough for several blocks per SM of any current GPU
 /// when each rank has its own; ranks sharing a GPU must also keep all their blocks
@@ -287,7 +304,7 @@ impl<'w, B: Backend> Collectives<'w, B> {
     /// the same block of every other rank. Everything each rank's kernels did before is
     /// complete and visible to every rank's later kernels. Collective.
     pub fn barrier(&self) -> Result<()> {
-        self.agreed(&[], Ok(()))?;
+        self.agreed(&[Call::Barrier as u64], &[], Ok(()))?;
         self.launch(
             symmem_kernels::symmem_barrier_all,
             (
@@ -313,7 +330,8 @@ impl<'w, B: Backend> Collectives<'w, B> {
         let checked = self
             .symmetric(dst, 0, self.times_world(count))
             .and_then(|d| Ok((d, local(src, count)?)));
-        let (d, s) = self.agreed(&[dst.id()], checked)?;
+        let call = [Call::AllGather as u64, count as u64, element::<T>()];
+        let (d, s) = self.agreed(&call, &[dst.id()], checked)?;
         self.launch(
             symmem_kernels::symmem_all_gather,
             self.moving(&d, &s, bytes_of::<T>(count)),
@@ -335,7 +353,8 @@ impl<'w, B: Backend> Collectives<'w, B> {
         let checked = self
             .symmetric(dst, 0, total)
             .and_then(|d| Ok((d, local(src, total)?)));
-        let (d, s) = self.agreed(&[dst.id()], checked)?;
+        let call = [Call::AllToAll as u64, count as u64, element::<T>()];
+        let (d, s) = self.agreed(&call, &[dst.id()], checked)?;
         self.launch(
             symmem_kernels::symmem_all_to_all,
             self.moving(&d, &s, bytes_of::<T>(count)),
@@ -358,7 +377,13 @@ impl<'w, B: Backend> Collectives<'w, B> {
             .check_rank(root)
             .and_then(|()| self.symmetric(src, 0, count))
             .and_then(|s| Ok((local(dst, count)?, s)));
-        let (d, s) = self.agreed(&[src.id()], checked)?;
+        let call = [
+            Call::Broadcast as u64,
+            count as u64,
+            element::<T>(),
+            root as u64,
+        ];
+        let (d, s) = self.agreed(&call, &[src.id()], checked)?;
         let (d, s, bases, world, rank, n, sig) = self.moving(&d, &s, bytes_of::<T>(count));
         self.launch(
             symmem_kernels::symmem_broadcast,
@@ -402,7 +427,14 @@ impl<'w, B: Backend> Collectives<'w, B> {
             }
             Ok((d, s))
         })();
-        let (d, s) = self.agreed(&[dst.id(), src.id()], checked)?;
+        let call = [
+            Call::AllReduce as u64,
+            count as u64,
+            element::<T>(),
+            op as u64,
+            algorithm as u64,
+        ];
+        let (d, s) = self.agreed(&call, &[dst.id(), src.id()], checked)?;
         let bytes = count * size_of::<T>();
         let chosen = |chose: &str| {
             tracing::debug!(
@@ -590,7 +622,13 @@ impl<'w, B: Backend> Collectives<'w, B> {
         let checked = self
             .symmetric(src, 0, self.times_world(count))
             .and_then(|s| Ok((local(dst, count)?, s)));
-        let (d, s) = self.agreed(&[src.id()], checked)?;
+        let call = [
+            Call::ReduceScatter as u64,
+            count as u64,
+            element::<T>(),
+            op as u64,
+        ];
+        let (d, s) = self.agreed(&call, &[src.id()], checked)?;
         if self.world.topology().nodes() > 1 {
             // This rank's chunk, reduced over every rank: the all-reduce of that chunk.
             let me = self.world.rank();
@@ -892,14 +930,19 @@ impl<'w, B: Backend> Collectives<'w, B> {
         self.world.check_rank(rank)
     }
 
-    /// Before a collective call over the buffers `ids` (the signal array included):
-    /// `checked` is this rank's own check of its arguments. If any buffer is new since
-    /// the last agreement, every rank agrees first (a rank whose check failed still takes
-    /// part, and the others get [`Error::PeerFailed`]); a poisoned world refuses.
-    fn agreed<R>(&self, ids: &[u64], checked: Result<R>) -> Result<R> {
+    /// Before a collective call `call` (its kind and parameters, words every rank passes
+    /// alike) over the buffers `ids` (the signal array included): `checked` is this rank's
+    /// own check of its arguments. If any buffer is new since the last agreement, every
+    /// rank agrees first (a rank whose check failed still takes part, and the others get
+    /// [`Error::PeerFailed`]); a poisoned world refuses. A call this rank goes on to make
+    /// is recorded in the world's ledger (with its buffers), so the next agreement finds
+    /// a rank that skipped a call or made a different one.
+    fn agreed<R>(&self, call: &[u64], ids: &[u64], checked: Result<R>) -> Result<R> {
         let mut all = ids.to_vec();
         all.push(self.signals.id());
-        self.world.check_collective(&all, checked)
+        let value = self.world.check_collective(&all, checked)?;
+        self.world.note_collective_call(call, &all);
+        Ok(value)
     }
 
     /// As [`Collectives::symmetric`], for a one-sided call: the buffer must be agreed.

@@ -25,6 +25,17 @@ fn fnv(hash: u64, words: &[u64]) -> u64 {
 
 const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
 
+/// A word naming `name` (its bytes hashed): the same in every process.
+pub(crate) fn name_word(name: &str) -> u64 {
+    name.bytes().fold(FNV_OFFSET, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+/// The first word a device collective call is recorded with (object records use
+/// [`Record`]'s small numbers).
+const CALL: u64 = 0x100;
+
 /// What kind of collective object a ledger record describes (the record's first word).
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Record {
@@ -73,6 +84,17 @@ impl Ledger {
         self.hash = fnv(self.hash, &[record as u64, self.created]);
         self.hash = fnv(self.hash, words);
         self.created
+    }
+
+    /// Records a device collective call this rank made: its kind and parameters (`call`)
+    /// and the objects it used (`ids`). Calls exchange no host messages, so ranks whose
+    /// kernels paired with different calls (one skipped a call, or made another, or with
+    /// another count) would otherwise go on unaware; their ledgers now differ, and the
+    /// next agreement names them.
+    pub(crate) fn note_call(&mut self, call: &[u64], ids: &[u64]) {
+        self.hash = fnv(self.hash, &[CALL, call.len() as u64]);
+        self.hash = fnv(self.hash, call);
+        self.hash = fnv(self.hash, ids);
     }
 
     /// Marks every object created so far as agreed (a world of one rank, where no

@@ -155,11 +155,19 @@ impl<B: Backend> World<B> {
         agreed.map(|()| value)
     }
 
+    /// Records in the ledger a device collective call this rank makes (see
+    /// [`crate::ledger::Ledger::note_call`]).
+    pub(crate) fn note_collective_call(&self, call: &[u64], ids: &[u64]) {
+        self.lock_state().ledger.note_call(call, ids);
+    }
+
     /// Before a collective call that uses the objects `ids`, with this rank's own check
     /// of its arguments, `checked`: agrees as [`World::agree_on`] (every rank reaches
     /// this with the same objects, so every rank does) if any was created since the last
     /// agreement; otherwise only checks that the world is not poisoned.
     pub(crate) fn check_collective<R>(&self, ids: &[u64], checked: Result<R>) -> Result<R> {
+        // A failed wait came first, if there is one: the world reports its first fault.
+        self.check_waits()?;
         let fresh = {
             let state = self.lock_state();
             state.ledger.check()?;
