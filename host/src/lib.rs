@@ -58,6 +58,59 @@ pub use world::{Config, DEFAULT_WAIT_DEADLINE, World};
 use backend::Backend;
 use bootstrap::local::LocalBootstrap;
 
+/// Bad bytes for the decoders' property tests: anything, and mutations of valid
+/// encodings (cut short, a bit flipped, a word overwritten by a huge length, bytes
+/// appended). The `fuzz/` targets feed the same decoders through `fuzzing`-gated
+/// entry points.
+#[cfg(test)]
+mod bad_bytes {
+    use proptest::collection::vec;
+    use proptest::prelude::*;
+
+    /// Lengths no honest peer announces, and the boundaries of `u32` and `i64`.
+    pub(crate) fn huge_u64() -> impl Strategy<Value = u64> {
+        prop_oneof![
+            Just(u64::MAX),
+            Just(1 << 63),
+            Just((1 << 63) - 1),
+            Just(u64::from(u32::MAX)),
+            Just(1 << 32),
+            (1u64 << 32)..,
+        ]
+    }
+
+    /// `valid` cut short, with one bit flipped, with the 8 bytes at some offset
+    /// overwritten by a huge or arbitrary little-endian word, or with bytes appended.
+    pub(crate) fn mutated(valid: Vec<u8>) -> impl Strategy<Value = Vec<u8>> {
+        let n = valid.len();
+        let (cut, flip, word) = (valid.clone(), valid.clone(), valid.clone());
+        prop_oneof![
+            (0..=n).prop_map(move |at| cut[..at].to_vec()),
+            any::<usize>().prop_map(move |bit| {
+                let mut v = flip.clone();
+                if n > 0 {
+                    v[bit / 8 % n] ^= 1 << (bit % 8);
+                }
+                v
+            }),
+            (0..=n, prop_oneof![huge_u64(), any::<u64>()]).prop_map(move |(at, w)| {
+                let mut v = word.clone();
+                v.resize(v.len().max(at + 8), 0);
+                v[at..at + 8].copy_from_slice(&w.to_le_bytes());
+                v
+            }),
+            vec(any::<u8>(), 1..16).prop_map(move |tail| [&valid[..], &tail[..]].concat()),
+        ]
+    }
+
+    /// Arbitrary bytes, or a mutation of one of `valid`'s encodings.
+    pub(crate) fn bytes_near(
+        valid: impl Strategy<Value = Vec<u8>>,
+    ) -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![vec(any::<u8>(), 0..256), valid.prop_flat_map(mutated)]
+    }
+}
+
 /// Runs `body` on `world_size` ranks as threads of this process, each with its own
 /// backend from `make_backend(rank)` and its own [`World`], and returns each rank's
 /// result, indexed by rank. World creation errors are returned as the rank's `Err`
