@@ -20,6 +20,10 @@ pub mod local;
 #[cfg_attr(docsrs, doc(cfg(feature = "mpi")))]
 pub mod mpi;
 mod scm;
+
+// The `fuzzing` module's door to the frames' checks.
+#[cfg(fuzzing)]
+pub(crate) use scm::check_stream;
 pub mod unix;
 
 use crate::backend::Shareable;
