@@ -370,7 +370,7 @@ mod tests {
     fn agreement_dropped_ids_out_of_order_are_a_bad_message() {
         // Found by review: `decide` binary-searches every rank's dropped ids, so a
         // proposal whose ids are not ascending must not decode.
-        let mut words = vec![1u64, 2, 3, 0, 2, 9, 3];
+        let mut words = [1u64, 2, 3, 0, 2, 9, 3];
         let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
         assert!(matches!(
             Proposal::decode(2, &bytes),

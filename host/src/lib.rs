@@ -58,6 +58,56 @@ pub use world::{Config, DEFAULT_WAIT_DEADLINE, World};
 use backend::Backend;
 use bootstrap::local::LocalBootstrap;
 
+/// Runs `body` on `world_size` ranks as threads of this process, each with its own
+/// backend from `make_backend(rank)` and its own [`World`], and returns each rank's
+/// result, indexed by rank. World creation errors are returned as the rank's `Err`
+/// result through `body` never being called for it; a rank's panic is re-raised here.
+pub fn spawn_ranks<B, R, MakeBackend, Body>(
+    world_size: usize,
+    config: &Config,
+    make_backend: MakeBackend,
+    body: Body,
+) -> Result<Vec<Result<R>>>
+where
+    B: Backend,
+    R: Send,
+    MakeBackend: Fn(usize) -> Result<B> + Sync,
+    Body: Fn(World<B>) -> Result<R> + Sync,
+{
+    if world_size == 0 {
+        return Err(Error::RankOutOfRange { rank: 0, world: 0 });
+    }
+    let group = LocalBootstrap::group(world_size, config.timeout);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = group
+            .into_iter()
+            .enumerate()
+            .map(|(rank, bootstrap)| {
+                let (make_backend, body) = (&make_backend, &body);
+                std::thread::Builder::new()
+                    .name(format!("symmem-rank-{rank}"))
+                    .spawn_scoped(s, move || {
+                        let world = World::new(Box::new(bootstrap), make_backend(rank)?, config)?;
+                        body(world)
+                    })
+                    .map_err(|source| Error::Os {
+                        what: "spawning a rank thread",
+                        source,
+                    })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.map(|h| {
+                    h.join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+                })
+            })
+            .collect()
+    })
+}
+
 /// Entry points of the cargo-fuzz targets in `fuzz/` (built with `--cfg fuzzing`, which
 /// cargo-fuzz sets; see `fuzz/README.md`). Each is a thin call into the check its
 /// decoder's property tests run: it feeds arbitrary input to a decoder of bytes that come
@@ -171,54 +221,4 @@ mod bad_bytes {
     ) -> impl Strategy<Value = Vec<u8>> {
         prop_oneof![vec(any::<u8>(), 0..256), valid.prop_flat_map(mutated)]
     }
-}
-
-/// Runs `body` on `world_size` ranks as threads of this process, each with its own
-/// backend from `make_backend(rank)` and its own [`World`], and returns each rank's
-/// result, indexed by rank. World creation errors are returned as the rank's `Err`
-/// result through `body` never being called for it; a rank's panic is re-raised here.
-pub fn spawn_ranks<B, R, MakeBackend, Body>(
-    world_size: usize,
-    config: &Config,
-    make_backend: MakeBackend,
-    body: Body,
-) -> Result<Vec<Result<R>>>
-where
-    B: Backend,
-    R: Send,
-    MakeBackend: Fn(usize) -> Result<B> + Sync,
-    Body: Fn(World<B>) -> Result<R> + Sync,
-{
-    if world_size == 0 {
-        return Err(Error::RankOutOfRange { rank: 0, world: 0 });
-    }
-    let group = LocalBootstrap::group(world_size, config.timeout);
-    std::thread::scope(|s| {
-        let handles: Vec<_> = group
-            .into_iter()
-            .enumerate()
-            .map(|(rank, bootstrap)| {
-                let (make_backend, body) = (&make_backend, &body);
-                std::thread::Builder::new()
-                    .name(format!("symmem-rank-{rank}"))
-                    .spawn_scoped(s, move || {
-                        let world = World::new(Box::new(bootstrap), make_backend(rank)?, config)?;
-                        body(world)
-                    })
-                    .map_err(|source| Error::Os {
-                        what: "spawning a rank thread",
-                        source,
-                    })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.map(|h| {
-                    h.join()
-                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-                })
-            })
-            .collect()
-    })
 }

@@ -383,7 +383,9 @@ pub(crate) fn check_external_table(
             .zip(on_node)
             .all(|(&e, &near)| (e == 0) != near)
         && entries.iter().all(|e| e.checked_add(size).is_some())
-        && entries.iter().all(|&e| e == 0 || (e ^ local) % 16 == 0);
+        && entries
+            .iter()
+            .all(|&e| e == 0 || (e ^ local).is_multiple_of(16));
     match got {
         Ok(()) => assert!(keeps, "a table that breaks the contract accepted"),
         Err(e) => {

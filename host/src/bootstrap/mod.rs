@@ -20,15 +20,13 @@ pub mod local;
 #[cfg_attr(docsrs, doc(cfg(feature = "mpi")))]
 pub mod mpi;
 mod scm;
+pub mod unix;
 
 // The `fuzzing` module's door to the frames' checks.
 #[cfg(fuzzing)]
 pub(crate) use scm::check_stream;
-pub mod unix;
 
 use crate::backend::Shareable;
-#[cfg(test)]
-use crate::error::Error;
 use crate::error::Result;
 use crate::transport::Transport;
 use std::time::Duration;
