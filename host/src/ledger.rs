@@ -221,7 +221,8 @@ impl Proposal {
         let [hash, created, call, failed, n, dropped @ ..] = words.as_slice() else {
             return Err(malformed());
         };
-        if !rest.is_empty() || *failed > 1 || dropped.len() as u64 != *n {
+        // `decide` looks ids up by binary search: they must be ascending.
+        if !rest.is_empty() || *failed > 1 || dropped.len() as u64 != *n || !dropped.is_sorted() {
             return Err(malformed());
         }
         Ok(Self {
@@ -231,6 +232,55 @@ impl Proposal {
             failed: *failed == 1,
             dropped: dropped.to_vec(),
         })
+    }
+}
+
+/// Decodes every rank's contribution in `all` (bytes from peers) and, if all are
+/// proposals, decides on them, checking that a proposal is [`Error::BadMessage`] or
+/// [`Error::PeerLost`] naming its rank, or re-encodes to the very bytes it came from, and
+/// that the verdict names only ranks of the group and releases only ids every rank
+/// dropped. The oracle of the property tests below and of the `agreement` fuzz target.
+///
+/// # Panics
+/// Where a decode or the decision breaks that.
+#[cfg(any(test, fuzzing))]
+pub(crate) fn check_agreement(all: &[Vec<u8>]) {
+    let mut proposals = Vec::new();
+    for (rank, bytes) in all.iter().enumerate() {
+        match Proposal::decode(rank, bytes) {
+            Ok(p) => {
+                assert_eq!(
+                    &p.encode(),
+                    bytes,
+                    "rank {rank}: a proposal has one encoding"
+                );
+                proposals.push(p);
+            }
+            Err(Error::BadMessage { from, .. }) => assert_eq!(from, Some(rank)),
+            Err(Error::PeerLost { rank: from, .. }) => {
+                assert!(bytes.is_empty() && from == Some(rank));
+            }
+            Err(other) => panic!("rank {rank}: {other:?}"),
+        }
+    }
+    if proposals.len() < all.len() {
+        return;
+    }
+    let verdict = decide(&proposals);
+    let n = proposals.len();
+    for m in [&verdict.ledger_mismatch, &verdict.call_mismatch]
+        .into_iter()
+        .flatten()
+    {
+        assert!(!m.ranks.is_empty() && m.ranks.len() < n && m.ranks.iter().all(|&r| r < n));
+    }
+    assert!(verdict.failed.iter().all(|&r| r < n && proposals[r].failed));
+    assert!(verdict.released.is_sorted());
+    for id in &verdict.released {
+        assert!(proposals.iter().all(|p| p.dropped.contains(id)));
+    }
+    for rank in 0..n {
+        let _ = Ledger::new().apply(&verdict, rank);
     }
 }
 
@@ -301,6 +351,57 @@ pub(crate) fn decide(proposals: &[Proposal]) -> Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bad_bytes::bytes_near;
+    use proptest::collection::vec;
+    use proptest::prelude::*;
+
+    /// Proposals as ranks send them.
+    fn proposal() -> impl Strategy<Value = Proposal> {
+        (
+            vec(0u64..4, 0..4),
+            vec(0u64..3, 0..2),
+            any::<bool>(),
+            vec(0u64..8, 0..6),
+        )
+            .prop_map(|(sizes, call, failed, dropped)| {
+                ledger(&sizes).propose(&call, failed, &dropped)
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn any_bytes_decode_to_a_proposal_that_round_trips_or_a_typed_error(
+            all in vec(bytes_near(proposal().prop_map(|p| p.encode())), 1..4),
+        ) {
+            check_agreement(&all);
+        }
+
+        #[test]
+        fn valid_proposals_round_trip_and_agree_soundly(all in vec(proposal(), 1..5)) {
+            let bytes: Vec<Vec<u8>> = all.iter().map(Proposal::encode).collect();
+            for (rank, b) in bytes.iter().enumerate() {
+                prop_assert_eq!(&Proposal::decode(rank, b).unwrap(), &all[rank]);
+            }
+            check_agreement(&bytes);
+        }
+    }
+
+    #[test]
+    fn agreement_dropped_ids_out_of_order_are_a_bad_message() {
+        // Found by review: `decide` binary-searches every rank's dropped ids, so a
+        // proposal whose ids are not ascending must not decode.
+        let mut words = [1u64, 2, 3, 0, 2, 9, 3];
+        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        assert!(matches!(
+            Proposal::decode(2, &bytes),
+            Err(Error::BadMessage { from: Some(2), .. })
+        ));
+        words.swap(5, 6);
+        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        assert_eq!(Proposal::decode(2, &bytes).unwrap().dropped, [3, 9]);
+    }
 
     fn ledger(sizes: &[u64]) -> Ledger {
         let mut l = Ledger::new();

@@ -109,3 +109,118 @@ where
             .collect()
     })
 }
+
+/// Entry points of the cargo-fuzz targets in `fuzz/` (built with `--cfg fuzzing`, which
+/// cargo-fuzz sets; see `fuzz/README.md`). Each is a thin call into the check its
+/// decoder's property tests run: it feeds arbitrary input to a decoder of bytes that come
+/// from another rank or a user, and panics only where the decoder breaks its contract
+/// (a panic of its own, an error of another type, an allocation sized by an announced
+/// length, a valid encoding that does not round-trip). Not an API.
+#[cfg(fuzzing)]
+#[doc(hidden)]
+pub mod fuzzing {
+    /// The UNIX-socket bootstrap's frames: `stream` is a peer's whole stream, read by a
+    /// receiver that accepts payloads of at most `max` bytes.
+    pub fn scm_stream(stream: &[u8], max: usize) {
+        crate::bootstrap::check_stream(stream, max);
+    }
+
+    /// A UNIX-socket hub's (or spoke's) verdict about a group of `world` ranks.
+    pub fn unix_verdict(bytes: &[u8], world: usize) {
+        crate::bootstrap::unix::check_verdict(bytes, world);
+    }
+
+    /// The layout of an MPI bootstrap gather from the lengths ranks announce, with the
+    /// receiver's limit `limit`.
+    pub fn gather_layout(announced: &[u64], limit: usize) {
+        crate::bootstrap::check_gather_layout(announced, limit);
+    }
+
+    /// An agreement: every rank's contribution (a ledger proposal), by rank.
+    pub fn agreement(contributions: &[Vec<u8>]) {
+        crate::ledger::check_agreement(contributions);
+    }
+
+    /// A peer's identity, as the liveness watchdog exchanges them.
+    pub fn identity(bytes: &[u8]) {
+        crate::liveness::check_identity(bytes);
+    }
+
+    /// The off-node engine's wire: `message`, a request from rank `from` applied to a
+    /// heap of `heap_len` bytes, and `reply`, a target's answer.
+    pub fn engine_wire(message: &[u8], heap_len: usize, from: usize, reply: &[u8]) {
+        crate::transport::check_wire(message, heap_len, from, reply);
+    }
+
+    /// A GPU backend's handle bytes (an IPC export that should cover `covering` bytes, a
+    /// heap's size).
+    pub fn handle_bytes(bytes: &[u8], covering: usize) {
+        crate::backend::check_handle_bytes(bytes, covering);
+    }
+
+    /// [`ExternalTable::new`](crate::ExternalTable::new)'s contract check: rank `rank`
+    /// of a world whose ranks on its node `on_node` says, the user's `local`, byte
+    /// length (`None`: more than an allocation holds) and `entries`.
+    pub fn external_table(
+        rank: usize,
+        on_node: &[bool],
+        local: u64,
+        bytes: Option<usize>,
+        entries: &[u64],
+    ) {
+        crate::provider::check_external_table(rank, on_node, local, bytes, entries);
+    }
+}
+
+/// Bad bytes for the decoders' property tests: anything, and mutations of valid
+/// encodings (cut short, a bit flipped, a word overwritten by a huge length, bytes
+/// appended). The `fuzz/` targets feed the same decoders through `fuzzing`-gated
+/// entry points.
+#[cfg(test)]
+mod bad_bytes {
+    use proptest::collection::vec;
+    use proptest::prelude::*;
+
+    /// Lengths no honest peer announces, and the boundaries of `u32` and `i64`.
+    pub(crate) fn huge_u64() -> impl Strategy<Value = u64> {
+        prop_oneof![
+            Just(u64::MAX),
+            Just(1 << 63),
+            Just((1 << 63) - 1),
+            Just(u64::from(u32::MAX)),
+            Just(1 << 32),
+            (1u64 << 32)..,
+        ]
+    }
+
+    /// `valid` cut short, with one bit flipped, with the 8 bytes at some offset
+    /// overwritten by a huge or arbitrary little-endian word, or with bytes appended.
+    pub(crate) fn mutated(valid: Vec<u8>) -> impl Strategy<Value = Vec<u8>> {
+        let n = valid.len();
+        let (cut, flip, word) = (valid.clone(), valid.clone(), valid.clone());
+        prop_oneof![
+            (0..=n).prop_map(move |at| cut[..at].to_vec()),
+            any::<usize>().prop_map(move |bit| {
+                let mut v = flip.clone();
+                if n > 0 {
+                    v[bit / 8 % n] ^= 1 << (bit % 8);
+                }
+                v
+            }),
+            (0..=n, prop_oneof![huge_u64(), any::<u64>()]).prop_map(move |(at, w)| {
+                let mut v = word.clone();
+                v.resize(v.len().max(at + 8), 0);
+                v[at..at + 8].copy_from_slice(&w.to_le_bytes());
+                v
+            }),
+            vec(any::<u8>(), 1..16).prop_map(move |tail| [&valid[..], &tail[..]].concat()),
+        ]
+    }
+
+    /// Arbitrary bytes, or a mutation of one of `valid`'s encodings.
+    pub(crate) fn bytes_near(
+        valid: impl Strategy<Value = Vec<u8>>,
+    ) -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![vec(any::<u8>(), 0..256), valid.prop_flat_map(mutated)]
+    }
+}

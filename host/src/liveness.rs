@@ -95,6 +95,19 @@ impl Identity {
     }
 }
 
+/// Decodes `bytes` from a peer as its identity, checking that one that decodes re-encodes
+/// to the very bytes it came from (anything else is no identity: the peer is not
+/// watched). The oracle of the property tests below and of the `liveness` fuzz target.
+///
+/// # Panics
+/// Where the decode breaks that.
+#[cfg(any(test, fuzzing))]
+pub(crate) fn check_identity(bytes: &[u8]) {
+    if let Some(identity) = Identity::decode(bytes) {
+        assert_eq!(Identity::encode(Some(&identity)), bytes);
+    }
+}
+
 /// A pidfd of process `pid`, or `None` if the kernel has none (before Linux 5.3) or the
 /// process is gone.
 fn pidfd(pid: u32) -> Option<OwnedFd> {
@@ -454,5 +467,34 @@ mod tests {
         assert_eq!(abort.read(), None);
         let _ = child.kill();
         let _ = child.wait();
+    }
+}
+
+#[cfg(test)]
+mod identity_properties {
+    use super::*;
+    use crate::bad_bytes::bytes_near;
+    use proptest::prelude::*;
+
+    fn identity() -> impl Strategy<Value = Vec<u8>> {
+        any::<([u8; 32], [u8; 4], u64, u32)>().prop_map(|(a, b, namespace, pid)| {
+            let mut machine = [0; 36];
+            machine[..32].copy_from_slice(&a);
+            machine[32..].copy_from_slice(&b);
+            Identity::encode(Some(&Identity {
+                machine,
+                namespace,
+                pid,
+            }))
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn any_bytes_are_an_identity_that_round_trips_or_none(bytes in bytes_near(identity())) {
+            check_identity(&bytes);
+        }
     }
 }

@@ -185,9 +185,11 @@ impl<'w, T, B: Backend> ExternalTable<'w, T, B> {
     /// 0 for exactly the peers on other nodes (as `nvshmem_ptr` gives null for them; see
     /// [`crate::topology`]), entries congruent modulo 16, and the same `len` on every rank.
     ///
-    /// Errors: [`Error::ZeroSize`]; [`Error::BadPeerTable`] for a table of the wrong length,
-    /// a null entry for a peer on this node or a non-null one for a peer on another, or an
-    /// own entry that is not `local`; [`Error::PeerMisaligned`];
+    /// Errors: [`Error::ZeroSize`]; [`Error::TooLarge`] for more bytes than an allocation
+    /// can hold; [`Error::BadPeerTable`] for a table of the wrong length, a null entry for
+    /// a peer on this node or a non-null one for a peer on another, an own entry that is
+    /// not `local`, or an allocation that would run past the end of the address space;
+    /// [`Error::PeerMisaligned`];
     /// [`Error::CollectiveMismatch`] if ranks pass different `len`s (the differing ranks
     /// named); [`Error::PeerFailed`] on the other ranks when one rank's table breaks the
     /// contract; [`Error::PeerLost`].
@@ -204,11 +206,19 @@ impl<'w, T, B: Backend> ExternalTable<'w, T, B> {
         entries: &[u64],
     ) -> Result<Self> {
         let id = world.create_object(Record::ExternalTable);
-        let bytes = len.saturating_mul(size_of::<T>());
+        // Bytes no allocation can hold are refused (and agreed on as the most there are).
+        let bytes = len
+            .checked_mul(size_of::<T>())
+            .filter(|&b| b <= isize::MAX as usize);
+        let topology = world.topology();
+        let on_node: Vec<bool> = (0..world.world_size())
+            .map(|r| topology.reaches(r))
+            .collect();
+        let checked = check_table(world.rank(), &on_node, local, bytes, entries);
         world.agree_on(
             Call::ExternalTable,
-            &[bytes as u64],
-            check_table(world, local, bytes, entries),
+            &[bytes.unwrap_or(usize::MAX) as u64],
+            checked,
         )?;
         let held = Held {
             world,
@@ -268,39 +278,57 @@ impl<T, B: Backend> AsSymSlice<T, B> for ExternalTable<'_, T, B> {
     }
 }
 
-/// The table contract, checked on this rank alone.
-fn check_table<B: Backend>(
-    world: &World<B>,
+/// The table contract, checked on rank `rank` alone: `entries` (user input) has one
+/// entry per rank of `on_node` (whether this rank reaches each with loads and stores),
+/// 0 for exactly the peers it does not reach, `local` for its own, each the start of
+/// `bytes` (`None`: more than an allocation can hold) that end inside the address space,
+/// all congruent modulo 16.
+fn check_table(
+    rank: usize,
+    on_node: &[bool],
     local: u64,
-    len: usize,
+    bytes: Option<usize>,
     entries: &[u64],
 ) -> Result<()> {
-    if len == 0 {
-        return Err(Error::ZeroSize);
-    }
-    let (rank, n) = (world.rank(), world.world_size());
+    let bytes = match bytes {
+        None => {
+            return Err(Error::TooLarge {
+                requested: usize::MAX,
+                capacity: isize::MAX as usize,
+            });
+        }
+        Some(0) => return Err(Error::ZeroSize),
+        Some(b) => b as u64,
+    };
     let bad = |rank, addr, why| Err(Error::BadPeerTable { rank, addr, why });
-    if entries.len() != n {
+    if entries.len() != on_node.len() {
         return bad(entries.len(), 0, "the table's length is not the world size");
     }
     // A peer on another node is not mapped here: its entry is 0 (the engine reaches it),
     // and only its.
-    let topology = world.topology();
-    if let Some(r) = (0..n).find(|&r| entries[r] == 0 && topology.reaches(r)) {
+    let entry = entries.iter().copied().zip(on_node.iter().copied());
+    if let Some(r) = entry.clone().position(|(e, near)| e == 0 && near) {
         return bad(r, 0, "a null address for a peer on this node");
     }
-    if let Some(r) = (0..n).find(|&r| entries[r] != 0 && !topology.reaches(r)) {
+    if let Some(r) = entry.clone().position(|(e, near)| e != 0 && !near) {
         return bad(
             r,
             entries[r],
             "an address for a peer on another node (not mapped here: its entry is 0)",
         );
     }
-    if entries[rank] != local {
+    match entries.get(rank) {
+        Some(&own) if own == local => {}
+        own => {
+            let own = own.copied().unwrap_or(0);
+            return bad(rank, own, "this rank's entry is not the local pointer");
+        }
+    }
+    if let Some(r) = entries.iter().position(|e| e.checked_add(bytes).is_none()) {
         return bad(
-            rank,
-            entries[rank],
-            "this rank's entry is not the local pointer",
+            r,
+            entries[r],
+            "the allocation would run past the end of the address space",
         );
     }
     congruent(local, entries)
@@ -331,5 +359,149 @@ impl<T, B: Backend> PeerBaseProvider for ExternalTable<'_, T, B> {
     }
     fn byte_len(&self) -> usize {
         self.len * size_of::<T>()
+    }
+}
+
+/// Checks the table contract on arbitrary input (a user's), comparing [`check_table`]
+/// with the contract as [`ExternalTable::new`] states it: `Ok` exactly when the input
+/// keeps it, otherwise one of the typed errors the documentation names. The oracle of
+/// the property tests below and of the `peer_table` fuzz target.
+///
+/// # Panics
+/// Where `check_table` and the contract disagree.
+#[cfg(any(test, fuzzing))]
+pub(crate) fn check_external_table(
+    rank: usize,
+    on_node: &[bool],
+    local: u64,
+    bytes: Option<usize>,
+    entries: &[u64],
+) {
+    let got = check_table(rank, on_node, local, bytes, entries);
+    let size = bytes.unwrap_or(0) as u64;
+    let keeps = size > 0
+        && entries.len() == on_node.len()
+        && entries.get(rank) == Some(&local)
+        && entries
+            .iter()
+            .zip(on_node)
+            .all(|(&e, &near)| (e == 0) != near)
+        && entries.iter().all(|e| e.checked_add(size).is_some())
+        && entries
+            .iter()
+            .all(|&e| e == 0 || (e ^ local).is_multiple_of(16));
+    match got {
+        Ok(()) => assert!(keeps, "a table that breaks the contract accepted"),
+        Err(e) => {
+            assert!(!keeps, "a table that keeps the contract refused: {e:?}");
+            assert!(
+                matches!(
+                    e,
+                    Error::ZeroSize
+                        | Error::TooLarge { .. }
+                        | Error::BadPeerTable { .. }
+                        | Error::PeerMisaligned { .. }
+                ),
+                "{e:?}"
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::collection::vec;
+    use proptest::prelude::*;
+
+    /// A table that keeps the contract: `(rank, on_node, local, bytes, entries)`.
+    type Table = (usize, Vec<bool>, u64, Option<usize>, Vec<u64>);
+
+    fn table() -> impl Strategy<Value = Table> {
+        (1usize..6)
+            .prop_flat_map(|n| {
+                (
+                    0..n,
+                    vec(any::<bool>(), n),
+                    vec(1u64..1 << 40, n),
+                    0u64..16,
+                    1usize..1 << 30,
+                )
+            })
+            .prop_map(|(rank, mut on_node, bases, offset, bytes)| {
+                on_node[rank] = true;
+                let entries: Vec<u64> = bases
+                    .iter()
+                    .zip(&on_node)
+                    .map(|(&b, &near)| if near { b * 16 + offset } else { 0 })
+                    .collect();
+                (rank, on_node, entries[rank], Some(bytes), entries)
+            })
+    }
+
+    /// A table with one thing changed, likely breaking the contract.
+    fn mutated((rank, on_node, local, bytes, entries): Table) -> impl Strategy<Value = Table> {
+        let n = entries.len();
+        (0..n, 0u8..7, any::<u64>()).prop_map(move |(at, how, x)| {
+            let (mut rank, mut on_node, mut local, mut bytes, mut entries) =
+                (rank, on_node.clone(), local, bytes, entries.clone());
+            match how {
+                0 => entries[at] = x,
+                1 => entries[at] = u64::MAX - x % 64,
+                2 => on_node[at] = !on_node[at],
+                3 => rank = at + x as usize % 2 * n,
+                4 => bytes = [None, Some(0), Some(usize::MAX), Some(x as usize)][x as usize % 4],
+                5 => local ^= 1 << (x % 64),
+                _ => {
+                    entries.truncate(at);
+                    on_node.truncate(x as usize % (n + 1));
+                }
+            }
+            (rank, on_node, local, bytes, entries)
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn any_table_is_accepted_exactly_when_it_keeps_the_contract(
+            (rank, on_node, local, bytes, entries) in prop_oneof![
+                table(),
+                table().prop_flat_map(mutated),
+                (0usize..4, vec(any::<bool>(), 0..4), any::<u64>(),
+                    proptest::option::of(any::<usize>()), vec(any::<u64>(), 0..4)),
+            ],
+        ) {
+            check_external_table(rank, &on_node, local, bytes, &entries);
+        }
+
+        #[test]
+        fn tables_that_keep_the_contract_are_accepted((rank, on_node, local, bytes, entries) in table()) {
+            prop_assert!(check_table(rank, &on_node, local, bytes, &entries).is_ok());
+        }
+    }
+
+    #[test]
+    fn external_table_past_the_end_of_the_address_space_is_refused() {
+        // Found by review: an entry whose allocation wraps past u64::MAX was accepted,
+        // and so was a length whose bytes overflow usize (ExternalTable::new saturated
+        // them, and `byte_len` then overflowed).
+        let local = 0x1000;
+        let entries = [local, u64::MAX - 15];
+        let refused = check_table(0, &[true, true], local, Some(32), &entries);
+        assert!(
+            matches!(refused, Err(Error::BadPeerTable { rank: 1, .. })),
+            "{refused:?}"
+        );
+        let bytes = usize::MAX
+            .checked_mul(4)
+            .filter(|&b| b <= isize::MAX as usize);
+        let refused = check_table(0, &[true], local, bytes, &[local]);
+        assert!(
+            matches!(refused, Err(Error::TooLarge { .. })),
+            "{refused:?}"
+        );
+        assert!(check_table(0, &[true, true], local, Some(15), &entries).is_ok());
     }
 }

@@ -87,25 +87,97 @@ impl IpcExport {
     /// Decodes `bytes` from a peer: an export (`what`, named in the error: "CUDA IPC
     /// export") of [`IpcExport::BYTES`] bytes, else [`Error::BadMessage`].
     pub fn decode(bytes: &[u8], what: &'static str) -> Result<Self> {
-        if bytes.len() != Self::BYTES {
-            return Err(Error::BadMessage { from: None, what });
+        let fields = || {
+            let (handle, rest) = bytes.split_first_chunk::<HANDLE_BYTES>()?;
+            let (pid, rest) = rest.split_first_chunk()?;
+            let (ordinal, rest) = rest.split_first_chunk()?;
+            let (ptr, len) = rest.split_first_chunk()?;
+            Some(Self {
+                handle: *handle,
+                pid: u32::from_le_bytes(*pid),
+                ordinal: u32::from_le_bytes(*ordinal),
+                ptr: u64::from_le_bytes(*ptr),
+                // Exactly what is left: nothing may follow.
+                len: u64::from_le_bytes(len.try_into().ok()?),
+            })
+        };
+        fields().ok_or(Error::BadMessage { from: None, what })
+    }
+}
+
+/// Decodes `bytes` from a peer as each GPU backend's handle bytes (an IPC export, one
+/// covering `covering` bytes, a CUDA heap's size), checking that each is a typed error
+/// or re-encodes to the very bytes it came from. The oracle of the property tests below
+/// and of the `shareable` fuzz target.
+///
+/// # Panics
+/// Where a decode breaks that.
+#[cfg(any(test, fuzzing))]
+pub(crate) fn check_handle_bytes(bytes: &[u8], covering: usize) {
+    let what = "IPC export";
+    match IpcExport::decode(bytes, what) {
+        Ok(export) => assert_eq!(export.encode(), bytes),
+        Err(e) => assert!(matches!(e, Error::BadMessage { from: None, .. }), "{e:?}"),
+    }
+    let shareable = Shareable {
+        bytes: bytes.to_vec(),
+        fd: None,
+    };
+    match IpcExport::decode_covering(&shareable, what, covering) {
+        Ok(export) => assert!(covering > 0 && covering as u64 <= export.len),
+        Err(Error::BadPeerMemory { needed, size, .. }) => {
+            assert!(needed == covering && (covering == 0 || covering as u64 > size));
         }
-        let (handle, rest) = bytes.split_at(HANDLE_BYTES);
-        let u32_at = |i: usize| u32::from_le_bytes(rest[i..i + 4].try_into().expect("4 bytes"));
-        let u64_at = |i: usize| u64::from_le_bytes(rest[i..i + 8].try_into().expect("8 bytes"));
-        Ok(Self {
-            handle: handle.try_into().expect("HANDLE_BYTES bytes"),
-            pid: u32_at(0),
-            ordinal: u32_at(4),
-            ptr: u64_at(8),
-            len: u64_at(16),
-        })
+        Err(e) => assert!(matches!(e, Error::BadMessage { from: None, .. }), "{e:?}"),
+    }
+    match super::cuda::decode_heap_size(bytes) {
+        Ok(size) => assert_eq!((size as u64).to_le_bytes(), bytes),
+        Err(e) => assert!(matches!(e, Error::BadMessage { from: None, .. }), "{e:?}"),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bad_bytes::bytes_near;
+    use proptest::prelude::*;
+
+    fn export() -> impl Strategy<Value = IpcExport> {
+        any::<([u8; 32], [u8; 32], u32, u32, u64, u64)>().prop_map(
+            |(a, b, pid, ordinal, ptr, len)| {
+                let mut handle = [0; HANDLE_BYTES];
+                handle[..32].copy_from_slice(&a);
+                handle[32..].copy_from_slice(&b);
+                IpcExport {
+                    handle,
+                    pid,
+                    ordinal,
+                    ptr,
+                    len,
+                }
+            },
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn any_handle_bytes_decode_or_are_a_typed_error(
+            bytes in prop_oneof![
+                bytes_near(export().prop_map(|e| e.encode())),
+                bytes_near(any::<u64>().prop_map(|s| s.to_le_bytes().to_vec())),
+            ],
+            covering in prop_oneof![Just(0usize), any::<usize>(), 1usize..4096],
+        ) {
+            check_handle_bytes(&bytes, covering);
+        }
+
+        #[test]
+        fn exports_round_trip(e in export()) {
+            prop_assert_eq!(IpcExport::decode(&e.encode(), "IPC export").unwrap(), e);
+        }
+    }
 
     #[test]
     fn ipc_export_bytes_roundtrip() {

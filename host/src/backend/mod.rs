@@ -19,6 +19,10 @@ mod gpu;
 pub mod hip;
 mod ipc;
 
+// The `fuzzing` module's door to the handle bytes' checks.
+#[cfg(fuzzing)]
+pub(crate) use ipc::check_handle_bytes;
+
 use crate::error::Result;
 use std::os::fd::OwnedFd;
 use symmem_arch::host::HostThread;

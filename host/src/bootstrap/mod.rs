@@ -22,6 +22,10 @@ pub mod mpi;
 mod scm;
 pub mod unix;
 
+// The `fuzzing` module's door to the frames' checks.
+#[cfg(fuzzing)]
+pub(crate) use scm::check_stream;
+
 use crate::backend::Shareable;
 use crate::error::Result;
 use crate::transport::Transport;
@@ -54,6 +58,85 @@ fn max_frame_from_env() -> Result<usize> {
                        bootstrap::DEFAULT_MAX_FRAME_BYTES, 64 MiB)",
         }),
         Err(_) => Ok(DEFAULT_MAX_FRAME_BYTES),
+    }
+}
+
+/// Where every rank's contribution lies in one buffer of them all, from the lengths the
+/// ranks announced (`announced`, by rank; from peers): MPI counts and displacements, and
+/// the total. Errors: [`Error::FrameTooLarge`](crate::Error::FrameTooLarge) naming the
+/// first rank whose length is over `limit` or an MPI count (`i32`), or naming no rank when
+/// the contributions together overflow an MPI count.
+#[cfg(any(feature = "mpi", test, fuzzing))]
+pub(crate) fn gather_layout(
+    announced: &[u64],
+    limit: usize,
+) -> Result<(Vec<i32>, Vec<i32>, usize)> {
+    use crate::error::Error;
+    let count = i32::MAX as usize;
+    let limit = limit.min(count);
+    let mut lens = Vec::with_capacity(announced.len());
+    let mut displs = Vec::with_capacity(announced.len());
+    let mut total: usize = 0;
+    for (rank, &bytes) in announced.iter().enumerate() {
+        let len = usize::try_from(bytes).ok().filter(|&len| len <= limit);
+        let len = len.ok_or(Error::FrameTooLarge {
+            rank: Some(rank),
+            bytes,
+            limit,
+        })?;
+        // Both at most `i32::MAX`: the sum cannot overflow.
+        let end = Some(total + len).filter(|&end| end <= count);
+        let end = end.ok_or(Error::FrameTooLarge {
+            rank: None,
+            bytes: (total + len) as u64,
+            limit: count,
+        })?;
+        lens.push(len as i32);
+        displs.push(total as i32);
+        total = end;
+    }
+    Ok((lens, displs, total))
+}
+
+/// Lays out `announced` (lengths from peers) as [`gather_layout`] does and checks the
+/// layout: contiguous, in rank order, every length as announced, or the documented
+/// refusal of the first length that does not fit. The oracle of the property tests
+/// below and of the `bootstrap` fuzz target.
+///
+/// # Panics
+/// Where `gather_layout` breaks that.
+#[cfg(any(test, fuzzing))]
+pub(crate) fn check_gather_layout(announced: &[u64], limit: usize) {
+    let count = i32::MAX as u64;
+    let fits = |b: u64| b <= (limit as u64).min(count);
+    // The first rank refused, by a model in u128 (no overflow to guard against).
+    let mut sum: u128 = 0;
+    let mut refused = None;
+    for (rank, &b) in announced.iter().enumerate() {
+        sum += u128::from(b);
+        if !fits(b) {
+            refused = Some(Some(rank));
+            break;
+        }
+        if sum > u128::from(count) {
+            refused = Some(None);
+            break;
+        }
+    }
+    match (gather_layout(announced, limit), refused) {
+        (Ok((lens, displs, total)), None) => {
+            assert_eq!(total as u128, sum);
+            let mut at = 0i64;
+            for (rank, (&len, &displ)) in lens.iter().zip(&displs).enumerate() {
+                assert_eq!((len as u64, displ as i64), (announced[rank], at));
+                at += i64::from(len);
+            }
+            assert_eq!(lens.len(), announced.len());
+        }
+        (Err(crate::error::Error::FrameTooLarge { rank, .. }), Some(first)) => {
+            assert_eq!(rank, first);
+        }
+        (got, expected) => panic!("{got:?}, expected a refusal of {expected:?}"),
     }
 }
 
@@ -100,5 +183,37 @@ pub trait Bootstrap: Send {
             "its bootstrap has no off-node transport: start the ranks as threads \
              (`spawn_ranks`) or with `mpirun` (cargo feature `mpi`)",
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bad_bytes::huge_u64;
+    use crate::error::Error;
+    use proptest::collection::vec;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn any_announced_lengths_are_laid_out_or_refused_by_rank(
+            announced in vec(prop_oneof![0u64..4096, huge_u64(), Just(i32::MAX as u64)], 0..6),
+            limit in prop_oneof![Just(DEFAULT_MAX_FRAME_BYTES), Just(usize::MAX), 0usize..8192],
+        ) {
+            check_gather_layout(&announced, limit);
+        }
+    }
+
+    #[test]
+    fn lengths_that_together_overflow_an_mpi_count_are_refused_naming_no_rank() {
+        let half = i32::MAX as u64 / 2 + 1;
+        let refused = gather_layout(&[half, half], usize::MAX);
+        assert!(matches!(
+            refused,
+            Err(Error::FrameTooLarge { rank: None, .. })
+        ));
+        check_gather_layout(&[half, half, 1], usize::MAX);
     }
 }

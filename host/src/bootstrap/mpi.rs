@@ -340,29 +340,8 @@ impl Bootstrap for MpiBootstrap {
             )
         });
         // Every rank sees the same lengths, so every rank refuses the same one, before
-        // anything is allocated and before any rank sends its bytes. MPI counts and
-        // displacements are `i32`s: all contributions together must fit one too.
-        let limit = self.max_frame.min(i32::MAX as usize);
-        let mut lens = Vec::with_capacity(n);
-        let mut displs = Vec::with_capacity(n);
-        let mut total: usize = 0;
-        for (rank, &bytes) in announced.iter().enumerate() {
-            let len = usize::try_from(bytes).ok().filter(|&len| len <= limit);
-            let len = len.ok_or(Error::FrameTooLarge {
-                rank: Some(rank),
-                bytes,
-                limit,
-            })?;
-            let end = Some(total + len).filter(|&end| end <= i32::MAX as usize);
-            let end = end.ok_or(Error::FrameTooLarge {
-                rank: None,
-                bytes: (total + len) as u64,
-                limit: i32::MAX as usize,
-            })?;
-            lens.push(len as i32);
-            displs.push(total as i32);
-            total = end;
-        }
+        // anything is allocated and before any rank sends its bytes.
+        let (lens, displs, total) = super::gather_layout(&announced, self.max_frame)?;
         let mut buf = vec![0u8; total];
         {
             let mut partition = PartitionMut::new(&mut buf[..], &lens[..], &displs[..]);

@@ -573,3 +573,59 @@ pub fn spawn(command: &mut Command, world: usize, timeout: Duration) -> Result<R
     }
     Ok(ranks)
 }
+
+/// Decodes `bytes` from the hub or a spoke as a verdict about a group of `world` ranks,
+/// checking that one that decodes names only ranks of the group and re-encodes to the
+/// very bytes it came from (anything else is no verdict: the receiver blames the sender).
+/// The oracle of the property tests below and of the `bootstrap` fuzz target.
+///
+/// # Panics
+/// Where the decode breaks that.
+#[cfg(any(test, fuzzing))]
+pub(crate) fn check_verdict(bytes: &[u8], world: usize) {
+    let Some(verdict) = Verdict::decode(bytes, world) else {
+        return;
+    };
+    assert_eq!(verdict.encode(), bytes);
+    match verdict.error(Duration::ZERO) {
+        Error::PeerLost { rank: Some(r), .. } | Error::FrameTooLarge { rank: Some(r), .. } => {
+            assert!(r < world);
+        }
+        Error::NeverJoined { ranks, .. } => assert!(ranks.iter().all(|&r| r < world)),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bad_bytes::bytes_near;
+    use proptest::collection::vec;
+    use proptest::prelude::*;
+
+    fn verdict() -> impl Strategy<Value = Verdict> {
+        prop_oneof![
+            (0usize..8).prop_map(Verdict::Lost),
+            vec(0usize..8, 0..8).prop_map(Verdict::NeverJoined),
+            (0usize..8, any::<u64>(), any::<usize>())
+                .prop_map(|(rank, bytes, limit)| Verdict::TooLarge { rank, bytes, limit }),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn any_bytes_are_a_verdict_about_the_group_or_none(
+            bytes in bytes_near(verdict().prop_map(|v| v.encode())),
+            world in 0usize..10,
+        ) {
+            check_verdict(&bytes, world);
+        }
+
+        #[test]
+        fn verdicts_round_trip(v in verdict()) {
+            prop_assert_eq!(Verdict::decode(&v.encode(), 8), Some(v));
+        }
+    }
+}

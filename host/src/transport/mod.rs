@@ -26,6 +26,10 @@ pub mod local;
 pub mod mpi;
 mod proxy;
 
+// The `fuzzing` module's door to the engine wire's checks.
+#[cfg(fuzzing)]
+pub(crate) use proxy::check_wire;
+
 use crate::backend::{BackendKind, DeviceRegion, HeapAccess, SharedRegion};
 use crate::error::{Error, Result};
 use std::time::Duration;

@@ -338,6 +338,87 @@ fn word(bytes: &[u8], i: usize) -> u64 {
         .map_or(0, u64::from_le_bytes)
 }
 
+/// Applies `message`, a request from rank `from`, to this rank's heap of `heap_len`
+/// bytes, reached through `heap`; returns the reply. Every field is checked before the
+/// heap is touched: a range outside the heap, a put or get of more than a slot's
+/// staging (all a device sends as a request) or a put whose data is not its length, an
+/// atomic that is not an aligned 4- or 8-byte element, or an unknown kind is
+/// [`Error::Engine`] naming `from`.
+fn apply(
+    heap: &mut dyn HeapAccess,
+    heap_len: usize,
+    message: &[u8],
+    from: usize,
+) -> Result<Vec<u8>> {
+    let [req, offset, len, operand, compare] = std::array::from_fn(|i| word(message, i));
+    let payload = message.get(HEADER_WORDS * 8..).unwrap_or(&[]);
+    let refuse = |what: String| Error::Engine {
+        peer: Some(from),
+        what,
+    };
+    let end = offset
+        .checked_add(len)
+        .filter(|&end| end <= heap_len as u64);
+    if end.is_none() {
+        return Err(refuse(format!(
+            "a request for {len} bytes at heap offset {offset:#x} is outside the heap"
+        )));
+    }
+    let (offset, len) = (offset as usize, len as usize);
+    let kind = request::kind(req);
+    if matches!(kind, kind::PUT | kind::GET) && len > STAGING_BYTES {
+        return Err(refuse(format!(
+            "a request to move {len} bytes, more than a slot's {STAGING_BYTES} bytes of \
+             staging"
+        )));
+    }
+    let mut reply = [0u64; REPLY_WORDS];
+    match kind {
+        kind::ATOMIC => {
+            let size = request::size(req);
+            if offset % len.max(1) != 0 || !matches!(len, 4 | 8) || size != len as u64 {
+                return Err(refuse(format!(
+                    "a {len}-byte atomic (element of {size} bytes) at offset {offset:#x}: not \
+                     an aligned 4- or 8-byte element"
+                )));
+            }
+            reply[0] = heap.atomic(offset, req, operand, compare)?;
+        }
+        kind::PUT => {
+            if payload.len() != len {
+                return Err(refuse(format!(
+                    "a put of {len} bytes that carries {} bytes",
+                    payload.len()
+                )));
+            }
+            heap.write(offset, payload)?;
+        }
+        kind::GET => {
+            let mut out = words_to_bytes(&reply);
+            out.resize(out.len() + len, 0);
+            heap.read(offset, &mut out[REPLY_WORDS * 8..])?;
+            return Ok(out);
+        }
+        other => return Err(refuse(format!("an unknown request kind {other}"))),
+    }
+    Ok(words_to_bytes(&reply))
+}
+
+/// The result words and the staged bytes of `reply`, a target's answer to this rank's
+/// request (an inline get's data, at most 16 bytes, comes back as the words). Missing
+/// bytes read as zeroes.
+fn read_reply(reply: &[u8], inline_get: bool) -> ([u64; 2], &[u8]) {
+    let (head, data) = reply.split_at((REPLY_WORDS * 8).min(reply.len()));
+    if inline_get {
+        let mut inline = [0u8; 16];
+        let n = data.len().min(16);
+        inline[..n].copy_from_slice(&data[..n]);
+        ([word(&inline, 0), word(&inline, 1)], &[])
+    } else {
+        ([word(head, 0), word(head, 1)], data)
+    }
+}
+
 fn lock(proxy: &Mutex<Proxy>) -> std::sync::MutexGuard<'_, Proxy> {
     proxy.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -439,60 +520,10 @@ impl Proxy {
         let mut served = false;
         while let Some((from, message)) = self.wire.next_request()? {
             served = true;
-            let reply = self.apply(&message, from)?;
+            let reply = apply(&mut *self.heap, self.heap_len, &message, from)?;
             self.wire.send_reply(from, reply)?;
         }
         Ok(served)
-    }
-
-    /// Applies a request from rank `from` to this rank's heap; returns the reply.
-    fn apply(&mut self, message: &[u8], from: usize) -> Result<Vec<u8>> {
-        let [req, offset, len, operand, compare] = std::array::from_fn(|i| word(message, i));
-        let payload = message.get(HEADER_WORDS * 8..).unwrap_or(&[]);
-        let bad = || Error::Engine {
-            peer: Some(from),
-            what: format!(
-                "a request for {len} bytes at heap offset {offset:#x} is outside the heap"
-            ),
-        };
-        let end = offset.checked_add(len).ok_or_else(bad)?;
-        if end > self.heap_len as u64 {
-            return Err(bad());
-        }
-        let (offset, len) = (offset as usize, len as usize);
-        let mut reply = [0u64; REPLY_WORDS];
-        match request::kind(req) {
-            kind::ATOMIC => {
-                let size = request::size(req);
-                if offset % len.max(1) != 0 || !matches!(len, 4 | 8) || size != len as u64 {
-                    return Err(Error::Engine {
-                        peer: Some(from),
-                        what: format!(
-                            "a {len}-byte atomic (element of {size} bytes) at offset \
-                             {offset:#x}: not an aligned 4- or 8-byte element"
-                        ),
-                    });
-                }
-                reply[0] = self.heap.atomic(offset, req, operand, compare)?;
-            }
-            kind::PUT => {
-                let n = payload.len().min(len);
-                self.heap.write(offset, &payload[..n])?;
-            }
-            kind::GET => {
-                let mut out = words_to_bytes(&reply);
-                out.resize(out.len() + len, 0);
-                self.heap.read(offset, &mut out[REPLY_WORDS * 8..])?;
-                return Ok(out);
-            }
-            other => {
-                return Err(Error::Engine {
-                    peer: Some(from),
-                    what: format!("an unknown request kind {other}"),
-                });
-            }
-        }
-        Ok(words_to_bytes(&reply))
     }
 
     /// Starts or finishes the request at `head`; true if it did anything.
@@ -503,15 +534,8 @@ impl Proxy {
             };
             let (ticket, inline_get) = (f.ticket, f.inline_get);
             self.inflight = None;
-            let (head_words, data) = reply.split_at((REPLY_WORDS * 8).min(reply.len()));
-            if inline_get {
-                let mut inline = [0u8; 16];
-                let n = data.len().min(16);
-                inline[..n].copy_from_slice(&data[..n]);
-                self.finish(ticket, [word(&inline, 0), word(&inline, 1)], &[]);
-            } else {
-                self.finish(ticket, [word(head_words, 0), word(head_words, 1)], data);
-            }
+            let (words, staged) = read_reply(&reply, inline_get);
+            self.finish(ticket, words, staged);
             self.head += 1;
             return Ok(true);
         }
@@ -621,5 +645,183 @@ impl Proxy {
             AtomicU64::from_ptr(&raw mut (*self.ring).completed)
                 .store(ticket + 1, Ordering::Release);
         }
+    }
+}
+
+/// A heap of `len` bytes that holds nothing and checks every access the target's side
+/// makes against it (the checks [`apply`] promises to have made).
+#[cfg(any(test, fuzzing))]
+struct CheckedHeap {
+    len: usize,
+}
+
+#[cfg(any(test, fuzzing))]
+impl CheckedHeap {
+    fn check(&self, offset: usize, len: usize) {
+        assert!(len <= STAGING_BYTES, "{len} bytes at once");
+        assert!(offset.checked_add(len).is_some_and(|end| end <= self.len));
+    }
+}
+
+#[cfg(any(test, fuzzing))]
+impl HeapAccess for CheckedHeap {
+    fn write(&mut self, offset: usize, bytes: &[u8]) -> Result<()> {
+        self.check(offset, bytes.len());
+        Ok(())
+    }
+    fn read(&mut self, offset: usize, out: &mut [u8]) -> Result<()> {
+        self.check(offset, out.len());
+        out.fill(0xa5);
+        Ok(())
+    }
+    fn atomic(&mut self, offset: usize, request: u64, _: u64, _: u64) -> Result<u64> {
+        let size = request::size(request) as usize;
+        assert!(matches!(size, 4 | 8) && offset.is_multiple_of(size));
+        self.check(offset, size);
+        Ok(u64::MAX)
+    }
+}
+
+/// Applies `message` from rank `from` to a heap of `heap_len` bytes and reads `reply`
+/// as a target's answer, checking that a request is refused with [`Error::Engine`]
+/// naming `from` or touches only the heap's bytes, a put or get at most a slot's
+/// staging, and that its reply has the size the requester expects. The oracle of the
+/// property tests below and of the `transport` fuzz target.
+///
+/// # Panics
+/// Where `apply` or `read_reply` breaks that.
+#[cfg(any(test, fuzzing))]
+pub(crate) fn check_wire(message: &[u8], heap_len: usize, from: usize, reply: &[u8]) {
+    let mut heap = CheckedHeap { len: heap_len };
+    match apply(&mut heap, heap_len, message, from) {
+        Ok(answer) => {
+            let [req, _, len] = std::array::from_fn(|i| word(message, i));
+            let data = if request::kind(req) == kind::GET {
+                len
+            } else {
+                0
+            };
+            assert_eq!(answer.len() as u64, REPLY_WORDS as u64 * 8 + data);
+        }
+        Err(Error::Engine { peer, .. }) => assert_eq!(peer, Some(from)),
+        Err(other) => panic!("{other:?}"),
+    }
+    for inline_get in [false, true] {
+        let (_, staged) = read_reply(reply, inline_get);
+        assert!(staged.len() <= reply.len() && (!inline_get || staged.is_empty()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bad_bytes::{bytes_near, huge_u64};
+    use proptest::prelude::*;
+    use symmem_rma::engine::{atomic, atomic_code};
+
+    /// Requests as a proxy sends them for a heap of `HEAP` bytes.
+    fn request_message() -> impl Strategy<Value = Vec<u8>> {
+        let put = (0..HEAP as u64 - 64, 0u64..64, any::<u8>()).prop_map(|(offset, len, b)| {
+            let req = request::pack(kind::PUT, 0, 0, request::STAGED);
+            let mut m = words_to_bytes(&[req, offset, len, 0, 0]);
+            m.resize(m.len() + len as usize, b);
+            m
+        });
+        let get = (0..HEAP as u64 - 64, 0u64..64).prop_map(|(offset, len)| {
+            let req = request::pack(kind::GET, 0, 0, request::REPLY | request::STAGED);
+            words_to_bytes(&[req, offset, len, 0, 0])
+        });
+        let atomics = (
+            0..HEAP as u64 / 8,
+            0u64..11,
+            any::<bool>(),
+            any::<[u64; 2]>(),
+        )
+            .prop_map(|(element, code, wide, [operand, compare])| {
+                let size = if wide { 8 } else { 4 };
+                let req = request::pack(kind::ATOMIC, code, size, request::REPLY);
+                words_to_bytes(&[req, element * size, size, operand, compare])
+            });
+        prop_oneof![put, get, atomics]
+    }
+
+    const HEAP: usize = 1 << 20;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn any_request_is_applied_inside_the_heap_or_refused(
+            message in bytes_near(request_message()),
+            reply in bytes_near(request_message()),
+            heap_len in prop_oneof![Just(HEAP), Just(usize::MAX), 0usize..64],
+            from in 0usize..8,
+        ) {
+            check_wire(&message, heap_len, from, &reply);
+        }
+
+        #[test]
+        fn valid_requests_are_applied(message in request_message()) {
+            let mut heap = CheckedHeap { len: HEAP };
+            prop_assert!(apply(&mut heap, HEAP, &message, 1).is_ok());
+        }
+
+        #[test]
+        fn a_huge_get_is_refused_before_its_reply_is_allocated(len in huge_u64()) {
+            let req = request::pack(kind::GET, 0, 0, request::REPLY | request::STAGED);
+            let message = words_to_bytes(&[req, 0, len, 0, 0]);
+            check_wire(&message, usize::MAX, 3, &[]);
+        }
+    }
+
+    #[test]
+    fn engine_get_longer_than_staging_is_refused() {
+        // Found by review: a get's reply was allocated at the length the request named,
+        // up to the whole heap; a device never asks for more than a slot's staging.
+        let mut heap = CheckedHeap { len: 1 << 40 };
+        let get = request::pack(kind::GET, 0, 0, request::REPLY | request::STAGED);
+        let message = words_to_bytes(&[get, 0, 1 << 39, 0, 0]);
+        let refused = apply(&mut heap, 1 << 40, &message, 2);
+        assert!(
+            matches!(refused, Err(Error::Engine { peer: Some(2), .. })),
+            "{refused:?}"
+        );
+        let message = words_to_bytes(&[get, 8, STAGING_BYTES as u64, 0, 0]);
+        let reply = apply(&mut heap, 1 << 40, &message, 2).unwrap();
+        assert_eq!(reply.len(), REPLY_WORDS * 8 + STAGING_BYTES);
+    }
+
+    #[test]
+    fn engine_put_shorter_than_its_length_is_refused() {
+        // Found by review: a put whose message carried fewer bytes than its length wrote
+        // what it carried and replied as if it had written them all.
+        let mut heap = CheckedHeap { len: 4096 };
+        let put = request::pack(kind::PUT, 0, 0, request::STAGED);
+        let mut message = words_to_bytes(&[put, 64, 32, 0, 0]);
+        message.extend_from_slice(&[7; 31]);
+        let refused = apply(&mut heap, 4096, &message, 1);
+        assert!(
+            matches!(refused, Err(Error::Engine { peer: Some(1), .. })),
+            "{refused:?}"
+        );
+        message.push(7);
+        assert!(apply(&mut heap, 4096, &message, 1).is_ok());
+    }
+
+    #[test]
+    fn an_unaligned_or_odd_sized_atomic_is_refused() {
+        let mut heap = CheckedHeap { len: 4096 };
+        let add = atomic_code(symmem_rma::AtomicOp::Add);
+        for (size, offset) in [(8, 4), (4, 2), (2, 0), (16, 0)] {
+            let req = request::pack(kind::ATOMIC, add, size, request::REPLY);
+            let message = words_to_bytes(&[req, offset, size, 1, 0]);
+            assert!(
+                apply(&mut heap, 4096, &message, 0).is_err(),
+                "{size} at {offset}"
+            );
+        }
+        let cas = request::pack(kind::ATOMIC, atomic::CAS, 8, request::REPLY);
+        let reply = apply(&mut heap, 4096, &words_to_bytes(&[cas, 8, 8, 1, 0]), 0).unwrap();
+        assert_eq!(read_reply(&reply, false).0, [u64::MAX, 0]);
     }
 }

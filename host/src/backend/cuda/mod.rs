@@ -166,7 +166,7 @@ impl Drop for CudaDeviceMemory {
 const _: () = assert!(driver::IPC_HANDLE_BYTES == super::ipc::HANDLE_BYTES);
 
 /// The heap size a heap export carries in [`Shareable::bytes`].
-fn decode_heap_size(bytes: &[u8]) -> Result<usize> {
+pub(super) fn decode_heap_size(bytes: &[u8]) -> Result<usize> {
     let size = bytes
         .try_into()
         .ok()
