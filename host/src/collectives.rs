@@ -48,7 +48,7 @@
 //! default is 8 blocks of 256 threads), give each rank's stream its own hardware queue
 //! (`CUDA_DEVICE_MAX_CONNECTIONS` at least the number of live streams: symmem sets it when
 //! it is unset, and refuses more ranks than queues with
-//! [`Error::HardwareQueues`](crate::Error::HardwareQueues)), and do not run
+//! [`Error::HardwareQueues`]), and do not run
 //! several worlds' collectives on one GPU concurrently. Otherwise a waiting block can
 //! hold back the peer it waits for, and the kernels never finish. (Lazy kernel loading
 //! is the same trap: a load may wait for running kernels, so every kernel of a module
@@ -759,7 +759,7 @@ impl<'w, B: Backend> Collectives<'w, B> {
     /// [`Collectives::signal_wait_until`] for a signal that rank `from` satisfies: if
     /// `from` leaves the world (or is lost) before it does, the wait gives up within two
     /// of its looks at the control block, instead of at the deadline, and the world
-    /// reports [`Error::PeerLost`](crate::Error::PeerLost) naming `from`. A signal `from`
+    /// reports [`Error::PeerLost`] naming `from`. A signal `from`
     /// sent before it left still satisfies the wait.
     ///
     /// Errors: as [`Collectives::signal_wait_until`], and `from` outside the world.

@@ -18,7 +18,7 @@
 //! wherever the local addresses are 16-byte aligned (symmetric heaps' bases are, so a
 //! symmetric address keeps its alignment on every rank), element by element elsewhere
 //! and in the tail. They fold the ranks in rank order `0, 1, .., world-1`, accumulating
-//! in [`Reducible::Acc`] (`f32` for [`bf16`] and [`f16`]) and rounding once at the end, so every
+//! in [`Reducible::Acc`] (`f32` for [`bf16`] and [`struct@f16`]) and rounding once at the end, so every
 //! rank gets bit-identical results and a host reference that folds in the same order
 //! matches exactly. Float sums start from `+0.0` ([`Reducible::start`]), as the
 //! barrier-free [`crate::lamport`] all-reduce does, so both give the same bits. Integer
@@ -52,7 +52,7 @@ mod sealed {
     impl Sealed for crate::f16 {}
 }
 
-/// An element type the reductions support: `f32`, `f64`, [`bf16`], [`f16`], `i32`.
+/// An element type the reductions support: `f32`, `f64`, [`bf16`], [`struct@f16`], `i32`.
 pub trait Reducible: Copy + sealed::Sealed {
     /// The type partial results are kept in.
     type Acc: Copy;

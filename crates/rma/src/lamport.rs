@@ -1,4 +1,4 @@
-//! A barrier-free one-shot all-reduce (sum of `f32`, [`bf16`] or [`f16`]), in the Lamport style of
+//! A barrier-free one-shot all-reduce (sum of `f32`, [`bf16`] or [`struct@f16`]), in the Lamport style of
 //! TensorRT-LLM and FlashInfer: no barrier on entry or exit, readers spin on the data.
 //!
 //! Each rank owns a symmetric **workspace** ([`workspace_bytes`]): a header, then three
@@ -82,7 +82,7 @@ mod sealed {
     impl Sealed for crate::f16 {}
 }
 
-/// An element type the Lamport all-reduce supports: `f32`, [`bf16`] and [`f16`] (see the
+/// An element type the Lamport all-reduce supports: `f32`, [`bf16`] and [`struct@f16`] (see the
 /// module docs for why not `f64`).
 pub trait Lamport: Reducible + sealed::Sealed {
     /// `word` with every `-0.0` element made `+0.0`: never the [`SENTINEL`].

@@ -22,7 +22,7 @@
 //! A healthy wait pays nothing for this: the block is looked at only every
 //! [`POLL_EVERY`] spins, and the clock is read only from the first look on.
 //!
-//! Where the block is: on GPUs, the module global [`SYMMEM_CONTROL`], which the host
+//! Where the block is: on GPUs, the module global `SYMMEM_CONTROL` (defined for GPU targets only), which the host
 //! sets when it loads a module (`cuModuleGetGlobal`, `hipModuleGetGlobal`), so a user's
 //! kernel gets the bound without a parameter; on the host (feature `std`), a thread-local
 //! that the CPU backend sets on each kernel thread ([`set_thread_control`]). Where none
