@@ -21,7 +21,8 @@
 //! rank on GPU `rank % count`, whose heap data is staged through host memory and applied
 //! by the target's proxy when MPI is not CUDA-aware: the staging path, named as such in
 //! the output. `--max-put BYTES` and `--max-all-reduce BYTES` cap the put and all-reduce
-//! sizes.
+//! sizes, `--min-all-reduce BYTES` skips the smaller all-reduces, and `--each-sample`
+//! prints every all-reduce sample's time as it ends.
 //!
 //! Run: `SYMMEM_RANKS_PER_NODE=2 mpirun -np 4 target/release/deps/engine-<hash> [--cuda]`
 //! (build with `cargo bench -p symmem --features mpi --bench engine --no-run`).
@@ -241,13 +242,13 @@ fn row(line: &str, path: &str, bytes: usize, ours: f64, reference: f64) {
     );
 }
 
-fn run<B: Backend>(w: World<B>, max_put: usize, max_all_reduce: usize) -> Result<()> {
-    rows(&w, max_put, max_all_reduce)?;
+fn run<B: Backend>(w: World<B>, max_put: usize, all_reduces: AllReduces) -> Result<()> {
+    rows(&w, max_put, all_reduces)?;
     w.finalize()
 }
 
 /// Every row; rank 0 prints them.
-fn rows<B: Backend>(w: &World<B>, max_put: usize, max_all_reduce: usize) -> Result<()> {
+fn rows<B: Backend>(w: &World<B>, max_put: usize, all_reduces: AllReduces) -> Result<()> {
     let (me, n) = (w.rank(), w.world_size());
     let t = w.topology();
     let far = (0..n)
@@ -333,16 +334,22 @@ fn rows<B: Backend>(w: &World<B>, max_put: usize, max_all_reduce: usize) -> Resu
     let hsrc = vec![me as f32 + 0.5; 16 * MIB];
     let mut hdst = vec![0f32; 16 * MIB];
     w.barrier()?;
-    for &bytes in ALL_REDUCE_SIZES.iter().filter(|&&b| b <= max_all_reduce) {
+    let sizes = ALL_REDUCE_SIZES
+        .iter()
+        .filter(|&&b| (all_reduces.min..=all_reduces.max).contains(&b));
+    for &bytes in sizes {
         let count = bytes / 4;
         // Each sample: every rank starts after a barrier; the slowest rank's time counts.
         let slowest = |op: &mut dyn FnMut() -> Result<()>| -> Result<f64> {
             let mut v = Vec::with_capacity(SAMPLES + 1);
-            for _ in 0..=SAMPLES {
+            for sample in 0..=SAMPLES {
                 w.barrier()?;
                 let t = Instant::now();
                 op()?;
                 v.push(reference.max(t.elapsed().as_secs_f64()));
+                if all_reduces.each_sample && me == 0 {
+                    eprintln!("all_reduce {bytes} B sample {sample}: {:.6} s", v[sample]);
+                }
             }
             Ok(median(v.split_off(1)))
         };
@@ -383,14 +390,34 @@ struct Options {
     /// The largest all-reduce, in bytes (0: none): a number, optionally with K, M or G.
     #[arg(long, default_value = "64M", value_parser = cli::bytes)]
     max_all_reduce: usize,
+    /// The smallest all-reduce, in bytes: a number, optionally with K, M or G.
+    #[arg(long, default_value = "0", value_parser = cli::bytes)]
+    min_all_reduce: usize,
+    /// Rank 0 prints every all-reduce sample's time on stderr as it ends (where a size is
+    /// slow, how slow, before the bench's limit ends it).
+    #[arg(long)]
+    each_sample: bool,
     #[command(flatten)]
     cargo: cli::CargoBench,
+}
+
+/// Which all-reduces [`rows`] runs and how it reports them.
+#[derive(Clone, Copy)]
+struct AllReduces {
+    min: usize,
+    max: usize,
+    each_sample: bool,
 }
 
 fn main() -> ExitCode {
     let options = Options::parse();
     cli::log();
-    let (max_put, max_all_reduce) = (options.max_put, options.max_all_reduce);
+    let max_put = options.max_put;
+    let all_reduces = AllReduces {
+        min: options.min_all_reduce,
+        max: options.max_all_reduce,
+        each_sample: options.each_sample,
+    };
     let result = (|| {
         let config = Config {
             heap_bytes: 512 * MIB,
@@ -402,13 +429,13 @@ fn main() -> ExitCode {
             run(
                 World::new(bootstrap, backend, &config)?,
                 max_put,
-                max_all_reduce,
+                all_reduces,
             )
         } else {
             run(
                 World::new(bootstrap, Cpu::new(), &config)?,
                 max_put,
-                max_all_reduce,
+                all_reduces,
             )
         }
     })();

@@ -13,9 +13,14 @@
 
 use clap::Args;
 
-/// Prints symmem's `tracing` events on stderr, filtered by `SYMMEM_LOG` (RUST_LOG syntax;
-/// errors only when unset): what every bench installs first.
+/// Prints symmem's `tracing` events on stderr, filtered by `SYMMEM_LOG` (RUST_LOG syntax):
+/// what every bench does first. Unset, no subscriber is installed at all, so that a bench
+/// measures the library as a program without one sees it (the cost table of issue 30 sets
+/// `SYMMEM_LOG=info` for the other line).
 pub fn log() {
+    if std::env::var_os("SYMMEM_LOG").is_none() {
+        return;
+    }
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_env("SYMMEM_LOG"))
         .with_writer(std::io::stderr)

@@ -17,9 +17,17 @@
 #   engine        the off-node engine on CUDA (staging path) under MPS, processes as
 #                 emulated nodes, against MPI in the same run: -np 2 (1 rank per node) and
 #                 -np 4 (2 per node) (engine-bench-np{2,4}.txt, env.txt)
+#   engine-hang   the staged all-reduce of 1 MiB at 2 nodes x 2 under MPS alone, every
+#                 sample's time as it ends, SYMMEM_LOG=debug; if it runs past ${HANG_S:-60} s,
+#                 every rank's host stacks (cuda-gdb) before it is killed
+#                 (engine-hang.txt, engine-hang-stacks.txt)
 #   engine-ranks  engine-ranks --cuda (tables, host put/get, the RMA bodies, every
 #                 collective, peer-put, against host references) at -np 2 and -np 4,
 #                 1 rank per node, without MPS (engine-ranks-np{2,4}.txt)
+#   cost          issue 30's cost of tracing: host enqueue per launch (launch_enqueue_us) and
+#                 host time per collective call (host_call_us, world 2) of the old build, of
+#                 this one with no subscriber, and of this one with an info-level subscriber
+#                 (SYMMEM_LOG=info), the three alternating, ${RUNS:-5} runs each (cost.txt)
 #   old-new P...  the same benches of an old commit and of this build, one after the other
 #                 on the same GPU (old_new.txt); every argument after it is one of:
 #                   lifetimes    World::barrier and allocate_symmetric (benches/lifetimes.rs)
@@ -139,6 +147,34 @@ engine() {
   echo quit | nvidia-cuda-mps-control
 }
 
+mps_start() {
+  export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  nvidia-cuda-mps-control -d
+}
+
+engine_hang() {
+  mps_start || { echo "MPS did not start"; return 1; }
+  local mps="-x CUDA_MPS_PIPE_DIRECTORY -x CUDA_MPS_LOG_DIRECTORY -x SYMMEM_LOG"
+  export SYMMEM_LOG=debug
+  ( sleep "${HANG_S:-60}"
+    for pid in $(pgrep -f "engine-bench --cuda"); do
+      echo "== rank process $pid: host stacks"
+      timeout 25 cuda-gdb -p "$pid" -batch -ex "info cuda kernels" -ex "thread apply all bt 14" 2>&1 \
+        | grep -vE "^\[New|^Reading|^warning|^$" | head -150
+    done > "$OUT/engine-hang-stacks.txt" 2>&1 ) &
+  local watchdog=$!
+  echo "== MPS, engine bench --cuda (staging), -np 4, 2 per node: all-reduce 1 MiB"
+  timeout $((${HANG_S:-60} + 120)) $MPIRUN --map-by slot:PE=2 --bind-to core $mps -np 4 \
+    -x SYMMEM_RANKS_PER_NODE=2 "$CARRY/engine-bench" --cuda --max-put 4K \
+    --min-all-reduce 1M --max-all-reduce 1M --each-sample > "$OUT/engine-hang.txt" 2>&1
+  echo "rc=$?"
+  kill "$watchdog" 2>/dev/null
+  grep -E "sample|all_reduce|rror" "$OUT/engine-hang.txt" | head -30
+  unset SYMMEM_LOG
+  echo quit | nvidia-cuda-mps-control
+}
+
 engine_ranks() {
   for np in 2 4; do
     echo "== engine-ranks --cuda, -np $np, 1 rank per node"
@@ -182,6 +218,24 @@ old_new() {
   done 2>&1 | tee -a "$OUT/old_new.txt"
 }
 
+# cost: what tracing costs a program on the host path, old build against new, without and
+# with a subscriber, alternating so that drift of the machine hits all three alike.
+cost() {
+  for i in $(seq "${RUNS:-5}"); do
+    for build in old new new+info; do
+      local pre="" log=""
+      [ "$build" = old ] && pre=old-
+      [ "$build" = new+info ] && log=info
+      if [ -n "$log" ]; then export SYMMEM_LOG=$log; else unset SYMMEM_LOG; fi
+      timeout 60 "$CARRY/${pre}bench-cuda" --sizes 16 --no-xproc --out "$OUT/launch" 2>/dev/null \
+        | sed -n "s/^launch_enqueue_us,/launch $build run $i: /p"
+      timeout 120 "$CARRY/${pre}bench-small" --worlds 2 2>/dev/null \
+        | sed -n "s/^\([0-9]*\),host_call_us,8,/host_call world \1 $build run $i: /p"
+    done
+  done
+  unset SYMMEM_LOG
+}
+
 [ $# -eq 0 ] && set -- bench
 while [ $# -gt 0 ]; do
   part=$1
@@ -193,7 +247,9 @@ while [ $# -gt 0 ]; do
   small) small ;;
   engine) engine ;;
   engine-ranks) engine_ranks ;;
+  engine-hang) engine_hang ;;
+  cost) mkdir -p "$OUT/launch"; cost 2>&1 | tee "$OUT/cost.txt" ;;
   old-new) old_new "$@"; break ;;
-  *) echo "unknown part $part (bench, tests, examples, small, engine, engine-ranks, old-new P...)"; exit 2 ;;
+  *) echo "unknown part $part (bench, tests, examples, small, engine, engine-hang, engine-ranks, cost, old-new P...)"; exit 2 ;;
   esac
 done
