@@ -109,19 +109,65 @@ pub trait HostKernel: Send + Sync {
     fn to_owned(&self) -> std::sync::Arc<dyn HostKernel>;
 }
 
-/// How the off-node engine's target side reaches this rank's own heap, at byte offsets
+/// One operation a peer's request asks of this rank's heap through the off-node engine
+/// ([`HeapAccess::start`]), at byte offsets the proxy has checked against the heap.
+#[derive(Debug, Clone, Copy)]
+pub enum HeapOp<'a> {
+    /// Write `bytes` at `offset` (a staged put).
+    Write {
+        /// Where, in bytes from the heap's start.
+        offset: usize,
+        /// What; copied before [`HeapAccess::start`] returns.
+        bytes: &'a [u8],
+    },
+    /// Read `len` bytes at `offset` (a staged get).
+    Read {
+        /// Where, in bytes from the heap's start.
+        offset: usize,
+        /// How many bytes.
+        len: usize,
+    },
+    /// Apply atomic request `request` to the element at `offset`
+    /// ([`symmem_rma::engine::apply_atomic`]).
+    Atomic {
+        /// Where the aligned element is, in bytes from the heap's start.
+        offset: usize,
+        /// The request word (operation and element size).
+        request: u64,
+        /// The operand.
+        operand: u64,
+        /// The value compared with (compare-and-swap).
+        compare: u64,
+    },
+}
+
+/// What a finished [`HeapOp`] gives back.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct HeapDone {
+    /// An atomic's old value's bits; 0 otherwise.
+    pub old: u64,
+    /// A read's bytes; empty otherwise.
+    pub bytes: Vec<u8>,
+}
+
+/// How the off-node engine's target side reaches this rank's own heap
 /// (`Backend::heap_access`): where staged puts land, where staged gets are read, and
-/// where every atomic a peer sends through the engine is applied. Each call is
-/// complete, and visible to this rank's kernels, when it returns; none waits behind this
-/// rank's own kernels (which may be spinning on the very word it is about to write).
+/// where every atomic a peer sends through the engine is applied.
+///
+/// Operations are pipelined: [`HeapAccess::start`] returns once an operation is under
+/// way, and [`HeapAccess::finish`] hands results back in the order the operations were
+/// started, each once it is complete and visible to this rank's kernels. Operations take
+/// effect in the order they were started. None waits behind this rank's own kernels
+/// (which may be spinning on the very word one is about to write).
 pub trait HeapAccess: Send {
-    /// Writes `bytes` at `offset`.
-    fn write(&mut self, offset: usize, bytes: &[u8]) -> Result<()>;
-    /// Reads `out.len()` bytes at `offset`.
-    fn read(&mut self, offset: usize, out: &mut [u8]) -> Result<()>;
-    /// Applies atomic request `request` to the element at `offset`
-    /// ([`symmem_rma::engine::apply_atomic`]); returns the old value's bits.
-    fn atomic(&mut self, offset: usize, request: u64, operand: u64, compare: u64) -> Result<u64>;
+    /// How many operations may be under way at once: the proxy starts one only while
+    /// fewer than this are unfinished.
+    fn capacity(&self) -> usize;
+    /// Starts `op`.
+    fn start(&mut self, op: HeapOp<'_>) -> Result<()>;
+    /// The result of the oldest unfinished operation once it is complete, `None` while it
+    /// is not (or none is under way).
+    fn finish(&mut self) -> Result<Option<HeapDone>>;
 }
 
 /// One launch of a kernel, as the backends see it: built by

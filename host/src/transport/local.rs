@@ -3,7 +3,7 @@
 //!
 //! The ranks' proxies share one fabric: a window per rank (its heap at the kernels'
 //! addresses, the CPU backend's shared memory) for one-sided puts and gets, an inbox per
-//! rank for requests, and a reply slot per rank for the one request it has in flight. A
+//! rank for requests, and an inbox per rank for the replies to its requests in flight. A
 //! put is a copy into the target's heap followed by a release fence, complete when it
 //! returns, as `MPI_Put` + `MPI_Win_flush` are; everything else travels through the
 //! inboxes and is applied by the target's proxy, exactly as over MPI. So the whole
@@ -30,8 +30,8 @@ pub(crate) struct Fabric {
     windows: Mutex<Vec<Option<(usize, usize)>>>,
     /// Requests sent to each rank, `(from, message)`, in the order they were sent.
     inboxes: Vec<Mutex<VecDeque<Request>>>,
-    /// The reply to each rank's request in flight, once its target has sent it.
-    replies: Vec<Mutex<Option<Vec<u8>>>>,
+    /// Replies sent to each rank, `(from, reply)`, in the order they were sent.
+    replies: Vec<Mutex<VecDeque<Request>>>,
 }
 
 /// Locks `mutex`; every update under these locks is a single push, pop or assignment,
@@ -100,6 +100,7 @@ impl Transport for LocalTransport {
             fabric: self.fabric,
             rank: self.rank,
             window: window.is_some(),
+            inflight: VecDeque::new(),
         };
         start_proxy(Box::new(wire), attach)
     }
@@ -112,6 +113,9 @@ struct LocalWire {
     /// This rank registered a window, so peers did too (the same backend and setting on
     /// every rank).
     window: bool,
+    /// The ids of this rank's requests in flight with the peer each went to, oldest first:
+    /// a peer answers one rank's requests in order.
+    inflight: VecDeque<(usize, u64)>,
 }
 
 impl LocalWire {
@@ -162,17 +166,30 @@ impl Wire for LocalWire {
         Ok(())
     }
 
-    fn request(&mut self, peer: usize, message: Vec<u8>, _reply_len: usize) -> Result<()> {
+    fn request(&mut self, peer: usize, message: Vec<u8>, _reply_len: usize, id: u64) -> Result<()> {
         let inbox = self.fabric.inboxes.get(peer).ok_or_else(|| Error::Engine {
             peer: Some(peer),
             what: "a request to a rank outside the group".into(),
         })?;
         lock(inbox).push_back((self.rank, message));
+        self.inflight.push_back((peer, id));
         Ok(())
     }
 
-    fn reply(&mut self) -> Result<Option<Vec<u8>>> {
-        Ok(lock(&self.fabric.replies[self.rank]).take())
+    fn reply(&mut self) -> Result<Option<(u64, Vec<u8>)>> {
+        let Some((from, reply)) = lock(&self.fabric.replies[self.rank]).pop_front() else {
+            return Ok(None);
+        };
+        let at = self
+            .inflight
+            .iter()
+            .position(|&(peer, _)| peer == from)
+            .ok_or_else(|| Error::Engine {
+                peer: Some(from),
+                what: "a reply from a rank with no request of this rank in flight".into(),
+            })?;
+        let (_, id) = self.inflight.remove(at).expect("an index in range");
+        Ok(Some((id, reply)))
     }
 
     fn next_request(&mut self) -> Result<Option<Request>> {
@@ -180,7 +197,7 @@ impl Wire for LocalWire {
     }
 
     fn send_reply(&mut self, to: usize, reply: Vec<u8>) -> Result<()> {
-        *lock(&self.fabric.replies[to]) = Some(reply);
+        lock(&self.fabric.replies[to]).push_back((self.rank, reply));
         Ok(())
     }
 

@@ -19,6 +19,7 @@ use super::{Attach, Link, Transport};
 use crate::backend::BackendKind;
 use crate::error::{Error, Result};
 use mpi::ffi;
+use std::collections::VecDeque;
 use std::ffi::{c_int, c_void};
 
 /// Message tags on the transport's communicator.
@@ -107,7 +108,7 @@ impl Transport for MpiTransport {
         let wire = MpiWire {
             comm,
             win,
-            inflight: None,
+            inflight: VecDeque::new(),
             outgoing: Vec::new(),
         };
         start_proxy(Box::new(wire), attach)
@@ -119,8 +120,10 @@ struct MpiWire {
     comm: ffi::MPI_Comm,
     /// The heap's window, where the proxy reaches kernel memory.
     win: Option<ffi::MPI_Win>,
-    /// This rank's request waiting for its reply.
-    inflight: Option<InFlight>,
+    /// This rank's requests waiting for their replies. A peer answers one rank's requests
+    /// in order, and MPI matches its replies to the receives posted for them in order
+    /// (messages between two ranks with one tag do not overtake each other).
+    inflight: VecDeque<InFlight>,
     /// Replies being sent, kept until MPI is done with their buffers.
     outgoing: Vec<Outgoing>,
 }
@@ -132,6 +135,7 @@ unsafe impl Send for MpiWire {}
 /// A request that waits for the target's reply: its receive, and its send (both buffers
 /// kept alive until both complete).
 struct InFlight {
+    id: u64,
     request: ffi::MPI_Request,
     reply: Vec<u8>,
     sent: Vec<u8>,
@@ -284,17 +288,20 @@ impl Wire for MpiWire {
         self.rma(false, dst, peer, offset, len)
     }
 
-    fn request(&mut self, peer: usize, message: Vec<u8>, reply_len: usize) -> Result<()> {
+    fn request(&mut self, peer: usize, message: Vec<u8>, reply_len: usize, id: u64) -> Result<()> {
         // SAFETY: reading MPI's null-request constant.
         let null = unsafe { ffi::RSMPI_REQUEST_NULL };
-        let f = self.inflight.insert(InFlight {
+        self.inflight.push_back(InFlight {
+            id,
             request: null,
             reply: vec![0u8; reply_len],
             sent: message,
             send: null,
             peer,
         });
-        // SAFETY: both buffers live in `inflight` until the requests complete.
+        let f = self.inflight.back_mut().expect("pushed above");
+        // SAFETY: both buffers live in `inflight` (their heap storage does not move with
+        // the entry) until the requests complete.
         unsafe {
             check(
                 ffi::MPI_Irecv(
@@ -325,25 +332,26 @@ impl Wire for MpiWire {
         }
     }
 
-    fn reply(&mut self) -> Result<Option<Vec<u8>>> {
-        let Some(f) = &mut self.inflight else {
-            return Ok(None);
-        };
-        let mut flag: c_int = 0;
-        // SAFETY: the in-flight receive of this proxy.
-        unsafe {
-            check(
-                ffi::MPI_Test(&mut f.request, &mut flag, ffi::RSMPI_STATUS_IGNORE),
-                "MPI_Test of a reply",
-                Some(f.peer),
-            )?;
+    fn reply(&mut self) -> Result<Option<(u64, Vec<u8>)>> {
+        for i in 0..self.inflight.len() {
+            let f = &mut self.inflight[i];
+            let mut flag: c_int = 0;
+            // SAFETY: an in-flight receive of this proxy.
+            unsafe {
+                check(
+                    ffi::MPI_Test(&mut f.request, &mut flag, ffi::RSMPI_STATUS_IGNORE),
+                    "MPI_Test of a reply",
+                    Some(f.peer),
+                )?;
+            }
+            if flag != 0 {
+                // SAFETY: the send completed before its reply could arrive.
+                unsafe { ffi::MPI_Wait(&mut f.send, ffi::RSMPI_STATUS_IGNORE) };
+                let f = self.inflight.remove(i).expect("an index in range");
+                return Ok(Some((f.id, f.reply)));
+            }
         }
-        if flag == 0 {
-            return Ok(None);
-        }
-        // SAFETY: the send completed before its reply could arrive.
-        unsafe { ffi::MPI_Wait(&mut f.send, ffi::RSMPI_STATUS_IGNORE) };
-        Ok(self.inflight.take().map(|f| f.reply))
+        Ok(None)
     }
 
     fn next_request(&mut self) -> Result<Option<(usize, Vec<u8>)>> {
@@ -428,6 +436,10 @@ impl Wire for MpiWire {
     /// final barrier) when `clean`; otherwise (this proxy failed) leaves them.
     fn close(&mut self, clean: bool) {
         if !clean {
+            // A peer may still answer a request or take a reply: MPI keeps the buffers of
+            // the receives and sends posted, so they are leaked rather than freed under it.
+            std::mem::forget(std::mem::take(&mut self.inflight));
+            std::mem::forget(std::mem::take(&mut self.outgoing));
             return;
         }
         // SAFETY: the proxy's own requests and handles.

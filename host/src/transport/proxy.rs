@@ -15,6 +15,15 @@
 //!   ring's host memory and puts and gets travel as requests too, applied by the target's
 //!   proxy through its [`HeapAccess`] (on CUDA, copies and a one-thread atomic kernel on
 //!   a stream of its own). [`super::ENV_ENGINE_STAGING`] forces this path.
+//! * **Streaming.** Requests are pipelined: a proxy keeps up to [`IN_FLIGHT`] of its
+//!   rank's requests on the wire, and a target keeps up to its heap's
+//!   [`HeapAccess::capacity`] of peers' requests under way, replying to each when it is
+//!   complete. Order is kept where it is owed: a target applies one peer's requests in
+//!   the order they were sent (the wire delivers them in order, the heap applies them in
+//!   the order started) and replies in that order, and the proxy completes its rank's
+//!   tickets in order, so a ticket counted complete means every earlier one is complete
+//!   at its target. A put or get through the window waits until no request is in flight,
+//!   so the window path keeps its order with the requests around it.
 //! * **Helping.** Where kernels run on host threads, a kernel thread that waits on the
 //!   ring runs rounds of the proxy's work itself while no other thread does
 //!   (`Ring::help`; the proxy is behind a lock): its own request then completes without a
@@ -27,9 +36,10 @@
 //! next call.
 
 use super::{Attach, EnginePath, Link};
-use crate::backend::{DeviceRegion, HeapAccess, SharedRegion};
+use crate::backend::{DeviceRegion, HeapAccess, HeapDone, HeapOp, SharedRegion};
 use crate::control::AbortWord;
 use crate::error::{Error, Result};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -39,9 +49,9 @@ use symmem_rma::engine::{Ring, STAGING_BYTES, Slot, kind, request, state};
 /// The network between ranks' proxies: one-sided access to peers' heaps where it has
 /// it, and requests with replies between proxies.
 ///
-/// Every method is called by this rank's proxy only, one call at a time. Requests from
-/// this rank are one at a time: [`Wire::request`] is called again only after
-/// [`Wire::reply`] returned the previous one's reply.
+/// Every method is called by this rank's proxy only, one call at a time. Up to
+/// [`IN_FLIGHT`] of this rank's requests are in flight at once; a peer receives one
+/// rank's requests in the order they were sent, and answers them in that order.
 pub trait Wire: Send {
     /// Whether [`Wire::put`] and [`Wire::get`] reach peers' heaps.
     fn has_window(&self) -> bool;
@@ -59,11 +69,12 @@ pub trait Wire: Send {
     /// `dst..dst + len` is writable memory of this process; the range lies inside the
     /// peer's heap.
     unsafe fn get(&mut self, peer: usize, offset: u64, dst: *mut u8, len: usize) -> Result<()>;
-    /// Sends `message` to `peer`'s proxy, whose reply will be `reply_len` bytes; returns
-    /// without waiting for it.
-    fn request(&mut self, peer: usize, message: Vec<u8>, reply_len: usize) -> Result<()>;
-    /// The reply to the request in flight, once it has arrived; `None` before.
-    fn reply(&mut self) -> Result<Option<Vec<u8>>>;
+    /// Sends `message` to `peer`'s proxy, whose reply will be `reply_len` bytes, as
+    /// request `id` (unique among those in flight); returns without waiting for it.
+    fn request(&mut self, peer: usize, message: Vec<u8>, reply_len: usize, id: u64) -> Result<()>;
+    /// A reply that has arrived, with its request's id; `None` when no reply has arrived
+    /// since the last call returned one.
+    fn reply(&mut self) -> Result<Option<(u64, Vec<u8>)>>;
     /// The next request a peer's proxy sent to this rank, `(from, message)`; `None` when
     /// there is none now.
     fn next_request(&mut self) -> Result<Option<(usize, Vec<u8>)>>;
@@ -78,6 +89,10 @@ pub trait Wire: Send {
 
 /// Slots in a rank's ring.
 const RING_SLOTS: usize = 64;
+
+/// A rank's requests on the wire at once, at most: enough to keep a 64 KiB-per-request
+/// stream moving while earlier ones are applied at the target (a quarter of the ring).
+pub const IN_FLIGHT: usize = 16;
 
 /// Words of a request message's header: request, offset, len, operand, compare.
 const HEADER_WORDS: usize = 5;
@@ -131,9 +146,12 @@ struct Proxy {
     heap_len: usize,
     abort: AbortWord,
     failure: Arc<Mutex<Option<Failure>>>,
-    /// The next ticket, and the request waiting for its reply.
+    /// The next ticket to start, and the requests started and not yet completed, oldest
+    /// first.
     head: u64,
-    inflight: Option<InFlight>,
+    inflight: VecDeque<InFlight>,
+    /// Peers' requests under way in the heap, oldest first: who to reply to.
+    serving: VecDeque<usize>,
     /// The proxy met an error (recorded in `failure`) and serves nothing more.
     failed: bool,
     /// The wire is closed: nothing more may run.
@@ -149,6 +167,8 @@ struct InFlight {
     ticket: u64,
     /// An inline get: its data comes back as the reply's words, not staged bytes.
     inline_get: bool,
+    /// The reply, once it has arrived (it completes in ticket order).
+    reply: Option<Vec<u8>>,
 }
 
 impl Engine {
@@ -181,7 +201,8 @@ impl Engine {
             abort,
             failure: failure.clone(),
             head: 0,
-            inflight: None,
+            inflight: VecDeque::with_capacity(IN_FLIGHT),
+            serving: VecDeque::new(),
             failed: false,
             closed: false,
         }));
@@ -338,18 +359,12 @@ fn word(bytes: &[u8], i: usize) -> u64 {
         .map_or(0, u64::from_le_bytes)
 }
 
-/// Applies `message`, a request from rank `from`, to this rank's heap of `heap_len`
-/// bytes, reached through `heap`; returns the reply. Every field is checked before the
-/// heap is touched: a range outside the heap, a put or get of more than a slot's
-/// staging (all a device sends as a request) or a put whose data is not its length, an
-/// atomic that is not an aligned 4- or 8-byte element, or an unknown kind is
-/// [`Error::Engine`] naming `from`.
-fn apply(
-    heap: &mut dyn HeapAccess,
-    heap_len: usize,
-    message: &[u8],
-    from: usize,
-) -> Result<Vec<u8>> {
+/// The heap operation `message`, a request from rank `from`, asks of this rank's heap of
+/// `heap_len` bytes. Every field is checked before the heap is touched: a range outside
+/// the heap, a put or get of more than a slot's staging (all a device sends as a
+/// request) or a put whose data is not its length, an atomic that is not an aligned 4-
+/// or 8-byte element, or an unknown kind is [`Error::Engine`] naming `from`.
+fn parse(message: &[u8], heap_len: usize, from: usize) -> Result<HeapOp<'_>> {
     let [req, offset, len, operand, compare] = std::array::from_fn(|i| word(message, i));
     let payload = message.get(HEADER_WORDS * 8..).unwrap_or(&[]);
     let refuse = |what: String| Error::Engine {
@@ -372,7 +387,6 @@ fn apply(
              staging"
         )));
     }
-    let mut reply = [0u64; REPLY_WORDS];
     match kind {
         kind::ATOMIC => {
             let size = request::size(req);
@@ -382,7 +396,12 @@ fn apply(
                      an aligned 4- or 8-byte element"
                 )));
             }
-            reply[0] = heap.atomic(offset, req, operand, compare)?;
+            Ok(HeapOp::Atomic {
+                offset,
+                request: req,
+                operand,
+                compare,
+            })
         }
         kind::PUT => {
             if payload.len() != len {
@@ -391,17 +410,22 @@ fn apply(
                     payload.len()
                 )));
             }
-            heap.write(offset, payload)?;
+            Ok(HeapOp::Write {
+                offset,
+                bytes: payload,
+            })
         }
-        kind::GET => {
-            let mut out = words_to_bytes(&reply);
-            out.resize(out.len() + len, 0);
-            heap.read(offset, &mut out[REPLY_WORDS * 8..])?;
-            return Ok(out);
-        }
-        other => return Err(refuse(format!("an unknown request kind {other}"))),
+        kind::GET => Ok(HeapOp::Read { offset, len }),
+        other => Err(refuse(format!("an unknown request kind {other}"))),
     }
-    Ok(words_to_bytes(&reply))
+}
+
+/// The reply to a request whose heap operation finished with `done`: the result words
+/// (the old value of an atomic), then a get's bytes.
+fn reply_to(done: HeapDone) -> Vec<u8> {
+    let mut reply = words_to_bytes(&[done.old, 0]);
+    reply.extend_from_slice(&done.bytes);
+    reply
 }
 
 /// The result words and the staged bytes of `reply`, a target's answer to this rank's
@@ -430,7 +454,10 @@ fn run(proxy: &Mutex<Proxy>, stop: &AtomicBool) {
     loop {
         let (busy, settled) = {
             let mut p = lock(proxy);
-            (p.step(true), p.failed || p.inflight.is_none())
+            (
+                p.step(true),
+                p.failed || (p.inflight.is_empty() && p.serving.is_empty()),
+            )
         };
         if stop.load(Ordering::Acquire) && settled {
             break;
@@ -515,29 +542,65 @@ impl Proxy {
             .wrapping_add((ticket % RING_SLOTS as u64) as usize * STAGING_BYTES)
     }
 
-    /// Serves the requests peers sent to this rank; true if it served any.
+    /// Serves the requests peers sent to this rank: replies to those whose heap operation
+    /// finished, in the order they came, and starts new ones while the heap has room;
+    /// true if it did anything.
     fn serve(&mut self) -> Result<bool> {
         let mut served = false;
-        while let Some((from, message)) = self.wire.next_request()? {
+        while !self.serving.is_empty() {
+            let Some(done) = self.heap.finish()? else {
+                break;
+            };
+            let to = self.serving.pop_front().expect("checked not empty");
+            self.wire.send_reply(to, reply_to(done))?;
             served = true;
-            let reply = apply(&mut *self.heap, self.heap_len, &message, from)?;
-            self.wire.send_reply(from, reply)?;
+        }
+        while self.serving.len() < self.heap.capacity() {
+            let Some((from, message)) = self.wire.next_request()? else {
+                break;
+            };
+            let op = parse(&message, self.heap_len, from)?;
+            self.heap.start(op)?;
+            self.serving.push_back(from);
+            served = true;
         }
         Ok(served)
     }
 
-    /// Starts or finishes the request at `head`; true if it did anything.
+    /// Takes in the replies that arrived, completes the oldest requests that have theirs
+    /// (in ticket order), and starts the next ones; true if it did anything.
     fn progress(&mut self) -> Result<bool> {
-        if let Some(f) = &self.inflight {
-            let Some(reply) = self.wire.reply()? else {
-                return Ok(false);
-            };
-            let (ticket, inline_get) = (f.ticket, f.inline_get);
-            self.inflight = None;
-            let (words, staged) = read_reply(&reply, inline_get);
-            self.finish(ticket, words, staged);
-            self.head += 1;
-            return Ok(true);
+        let mut progressed = false;
+        while let Some((id, reply)) = self.wire.reply()? {
+            let f = self
+                .inflight
+                .iter_mut()
+                .find(|f| f.ticket == id && f.reply.is_none())
+                .ok_or_else(|| Error::Engine {
+                    peer: None,
+                    what: format!("a reply to request {id}, which is not in flight"),
+                })?;
+            f.reply = Some(reply);
+            progressed = true;
+        }
+        while self.inflight.front().is_some_and(|f| f.reply.is_some()) {
+            let f = self.inflight.pop_front().expect("looked at above");
+            let reply = f.reply.unwrap_or_default();
+            let (words, staged) = read_reply(&reply, f.inline_get);
+            self.finish(f.ticket, words, staged);
+            progressed = true;
+        }
+        while self.start_next()? {
+            progressed = true;
+        }
+        Ok(progressed)
+    }
+
+    /// Starts the request at `head` if its slot is full and there is room on the wire;
+    /// true if it did.
+    fn start_next(&mut self) -> Result<bool> {
+        if self.inflight.len() >= IN_FLIGHT {
+            return Ok(false);
         }
         let head = self.head;
         let slot = self.slot(head);
@@ -563,9 +626,14 @@ impl Proxy {
         // Through the window where there is one and the data is not staged; otherwise the
         // request (and inline or staged data) travels to the target's proxy.
         let direct = req & request::STAGED == 0 && self.direct;
+        let window = direct && matches!(request::kind(req), kind::PUT | kind::GET);
+        if window && !self.inflight.is_empty() {
+            // Complete in order: after every request before it.
+            return Ok(false);
+        }
         let words = [operand, compare];
         match request::kind(req) {
-            kind::PUT if direct => {
+            kind::PUT if window => {
                 let src = if inline {
                     words.as_ptr().cast::<u8>()
                 } else {
@@ -576,9 +644,8 @@ impl Proxy {
                 // against the heap's length).
                 unsafe { self.wire.put(peer, offset, src, len as usize)? };
                 self.finish(head, [0; 2], &[]);
-                self.head += 1;
             }
-            kind::GET if direct => {
+            kind::GET if window => {
                 let mut words = [0u64; 2];
                 let dst = if inline {
                     words.as_mut_ptr().cast::<u8>()
@@ -588,7 +655,6 @@ impl Proxy {
                 // SAFETY: as above, for a writable range.
                 unsafe { self.wire.get(peer, offset, dst, len as usize)? };
                 self.finish(head, words, &[]);
-                self.head += 1;
             }
             _ => {
                 let mut sent = words_to_bytes(&[req, offset, len, operand, compare]);
@@ -607,13 +673,15 @@ impl Proxy {
                     } else {
                         0
                     };
-                self.wire.request(peer, sent, reply_len)?;
-                self.inflight = Some(InFlight {
+                self.wire.request(peer, sent, reply_len, head)?;
+                self.inflight.push_back(InFlight {
                     ticket: head,
                     inline_get: inline && request::kind(req) == kind::GET,
+                    reply: None,
                 });
             }
         }
+        self.head += 1;
         Ok(true)
     }
 
@@ -649,14 +717,23 @@ impl Proxy {
 }
 
 /// A heap of `len` bytes that holds nothing and checks every access the target's side
-/// makes against it (the checks [`apply`] promises to have made).
+/// makes against it (the checks [`parse`] promises to have made); every operation
+/// finishes at once.
 #[cfg(any(test, fuzzing))]
 struct CheckedHeap {
     len: usize,
+    done: VecDeque<HeapDone>,
 }
 
 #[cfg(any(test, fuzzing))]
 impl CheckedHeap {
+    fn new(len: usize) -> Self {
+        Self {
+            len,
+            done: VecDeque::new(),
+        }
+    }
+
     fn check(&self, offset: usize, len: usize) {
         assert!(len <= STAGING_BYTES, "{len} bytes at once");
         assert!(offset.checked_add(len).is_some_and(|end| end <= self.len));
@@ -665,21 +742,56 @@ impl CheckedHeap {
 
 #[cfg(any(test, fuzzing))]
 impl HeapAccess for CheckedHeap {
-    fn write(&mut self, offset: usize, bytes: &[u8]) -> Result<()> {
-        self.check(offset, bytes.len());
+    fn capacity(&self) -> usize {
+        1
+    }
+    fn start(&mut self, op: HeapOp<'_>) -> Result<()> {
+        let done = match op {
+            HeapOp::Write { offset, bytes } => {
+                self.check(offset, bytes.len());
+                HeapDone::default()
+            }
+            HeapOp::Read { offset, len } => {
+                self.check(offset, len);
+                HeapDone {
+                    old: 0,
+                    bytes: vec![0xa5; len],
+                }
+            }
+            HeapOp::Atomic {
+                offset, request, ..
+            } => {
+                let size = request::size(request) as usize;
+                assert!(matches!(size, 4 | 8) && offset.is_multiple_of(size));
+                self.check(offset, size);
+                HeapDone {
+                    old: u64::MAX,
+                    bytes: Vec::new(),
+                }
+            }
+        };
+        self.done.push_back(done);
         Ok(())
     }
-    fn read(&mut self, offset: usize, out: &mut [u8]) -> Result<()> {
-        self.check(offset, out.len());
-        out.fill(0xa5);
-        Ok(())
+    fn finish(&mut self) -> Result<Option<HeapDone>> {
+        Ok(self.done.pop_front())
     }
-    fn atomic(&mut self, offset: usize, request: u64, _: u64, _: u64) -> Result<u64> {
-        let size = request::size(request) as usize;
-        assert!(matches!(size, 4 | 8) && offset.is_multiple_of(size));
-        self.check(offset, size);
-        Ok(u64::MAX)
-    }
+}
+
+/// What a target's proxy does with `message` from rank `from`, on a heap that finishes
+/// every operation at once: the reply, or the refusal.
+#[cfg(any(test, fuzzing))]
+fn apply(
+    heap: &mut dyn HeapAccess,
+    heap_len: usize,
+    message: &[u8],
+    from: usize,
+) -> Result<Vec<u8>> {
+    heap.start(parse(message, heap_len, from)?)?;
+    let done = heap
+        .finish()?
+        .expect("the heap finishes every operation at once");
+    Ok(reply_to(done))
 }
 
 /// Applies `message` from rank `from` to a heap of `heap_len` bytes and reads `reply`
@@ -692,7 +804,7 @@ impl HeapAccess for CheckedHeap {
 /// Where `apply` or `read_reply` breaks that.
 #[cfg(any(test, fuzzing))]
 pub(crate) fn check_wire(message: &[u8], heap_len: usize, from: usize, reply: &[u8]) {
-    let mut heap = CheckedHeap { len: heap_len };
+    let mut heap = CheckedHeap::new(heap_len);
     match apply(&mut heap, heap_len, message, from) {
         Ok(answer) => {
             let [req, _, len] = std::array::from_fn(|i| word(message, i));
@@ -762,7 +874,7 @@ mod tests {
 
         #[test]
         fn valid_requests_are_applied(message in request_message()) {
-            let mut heap = CheckedHeap { len: HEAP };
+            let mut heap = CheckedHeap::new(HEAP);
             prop_assert!(apply(&mut heap, HEAP, &message, 1).is_ok());
         }
 
@@ -774,11 +886,129 @@ mod tests {
         }
     }
 
+    /// What the proxy under test sent, and the replies the test hands it.
+    #[derive(Default)]
+    struct Fabric {
+        sent: Vec<(usize, u64)>,
+        replies: VecDeque<(u64, Vec<u8>)>,
+    }
+
+    /// A wire that records requests and delivers the replies the test queues.
+    struct FakeWire(Arc<Mutex<Fabric>>);
+
+    impl Wire for FakeWire {
+        fn has_window(&self) -> bool {
+            false
+        }
+        unsafe fn put(&mut self, _: usize, _: u64, _: *const u8, _: usize) -> Result<()> {
+            unreachable!("no window")
+        }
+        unsafe fn get(&mut self, _: usize, _: u64, _: *mut u8, _: usize) -> Result<()> {
+            unreachable!("no window")
+        }
+        fn request(&mut self, peer: usize, _: Vec<u8>, _: usize, id: u64) -> Result<()> {
+            self.0.lock().unwrap().sent.push((peer, id));
+            Ok(())
+        }
+        fn reply(&mut self) -> Result<Option<(u64, Vec<u8>)>> {
+            Ok(self.0.lock().unwrap().replies.pop_front())
+        }
+        fn next_request(&mut self) -> Result<Option<(usize, Vec<u8>)>> {
+            Ok(None)
+        }
+        fn send_reply(&mut self, _: usize, _: Vec<u8>) -> Result<()> {
+            Ok(())
+        }
+        fn close(&mut self, _: bool) {}
+    }
+
+    #[test]
+    fn requests_stream_and_complete_in_ticket_order() {
+        // 24 staged puts, alternating between peers 1 and 2, all posted at once.
+        let mut ring = Box::new(Ring {
+            capacity: RING_SLOTS as u64,
+            ..Ring::default()
+        });
+        let mut slots: Vec<Slot> = (0..RING_SLOTS).map(|_| Slot::default()).collect();
+        let mut staging = vec![0u8; RING_SLOTS * STAGING_BYTES];
+        let mut abort = 0u64;
+        for (t, slot) in slots.iter_mut().enumerate().take(24) {
+            slot.request = request::pack(kind::PUT, 0, 0, request::STAGED);
+            slot.peer = 1 + t as u64 % 2;
+            slot.offset = t as u64 * 64;
+            slot.len = 64;
+            slot.turn = state::FULL;
+        }
+        let fabric = Arc::new(Mutex::new(Fabric::default()));
+        let mut proxy = Proxy {
+            wire: Box::new(FakeWire(fabric.clone())),
+            direct: false,
+            ring: &raw mut *ring,
+            slots: slots.as_mut_ptr(),
+            staging: staging.as_mut_ptr(),
+            heap: Box::new(CheckedHeap::new(1 << 20)),
+            heap_len: 1 << 20,
+            // SAFETY: a live, aligned word, accessed atomically, outliving the proxy.
+            abort: unsafe { AbortWord::new(&raw mut abort) },
+            failure: Arc::default(),
+            head: 0,
+            inflight: VecDeque::new(),
+            serving: VecDeque::new(),
+            failed: false,
+            closed: false,
+        };
+        let completed = |ring: &Ring| ring.completed;
+        let reply = |ids: &mut dyn Iterator<Item = u64>| {
+            let mut f = fabric.lock().unwrap();
+            f.replies
+                .extend(ids.map(|id| (id, vec![0u8; REPLY_WORDS * 8])));
+        };
+
+        assert!(proxy.step(true));
+        let sent = fabric.lock().unwrap().sent.clone();
+        let want: Vec<(usize, u64)> = (0..IN_FLIGHT as u64)
+            .map(|t| (1 + t as usize % 2, t))
+            .collect();
+        assert_eq!(sent, want, "a window of requests on the wire at once");
+        assert_eq!(completed(&ring), 0);
+
+        // Peer 2 answers all of its requests first: none completes while ticket 0, peer
+        // 1's, is still out, and no slot is handed back early.
+        reply(&mut (1..IN_FLIGHT as u64).step_by(2));
+        proxy.step(true);
+        assert_eq!(completed(&ring), 0);
+        assert_eq!(slots[1].turn, state::FULL);
+
+        // Ticket 0's reply completes tickets 0 and 1 (1's reply was waiting), and two more
+        // requests start.
+        reply(&mut std::iter::once(0));
+        proxy.step(true);
+        assert_eq!(completed(&ring), 2);
+        assert_eq!(slots[0].turn, 4 + state::FREE);
+        assert_eq!(slots[1].turn, 4 + state::FREE);
+        assert_eq!(fabric.lock().unwrap().sent.len(), IN_FLIGHT + 2);
+
+        // Every request sent and not yet answered is answered, newest first, round by
+        // round: all 24 complete, and never more than the window is out.
+        let mut answered: Vec<u64> = (1..IN_FLIGHT as u64).step_by(2).chain([0]).collect();
+        for _ in 0..8 {
+            let sent: Vec<u64> = fabric.lock().unwrap().sent.iter().map(|s| s.1).collect();
+            let open: Vec<u64> = sent.into_iter().filter(|t| !answered.contains(t)).collect();
+            assert!(open.len() <= IN_FLIGHT);
+            reply(&mut open.iter().rev().copied());
+            answered.extend(open);
+            proxy.step(true);
+        }
+        assert_eq!(completed(&ring), 24);
+        assert!(proxy.inflight.is_empty());
+        assert!(!proxy.failed);
+    }
+
     #[test]
     fn engine_get_longer_than_staging_is_refused() {
         // Found by review: a get's reply was allocated at the length the request named,
         // up to the whole heap; a device never asks for more than a slot's staging.
-        let mut heap = CheckedHeap { len: 1 << 40 };
+        let mut heap = CheckedHeap::new(1 << 40);
         let get = request::pack(kind::GET, 0, 0, request::REPLY | request::STAGED);
         let message = words_to_bytes(&[get, 0, 1 << 39, 0, 0]);
         let refused = apply(&mut heap, 1 << 40, &message, 2);
@@ -795,7 +1025,7 @@ mod tests {
     fn engine_put_shorter_than_its_length_is_refused() {
         // Found by review: a put whose message carried fewer bytes than its length wrote
         // what it carried and replied as if it had written them all.
-        let mut heap = CheckedHeap { len: 4096 };
+        let mut heap = CheckedHeap::new(4096);
         let put = request::pack(kind::PUT, 0, 0, request::STAGED);
         let mut message = words_to_bytes(&[put, 64, 32, 0, 0]);
         message.extend_from_slice(&[7; 31]);
@@ -810,7 +1040,7 @@ mod tests {
 
     #[test]
     fn an_unaligned_or_odd_sized_atomic_is_refused() {
-        let mut heap = CheckedHeap { len: 4096 };
+        let mut heap = CheckedHeap::new(4096);
         let add = atomic_code(symmem_rma::AtomicOp::Add);
         for (size, offset) in [(8, 4), (4, 2), (2, 0), (16, 0)] {
             let req = request::pack(kind::ATOMIC, add, size, request::REPLY);

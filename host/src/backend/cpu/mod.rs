@@ -21,14 +21,15 @@
 pub mod threads;
 
 use super::{
-    Backend, BackendKind, CodeObjects, DeviceRegion, Grid, HeapAccess, HostKernel, KernelLaunch,
-    Shareable, SharedRegion,
+    Backend, BackendKind, CodeObjects, DeviceRegion, Grid, HeapAccess, HeapDone, HeapOp,
+    HostKernel, KernelLaunch, Shareable, SharedRegion,
 };
 use crate::error::{Error, Result};
 use rustix::fs::{MemfdFlags, SealFlags};
 use rustix::io::Errno;
 use rustix::mm::{MapFlags, ProtFlags};
 use rustix::process::{Resource, Rlimit};
+use std::collections::VecDeque;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -496,9 +497,11 @@ impl Backend for Cpu {
 }
 
 /// A heap in this process's address space (the CPU backend's memfd heap), as the
-/// off-node engine's target side reaches it ([`Backend::heap_access`]).
+/// off-node engine's target side reaches it ([`Backend::heap_access`]). Every operation
+/// is complete when [`HeapAccess::start`] returns; its result waits in `done`.
 struct HostHeap {
     base: *mut u8,
+    done: VecDeque<HeapDone>,
 }
 
 impl HostHeap {
@@ -508,36 +511,73 @@ impl HostHeap {
     /// `base` is the start of this rank's heap, mapped read-write in this process for
     /// as long as the value lives; callers pass offsets inside it.
     unsafe fn new(base: *mut u8) -> Self {
-        Self { base }
+        Self {
+            base,
+            done: VecDeque::new(),
+        }
     }
 }
 
 // SAFETY: the heap is shared memory, reachable from any thread of the process.
 unsafe impl Send for HostHeap {}
 
+/// Operations a [`HostHeap`] holds results for at once (each is complete at once; this
+/// only bounds the results the proxy has not collected).
+const HOST_HEAP_CAPACITY: usize = 16;
+
 impl HeapAccess for HostHeap {
-    fn write(&mut self, offset: usize, bytes: &[u8]) -> Result<()> {
-        // SAFETY: inside the heap (the proxy checks every request's range); peers'
-        // stores through the engine are ordered by the proxy, and the release fence
-        // publishes them.
-        unsafe {
-            std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.base.add(offset), bytes.len())
+    fn capacity(&self) -> usize {
+        HOST_HEAP_CAPACITY
+    }
+
+    fn start(&mut self, op: HeapOp<'_>) -> Result<()> {
+        let done = match op {
+            HeapOp::Write { offset, bytes } => {
+                // SAFETY: inside the heap (the proxy checks every request's range); peers'
+                // stores through the engine are ordered by the proxy, and the release
+                // fence publishes them.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        bytes.as_ptr(),
+                        self.base.add(offset),
+                        bytes.len(),
+                    )
+                };
+                std::sync::atomic::fence(Ordering::Release);
+                HeapDone::default()
+            }
+            HeapOp::Read { offset, len } => {
+                let mut bytes = vec![0u8; len];
+                // SAFETY: inside the heap (checked by the proxy).
+                unsafe {
+                    std::ptr::copy_nonoverlapping(self.base.add(offset), bytes.as_mut_ptr(), len)
+                };
+                HeapDone { old: 0, bytes }
+            }
+            HeapOp::Atomic {
+                offset,
+                request,
+                operand,
+                compare,
+            } => HeapDone {
+                // SAFETY: an aligned element inside the heap (checked by the proxy), which
+                // kernels access only atomically.
+                old: unsafe {
+                    symmem_rma::engine::apply_atomic(
+                        self.base.add(offset),
+                        request,
+                        operand,
+                        compare,
+                    )
+                },
+                bytes: Vec::new(),
+            },
         };
-        std::sync::atomic::fence(Ordering::Release);
+        self.done.push_back(done);
         Ok(())
     }
-    fn read(&mut self, offset: usize, out: &mut [u8]) -> Result<()> {
-        // SAFETY: inside the heap (checked by the proxy).
-        unsafe {
-            std::ptr::copy_nonoverlapping(self.base.add(offset), out.as_mut_ptr(), out.len())
-        };
-        Ok(())
-    }
-    fn atomic(&mut self, offset: usize, request: u64, operand: u64, compare: u64) -> Result<u64> {
-        // SAFETY: an aligned element inside the heap (checked by the proxy), which
-        // kernels access only atomically.
-        Ok(unsafe {
-            symmem_rma::engine::apply_atomic(self.base.add(offset), request, operand, compare)
-        })
+
+    fn finish(&mut self) -> Result<Option<HeapDone>> {
+        Ok(self.done.pop_front())
     }
 }
