@@ -537,9 +537,14 @@ impl<'w, B: Backend> Collectives<'w, B> {
         let mut table = heap.entries().to_vec();
         for (k, &r) in far.iter().enumerate() {
             let copy = copies.slice(skew + k * slot..skew + k * slot + bytes)?;
+            // The handle's grid, not one sized by the bytes: every request goes through
+            // the engine, and a get kernel that filled the GPU would leave no room for the
+            // one-thread kernel with which a target's proxy applies a peer's signal, while
+            // that target's copies queue behind it (a 1 MiB all-reduce at 2 nodes x 2 on
+            // one H200 hung so: four ranks' 256-block gets spinning on replies).
             w.kernels().launch(
                 symmem_kernels::symmem_rma_get,
-                w.backend().grid_for_bytes(bytes),
+                self.grid,
                 (
                     &copy,
                     &src.as_bytes(),

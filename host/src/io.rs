@@ -37,7 +37,7 @@ impl<B: Backend> World<B> {
         if !self.topology().reaches(to) {
             return self.kernels().launch(
                 symmem_kernels::symmem_rma_put,
-                grid,
+                self.engine_grid(),
                 (dst, src, bases, world, rank, bytes as u64, to as u32),
             );
         }
@@ -73,7 +73,7 @@ impl<B: Backend> World<B> {
         if !self.topology().reaches(from) {
             return self.kernels().launch(
                 symmem_kernels::symmem_rma_get,
-                grid,
+                self.engine_grid(),
                 (dst, src, bases, world, rank, bytes as u64, from as u32),
             );
         }
@@ -82,6 +82,16 @@ impl<B: Backend> World<B> {
             grid,
             (dst, src, bytes as u64, bases, world, rank, from as u32),
         )
+    }
+
+    /// The launch shape of a kernel whose bytes all go through the off-node engine: the
+    /// backend's collective grid (8 blocks on a GPU), whatever the size. Each thread moves
+    /// large pieces as requests, so more blocks add no bandwidth; and a kernel that filled
+    /// the GPU with threads waiting on replies would leave no room for the one-thread
+    /// kernel with which a target's proxy applies a peer's signal on the same GPU, while
+    /// the target's copies wait behind that kernel on its stream.
+    fn engine_grid(&self) -> crate::backend::Grid {
+        self.backend().collective_grid()
     }
 
     /// A direct device copy of `src` into `dst` with no translation (`symmem_copy`, the
