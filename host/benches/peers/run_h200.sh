@@ -15,8 +15,9 @@
 #   small         the small-message bench three times, graph-replayed, worlds 2, 4, 8;
 #                 plot_small.py -> small_messages.svg (small_messages_{1,2,3}.csv)
 #   engine        the off-node engine on CUDA (staging path) under MPS, processes as
-#                 emulated nodes, against MPI in the same run: -np 2 (1 rank per node) and
-#                 -np 4 (2 per node) (engine-bench-np{2,4}.txt, env.txt)
+#                 emulated nodes, against MPI in the same run: -np 2 (1 rank per node: puts
+#                 to 64 MiB, latency) and -np 4 (2 per node: puts to 1 MiB, all-reduces to
+#                 16 MiB) (engine-bench-np{2,4}.txt, env.txt)
 #   engine-hang   the staged all-reduce of 1 MiB at 2 nodes x 2 under MPS alone, every
 #                 sample's time as it ends, SYMMEM_LOG=debug; if it runs past ${HANG_S:-60} s,
 #                 every rank's host stacks (cuda-gdb) before it is killed
@@ -118,6 +119,12 @@ small() {
   python3 "$P/plot_small.py" "$OUT/small_messages.svg" "$OUT"/small_messages_[123].csv
 }
 
+mps_start() {
+  export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  nvidia-cuda-mps-control -d
+}
+
 # The image's Open MPI is not CUDA-aware and creates no window over memory it did not
 # allocate (results/2026-12-04-issue19-h200-mps/probe-*.txt), so the engine stages and the
 # bench's MPI reference puts into an MPI_Win_allocate window. Processes emulating nodes
@@ -132,26 +139,19 @@ engine() {
     ompi_info --parsable --all 2>/dev/null | grep "built_with_cuda_support:value"; } > "$OUT/env.txt" 2>&1
   cat "$OUT/env.txt"
   local pe="--map-by slot:PE=2 --bind-to core"
-  export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
-  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
   local mps="-x CUDA_MPS_PIPE_DIRECTORY -x CUDA_MPS_LOG_DIRECTORY"
-  nvidia-cuda-mps-control -d || { echo "MPS did not start"; return 1; }
+  mps_start || { echo "MPS did not start"; return 1; }
   echo "== MPS, engine bench --cuda (staging), -np 2, 1 rank per node: put, latency"
   timeout 60 $MPIRUN $pe $mps -np 2 -x SYMMEM_RANKS_PER_NODE=1 "$CARRY/engine-bench" --cuda \
     --max-all-reduce 0 > "$OUT/engine-bench-np2.txt" 2>&1
   echo "rc=$?"; grep -E "bench|put|latency|rror" "$OUT/engine-bench-np2.txt" | head -8
   echo "== MPS, engine bench --cuda (staging), -np 4, 2 per node: put, latency, all-reduce"
-  timeout 100 $MPIRUN $pe $mps -np 4 -x SYMMEM_RANKS_PER_NODE=2 "$CARRY/engine-bench" --cuda \
-    --max-put 1048576 > "$OUT/engine-bench-np4.txt" 2>&1
+  timeout 150 $MPIRUN $pe $mps -np 4 -x SYMMEM_RANKS_PER_NODE=2 "$CARRY/engine-bench" --cuda \
+    --max-put 1M --max-all-reduce 16M > "$OUT/engine-bench-np4.txt" 2>&1
   echo "rc=$?"; grep -E "bench|put|latency|all_reduce|rror" "$OUT/engine-bench-np4.txt" | head -14
   echo quit | nvidia-cuda-mps-control
 }
 
-mps_start() {
-  export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
-  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-  nvidia-cuda-mps-control -d
-}
 
 engine_hang() {
   mps_start || { echo "MPS did not start"; return 1; }
