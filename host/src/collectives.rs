@@ -401,7 +401,8 @@ impl<'w, B: Backend> Collectives<'w, B> {
     /// [`Error::OverlappingBuffers`] for `dst` and `src` that overlap (in place is not
     /// supported: peers still read `src` while `dst` is written), and
     /// [`Error::LamportUnavailable`] for [`Algorithm::Lamport`] where its kernel cannot
-    /// serve the call.
+    /// serve the call, and [`Error::Capturing`] inside [`World::capture`] across nodes
+    /// (the hierarchical path uploads its table of copies on every call).
     pub fn all_reduce<T: Element>(
         &self,
         dst: &SymmetricBuffer<'_, T, B>,
@@ -513,6 +514,10 @@ impl<'w, B: Backend> Collectives<'w, B> {
         op: ReduceOp,
     ) -> Result<()> {
         let w = self.world;
+        // It allocates its copies on first use and uploads their table on every call,
+        // neither of which a graph can record: refused as such, not as the allocation or
+        // the write a user did not make (the soak's graphs across emulated nodes).
+        w.not_capturing("an all-reduce or reduce-scatter across nodes")?;
         let (me, n) = (w.rank(), w.world_size());
         let bytes = count * size_of::<T>();
         let far: Vec<usize> = (0..n).filter(|&r| !w.topology().reaches(r)).collect();
@@ -616,7 +621,8 @@ impl<'w, B: Backend> Collectives<'w, B> {
     /// symmetric `src`. Collective.
     ///
     /// Errors: `src` shorter than `world * count` or not in this world's heap, `dst`
-    /// shorter than `count`.
+    /// shorter than `count`, and [`Error::Capturing`] inside [`World::capture`] across
+    /// nodes (as [`Collectives::all_reduce`]).
     pub fn reduce_scatter<T: Element>(
         &self,
         dst: &impl AsDeviceSlice<T, B>,

@@ -1,6 +1,8 @@
 //! A randomized fault soak (issue 31): random programs over symmem's public API, ranks as
-//! threads on the CPU backend at 2-8 ranks, every result checked against a host model of
-//! every rank's memory, with at most one fault per program.
+//! threads on the CPU backend at 2-8 ranks, a quarter of them split into emulated nodes
+//! (`Config::ranks_per_node`, peers on other nodes reached through the local transport's
+//! engine), every result checked against a host model of every rank's memory, with at
+//! most one fault per program.
 //!
 //! A program is a list of operations every rank makes in the same order: symmetric
 //! allocations of random sizes and element types (`zeros`, `from_slice`) and drops,
@@ -396,6 +398,9 @@ struct Fault {
 struct Program {
     seed: u64,
     world: usize,
+    /// Ranks per emulated node (`Config::ranks_per_node`), where the world is split into
+    /// nodes that reach each other through the local transport's engine.
+    per_node: Option<usize>,
     blocks: u32,
     ops: Vec<Op>,
     /// `expect[step][rank]`.
@@ -421,6 +426,8 @@ struct MBuf {
 struct Model {
     seed: u64,
     n: usize,
+    /// The world spans several (emulated) nodes: the barrier-free all-reduce is refused.
+    nodes: bool,
     blocks: u64,
     bufs: Vec<Option<MBuf>>,
     /// Bytes of live buffers, and of dropped ones no barrier has released yet.
@@ -600,7 +607,8 @@ impl Model {
                 let bytes = count * ty.size();
                 let lamport = matches!(ty, Ty::F32 | Ty::Bf16 | Ty::F16)
                     && rop == ReduceOp::Sum
-                    && bytes <= LAMPORT_CAPACITY;
+                    && bytes <= LAMPORT_CAPACITY
+                    && !self.nodes;
                 if algorithm == Algorithm::Lamport && !lamport {
                     return (vec![Expect::Refused("LamportUnavailable"); n], agreed);
                 }
@@ -779,6 +787,12 @@ fn generate(seed: u64) -> Program {
     let mut g = Gen::new(seed);
     let n = g.range(2, 8);
     let blocks = if g.chance(25) { 2 } else { 1 };
+    // A quarter of the programs split the world into emulated nodes of a size that
+    // divides it (every peer remote when it is 1).
+    let per_node = g.chance(25).then(|| {
+        let sizes: Vec<usize> = (1..n).filter(|d| n.is_multiple_of(*d)).collect();
+        g.pick(&sizes)
+    });
     // A few element types per program, so that same-type pairs are common.
     let mut types: Vec<Ty> = Ty::ALL.to_vec();
     while types.len() > 3 {
@@ -790,6 +804,7 @@ fn generate(seed: u64) -> Program {
     let mut m = Model {
         seed,
         n,
+        nodes: per_node.is_some(),
         blocks: u64::from(blocks),
         bufs: Vec::new(),
         live: 0,
@@ -855,6 +870,7 @@ fn generate(seed: u64) -> Program {
     Program {
         seed,
         world: n,
+        per_node,
         blocks,
         ops,
         expect,
@@ -961,7 +977,12 @@ fn next_op(g: &mut Gen, m: &Model, types: &[Ty]) -> Op {
             let mut body = Vec::new();
             for _ in 0..g.range(1, 3) {
                 if let Some(op) = collective(g, m, false) {
-                    body.push(op);
+                    // Across nodes the reductions refuse a capture (`Error::Capturing`,
+                    // `off_node_local::a_reduction_across_nodes_refuses_a_capture`).
+                    let reduces = matches!(op, Op::AllReduce { .. } | Op::ReduceScatter { .. });
+                    if !(m.nodes && reduces) {
+                        body.push(op);
+                    }
                 }
             }
             let Some(input) = body
@@ -1026,7 +1047,8 @@ fn collective(g: &mut Gen, m: &Model, refusals: bool) -> Option<Op> {
             let bytes = count * ty.size();
             let lamport = matches!(ty, Ty::F32 | Ty::Bf16 | Ty::F16)
                 && op == ReduceOp::Sum
-                && bytes <= LAMPORT_CAPACITY;
+                && bytes <= LAMPORT_CAPACITY
+                && !m.nodes;
             if algorithm == Algorithm::Lamport && !lamport && !(refusals && g.chance(30)) {
                 algorithm = Algorithm::Auto;
             }
@@ -1496,6 +1518,14 @@ fn config() -> Config {
     }
 }
 
+/// The configuration of program `p`'s world: [`config`], split into its nodes.
+fn config_of(p: &Program) -> Config {
+    Config {
+        ranks_per_node: p.per_node,
+        ..config()
+    }
+}
+
 /// Runs `p` on its ranks (on this thread).
 fn execute(p: &Program) -> Observed {
     let n = p.world;
@@ -1508,7 +1538,7 @@ fn execute(p: &Program) -> Observed {
     let spawned = std::panic::catch_unwind(AssertUnwindSafe(|| {
         symmem::spawn_ranks(
             n,
-            &config(),
+            &config_of(p),
             |_| Ok(Cpu::new()),
             |world| {
                 let me = world.rank();
@@ -1998,8 +2028,8 @@ fn soak_one(seed: u64, verbose: bool) -> Stats {
     let p = generate(seed);
     if verbose {
         eprintln!(
-            "seed {seed}: world {}, blocks {}, fault {:?}",
-            p.world, p.blocks, p.fault
+            "seed {seed}: world {}, ranks per node {:?}, blocks {}, fault {:?}",
+            p.world, p.per_node, p.blocks, p.fault
         );
         for (k, op) in p.ops.iter().enumerate() {
             eprintln!("  {k:3}: {op:?}");

@@ -100,3 +100,45 @@ fn cuda_two_ranks_every_peer_on_another_node_is_refused() {
 fn cuda_four_ranks_as_two_nodes_of_two_is_refused() {
     cuda_is_refused(4, 2);
 }
+
+/// Across nodes, an all-reduce uploads its table of copies on every call, which a graph
+/// cannot record: a capture of one is refused naming the reduction (not an allocation or
+/// a write the user did not make), and the world works after it. Found by the fault
+/// soak's graphs on emulated nodes.
+#[test]
+fn a_reduction_across_nodes_refuses_a_capture() {
+    use symmem::collectives::{Algorithm, Collectives, ReduceOp};
+    let results = symmem::spawn_ranks(
+        4,
+        &config(2),
+        |_| Ok(Cpu::new()),
+        |w: World<Cpu>| {
+            let c = Collectives::new(&w)?;
+            let src = w.from_slice(&[w.rank() as i32 + 1; 16])?;
+            let dst = w.zeros::<i32>(16)?;
+            w.barrier()?;
+            let refused = w
+                .capture(|| c.all_reduce(&dst, &src, 16, ReduceOp::Sum, Algorithm::Auto))
+                .map(|_| ());
+            c.all_reduce(&dst, &src, 16, ReduceOp::Sum, Algorithm::Auto)?;
+            let sum = w.read(&dst)?;
+            drop((c, src, dst));
+            w.finalize()?;
+            Ok((refused, sum))
+        },
+    )
+    .expect("spawning the ranks");
+    for (rank, result) in results.into_iter().enumerate() {
+        let (refused, sum) = result.unwrap_or_else(|e| panic!("rank {rank}: {e}"));
+        assert!(
+            matches!(
+                refused,
+                Err(Error::Capturing {
+                    call: "an all-reduce or reduce-scatter across nodes"
+                })
+            ),
+            "rank {rank}: {refused:?}"
+        );
+        assert_eq!(sum, vec![1 + 2 + 3 + 4; 16], "rank {rank}");
+    }
+}

@@ -264,9 +264,10 @@ impl<'a> Team<'a> {
     // ---- block-cooperative ranges -----------------------------------------------
 
     /// Put, non-blocking: this thread's share of copying `n` bytes from local `src` to
-    /// symmetric `dst` on rank `to`. On return only this thread's share is issued; use
-    /// [`Team::quiet_block`] (or a signal or barrier) before relying on the data or on
-    /// `src` being free for the whole block.
+    /// symmetric `dst` on rank `to`. On return only this thread's share is issued: a
+    /// later signal or barrier orders the data before it, but `src` may still be read
+    /// (an off-node engine reads it after the kernel has moved on) until
+    /// [`Team::quiet_block`].
     ///
     /// # Safety
     /// Every thread of the block calls it with the same arguments; `to < world`; `dst`
@@ -722,8 +723,16 @@ impl Team<'_> {
         value: u64,
         to: usize,
     ) {
+        // Blocking towards `src` (it may be reused on return): an off-node put through the
+        // engine's window is complete before the signal is posted. The soak found a
+        // source freed by its caller while the proxy still read it (emulated nodes).
         // SAFETY: forwarded from the caller.
-        unsafe { self.put_nbi_block(arch, dst, src, n, to) };
+        match unsafe { self.reach(dst, to) } {
+            // SAFETY: forwarded from the caller.
+            Some(d) => unsafe { copy::copy_block(arch, d, src, n) },
+            // SAFETY: forwarded from the caller.
+            None => unsafe { self.put_off_node(arch, dst, src, n, to, true) },
+        }
         arch.sync_block_release(Scope::System);
         if arch.thread_id() == 0 {
             // SAFETY: forwarded; the releasing barrier above completed every thread's

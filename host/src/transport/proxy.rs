@@ -40,7 +40,7 @@ use crate::backend::{DeviceRegion, HeapAccess, HeapDone, HeapOp, SharedRegion};
 use crate::control::AbortWord;
 use crate::error::{Error, Result};
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -114,7 +114,7 @@ struct Engine {
     /// The ring's `completed` word and its slots, as the host reads them.
     completed: *const u64,
     slots: *const Slot,
-    stop: Arc<AtomicBool>,
+    stop: Arc<AtomicU8>,
     failure: Arc<Mutex<Option<Failure>>>,
     thread: Option<JoinHandle<()>>,
     /// The proxy, shared with kernel threads that help it; kept until they are gone.
@@ -188,7 +188,7 @@ impl Engine {
         let host = region.host_ptr();
         let device = region.device_ptr();
         let ring = host.wrapping_add(RING_AT).cast::<Ring>();
-        let stop = Arc::new(AtomicBool::new(false));
+        let stop = Arc::new(AtomicU8::new(RUN));
         let failure = Arc::new(Mutex::new(None));
         let proxy = Arc::new(Mutex::new(Proxy {
             wire,
@@ -326,7 +326,8 @@ impl Link for Engine {
                 .unwrap_or_else(|p| p.into_inner())
                 .get_or_insert((None, "stopped after a peer was lost".into()));
         }
-        self.stop.store(true, Ordering::Release);
+        let how = if clean { STOP } else { ABANDON };
+        self.stop.store(how, Ordering::Release);
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
@@ -447,9 +448,16 @@ fn lock(proxy: &Mutex<Proxy>) -> std::sync::MutexGuard<'_, Proxy> {
     proxy.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// The proxy thread: rounds of work until the engine stops with nothing in flight, then
-/// the wire closes.
-fn run(proxy: &Mutex<Proxy>, stop: &AtomicBool) {
+/// What the proxy thread is told ([`Engine`]'s `stop`): run, stop once nothing is in
+/// flight, or stop now (a peer was lost: what is in flight may never be answered, and
+/// the world waits for this thread in `finalize`; the wire closes as after a failure).
+const RUN: u8 = 0;
+const STOP: u8 = 1;
+const ABANDON: u8 = 2;
+
+/// The proxy thread: rounds of work until the engine stops with nothing in flight (or is
+/// told to abandon what is), then the wire closes.
+fn run(proxy: &Mutex<Proxy>, stop: &AtomicU8) {
     let mut idle_since = Instant::now();
     loop {
         let (busy, settled) = {
@@ -459,8 +467,16 @@ fn run(proxy: &Mutex<Proxy>, stop: &AtomicBool) {
                 p.failed || (p.inflight.is_empty() && p.serving.is_empty()),
             )
         };
-        if stop.load(Ordering::Acquire) && settled {
-            break;
+        match stop.load(Ordering::Acquire) {
+            STOP if settled => break,
+            ABANDON => {
+                // Found by the soak on emulated nodes: a survivor's `finalize` waited
+                // forever for this thread, whose request to a panicked rank stayed in
+                // flight.
+                lock(proxy).failed = true;
+                break;
+            }
+            _ => {}
         }
         if busy {
             idle_since = Instant::now();
