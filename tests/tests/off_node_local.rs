@@ -142,3 +142,44 @@ fn a_reduction_across_nodes_refuses_a_capture() {
         assert_eq!(sum, vec![1 + 2 + 3 + 4; 16], "rank {rank}");
     }
 }
+
+/// A put with signal to a rank on another node may free its source when the call returns
+/// (its doc's promise): the engine's proxy must have read it by then. The fault soak found
+/// a proxy reading a source its caller had freed (SIGSEGV), with the put part posted
+/// without waiting; 1 MiB sources are their own mappings, unmapped when dropped.
+#[test]
+fn a_put_with_signal_across_nodes_may_free_its_source_on_return() {
+    use symmem::collectives::{Cmp, Collectives};
+    const N: usize = 1 << 18;
+    let results = symmem::spawn_ranks(
+        2,
+        &config(1),
+        |_| Ok(Cpu::new()),
+        |w: World<Cpu>| {
+            let c = Collectives::new(&w)?;
+            let dst = w.zeros::<u32>(N)?;
+            let sig = w.zeros::<u64>(1)?;
+            w.barrier()?;
+            let (me, to) = (w.rank(), 1 - w.rank());
+            for round in 1..=8u32 {
+                let src = w.device_from_slice(&vec![round * 10 + me as u32; N])?;
+                c.put_with_signal(&dst, 0, &src, &sig, 0, 1, to)?;
+                drop(src);
+                c.signal_wait_until_from(&sig, 0, to, Cmp::Ge, u64::from(round))?;
+                let got = w.read(&dst)?;
+                if got.iter().any(|&v| v != round * 10 + to as u32) {
+                    return Ok(Some(round));
+                }
+                w.barrier()?;
+            }
+            drop((c, dst, sig));
+            w.finalize()?;
+            Ok(None)
+        },
+    )
+    .expect("spawning the ranks");
+    for (rank, result) in results.into_iter().enumerate() {
+        let wrong = result.unwrap_or_else(|e| panic!("rank {rank}: {e}"));
+        assert_eq!(wrong, None, "rank {rank}: wrong data in that round");
+    }
+}

@@ -470,9 +470,9 @@ fn run(proxy: &Mutex<Proxy>, stop: &AtomicU8) {
         match stop.load(Ordering::Acquire) {
             STOP if settled => break,
             ABANDON => {
-                // Found by the soak on emulated nodes: a survivor's `finalize` waited
-                // forever for this thread, whose request to a panicked rank stayed in
-                // flight.
+                // Found by the soak on emulated nodes (`fault_soak`'s fixed seed 0): a
+                // survivor's `finalize` waited forever for this thread, whose request to
+                // a panicked rank stayed in flight.
                 lock(proxy).failed = true;
                 break;
             }
