@@ -307,13 +307,33 @@ impl<'a> Team<'a> {
         to: usize,
     ) {
         // SAFETY: forwarded from the caller.
+        unsafe { self.put_done_block(arch, dst, src, n, to) };
+        arch.sync_block();
+    }
+
+    /// This thread's share of a put that has read its part of `src` on return: copied
+    /// on-node, or through the off-node engine waiting until the request is complete (the
+    /// engine reads `src` after posting). What [`Team::put_block`] and
+    /// [`Team::put_with_signal_block`] share.
+    ///
+    /// # Safety
+    /// As [`Team::put_nbi_block`].
+    #[inline(always)]
+    unsafe fn put_done_block<A: Arch>(
+        &self,
+        arch: &A,
+        dst: *mut u8,
+        src: *const u8,
+        n: usize,
+        to: usize,
+    ) {
+        // SAFETY: forwarded from the caller.
         match unsafe { self.reach(dst, to) } {
             // SAFETY: forwarded from the caller.
             Some(d) => unsafe { copy::copy_block(arch, d, src, n) },
             // SAFETY: forwarded from the caller.
             None => unsafe { self.put_off_node(arch, dst, src, n, to, true) },
         }
-        arch.sync_block();
     }
 
     /// Get, non-blocking: this thread's share of copying `n` bytes from symmetric `src`
@@ -727,12 +747,7 @@ impl Team<'_> {
         // engine's window is complete before the signal is posted. The soak found a
         // source freed by its caller while the proxy still read it (emulated nodes).
         // SAFETY: forwarded from the caller.
-        match unsafe { self.reach(dst, to) } {
-            // SAFETY: forwarded from the caller.
-            Some(d) => unsafe { copy::copy_block(arch, d, src, n) },
-            // SAFETY: forwarded from the caller.
-            None => unsafe { self.put_off_node(arch, dst, src, n, to, true) },
-        }
+        unsafe { self.put_done_block(arch, dst, src, n, to) };
         arch.sync_block_release(Scope::System);
         if arch.thread_id() == 0 {
             // SAFETY: forwarded; the releasing barrier above completed every thread's

@@ -119,8 +119,8 @@ impl HeapAccess for CudaEngineHeap {
                 what: format!("more than the heap's {CAPACITY} operations started at once"),
             });
         };
-        let started = self.enqueue(op).and_then(|pending| {
-            self.cuda.ctx.make_current()?;
+        let started = self.cuda.ctx.make_current().and_then(|()| {
+            let pending = self.enqueue(op)?;
             driver::event_record(event, self.stream())?;
             Ok(pending)
         });
@@ -165,7 +165,7 @@ impl HeapAccess for CudaEngineHeap {
 }
 
 impl CudaEngineHeap {
-    /// Enqueues `op` on the instance's stream.
+    /// Enqueues `op` on the instance's stream (its context current).
     fn enqueue(&mut self, op: HeapOp<'_>) -> Result<Pending> {
         match op {
             HeapOp::Write { offset, bytes } => {
@@ -177,13 +177,8 @@ impl CudaEngineHeap {
             HeapOp::Read { offset, len } => {
                 let src = self.base + offset as u64;
                 let slot = self.take_slot();
-                self.cuda.ctx.make_current()?;
-                // SAFETY: `src` is inside the heap (checked by the proxy); the slot is read
-                // only after the event recorded behind this copy has completed.
-                unsafe {
-                    let dst = std::slice::from_raw_parts_mut(self.slot_ptr(slot), len);
-                    driver::memcpy_dtoh_async(dst, src, self.stream())?
-                };
+                // SAFETY: `src` is inside the heap (checked by the proxy).
+                unsafe { self.copy_to_slot(slot, src, len)? };
                 Ok(Pending::Read { slot, len })
             }
             HeapOp::Atomic {
@@ -209,15 +204,27 @@ impl CudaEngineHeap {
                         (at, request, operand, compare, old),
                     )?;
                 }
-                self.cuda.ctx.make_current()?;
-                // SAFETY: the word the launch before it on the same stream writes; the
-                // slot is read only after the event behind this copy has completed.
-                unsafe {
-                    let dst = std::slice::from_raw_parts_mut(self.slot_ptr(slot), 8);
-                    driver::memcpy_dtoh_async(dst, word, self.stream())?
-                };
+                // SAFETY: the word the launch before it on the same stream writes.
+                unsafe { self.copy_to_slot(slot, word, size_of::<u64>())? };
                 Ok(Pending::Atomic { slot })
             }
+        }
+    }
+
+    /// Enqueues the copy of `len <= STAGING_BYTES` device bytes at `src` into page-locked
+    /// slot `slot`, on the instance's stream (its context current); the slot is read only
+    /// after the event recorded behind the operation has completed.
+    ///
+    /// # Safety
+    /// `src..src + len` is device memory this context reads, written by nothing the
+    /// stream does not order before the copy.
+    unsafe fn copy_to_slot(&self, slot: usize, src: u64, len: usize) -> Result<()> {
+        debug_assert!(len <= STAGING_BYTES);
+        // SAFETY: inside the slot, which no pending copy writes (`take_slot`); `src` is
+        // the caller's.
+        unsafe {
+            let dst = std::slice::from_raw_parts_mut(self.slot_ptr(slot), len);
+            driver::memcpy_dtoh_async(dst, src, self.stream())
         }
     }
 
