@@ -109,7 +109,6 @@ impl DepartedMask {
     }
 
     /// Whether `rank` has departed.
-    #[cfg(test)]
     pub fn is_set(self, rank: usize) -> bool {
         self.word(rank)
             .is_some_and(|w| w.load(Ordering::Acquire) & (1 << (rank % 64)) != 0)

@@ -942,13 +942,10 @@ fn next_op(g: &mut Gen, m: &Model, types: &[Ty]) -> Op {
             }
         }
         46..52 => {
-            // Open (issue 31): a put with signal across emulated nodes can still crash
-            // (SIGSEGV: a proxy's window put reads a source its caller freed; before this
-            // was left out, `SYMMEM_SOAK_SEED=15` and `34` reproduced it with
-            // `2f5ec58`'s fix in). Left out across nodes until it is fixed.
-            if m.nodes {
-                return alloc_op(g, m, types);
-            }
+            // Across emulated nodes this found a SIGSEGV under load (`2f5ec58`, seeds 15
+            // and 34 then): a kernel whose wait passed its deadline returned with its put
+            // still in the ring, its caller freed the source, and the proxy read it. A
+            // poisoned world's transport now disowns the rank's requests (`Link::disown`).
             let signals = live_slots(m, |b| b.ty == Ty::U64);
             if signals.is_empty() {
                 return alloc_op(g, m, types);

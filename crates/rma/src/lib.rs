@@ -70,16 +70,20 @@ pub enum Order {
     SeqCst,
 }
 
+/// Host waits give the OS thread up every this many spins (see [`spin`]).
+const YIELD_EVERY: u32 = 64;
+
 /// Spins once in a wait loop: a CPU pause hint, and with the `std` feature on a host
-/// target (ranks, and the off-node engine's proxies, run as threads there) every 64th
-/// spin yields the OS thread, and once a wait has lasted `SLEEP_AFTER_SPINS` spins it
-/// sleeps instead: a long wait leaves the core to the threads it waits for.
+/// target (ranks, and the off-node engine's proxies, run as threads there) every
+/// [`YIELD_EVERY`]th spin yields the OS thread, and once a wait has lasted
+/// `SLEEP_AFTER_SPINS` spins it sleeps instead: a long wait leaves the core to the
+/// threads it waits for.
 #[inline(always)]
 pub(crate) fn spin(count: &mut u32) {
     *count = count.wrapping_add(1);
     core::hint::spin_loop();
     #[cfg(feature = "std")]
-    if count.is_multiple_of(64) {
+    if count.is_multiple_of(YIELD_EVERY) {
         /// Spins before a host wait starts sleeping (tens of microseconds of spinning).
         const SLEEP_AFTER_SPINS: u32 = 1 << 14;
         if *count >= SLEEP_AFTER_SPINS {
@@ -88,4 +92,14 @@ pub(crate) fn spin(count: &mut u32) {
             std::thread::yield_now();
         }
     }
+}
+
+/// Whether [`spin`]'s `count`-th spin gave the OS thread up: never on a GPU. A host wait
+/// looks at its control block then too ([`watch`]): a look costs far less than the yield
+/// or sleep, and a count of spins is no clock where threads outnumber cores (a loaded
+/// machine took seconds for [`watch::POLL_EVERY`] of them, so a lost peer's abort and the
+/// deadline were seen seconds late).
+#[inline(always)]
+pub(crate) const fn gave_thread_up(count: u32) -> bool {
+    cfg!(feature = "std") && count.is_multiple_of(YIELD_EVERY)
 }

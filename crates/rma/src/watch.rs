@@ -20,7 +20,8 @@
 //! world).
 //!
 //! A healthy wait pays nothing for this: the block is looked at only every
-//! [`POLL_EVERY`] spins, and the clock is read only from the first look on.
+//! [`POLL_EVERY`] spins (on the host, also each time the wait yields or sleeps, which
+//! costs far more than a look), and the clock is read only from the first look on.
 //!
 //! Where the block is: on GPUs, the module global `SYMMEM_CONTROL` (defined for GPU targets only), which the host
 //! sets when it loads a module (`cuModuleGetGlobal`, `hipModuleGetGlobal`), so a user's
@@ -215,7 +216,8 @@ impl Watch {
 
     /// Called by a wait on `signal` for `value` from `peer` (having seen `seen`) after
     /// its `spins`-th spin: true when the wait must give up (see the module
-    /// documentation). Looks at the control block only every [`POLL_EVERY`] spins.
+    /// documentation). Looks at the control block only every [`POLL_EVERY`] spins, and
+    /// on the host also whenever the spin gave the OS thread up.
     #[inline(always)]
     pub(crate) fn give_up(
         &mut self,
@@ -225,7 +227,7 @@ impl Watch {
         seen: u64,
         peer: u64,
     ) -> bool {
-        if !spins.is_multiple_of(POLL_EVERY) {
+        if !spins.is_multiple_of(POLL_EVERY) && !crate::gave_thread_up(spins) {
             return false;
         }
         // Only plain values cross into the out-of-line look: no pointer into this wait's
@@ -271,10 +273,11 @@ fn look(start: u64, signal: u64, value: u64, seen: u64, peer: u64) -> u64 {
         && load((departed + (peer / 64) * 8) as *const u64) & (1 << (peer % 64)) != 0;
     let mark = if gone { DEPARTED_SEEN } else { 0 };
     let now = now_ns().clamp(1, DEPARTED_SEEN - 1);
-    let first = start & !DEPARTED_SEEN;
-    if first == 0 {
-        return now | mark;
-    }
+    // The clock starts at the first look; an abort ends the wait at any look.
+    let first = match start & !DEPARTED_SEEN {
+        0 => now,
+        first => first,
+    };
     let waited = now.wrapping_sub(first);
     let why = if abort != 0 || (gone && start & DEPARTED_SEEN != 0) {
         REASON_ABORT
@@ -350,5 +353,25 @@ mod tests {
         assert_eq!(status::reason(s), super::REASON_PEER_GAVE_UP);
         assert_eq!(status::peer(s), Some((1 << 20) - 2));
         assert_eq!(status::waited_ns(s), (1 << 40) / 1000 * 1000);
+    }
+
+    /// Found by the soak on a loaded machine: a host wait looked at its control block
+    /// only every `POLL_EVERY` spins, and took an abort only at its second look; with
+    /// threads sleeping between spins, that was seconds after a peer was lost.
+    #[cfg(feature = "std")]
+    #[test]
+    fn an_abort_ends_a_host_wait_at_its_first_yield() {
+        use super::{Control, NO_PEER, POLL_EVERY, REASON_ABORT, Watch, set_thread_control};
+        let mut control = Control {
+            abort: 3,
+            ..Control::default()
+        };
+        set_thread_control(&raw mut control);
+        let (word, mut watch) = (0u64, Watch::new());
+        let gave_up =
+            (1..=2 * POLL_EVERY).find(|&spins| watch.give_up(spins, &word, 1, 0, NO_PEER));
+        set_thread_control(core::ptr::null_mut());
+        assert_eq!(gave_up, Some(64));
+        assert_eq!(status::reason(control.status), REASON_ABORT);
     }
 }

@@ -18,7 +18,7 @@ use crate::backend::BackendKind;
 use crate::error::{Error, Result};
 use std::collections::VecDeque;
 use std::sync::atomic::{Ordering, fence};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 /// A request between proxies: the rank that sent it, and its message.
 type Request = (usize, Vec<u8>);
@@ -26,8 +26,11 @@ type Request = (usize, Vec<u8>);
 /// What the proxies of one group of thread-ranks share.
 pub(crate) struct Fabric {
     /// Each rank's heap window, `(address, bytes)`, while its transport is attached with
-    /// one.
-    windows: Mutex<Vec<Option<(usize, usize)>>>,
+    /// one. A peer's copy holds the window's read lock for its whole length, so a rank
+    /// that closes its window (the write lock) waits for copies into its heap to end, and
+    /// none starts after: its heap may be freed once it has closed, even if it leaves
+    /// before its peers are quiet (a lost rank's survivors do).
+    windows: Vec<RwLock<Option<(usize, usize)>>>,
     /// Requests sent to each rank, `(from, message)`, in the order they were sent.
     inboxes: Vec<Mutex<VecDeque<Request>>>,
     /// Replies sent to each rank, `(from, reply)`, in the order they were sent.
@@ -44,7 +47,7 @@ impl Fabric {
     /// The fabric of a group of `world` ranks.
     pub(crate) fn new(world: usize) -> Arc<Self> {
         Arc::new(Self {
-            windows: Mutex::new(vec![None; world]),
+            windows: (0..world).map(|_| RwLock::default()).collect(),
             inboxes: (0..world).map(|_| Mutex::default()).collect(),
             replies: (0..world).map(|_| Mutex::default()).collect(),
         })
@@ -93,7 +96,7 @@ impl Transport for LocalTransport {
         }
         let window = attach.heap.direct;
         if let Some(base) = window {
-            lock(&self.fabric.windows)[self.rank] =
+            *write(&self.fabric.windows[self.rank]) =
                 Some((base.expose_provenance(), attach.heap.len));
         }
         let wire = LocalWire {
@@ -119,12 +122,23 @@ struct LocalWire {
 }
 
 impl LocalWire {
-    /// `peer`'s heap window at `offset`, for `len` bytes.
-    fn at(&self, peer: usize, offset: u64, len: usize) -> Result<*mut u8> {
-        let window = lock(&self.fabric.windows).get(peer).copied().flatten();
+    /// Runs `copy` on `peer`'s heap window at `offset`, for `len` bytes, holding the
+    /// window open (its read lock) until the copy is done.
+    fn with_window(
+        &self,
+        peer: usize,
+        offset: u64,
+        len: usize,
+        copy: impl FnOnce(*mut u8),
+    ) -> Result<()> {
+        let window = self.fabric.windows.get(peer).ok_or_else(|| Error::Engine {
+            peer: Some(peer),
+            what: "a one-sided request to a rank outside the group".into(),
+        })?;
+        let window = window.read().unwrap_or_else(|p| p.into_inner());
         let (base, bytes) = window.ok_or_else(|| Error::Engine {
             peer: Some(peer),
-            what: "a one-sided request, but the peer's heap has no window".into(),
+            what: "a one-sided request, but the peer's heap has no window (it has left)".into(),
         })?;
         let inside = offset
             .checked_add(len as u64)
@@ -138,8 +152,14 @@ impl LocalWire {
                 ),
             });
         }
-        Ok(std::ptr::with_exposed_provenance_mut::<u8>(base).wrapping_add(offset as usize))
+        copy(std::ptr::with_exposed_provenance_mut::<u8>(base).wrapping_add(offset as usize));
+        Ok(())
     }
+}
+
+/// Write-locks a window; as for [`lock`], every update is a single assignment.
+fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    lock.write().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Wire for LocalWire {
@@ -148,22 +168,23 @@ impl Wire for LocalWire {
     }
 
     unsafe fn put(&mut self, peer: usize, offset: u64, src: *const u8, len: usize) -> Result<()> {
-        let dst = self.at(peer, offset, len)?;
-        // SAFETY: `src` is readable for `len` bytes (the caller's contract); `dst` lies in
-        // the peer's heap, mapped in this process while its transport is attached, which
-        // it is until every rank is quiet.
-        unsafe { std::ptr::copy(src, dst, len) };
-        // Publishes the bytes before whatever this proxy does next (a signal's request).
-        fence(Ordering::Release);
-        Ok(())
+        self.with_window(peer, offset, len, |dst| {
+            // SAFETY: `src` is readable for `len` bytes (the caller's contract); `dst` lies
+            // in the peer's heap, mapped in this process while its window is open, which
+            // it is until the copy returns.
+            unsafe { std::ptr::copy(src, dst, len) };
+            // Publishes the bytes before whatever this proxy does next (a signal's
+            // request).
+            fence(Ordering::Release);
+        })
     }
 
     unsafe fn get(&mut self, peer: usize, offset: u64, dst: *mut u8, len: usize) -> Result<()> {
-        let src = self.at(peer, offset, len)?;
-        fence(Ordering::Acquire);
-        // SAFETY: as in `put`, the other way round.
-        unsafe { std::ptr::copy(src, dst, len) };
-        Ok(())
+        self.with_window(peer, offset, len, |src| {
+            fence(Ordering::Acquire);
+            // SAFETY: as in `put`, the other way round.
+            unsafe { std::ptr::copy(src, dst, len) };
+        })
     }
 
     fn request(&mut self, peer: usize, message: Vec<u8>, _reply_len: usize, id: u64) -> Result<()> {
@@ -203,6 +224,6 @@ impl Wire for LocalWire {
 
     fn close(&mut self, _clean: bool) {
         // Every rank is quiet: no peer's proxy reaches this heap any more.
-        lock(&self.fabric.windows)[self.rank] = None;
+        *write(&self.fabric.windows[self.rank]) = None;
     }
 }

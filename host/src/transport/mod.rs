@@ -140,6 +140,14 @@ pub trait Link: Send + Sync {
     /// The error the transport met, if it met one (it then serves nothing more, and has
     /// set the rank's abort word).
     fn failure(&self) -> Option<Error>;
+    /// Stops starting this rank's requests, for good: once it returns, the transport
+    /// reads and writes no memory this rank's kernels named (a put's source, a get's
+    /// destination) again, and [`Link::quiet`] no longer waits for them. Requests already
+    /// on the wire still take their replies, and peers' requests are still served.
+    ///
+    /// What a poisoned world calls before its buffers may be freed: a kernel whose wait
+    /// gave up returned without waiting for its request, which may still be in the ring.
+    fn disown(&self);
     /// Stops the transport and frees what it shares with peers (collectively: every rank
     /// stops it after the world's last barrier). `clean` says every rank was quiet and
     /// no peer was lost; without it the transport records that it stopped after a loss,

@@ -40,7 +40,7 @@ use crate::backend::{DeviceRegion, HeapAccess, HeapDone, HeapOp, SharedRegion};
 use crate::control::AbortWord;
 use crate::error::{Error, Result};
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -118,7 +118,9 @@ struct Engine {
     failure: Arc<Mutex<Option<Failure>>>,
     thread: Option<JoinHandle<()>>,
     /// The proxy, shared with kernel threads that help it; kept until they are gone.
-    _proxy: Arc<Mutex<Proxy>>,
+    proxy: Arc<Mutex<Proxy>>,
+    /// [`Link::disown`] was called (the proxy's flag, read by [`Link::quiet`]).
+    disowned: Arc<AtomicBool>,
     path: EnginePath,
     ring: u64,
     // Field order is drop order: the proxy has stopped (`Drop`) before the ring's
@@ -154,6 +156,9 @@ struct Proxy {
     serving: VecDeque<usize>,
     /// The proxy met an error (recorded in `failure`) and serves nothing more.
     failed: bool,
+    /// The rank was poisoned ([`Link::disown`]): none of its requests starts any more,
+    /// as the memory they name may have been freed. Set under the proxy's lock.
+    disowned: Arc<AtomicBool>,
     /// The wire is closed: nothing more may run.
     closed: bool,
 }
@@ -190,6 +195,7 @@ impl Engine {
         let ring = host.wrapping_add(RING_AT).cast::<Ring>();
         let stop = Arc::new(AtomicU8::new(RUN));
         let failure = Arc::new(Mutex::new(None));
+        let disowned = Arc::new(AtomicBool::new(false));
         let proxy = Arc::new(Mutex::new(Proxy {
             wire,
             direct,
@@ -204,6 +210,7 @@ impl Engine {
             inflight: VecDeque::with_capacity(IN_FLIGHT),
             serving: VecDeque::new(),
             failed: false,
+            disowned: disowned.clone(),
             closed: false,
         }));
         let (help, help_context) = if kernels_on_host {
@@ -246,7 +253,8 @@ impl Engine {
             stop,
             failure,
             thread: Some(thread),
-            _proxy: proxy,
+            proxy,
+            disowned,
             path: if direct {
                 EnginePath::Window
             } else {
@@ -288,7 +296,10 @@ impl Link for Engine {
 
     /// With the device idle, every ticket taken has its slot filled, and the proxy serves
     /// tickets in order: it is done when the slot of the first ticket not completed holds
-    /// no request.
+    /// no request. A disowned rank's requests that never started never will: it is done
+    /// once those on the wire are answered (while its peers still serve them, before the
+    /// world's last barrier: without this wait the soak hung a `finalize`, whose proxy
+    /// waited for replies from peers that had stopped).
     fn quiet(&self, deadline: Duration) -> Result<()> {
         let start = Instant::now();
         loop {
@@ -303,7 +314,12 @@ impl Link for Engine {
                 (done, turn.load(Ordering::Acquire))
             };
             let lap = done / RING_SLOTS as u64;
-            if turn != lap * 4 + state::FULL {
+            let quiet = if self.disowned.load(Ordering::Acquire) {
+                lock(&self.proxy).inflight.is_empty()
+            } else {
+                turn != lap * 4 + state::FULL
+            };
+            if quiet {
                 return Ok(());
             }
             if start.elapsed() > deadline {
@@ -317,6 +333,13 @@ impl Link for Engine {
             }
             std::thread::sleep(Duration::from_micros(50));
         }
+    }
+
+    fn disown(&self) {
+        // Under the lock: a window put or get the proxy (or a helping kernel thread) is
+        // in the middle of has finished, and none starts after.
+        let _proxy = lock(&self.proxy);
+        self.disowned.store(true, Ordering::Release);
     }
 
     fn stop(&mut self, clean: bool) {
@@ -615,7 +638,7 @@ impl Proxy {
     /// Starts the request at `head` if its slot is full and there is room on the wire;
     /// true if it did.
     fn start_next(&mut self) -> Result<bool> {
-        if self.inflight.len() >= IN_FLIGHT {
+        if self.inflight.len() >= IN_FLIGHT || self.disowned.load(Ordering::Relaxed) {
             return Ok(false);
         }
         let head = self.head;
@@ -971,6 +994,7 @@ mod tests {
             inflight: VecDeque::new(),
             serving: VecDeque::new(),
             failed: false,
+            disowned: Arc::default(),
             closed: false,
         };
         let completed = |ring: &Ring| ring.completed;
@@ -1018,6 +1042,30 @@ mod tests {
         assert_eq!(completed(&ring), 24);
         assert!(proxy.inflight.is_empty());
         assert!(!proxy.failed);
+
+        // A disowned rank (poisoned: its kernels' buffers may be freed) starts none of
+        // its requests again, and what was already on the wire still completes.
+        let post = |slot: &mut Slot| {
+            slot.request = request::pack(kind::PUT, 0, 0, request::STAGED);
+            slot.peer = 1;
+            slot.len = 64;
+            slot.turn = state::FULL;
+        };
+        slots[24..28].iter_mut().for_each(post);
+        proxy.step(true);
+        assert_eq!(fabric.lock().unwrap().sent.len(), 28);
+        proxy.disowned.store(true, Ordering::Release);
+        post(&mut slots[28]);
+        reply(&mut (24..28));
+        proxy.step(true);
+        proxy.step(true);
+        assert_eq!(completed(&ring), 28);
+        assert_eq!(
+            fabric.lock().unwrap().sent.len(),
+            28,
+            "ticket 28 never starts"
+        );
+        assert_eq!(slots[28].turn, state::FULL);
     }
 
     #[test]

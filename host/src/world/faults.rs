@@ -32,7 +32,17 @@ impl<B: Backend> World<B> {
             return Ok(());
         }
         if let Some(e) = self.transport.as_ref().and_then(|t| t.failure()) {
-            return Err(e);
+            // The first abort wins: one naming another rank than the transport's error
+            // came first, and the transport failed because of that loss (the soak found a
+            // window put to a survivor that had already left after it: `Engine` named the
+            // survivor instead of the rank lost).
+            let after_loss = matches!(
+                (lost, &e),
+                (Some(Some(r)), Error::Engine { peer, .. }) if *peer != Some(r)
+            );
+            if !after_loss {
+                return Err(e);
+            }
         }
         let mut fault = self.fault.lock().unwrap_or_else(|p| p.into_inner());
         let first = fault.is_none();
@@ -47,10 +57,12 @@ impl<B: Backend> World<B> {
                     read(&raw mut (*control).seen),
                 )
             };
+            let peer = symmem_rma::watch::status::peer(status).map(|p| p as usize);
             Fault {
                 status,
                 lost,
                 departed: self.departures.healthy.first(),
+                peer_left_healthy: peer.is_some_and(|p| self.departures.healthy.is_set(p)),
                 signal,
                 value,
                 seen,
@@ -59,6 +71,11 @@ impl<B: Backend> World<B> {
         let error = fault.error(self.rank);
         if first {
             tracing::error!(rank = self.rank, %error, "a device wait gave up: the world is poisoned");
+            // The kernel whose wait gave up may have left a request in the ring, naming a
+            // buffer its caller is now free to drop: the transport must not touch it.
+            if let Some(transport) = &self.transport {
+                transport.disown();
+            }
         }
         Err(error)
     }
@@ -87,6 +104,8 @@ pub(super) struct Fault {
     lost: Option<Option<usize>>,
     /// The first rank that had left the world healthy, if any.
     departed: Option<usize>,
+    /// The peer the wait named had left the world healthy.
+    peer_left_healthy: bool,
     signal: u64,
     value: u64,
     seen: u64,
@@ -112,7 +131,14 @@ impl Fault {
             Error::PeerLost { rank: lost, waited }
         } else if reason == REASON_ABORT {
             // No abort was set: the wait gave up because the peer it waited on had left.
-            Error::PeerLost { rank: peer, waited }
+            // A peer that left after its own failure, while another rank had left in good
+            // order, failed because of that rank: it is the cause (the soak found the
+            // failed peer named instead).
+            let rank = match self.departed {
+                Some(departed) if !self.peer_left_healthy => Some(departed),
+                _ => peer,
+            };
+            Error::PeerLost { rank, waited }
         } else if reason == REASON_PEER_GAVE_UP
             && let Some(departed) = self.departed
         {

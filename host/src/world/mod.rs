@@ -401,7 +401,22 @@ impl<B: Backend> World<B> {
     }
 
     /// Frees `memory` of a dropped [`DeviceBuffer`], or keeps it while a graph lives.
+    ///
+    /// First, where an off-node transport may still hold a request naming it (a kernel
+    /// whose wait gave up returns without waiting for its requests), the world's device
+    /// waits are checked: a poisoned world's transport starts none of this rank's
+    /// requests again ([`Link::disown`]). Where the transport reaches device memory and
+    /// kernels run on the device, the device is synchronised first, so a kernel still
+    /// running has ended (and recorded its wait) before the check.
     pub(crate) fn free_device_memory(&self, memory: B::DeviceMemory) {
+        if let Some(transport) = &self.transport {
+            if transport.path() == EnginePath::Window && !self.backend.kernels_on_host() {
+                // Its error is the device's, reported by the next call that synchronises.
+                let _ = self.backend.synchronize();
+            }
+            // Its error is reported by the next call; here it only disowns.
+            let _ = self.check_waits();
+        }
         let mut pins = self.lock_pins();
         if pins.graphs > 0 {
             pins.kept.push(memory);
