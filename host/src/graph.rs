@@ -77,7 +77,12 @@ impl<B: Backend> World<B> {
             if pins.graphs > 0 {
                 return;
             }
-            std::mem::take(&mut pins.kept)
+            let kept = std::mem::take(&mut pins.kept);
+            if pins.defer_frees {
+                pins.deferred.extend(kept);
+                return;
+            }
+            kept
         };
         drop(kept);
     }

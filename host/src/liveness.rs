@@ -163,6 +163,8 @@ pub(crate) struct Watchdog {
     rank: usize,
     /// The sending ends of the peers' departure sockets (those on this machine).
     peers: Vec<OwnedFd>,
+    /// Some peer is a rank of this very process (ranks as threads).
+    peer_in_process: bool,
     /// Closing it wakes the thread, which then returns.
     stop: Option<UnixStream>,
     thread: Option<JoinHandle<()>>,
@@ -204,6 +206,7 @@ impl Watchdog {
         })?;
         let mut peers = Vec::with_capacity(world - 1);
         let mut watched: Vec<(usize, OwnedFd)> = Vec::new();
+        let mut peer_in_process = false;
         for (peer, share) in all.into_iter().enumerate() {
             if peer == rank {
                 continue;
@@ -217,6 +220,7 @@ impl Watchdog {
                 if same_machine && identity.pid != me.pid {
                     watched.extend(pidfd(identity.pid).map(|fd| (peer, fd)));
                 }
+                peer_in_process |= same_machine && identity.pid == me.pid;
             }
         }
         let (stop, wake) = UnixStream::pair().map_err(|source| Error::Os {
@@ -233,9 +237,15 @@ impl Watchdog {
         Ok(Some(Self {
             rank,
             peers,
+            peer_in_process,
             stop: Some(stop),
             thread: Some(thread),
         }))
+    }
+
+    /// Whether some peer is a rank of this very process (ranks as threads).
+    pub(crate) fn peer_in_process(&self) -> bool {
+        self.peer_in_process
     }
 
     /// Tells every peer on this machine that this rank ends (`how`). Call it once this

@@ -276,6 +276,11 @@ pub trait Backend: Send + Sync + 'static {
     /// True where kernels run on this process's threads (the CPU backend): a kernel's
     /// wait for the off-node engine may then do the engine's work itself.
     fn kernels_on_host(&self) -> bool;
+    /// True where freeing plain device memory waits for every kernel of the context it
+    /// belongs to (`cuMemFree`, `hipFree`): ranks of one process that share a device then
+    /// defer their frees to points where no peer's kernel can wait for them (see
+    /// [`crate::World::barrier`]).
+    fn frees_wait_for_the_device(&self) -> bool;
     /// Where this backend records the runtime calls that failed while it or anything it
     /// made was dropped (`Drop` must not panic), if it keeps such a record: the GPU
     /// backends do, the CPU backend has no call that can fail there. `World::finalize`

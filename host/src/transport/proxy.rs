@@ -50,7 +50,7 @@ use symmem_rma::engine::{Ring, STAGING_BYTES, Slot, kind, request, state};
 /// it, and requests with replies between proxies.
 ///
 /// Every method is called by this rank's proxy only, one call at a time. Up to
-/// [`IN_FLIGHT`] of this rank's requests are in flight at once; a peer receives one
+/// `IN_FLIGHT` (16) of this rank's requests are in flight at once; a peer receives one
 /// rank's requests in the order they were sent, and answers them in that order.
 pub trait Wire: Send {
     /// Whether [`Wire::put`] and [`Wire::get`] reach peers' heaps.

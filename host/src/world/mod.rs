@@ -150,10 +150,15 @@ pub struct World<B: Backend> {
 
 /// What a world's live graphs keep: while `graphs > 0`, device memory its handles let go
 /// of is held in `kept`, and no symmetric object is released, so a replay never touches
-/// memory that was reused.
+/// memory that was reused. And the frees a rank sharing its device with ranks of this
+/// process defers (`deferred`, see [`World::barrier`]).
 pub(crate) struct Pins<B: Backend> {
     pub(crate) graphs: usize,
     pub(crate) kept: Vec<B::DeviceMemory>,
+    pub(crate) deferred: Vec<B::DeviceMemory>,
+    /// Frees wait for the device and a peer is a rank of this process: freeing now
+    /// could wait for a peer's kernel that waits for this rank.
+    pub(crate) defer_frees: bool,
 }
 
 impl<B: Backend> World<B> {
@@ -252,6 +257,8 @@ impl<B: Backend> World<B> {
             }
         };
         let watchdog = Watchdog::start(&mut *bootstrap, abort, departures)?;
+        let backend_defers_frees = backend.frees_wait_for_the_device()
+            && watchdog.as_ref().is_some_and(Watchdog::peer_in_process);
         let transport = if topology.nodes() > 1 {
             let link = start_transport(&*bootstrap, &backend, &heap, abort)?;
             // SAFETY: the live control block's word, before any launch.
@@ -300,6 +307,8 @@ impl<B: Backend> World<B> {
             pins: Mutex::new(Pins {
                 graphs: 0,
                 kept: Vec::new(),
+                deferred: Vec::new(),
+                defer_frees: backend_defers_frees,
             }),
         })
     }
@@ -420,10 +429,29 @@ impl<B: Backend> World<B> {
         let mut pins = self.lock_pins();
         if pins.graphs > 0 {
             pins.kept.push(memory);
+        } else if pins.defer_frees {
+            // Found on the H200 (`waits_leave`): a thread-rank that returned early froze
+            // in `cuMemFree` of its buffers, waiting for its peers' kernels, which waited
+            // for its departure, announced only after.
+            pins.deferred.push(memory);
         } else {
             drop(pins);
             drop(memory);
         }
+    }
+
+    /// Frees what [`World::free_device_memory`] deferred: at a point where no peer's
+    /// kernel waits for this rank (inside a barrier, or after the departure).
+    fn free_deferred(&self) {
+        let deferred = std::mem::take(&mut self.lock_pins().deferred);
+        if !deferred.is_empty() {
+            tracing::debug!(
+                rank = self.rank,
+                count = deferred.len(),
+                "freeing deferred device memory"
+            );
+        }
+        drop(deferred);
     }
 
     /// Unique in this process: what handles name their world by.
@@ -445,6 +473,11 @@ impl<B: Backend> World<B> {
     /// collective calls; then releases what every rank has dropped (see the module
     /// documentation). On return, everything every rank enqueued before is complete.
     ///
+    /// Where ranks of this process share a GPU, the device buffers this rank dropped
+    /// since the last barrier are freed here, once its own work is complete: freeing
+    /// waits for every kernel on the device, a peer's waiting collective included, so it
+    /// is deferred to where no peer waits for this rank (and to its departure).
+    ///
     /// Errors: [`Error::CollectiveMismatch`] naming the ranks that differ from the
     /// majority (every rank gets it, and the world refuses symmetric operations from
     /// then on), [`Error::PeerFailed`] if another rank's device failed, [`Error::PeerLost`],
@@ -455,6 +488,11 @@ impl<B: Backend> World<B> {
             .backend
             .synchronize()
             .and_then(|()| self.quiet_transport());
+        if synced.is_ok() {
+            // This rank's work is complete and no peer is past this barrier, so no peer's
+            // kernel waits for this rank: a free that waits for the device ends.
+            self.free_deferred();
+        }
         // The agreement also checks the device waits, now that the device is done.
         let agreed = self.agree(Call::Barrier, &[], synced.is_err(), synced.is_ok());
         synced.and(agreed)
@@ -509,6 +547,8 @@ impl<B: Backend> World<B> {
             tracing::debug!(rank = self.rank, ?how, "leaving: telling the peers");
             watchdog.announce(how);
         }
+        // The peers' waits on this rank end now.
+        self.free_deferred();
         // A loss this rank learned from its device waits or its watchdog, not from the
         // bootstrap: the ranks that find this one gone name that rank, not this one.
         if let Err(Error::PeerLost {

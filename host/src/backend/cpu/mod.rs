@@ -420,6 +420,9 @@ impl Backend for Cpu {
     fn kernels_on_host(&self) -> bool {
         true
     }
+    fn frees_wait_for_the_device(&self) -> bool {
+        false
+    }
     unsafe fn watch(&self, module: &mut CpuModule, control: &CpuShared) -> Result<()> {
         module.control = control.host_ptr().expose_provenance();
         Ok(())

@@ -56,8 +56,10 @@
 //! synchronising calls (`cuMemFree` of a [`CudaDeviceMemory`], module loads, the
 //! backend's teardown with its `cuMemFreeHost`) wait for every kernel of the process, a
 //! peer's waiting collective included: one rank making such a call while another waits
-//! for it in a kernel deadlocks both. So with in-process ranks sharing a GPU, free plain
-//! device memory only between host barriers, or keep it for the world's lifetime.
+//! for it in a kernel deadlocks both. So where ranks of one process share the device, a
+//! world defers the frees of its [`crate::DeviceBuffer`]s to its next barrier (after the
+//! rank's own work is complete, before any peer can pass it) or its departure
+//! ([`Backend::frees_wait_for_the_device`](super::Backend::frees_wait_for_the_device)).
 //! Symmetric buffers are safe: freeing one returns heap space and makes no driver call.
 //! (Ranks as processes, or one GPU per rank, have no such coupling.) Errors during drop
 //! never panic; they are recorded in the backend's own [`Cuda::drop_errors`], which the

@@ -186,6 +186,10 @@ impl<T: GpuBackend> Backend for T {
         false
     }
 
+    fn frees_wait_for_the_device(&self) -> bool {
+        true
+    }
+
     fn drop_record(&self) -> Option<Arc<DropErrors>> {
         Some(self.shared_drop_errors())
     }
