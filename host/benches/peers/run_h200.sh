@@ -14,7 +14,7 @@
 #                 "Write your own kernel" crate (my-app), the demo with no flags (examples.txt)
 #   small         the small-message bench three times, graph-replayed, worlds 2, 4, 8;
 #                 plot_small.py -> small_messages.svg (small_messages_{1,2,3}.csv)
-#   engine        the off-node engine on CUDA (staging path) under MPS, processes as
+#   engine        the off-node engine on CUDA (staging path) under MPS (MPS=0: without), processes as
 #                 emulated nodes, against MPI in the same run: -np 2 (1 rank per node: puts
 #                 to 64 MiB, latency) and -np 4 (2 per node: puts to 1 MiB, all-reduces to
 #                 16 MiB) (engine-bench-np{2,4}.txt, env.txt)
@@ -139,17 +139,22 @@ engine() {
     ompi_info --parsable --all 2>/dev/null | grep "built_with_cuda_support:value"; } > "$OUT/env.txt" 2>&1
   cat "$OUT/env.txt"
   local pe="--map-by slot:PE=2 --bind-to core"
-  local mps="-x CUDA_MPS_PIPE_DIRECTORY -x CUDA_MPS_LOG_DIRECTORY"
-  mps_start || { echo "MPS did not start"; return 1; }
-  echo "== MPS, engine bench --cuda (staging), -np 2, 1 rank per node: put, latency"
-  timeout 60 $MPIRUN $pe $mps -np 2 -x SYMMEM_RANKS_PER_NODE=1 "$CARRY/engine-bench" --cuda \
-    --max-all-reduce 0 > "$OUT/engine-bench-np2.txt" 2>&1
-  echo "rc=$?"; grep -E "bench|put|latency|rror" "$OUT/engine-bench-np2.txt" | head -8
-  echo "== MPS, engine bench --cuda (staging), -np 4, 2 per node: put, latency, all-reduce"
-  timeout 150 $MPIRUN $pe $mps -np 4 -x SYMMEM_RANKS_PER_NODE=2 "$CARRY/engine-bench" --cuda \
-    --max-put 1M --max-all-reduce 16M > "$OUT/engine-bench-np4.txt" 2>&1
-  echo "rc=$?"; grep -E "bench|put|latency|all_reduce|rror" "$OUT/engine-bench-np4.txt" | head -14
-  echo quit | nvidia-cuda-mps-control
+  # MPS=0: the same runs with the contexts time-slicing the GPU (no MPS daemon).
+  local mps="-x CUDA_MPS_PIPE_DIRECTORY -x CUDA_MPS_LOG_DIRECTORY" how=MPS tag=""
+  if [ "${MPS:-1}" = 0 ]; then
+    mps="" how="no MPS" tag="-no-mps"
+  else
+    mps_start || { echo "MPS did not start"; return 1; }
+  fi
+  echo "== $how, engine bench --cuda (staging), -np 2, 1 rank per node: put, latency"
+  timeout -k 5 60 $MPIRUN $pe $mps -np 2 -x SYMMEM_RANKS_PER_NODE=1 "$CARRY/engine-bench" --cuda \
+    --max-all-reduce 0 > "$OUT/engine-bench-np2$tag.txt" 2>&1
+  echo "rc=$?"; grep -E "bench|put|latency|rror" "$OUT/engine-bench-np2$tag.txt" | head -8
+  echo "== $how, engine bench --cuda (staging), -np 4, 2 per node: put, latency, all-reduce"
+  timeout -k 5 150 $MPIRUN $pe $mps -np 4 -x SYMMEM_RANKS_PER_NODE=2 "$CARRY/engine-bench" --cuda \
+    --max-put 1M --max-all-reduce 16M > "$OUT/engine-bench-np4$tag.txt" 2>&1
+  echo "rc=$?"; grep -E "bench|put|latency|all_reduce|rror" "$OUT/engine-bench-np4$tag.txt" | head -14
+  [ "${MPS:-1}" = 0 ] || echo quit | nvidia-cuda-mps-control
 }
 
 
@@ -162,10 +167,12 @@ engine_hang() {
       echo "== rank process $pid: host stacks"
       timeout 25 cuda-gdb -p "$pid" -batch -ex "info cuda kernels" -ex "thread apply all bt 14" 2>&1 \
         | grep -vE "^\[New|^Reading|^warning|^$" | head -150
-    done > "$OUT/engine-hang-stacks.txt" 2>&1 ) &
+    done > "$OUT/engine-hang-stacks.txt" 2>&1
+    # The stacks are what was wanted: end the run now (mpirun may ignore SIGTERM).
+    pkill -9 -f "engine-bench --cuda" ) &
   local watchdog=$!
   echo "== MPS, engine bench --cuda (staging), -np 4, 2 per node: all-reduce 1 MiB"
-  timeout $((${HANG_S:-60} + 120)) $MPIRUN --map-by slot:PE=2 --bind-to core $mps -np 4 \
+  timeout -k 5 $((${HANG_S:-60} + 120)) $MPIRUN --map-by slot:PE=2 --bind-to core $mps -np 4 \
     -x SYMMEM_RANKS_PER_NODE=2 "$CARRY/engine-bench" --cuda --max-put 4K \
     --min-all-reduce 1M --max-all-reduce 1M --each-sample > "$OUT/engine-hang.txt" 2>&1
   echo "rc=$?"
