@@ -254,13 +254,30 @@ pub struct Cuda {
 }
 
 /// CUDA's hardware queues per context: `CUDA_DEVICE_MAX_CONNECTIONS` (1 to 32, 8 by
-/// default); symmem asks for the most, 32, when it is unset (see `gpu::queues`).
+/// default); symmem asks for the most, 32, when it is unset (see `gpu::queues`), except
+/// under MPS ([`under_mps`]).
 static QUEUES: gpu::QueueSetting = gpu::QueueSetting {
     variable: "CUDA_DEVICE_MAX_CONNECTIONS",
     ours: 32,
     default: 8,
     set_by_us: std::sync::OnceLock::new(),
+    leave_unset: under_mps,
 };
+
+/// Why `CUDA_DEVICE_MAX_CONNECTIONS` stays unset in an MPS client: the server's clients
+/// share one pool of connections and each owns what it asked for, so 32 per process ran
+/// the pool dry (on the H200, 4 ranks as processes under MPS: `cuDevicePrimaryCtxRetain`
+/// failed with `CUDA_ERROR_OUT_OF_MEMORY` in every one). A process is a client when an
+/// MPS control daemon's pipe is in `CUDA_MPS_PIPE_DIRECTORY` (default `/tmp/nvidia-mps`).
+fn under_mps() -> Option<&'static str> {
+    let pipes = std::env::var_os("CUDA_MPS_PIPE_DIRECTORY")
+        .filter(|d| !d.is_empty())
+        .map_or_else(|| "/tmp/nvidia-mps".into(), std::path::PathBuf::from);
+    pipes.join("control").exists().then_some(
+        "an MPS control daemon is running: its clients share one pool of connections, \
+         which 32 per process would run dry",
+    )
+}
 
 impl fmt::Debug for Cuda {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -9,7 +9,7 @@
 //! deadlocked in a broadcast; with 32 the same programs pass).
 //!
 //! So symmem sets the variable, when the user has not, before its first runtime call
-//! ([`configure`]); and every backend holds a [`QueueSlot`] of its device, which is
+//! ([`configure`]; not where the runtime says it must stay unset: CUDA under MPS); and every backend holds a [`QueueSlot`] of its device, which is
 //! refused with [`Error::HardwareQueues`] naming the variable when this process's ranks
 //! on the device would outnumber the queues its context has (a context some other
 //! library made before symmem set the variable has the runtime's default).
@@ -29,6 +29,8 @@ pub(in crate::backend) struct QueueSetting {
     pub default: usize,
     /// Whether symmem set it (filled in by [`configure`]).
     pub set_by_us: OnceLock<bool>,
+    /// Why symmem must leave the variable unset in this process, if it must.
+    pub leave_unset: fn() -> Option<&'static str>,
 }
 
 /// Sets `setting.variable` to `setting.ours` unless the user set it; once per process,
@@ -36,6 +38,14 @@ pub(in crate::backend) struct QueueSetting {
 pub(in crate::backend) fn configure(setting: &QueueSetting) {
     setting.set_by_us.get_or_init(|| {
         if std::env::var_os(setting.variable).is_some() {
+            return false;
+        }
+        if let Some(why) = (setting.leave_unset)() {
+            tracing::debug!(
+                variable = setting.variable,
+                why,
+                "leaving the GPU's hardware queues as they are"
+            );
             return false;
         }
         tracing::debug!(
@@ -126,6 +136,7 @@ mod tests {
             ours: 3,
             default: 2,
             set_by_us: OnceLock::new(),
+            leave_unset: || None,
         };
         setting.set_by_us.set(set_by_us).expect("fresh");
         setting

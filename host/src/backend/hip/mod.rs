@@ -184,6 +184,7 @@ static QUEUES: gpu::QueueSetting = gpu::QueueSetting {
     ours: 16,
     default: 4,
     set_by_us: std::sync::OnceLock::new(),
+    leave_unset: || None,
 };
 
 impl fmt::Debug for Hip {
