@@ -22,6 +22,9 @@ enum Event {
     Unmap { tag: u64, rank: usize },
     /// The exporter freed export `tag`.
     Free { tag: u64 },
+    /// Rank `rank` freed plain device memory it never exported (logged where its frees
+    /// wait for the device).
+    DeviceFree { rank: usize },
 }
 
 /// Every event of the test, in the order it happened.
@@ -66,6 +69,9 @@ struct Recording {
     /// Dropping it records a failed release (as a GPU backend whose context teardown
     /// failed would).
     fail_on_drop: bool,
+    /// It answers that its frees wait for the device, as a GPU backend's do
+    /// ([`Backend::frees_wait_for_the_device`]), and logs them.
+    frees_wait: bool,
 }
 
 impl Drop for Recording {
@@ -92,7 +98,15 @@ impl Recording {
             rank,
             errors: Arc::default(),
             fail_on_drop,
+            frees_wait: false,
         }
+    }
+
+    /// Rank `rank`'s recording backend whose frees wait for the device.
+    fn frees_waiting(rank: usize) -> Self {
+        let mut backend = Self::new(rank, false);
+        backend.frees_wait = true;
+        backend
     }
 
     fn plain(inner: CpuMemory) -> Logged {
@@ -178,7 +192,11 @@ impl Backend for Recording {
         self.import(handle, |h| self.cpu.import_heap(h, bytes))
     }
     fn alloc_device(&self, bytes: usize) -> symmem::Result<Cell> {
-        Ok(Cell(Mutex::new(Self::plain(self.cpu.alloc_device(bytes)?))))
+        let mut memory = Self::plain(self.cpu.alloc_device(bytes)?);
+        if self.frees_wait {
+            memory.end = Some(Event::DeviceFree { rank: self.rank });
+        }
+        Ok(Cell(Mutex::new(memory)))
     }
     fn export_device_memory(&self, memory: &Cell) -> symmem::Result<Shareable> {
         let mut memory = memory.0.lock().expect("cell");
@@ -217,6 +235,9 @@ impl Backend for Recording {
     }
     fn kernels_on_host(&self) -> bool {
         self.cpu.kernels_on_host()
+    }
+    fn frees_wait_for_the_device(&self) -> bool {
+        self.frees_wait
     }
     unsafe fn watch(
         &self,
@@ -271,7 +292,7 @@ fn assert_no_free_under_a_mapping(events: &[Event], world: usize) {
         .enumerate()
         .filter_map(|(i, e)| match e {
             Event::Free { tag } => Some((i, *tag)),
-            Event::Unmap { .. } => None,
+            Event::Unmap { .. } | Event::DeviceFree { .. } => None,
         })
         .collect();
     let mut mapped = 0;
@@ -339,6 +360,51 @@ fn exported_memory_outlives_every_peer_mapping() {
     assert!(results[0].is_ok(), "{:?}", results[0]);
     let events = LOG.lock().expect("log").clone();
     assert_no_free_under_a_mapping(&events, world);
+}
+
+/// Ranks of one process that share a device whose frees wait for it (`cuMemFree` waits
+/// for every kernel of the context) free their device buffers inside their next barrier or
+/// at their departure, never while a peer's kernel may wait for them. Found on the H200
+/// (`waits_leave`): a thread-rank that returned early froze in `cuMemFree` of its
+/// buffers, waiting for its peers' collectives, which waited for its departure.
+#[test]
+fn ranks_sharing_a_device_free_their_buffers_at_a_barrier_or_their_departure() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    LOG.lock().expect("log").clear();
+    let freed = |rank: usize| {
+        let log = LOG.lock().unwrap_or_else(|p| p.into_inner());
+        log.iter()
+            .filter(|e| **e == Event::DeviceFree { rank })
+            .count()
+    };
+    let config = Config {
+        heap_bytes: 4 << 20,
+        ..Config::default()
+    };
+    let results = symmem::spawn_ranks(
+        2,
+        &config,
+        |rank| Ok(Recording::frees_waiting(rank)),
+        |w| {
+            let me = w.rank();
+            drop(w.device_zeros::<u8>(64)?);
+            let dropped = freed(me);
+            w.barrier()?;
+            let past_the_barrier = freed(me);
+            drop(w.device_zeros::<u8>(64)?);
+            Ok((dropped, past_the_barrier, freed(me)))
+        },
+    )
+    .expect("launch");
+    for (rank, r) in results.into_iter().enumerate() {
+        assert_eq!(
+            r.expect("rank"),
+            (0, 1, 1),
+            "rank {rank}: frees (dropped, past the barrier, dropped again)"
+        );
+        // The second buffer, at the departure (with the world's own device memory).
+        assert!(freed(rank) >= 2, "rank {rank}: {} frees", freed(rank));
+    }
 }
 
 /// A release that fails while a world is torn down is reported by `World::finalize`
