@@ -13,11 +13,11 @@
 //!   the H200: `BENCHMARKS.md`);
 //! * the `fused-allreduce-rmsnorm` example as its own program (`--features mpi`, `--mpi`),
 //!   its kernel unchanged, against its host reference: `-np 2` with every peer on another
-//!   node. Each element a peer's kernel reads off-node is one request, so four ranks take
-//!   minutes under `mpirun` on 2 cores (3.8-4.7 min with every peer remote, 2-5 min as 2
-//!   nodes of 2); they run over the local transport instead, both ways, in about 20 s each
-//!   (the example's `tests/emulated_nodes.rs`). The engine itself runs as 2 nodes of 2
-//!   under `mpirun` above;
+//!   node, at 8 rows. Each element a peer's kernel reads off-node is one request, so four
+//!   ranks take minutes under `mpirun` on 2 cores (3.8-4.7 min at 64 rows with every peer
+//!   remote, 2-5 min as 2 nodes of 2); they run over the local transport instead, both
+//!   ways (the example's `tests/emulated_nodes.rs`). The engine itself runs as 2 nodes of
+//!   2 under `mpirun` above;
 //! * the kill test: `engine-kill` at `-np 4` with 2 ranks per node (`mpirun` with
 //!   recovery enabled, so that a dead rank does not take the job down): the last rank
 //!   kills itself while the others wait for it on the device, and every survivor, on its
@@ -157,7 +157,7 @@ fn fused_example(np: usize, per_node: usize) {
         np,
         &["-x", &split],
         &exe,
-        &["--mpi", "--backend", "cpu"],
+        &["--mpi", "--backend", "cpu", "--rows", "8"],
         Duration::from_secs(600),
     );
     let all = run.all();

@@ -21,8 +21,7 @@ type Failed = Box<dyn std::error::Error + Send + Sync>;
 
 static KERNELS: symmem::CodeObjects = symmem::include_kernels!("fused_allreduce_rmsnorm_kernels");
 
-/// Tokens (rows) and hidden size of the activations.
-const ROWS: usize = 64;
+/// Hidden size of the activations (tokens, the rows, are `--rows`).
 const HIDDEN: usize = 512;
 const EPS: f32 = 1e-6;
 /// Two blocks of 32 threads: one row per thread; every rank launches the same grid.
@@ -100,10 +99,10 @@ fn weight(j: usize) -> f64 {
 
 /// The reference: (new residual, output) for every element, in f64 with the kernel's
 /// rounding of the stored residual to `T`.
-fn reference<T: Element>(world: usize) -> (Vec<f64>, Vec<f64>) {
-    let mut res = vec![0.0; ROWS * HIDDEN];
-    let mut out = vec![0.0; ROWS * HIDDEN];
-    for row in 0..ROWS {
+fn reference<T: Element>(world: usize, rows: usize) -> (Vec<f64>, Vec<f64>) {
+    let mut res = vec![0.0; rows * HIDDEN];
+    let mut out = vec![0.0; rows * HIDDEN];
+    for row in 0..rows {
         let line = row * HIDDEN;
         let mut squares = 0.0;
         for j in 0..HIDDEN {
@@ -135,10 +134,10 @@ fn check<T: Element>(rank: usize, what: &str, got: &[T], want: &[f64]) -> Result
     Ok(got.len())
 }
 
-fn run_type<T: Element, B: Backend>(world: &World<B>) -> Result<usize, Failed> {
+fn run_type<T: Element, B: Backend>(world: &World<B>, rows: usize) -> Result<usize, Failed> {
     let (rank, size) = (world.rank(), world.world_size());
     let module = world.load(&KERNELS)?;
-    let n = ROWS * HIDDEN;
+    let n = rows * HIDDEN;
     let host = |f: &dyn Fn(usize) -> f64, len: usize| -> Vec<T> {
         (0..len).map(|i| T::from_f64(f(i))).collect()
     };
@@ -161,33 +160,33 @@ fn run_type<T: Element, B: Backend>(world: &World<B>) -> Result<usize, Failed> {
             xs.peer_bases(),
             size as u32,
             rank as u32,
-            ROWS as u32,
+            rows as u32,
             HIDDEN as u32,
             EPS,
             &signals,
         ),
     )?;
-    let (want_res, want_out) = reference::<T>(size);
+    let (want_res, want_out) = reference::<T>(size, rows);
     let checked = check(rank, "residual", &world.read(&res)?, &want_res)?
         + check(rank, "out", &world.read(&out)?, &want_out)?;
     world.barrier()?;
     Ok(checked)
 }
 
-fn run<B: Backend>(world: World<B>) -> Result<usize, Failed> {
-    Ok(run_type::<f32, B>(&world)? + run_type::<bf16, B>(&world)?)
+fn run<B: Backend>(world: World<B>, rows: usize) -> Result<usize, Failed> {
+    Ok(run_type::<f32, B>(&world, rows)? + run_type::<bf16, B>(&world, rows)?)
 }
 
 /// One rank of a world over MPI (`--mpi`, under `mpirun`): this process's rank on `backend`.
 #[cfg(feature = "mpi")]
-fn mpi_rank(backend: &str) -> Result<String, Failed> {
+fn mpi_rank(backend: &str, rows: usize) -> Result<String, Failed> {
     use symmem::bootstrap::{Bootstrap, mpi::MpiBootstrap};
     let bootstrap = Box::new(MpiBootstrap::new()?);
     let config = Config::default();
     let (rank, size) = (bootstrap.rank(), bootstrap.world_size());
     let (checked, node, nodes) = match backend {
-        "cuda" => on_world(World::new(bootstrap, Cuda::for_rank(rank)?, &config)?)?,
-        _ => on_world(World::new(bootstrap, Cpu::new(), &config)?)?,
+        "cuda" => on_world(World::new(bootstrap, Cuda::for_rank(rank)?, &config)?, rows)?,
+        _ => on_world(World::new(bootstrap, Cpu::new(), &config)?, rows)?,
     };
     Ok(format!(
         "fused-allreduce-rmsnorm: rank {rank} of {size} on node {node} of {nodes} on {backend}: \
@@ -197,10 +196,10 @@ fn mpi_rank(backend: &str) -> Result<String, Failed> {
 
 /// [`run`] on `world`, then its node and the number of nodes.
 #[cfg(feature = "mpi")]
-fn on_world<B: Backend>(world: World<B>) -> Result<(usize, usize, usize), Failed> {
+fn on_world<B: Backend>(world: World<B>, rows: usize) -> Result<(usize, usize, usize), Failed> {
     let t = world.topology();
     let (node, nodes) = (t.node_of(world.rank()).unwrap_or(0), t.nodes());
-    Ok((run(world)?, node, nodes))
+    Ok((run(world, rows)?, node, nodes))
 }
 
 /// The fused one-shot all-reduce + residual add + RMSNorm kernel on every rank, checked
@@ -215,6 +214,9 @@ struct Options {
     /// One rank per process under `mpirun`, over MPI (built with `--features mpi`).
     #[arg(long)]
     mpi: bool,
+    /// Tokens: rows of the activations, each of 512 elements.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
+    rows: u32,
     /// The device backend; `auto` takes CUDA when a GPU answers, the CPU otherwise.
     #[arg(long, value_enum, default_value_t = BackendChoice::Auto)]
     backend: BackendChoice,
@@ -239,7 +241,7 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    let (ranks, mpi) = (options.ranks as usize, options.mpi);
+    let (ranks, mpi, rows) = (options.ranks as usize, options.mpi, options.rows as usize);
     let backend = match options.backend {
         BackendChoice::Cuda => "cuda",
         BackendChoice::Cpu => "cpu",
@@ -253,7 +255,7 @@ fn main() -> ExitCode {
     };
     if mpi {
         #[cfg(feature = "mpi")]
-        return match mpi_rank(backend) {
+        return match mpi_rank(backend, rows) {
             Ok(line) => {
                 println!("{line}");
                 ExitCode::SUCCESS
@@ -272,9 +274,9 @@ fn main() -> ExitCode {
     let config = Config::default();
     // A rank's own failure (a wrong element) is its result's `Err`, beside symmem's.
     let results = if backend == "cuda" {
-        symmem::spawn_ranks(ranks, &config, Cuda::for_rank, |w| Ok(run(w)))
+        symmem::spawn_ranks(ranks, &config, Cuda::for_rank, |w| Ok(run(w, rows)))
     } else {
-        symmem::spawn_ranks(ranks, &config, |_| Ok(Cpu::new()), |w| Ok(run(w)))
+        symmem::spawn_ranks(ranks, &config, |_| Ok(Cpu::new()), |w| Ok(run(w, rows)))
     };
     let results = results.map_err(Failed::from).and_then(|r| {
         r.into_iter()
@@ -284,7 +286,7 @@ fn main() -> ExitCode {
     match results {
         Ok(counts) => {
             println!(
-                "fused-allreduce-rmsnorm: {ranks} ranks on {backend}: {ROWS}x{HIDDEN} in f32 and \
+                "fused-allreduce-rmsnorm: {ranks} ranks on {backend}: {rows}x{HIDDEN} in f32 and \
                  bf16, {} elements match the host reference",
                 counts.iter().sum::<usize>()
             );
