@@ -32,17 +32,29 @@ impl<B: Backend> World<B> {
             return Ok(());
         }
         if let Some(e) = self.transport.as_ref().and_then(|t| t.failure()) {
-            // The first abort wins: one naming another rank than the transport's error
-            // came first, and the transport failed because of that loss (the soak found a
-            // window put to a survivor that had already left after it: `Engine` named the
-            // survivor instead of the rank lost).
-            let after_loss = matches!(
-                (lost, &e),
-                (Some(Some(r)), Error::Engine { peer, .. }) if *peer != Some(r)
-            );
-            if !after_loss {
+            // A transport that failed on a peer after another rank was lost or had left
+            // failed because of that rank, which is the error (the soak found window puts
+            // to survivors that had already left after it: `Engine` named the survivor).
+            // The first abort wins, so one naming another rank than the transport's came
+            // first; a healthy departure sets none.
+            let Error::Engine { peer, .. } = &e else {
                 return Err(e);
-            }
+            };
+            let cause = match lost {
+                Some(Some(r)) if *peer != Some(r) => Some(r),
+                _ => self
+                    .departures
+                    .healthy
+                    .first()
+                    .filter(|&d| *peer != Some(d)),
+            };
+            return Err(match cause {
+                Some(rank) => Error::PeerLost {
+                    rank: Some(rank),
+                    waited: Duration::ZERO,
+                },
+                None => e,
+            });
         }
         let mut fault = self.fault.lock().unwrap_or_else(|p| p.into_inner());
         let first = fault.is_none();
