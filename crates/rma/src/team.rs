@@ -833,7 +833,15 @@ impl Team<'_> {
         // Only this rank ever updates its own arrival count, and only after the
         // barrier below, so every thread reads the same count here.
         // SAFETY: `sig` has `world` words; `rank < world`.
-        let arrival = unsafe { u64::load(sig.add(self.rank), Order::Relaxed, Scope::Block) } + 1;
+        let own = unsafe { u64::load(sig.add(self.rank), Order::Relaxed, Scope::Block) };
+        if own & crate::watch::POISON != 0 {
+            // This rank gave up at an earlier barrier on `sig` (its status says so): it
+            // arrives no more, so its count on every peer stays at the last arrival it made
+            // before it gave up, which peers may trust; waits for later ones see the poison.
+            arch.sync_block();
+            return;
+        }
+        let arrival = own + 1;
         // Every thread's earlier work completes at system scope before any arrival.
         arch.sync_block_release(Scope::System);
         let mut r = tid;
@@ -852,23 +860,23 @@ impl Team<'_> {
         }
         if gave_up {
             // What this rank does after a wait that gave up is not to be trusted: its
-            // arrival word on every peer says so, and their waits on it give up too.
+            // arrival word on every peer says so, and their waits for a later arrival give
+            // up too (this one, made before the wait, stands). On its own copy it stops
+            // this rank's later barriers on `sig` from arriving (above).
             let mut p = 0;
             while p < world {
-                if p != self.rank {
-                    // SAFETY: p < world; the word is symmetric. Relaxed: it orders nothing,
-                    // and this thread's later arrivals on `p` are atomics on the same word.
-                    unsafe {
-                        self.atomic(
-                            AtomicOp::Or,
-                            sig.add(self.rank),
-                            crate::watch::POISON,
-                            p,
-                            Order::Relaxed,
-                            Scope::System,
-                        )
-                    };
-                }
+                // SAFETY: p < world; the word is symmetric. Relaxed: it orders nothing (no
+                // arrival follows it).
+                unsafe {
+                    self.atomic(
+                        AtomicOp::Or,
+                        sig.add(self.rank),
+                        crate::watch::POISON,
+                        p,
+                        Order::Relaxed,
+                        Scope::System,
+                    )
+                };
                 p += 1;
             }
         }
@@ -876,8 +884,8 @@ impl Team<'_> {
     }
 
     /// A barrier's wait for rank `peer`'s arrival count at `sig` to reach `arrival`: true
-    /// when it did, false when the wait gave up (see [`crate::watch`]) or the count
-    /// carries [`crate::watch::POISON`] (recorded as
+    /// when it did, false when the wait gave up (see [`crate::watch`]) or the count, short
+    /// of it, carries [`crate::watch::POISON`] (recorded as
     /// [`crate::watch::REASON_PEER_GAVE_UP`]).
     ///
     /// # Safety
@@ -889,6 +897,12 @@ impl Team<'_> {
         loop {
             // SAFETY: forwarded from the caller.
             let v = unsafe { u64::load(sig, Order::Acquire, Scope::System) };
+            // A peer that gave up arrives no more after it poisons its word: a count that
+            // reached `arrival` was made before it gave up (the soak found lagging ranks
+            // failing a barrier every peer had passed, on the poison alone).
+            if v & !crate::watch::POISON >= arrival {
+                return true;
+            }
             if v & crate::watch::POISON != 0 {
                 crate::watch::record(
                     crate::watch::REASON_PEER_GAVE_UP,
@@ -898,9 +912,6 @@ impl Team<'_> {
                     v,
                 );
                 return false;
-            }
-            if v >= arrival {
-                return true;
             }
             crate::spin(&mut spins);
             if watch.give_up(spins, sig, arrival, v, peer as u64) {

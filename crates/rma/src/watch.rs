@@ -77,10 +77,10 @@ pub const REASON_UNREACHABLE: u64 = 3;
 /// carries [`POISON`]), so what that peer sent after is not to be trusted.
 pub const REASON_PEER_GAVE_UP: u64 = 4;
 /// The bit a rank whose barrier wait gave up sets in its arrival word on every peer
-/// (`Team::barrier_block`): a peer's wait on that word gives up
-/// ([`REASON_PEER_GAVE_UP`]) instead of being satisfied by arrivals the rank makes after
-/// it stopped waiting, so no peer goes on with data that rank did not finish. Arrival
-/// counts never reach it.
+/// (`Team::barrier_block`), after which it arrives no more: a peer's wait for a later
+/// arrival gives up ([`REASON_PEER_GAVE_UP`]), so no peer goes on with data that rank did
+/// not finish, while a wait for one it made before it gave up is satisfied. Arrival counts
+/// never reach it.
 pub const POISON: u64 = 1 << 63;
 /// A waiting thread looks at the control block once per this many spins.
 pub const POLL_EVERY: u32 = 1 << 16;

@@ -427,3 +427,41 @@ fn half_rounding() {
     assert!(<f16 as Reducible>::narrow(f32::NAN).widen().is_nan());
     assert_eq!(<f16 as Reducible>::narrow(-0.0).to_bits(), 0x8000);
 }
+
+/// A peer that gave up at a barrier poisons its arrival word and arrives no more: a wait
+/// for an arrival it made before is satisfied, a wait for a later one gives up, and the
+/// rank that gave up arrives at no later barrier. Found by the soak: a rank that lagged
+/// one barrier behind failed it on the poison alone, though every peer had arrived.
+#[test]
+fn a_poisoned_arrival_word_stands_for_the_arrivals_made_before_it() {
+    use symmem_rma::watch::POISON;
+    let w = World::new(2, 64);
+    let sig = w.heap(0);
+    let word = |r: usize, of: usize| {
+        u64::from_le_bytes(w.bytes(r)[of * 8..of * 8 + 8].try_into().unwrap())
+    };
+    // Rank 1 arrived once, then gave up and poisoned its word on rank 0.
+    w.bytes(0)[8..16].copy_from_slice(&(POISON | 1).to_le_bytes());
+    let team = Team::new(PeerBases::new(&w.bases), 0).unwrap();
+    let barrier = || {
+        // SAFETY: `sig` is rank 0's copy of a 2-word symmetric array; one block uses it.
+        launch(1, 2, &|arch| unsafe {
+            team.barrier_block(arch, sig.at(0).cast())
+        })
+    };
+    barrier();
+    assert_eq!(
+        word(1, 0),
+        1,
+        "arrival 1 was satisfied: rank 0 did not poison its word"
+    );
+    barrier();
+    assert_eq!(word(1, 0), POISON | 2, "arrival 2 gave up on the poison");
+    assert_eq!(word(0, 0), POISON | 2);
+    barrier();
+    assert_eq!(
+        word(1, 0),
+        POISON | 2,
+        "a rank that gave up arrives no more"
+    );
+}
