@@ -135,7 +135,8 @@ pub trait Link: Send + Sync {
     /// Waits until every request this rank's kernels posted so far is complete at its
     /// target (call it once the device is idle); bounded by `deadline`.
     ///
-    /// Errors: the transport's failure ([`Link::failure`]), [`Error::WaitTimedOut`].
+    /// Errors: the transport's failure ([`Link::failure`]), [`Error::PeerLost`] once a
+    /// peer is lost (what is in flight to it is never answered), [`Error::WaitTimedOut`].
     fn quiet(&self, deadline: Duration) -> Result<()>;
     /// The error the transport met, if it met one (it then serves nothing more, and has
     /// set the rank's abort word).

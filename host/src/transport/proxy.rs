@@ -121,6 +121,8 @@ struct Engine {
     proxy: Arc<Mutex<Proxy>>,
     /// [`Link::disown`] was called (the proxy's flag, read by [`Link::quiet`]).
     disowned: Arc<AtomicBool>,
+    /// The rank's abort word: once a peer is lost, [`Link::quiet`] waits no more.
+    abort: AbortWord,
     path: EnginePath,
     ring: u64,
     // Field order is drop order: the proxy has stopped (`Drop`) before the ring's
@@ -255,6 +257,7 @@ impl Engine {
             thread: Some(thread),
             proxy,
             disowned,
+            abort,
             path: if direct {
                 EnginePath::Window
             } else {
@@ -305,6 +308,14 @@ impl Link for Engine {
         loop {
             if let Some(e) = self.failure() {
                 return Err(e);
+            }
+            // A request to a lost peer is never answered: the loss is the answer (the soak
+            // found survivors' barriers failing with this wait's deadline instead).
+            if let Some(lost) = self.abort.read() {
+                return Err(Error::PeerLost {
+                    rank: lost,
+                    waited: start.elapsed(),
+                });
             }
             // SAFETY: live words of the ring, read atomically.
             let (done, turn) = unsafe {
