@@ -18,6 +18,11 @@
 #                 emulated nodes, against MPI in the same run: -np 2 (1 rank per node: puts
 #                 to 64 MiB, latency) and -np 4 (2 per node: puts to 1 MiB, all-reduces to
 #                 16 MiB) (engine-bench-np{2,4}.txt, env.txt)
+#   engine-ab     the staged path under MPS of an old build (old-engine-bench) and of this
+#                 one, alternating, twice each: -np 2 puts to 64 MiB and latency
+#                 (engine-ab.txt); this build's -np 4 all-reduces to 16 MiB
+#                 (engine-bench-np4.txt); a proxy trace of this build's 4 KiB and 8-byte puts
+#                 (SYMMEM_LOG=symmem::transport::proxy=trace, engine-trace.txt.xz)
 #   engine-hang   the staged all-reduce of 1 MiB at 2 nodes x 2 under MPS alone, every
 #                 sample's time as it ends, SYMMEM_LOG=debug; if it runs past ${HANG_S:-60} s,
 #                 every rank's host stacks (cuda-gdb) before it is killed
@@ -158,6 +163,34 @@ engine() {
 }
 
 
+engine_ab() {
+  # Under MPS every client's queues come out of one pool: leave the driver's default
+  # (symmem does the same in an MPS client).
+  unset CUDA_DEVICE_MAX_CONNECTIONS
+  local pe="--map-by slot:PE=2 --bind-to core"
+  local mps="-x CUDA_MPS_PIPE_DIRECTORY -x CUDA_MPS_LOG_DIRECTORY"
+  mps_start || { echo "MPS did not start"; return 1; }
+  for run in 1 2; do
+    for b in old-engine-bench engine-bench; do
+      echo "== run $run: $b --cuda (staging), -np 2, 1 rank per node"
+      timeout -k 5 60 $MPIRUN $pe $mps -np 2 -x SYMMEM_RANKS_PER_NODE=1 "$CARRY/$b" --cuda \
+        --max-all-reduce 0 2>&1 | grep -E "bench|put|latency|rror"
+      echo "rc=${PIPESTATUS[0]}"
+    done
+  done 2>&1 | tee "$OUT/engine-ab.txt"
+  echo "== engine bench --cuda (staging), -np 4, 2 per node: put, latency, all-reduce"
+  timeout -k 5 150 $MPIRUN $pe $mps -np 4 -x SYMMEM_RANKS_PER_NODE=2 "$CARRY/engine-bench" --cuda \
+    --max-put 1M --max-all-reduce 16M > "$OUT/engine-bench-np4.txt" 2>&1
+  echo "rc=$?"; grep -E "bench|put|latency|all_reduce|rror" "$OUT/engine-bench-np4.txt" | head -14
+  echo "== proxy trace: engine bench --cuda, -np 2, puts to 4 KiB"
+  SYMMEM_LOG=symmem::transport::proxy=trace timeout -k 5 60 $MPIRUN $pe $mps -x SYMMEM_LOG -np 2 \
+    -x SYMMEM_RANKS_PER_NODE=1 "$CARRY/engine-bench" --cuda --max-put 4K --max-all-reduce 0 \
+    > "$OUT/engine-trace.txt" 2>&1
+  echo "rc=$?"; grep -E "bench|put|latency|rror" "$OUT/engine-trace.txt" | head -4
+  xz -T0 "$OUT/engine-trace.txt"
+  echo quit | nvidia-cuda-mps-control
+}
+
 engine_hang() {
   mps_start || { echo "MPS did not start"; return 1; }
   local mps="-x CUDA_MPS_PIPE_DIRECTORY -x CUDA_MPS_LOG_DIRECTORY -x SYMMEM_LOG"
@@ -254,9 +287,10 @@ while [ $# -gt 0 ]; do
   small) small ;;
   engine) engine ;;
   engine-ranks) engine_ranks ;;
+  engine-ab) engine_ab ;;
   engine-hang) engine_hang ;;
   cost) mkdir -p "$OUT/launch"; cost 2>&1 | tee "$OUT/cost.txt" ;;
   old-new) old_new "$@"; break ;;
-  *) echo "unknown part $part (bench, tests, examples, small, engine, engine-hang, engine-ranks, cost, old-new P...)"; exit 2 ;;
+  *) echo "unknown part $part (bench, tests, examples, small, engine, engine-ab, engine-hang, engine-ranks, cost, old-new P...)"; exit 2 ;;
   esac
 done

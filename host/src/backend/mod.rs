@@ -109,16 +109,23 @@ pub trait HostKernel: Send + Sync {
     fn to_owned(&self) -> std::sync::Arc<dyn HostKernel>;
 }
 
+/// Bytes of a [`HeapAccess::inbox`]: room for the largest request a peer's proxy sends,
+/// a staged put's header words and its [`symmem_rma::engine::STAGING_BYTES`] of data.
+pub const INBOX_BYTES: usize = symmem_rma::engine::STAGING_BYTES + 64;
+
 /// One operation a peer's request asks of this rank's heap through the off-node engine
 /// ([`HeapAccess::start`]), at byte offsets the proxy has checked against the heap.
-#[derive(Debug, Clone, Copy)]
-pub enum HeapOp<'a> {
-    /// Write `bytes` at `offset` (a staged put).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeapOp {
+    /// Write the `len` bytes at byte `at` of the inbox (where the request was received,
+    /// [`HeapAccess::inbox`]) at `offset` (a staged put).
     Write {
         /// Where, in bytes from the heap's start.
         offset: usize,
-        /// What; copied before [`HeapAccess::start`] returns.
-        bytes: &'a [u8],
+        /// Where the bytes start in the inbox.
+        at: usize,
+        /// How many bytes.
+        len: usize,
     },
     /// Read `len` bytes at `offset` (a staged get).
     Read {
@@ -163,8 +170,14 @@ pub trait HeapAccess: Send {
     /// How many operations may be under way at once: the proxy starts one only while
     /// fewer than this are unfinished.
     fn capacity(&self) -> usize;
-    /// Starts `op`.
-    fn start(&mut self, op: HeapOp<'_>) -> Result<()>;
+    /// Where the next operation's request is received: [`INBOX_BYTES`], unchanged by the
+    /// heap until that operation is started, page-locked where the heap's copies read
+    /// it, so a staged put's bytes reach the heap from where the wire left them (on
+    /// CUDA, the copy engine reads them there: no copy on the host).
+    fn inbox(&mut self) -> &mut [u8];
+    /// Starts `op`, whose request is in the inbox; a [`HeapOp::Write`]'s bytes are read
+    /// from there until the operation is finished (the next inbox is other memory).
+    fn start(&mut self, op: HeapOp) -> Result<()>;
     /// The result of the oldest unfinished operation once it is complete, `None` while it
     /// is not (or none is under way).
     fn finish(&mut self) -> Result<Option<HeapDone>>;

@@ -187,11 +187,23 @@ impl Wire for LocalWire {
         })
     }
 
-    fn request(&mut self, peer: usize, message: Vec<u8>, _reply_len: usize, id: u64) -> Result<()> {
+    unsafe fn request(
+        &mut self,
+        peer: usize,
+        mut message: Vec<u8>,
+        data: *const u8,
+        data_len: usize,
+        _reply_len: usize,
+        id: u64,
+    ) -> Result<()> {
         let inbox = self.fabric.inboxes.get(peer).ok_or_else(|| Error::Engine {
             peer: Some(peer),
             what: "a request to a rank outside the group".into(),
         })?;
+        if data_len > 0 {
+            // SAFETY: readable for `data_len` bytes (the caller's contract).
+            message.extend_from_slice(unsafe { std::slice::from_raw_parts(data, data_len) });
+        }
         lock(inbox).push_back((self.rank, message));
         self.inflight.push_back((peer, id));
         Ok(())
@@ -213,8 +225,22 @@ impl Wire for LocalWire {
         Ok(Some((id, reply)))
     }
 
-    fn next_request(&mut self) -> Result<Option<Request>> {
-        Ok(lock(&self.fabric.inboxes[self.rank]).pop_front())
+    fn next_request(&mut self, inbox: &mut [u8]) -> Result<Option<(usize, usize)>> {
+        let Some((from, message)) = lock(&self.fabric.inboxes[self.rank]).pop_front() else {
+            return Ok(None);
+        };
+        let room = inbox.len();
+        let to = inbox
+            .get_mut(..message.len())
+            .ok_or_else(|| Error::Engine {
+                peer: Some(from),
+                what: format!(
+                    "a request of {} bytes, more than the inbox's {room}",
+                    message.len()
+                ),
+            })?;
+        to.copy_from_slice(&message);
+        Ok(Some((from, message.len())))
     }
 
     fn send_reply(&mut self, to: usize, reply: Vec<u8>) -> Result<()> {
@@ -225,5 +251,36 @@ impl Wire for LocalWire {
     fn close(&mut self, _clean: bool) {
         // Every rank is quiet: no peer's proxy reaches this heap any more.
         *write(&self.fabric.windows[self.rank]) = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_longer_than_the_inbox_is_refused_naming_its_sender() {
+        let fabric = Fabric::new(2);
+        let wire = |rank| LocalWire {
+            fabric: fabric.clone(),
+            rank,
+            window: false,
+            inflight: VecDeque::new(),
+        };
+        let (mut from, mut to) = (wire(1), wire(0));
+        let data = [7u8; 32];
+        // SAFETY: `data` outlives the request (the fabric holds a copy).
+        unsafe { from.request(0, vec![1; 8], data.as_ptr(), data.len(), 16, 5) }.unwrap();
+        let mut small = [0u8; 39];
+        let refused = to.next_request(&mut small);
+        assert!(
+            matches!(refused, Err(Error::Engine { peer: Some(1), .. })),
+            "{refused:?}"
+        );
+        // SAFETY: as above.
+        unsafe { from.request(0, vec![1; 8], data.as_ptr(), data.len(), 16, 6) }.unwrap();
+        let mut inbox = [0u8; 40];
+        assert_eq!(to.next_request(&mut inbox).unwrap(), Some((1, 40)));
+        assert_eq!((&inbox[..8], &inbox[8..]), (&[1u8; 8][..], &data[..]));
     }
 }

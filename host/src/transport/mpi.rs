@@ -8,7 +8,9 @@
 //!   `MPI_Win_lock_all`). Puts and gets are `MPI_Put`/`MPI_Get` on it, completed with
 //!   `MPI_Win_flush` before the call returns.
 //! * **Requests** (atomics, signals, staged data) travel as messages with tag
-//!   `TAG_REQUEST`; the target's proxy answers with `TAG_REPLY`.
+//!   `TAG_REQUEST`; the target's proxy answers with `TAG_REPLY`. A staged put's data
+//!   above `DATA_IN_HEADER` bytes follows its header as a `TAG_DATA` message, sent from
+//!   the ring's staging and received straight into the target heap's inbox.
 //!
 //! It needs `MPI_THREAD_MULTIPLE` (the proxy calls MPI while the world's own thread runs
 //! bootstrap collectives): the MPI bootstrap checks before it offers it. Every MPI call's
@@ -22,9 +24,20 @@ use mpi::ffi;
 use std::collections::VecDeque;
 use std::ffi::{c_int, c_void};
 
-/// Message tags on the transport's communicator.
+/// Message tags on the transport's communicator: a request's header, the data that
+/// follows it (a staged put's, sent from where it lies), a reply.
 const TAG_REQUEST: c_int = 1;
 const TAG_REPLY: c_int = 2;
+const TAG_DATA: c_int = 3;
+
+/// Data up to this many bytes travels in its request's header message (a copy this small
+/// costs less than a second message); longer data is a message of its own, sent from
+/// where it lies and received where the target applies it.
+const DATA_IN_HEADER: usize = 1024;
+
+/// Bytes the wire adds at the end of a header message: how many bytes of data follow in a
+/// `TAG_DATA` message (0: none).
+const TRAILER: usize = size_of::<u64>();
 
 /// Whether the MPI library moves CUDA device memory itself (a CUDA-aware build): Open
 /// MPI's `MPIX_Query_cuda_support()` extension, looked up at run time, says so. An MPI
@@ -132,14 +145,16 @@ struct MpiWire {
 // handles may be used from the proxy thread.
 unsafe impl Send for MpiWire {}
 
-/// A request that waits for the target's reply: its receive, and its send (both buffers
-/// kept alive until both complete).
+/// A request that waits for the target's reply: its receive, and its sends (the buffers
+/// kept alive until all complete; the data's is the caller's).
 struct InFlight {
     id: u64,
     request: ffi::MPI_Request,
     reply: Vec<u8>,
     sent: Vec<u8>,
     send: ffi::MPI_Request,
+    /// The data's send (`MPI_REQUEST_NULL` where the data went in the header).
+    data: ffi::MPI_Request,
     peer: usize,
 }
 
@@ -288,15 +303,34 @@ impl Wire for MpiWire {
         self.rma(false, dst, peer, offset, len)
     }
 
-    fn request(&mut self, peer: usize, message: Vec<u8>, reply_len: usize, id: u64) -> Result<()> {
+    unsafe fn request(
+        &mut self,
+        peer: usize,
+        mut header: Vec<u8>,
+        data: *const u8,
+        data_len: usize,
+        reply_len: usize,
+        id: u64,
+    ) -> Result<()> {
         // SAFETY: reading MPI's null-request constant.
         let null = unsafe { ffi::RSMPI_REQUEST_NULL };
+        let follows = if data_len <= DATA_IN_HEADER {
+            if data_len > 0 {
+                // SAFETY: readable for `data_len` bytes (the caller's contract).
+                header.extend_from_slice(unsafe { std::slice::from_raw_parts(data, data_len) });
+            }
+            0
+        } else {
+            data_len
+        };
+        header.extend_from_slice(&(follows as u64).to_le_bytes());
         self.inflight.push_back(InFlight {
             id,
             request: null,
             reply: vec![0u8; reply_len],
-            sent: message,
+            sent: header,
             send: null,
+            data: null,
             peer,
         });
         let f = self.inflight.back_mut().expect("pushed above");
@@ -328,7 +362,25 @@ impl Wire for MpiWire {
                 ),
                 "MPI_Isend of a request",
                 Some(peer),
-            )
+            )?;
+            if follows > 0 {
+                check(
+                    // The caller keeps the data until the reply, which comes after the
+                    // target has received it.
+                    ffi::MPI_Isend(
+                        data.cast(),
+                        follows as c_int,
+                        ffi::RSMPI_UINT8_T,
+                        peer as c_int,
+                        TAG_DATA,
+                        self.comm,
+                        &mut f.data,
+                    ),
+                    "MPI_Isend of a request's data",
+                    Some(peer),
+                )?;
+            }
+            Ok(())
         }
     }
 
@@ -345,8 +397,11 @@ impl Wire for MpiWire {
                 )?;
             }
             if flag != 0 {
-                // SAFETY: the send completed before its reply could arrive.
-                unsafe { ffi::MPI_Wait(&mut f.send, ffi::RSMPI_STATUS_IGNORE) };
+                // SAFETY: the sends completed before their reply could arrive.
+                unsafe {
+                    ffi::MPI_Wait(&mut f.send, ffi::RSMPI_STATUS_IGNORE);
+                    ffi::MPI_Wait(&mut f.data, ffi::RSMPI_STATUS_IGNORE);
+                };
                 let f = self.inflight.remove(i).expect("an index in range");
                 return Ok(Some((f.id, f.reply)));
             }
@@ -354,7 +409,10 @@ impl Wire for MpiWire {
         Ok(None)
     }
 
-    fn next_request(&mut self) -> Result<Option<(usize, Vec<u8>)>> {
+    /// Receives a header message into `inbox`, then, where its trailer says data follows,
+    /// that data right after the header (`MPI_Recv`: the sender posted it with the
+    /// header, and MPI delivers one sender's messages of a tag in order).
+    fn next_request(&mut self, inbox: &mut [u8]) -> Result<Option<(usize, usize)>> {
         self.outgoing.retain_mut(|o| {
             let mut flag: c_int = 0;
             // SAFETY: a live request of this proxy.
@@ -388,13 +446,27 @@ impl Wire for MpiWire {
         let mut count: c_int = 0;
         // SAFETY: as above.
         unsafe { ffi::MPI_Get_count(&status, ffi::RSMPI_UINT8_T, &mut count) };
-        let mut buffer = vec![0u8; count.max(0) as usize];
+        let count = count.max(0) as usize;
+        let room = inbox.len();
+        let too_long = |bytes: usize| Error::Engine {
+            peer: Some(from),
+            what: format!("a request of {bytes} bytes, more than the inbox's {room}"),
+        };
+        if count > room {
+            return Err(too_long(count));
+        }
+        if count < TRAILER {
+            return Err(Error::Engine {
+                peer: Some(from),
+                what: format!("a request of {count} bytes, shorter than the wire's trailer"),
+            });
+        }
         check(
-            // SAFETY: a buffer of the message's size.
+            // SAFETY: `count` bytes of the inbox.
             unsafe {
                 ffi::MPI_Mrecv(
-                    buffer.as_mut_ptr().cast(),
-                    count,
+                    inbox.as_mut_ptr().cast(),
+                    count as c_int,
                     ffi::RSMPI_UINT8_T,
                     &mut message,
                     ffi::RSMPI_STATUS_IGNORE,
@@ -403,7 +475,36 @@ impl Wire for MpiWire {
             "MPI_Mrecv of a request",
             Some(from),
         )?;
-        Ok(Some((from, buffer)))
+        let header = count - TRAILER;
+        let follows = u64::from_le_bytes(
+            inbox[header..count]
+                .try_into()
+                .expect("a trailer's 8 bytes"),
+        );
+        let total = usize::try_from(follows)
+            .ok()
+            .and_then(|f| f.checked_add(header))
+            .filter(|&total| total <= room)
+            .ok_or_else(|| too_long(header.saturating_add(follows as usize)))?;
+        if total > header {
+            check(
+                // SAFETY: the inbox's bytes after the header (checked above).
+                unsafe {
+                    ffi::MPI_Recv(
+                        inbox[header..].as_mut_ptr().cast(),
+                        (total - header) as c_int,
+                        ffi::RSMPI_UINT8_T,
+                        from as c_int,
+                        TAG_DATA,
+                        self.comm,
+                        ffi::RSMPI_STATUS_IGNORE,
+                    )
+                },
+                "MPI_Recv of a request's data",
+                Some(from),
+            )?;
+        }
+        Ok(Some((from, total)))
     }
 
     fn send_reply(&mut self, to: usize, reply: Vec<u8>) -> Result<()> {

@@ -14,7 +14,10 @@
 //!   that is not GPU-aware), there is no window: the device stages the bytes in the
 //!   ring's host memory and puts and gets travel as requests too, applied by the target's
 //!   proxy through its [`HeapAccess`] (on CUDA, copies and a one-thread atomic kernel on
-//!   a stream of its own). [`super::ENV_ENGINE_STAGING`] forces this path.
+//!   a stream of its own). A staged put's data is sent from its slot's staging bytes and
+//!   received into the target heap's inbox ([`HeapAccess::inbox`]), from which it is
+//!   applied: the proxies copy none of it themselves. [`super::ENV_ENGINE_STAGING`]
+//!   forces this path.
 //! * **Streaming.** Requests are pipelined: a proxy keeps up to [`IN_FLIGHT`] of its
 //!   rank's requests on the wire, and a target keeps up to its heap's
 //!   [`HeapAccess::capacity`] of peers' requests under way, replying to each when it is
@@ -69,15 +72,30 @@ pub trait Wire: Send {
     /// `dst..dst + len` is writable memory of this process; the range lies inside the
     /// peer's heap.
     unsafe fn get(&mut self, peer: usize, offset: u64, dst: *mut u8, len: usize) -> Result<()>;
-    /// Sends `message` to `peer`'s proxy, whose reply will be `reply_len` bytes, as
-    /// request `id` (unique among those in flight); returns without waiting for it.
-    fn request(&mut self, peer: usize, message: Vec<u8>, reply_len: usize, id: u64) -> Result<()>;
+    /// Sends request `id` (unique among those in flight) to `peer`'s proxy: `header`,
+    /// then the `data_len` bytes at `data`, which the target receives as one message
+    /// ([`Wire::next_request`]); its reply will be `reply_len` bytes. Returns without
+    /// waiting for either; the data is sent from where it is (a staged put's slot).
+    ///
+    /// # Safety
+    /// `data..data + data_len` is readable memory of this process that stays unchanged
+    /// until [`Wire::reply`] has returned this request's reply.
+    unsafe fn request(
+        &mut self,
+        peer: usize,
+        header: Vec<u8>,
+        data: *const u8,
+        data_len: usize,
+        reply_len: usize,
+        id: u64,
+    ) -> Result<()>;
     /// A reply that has arrived, with its request's id; `None` when no reply has arrived
     /// since the last call returned one.
     fn reply(&mut self) -> Result<Option<(u64, Vec<u8>)>>;
-    /// The next request a peer's proxy sent to this rank, `(from, message)`; `None` when
-    /// there is none now.
-    fn next_request(&mut self) -> Result<Option<(usize, Vec<u8>)>>;
+    /// Receives the next request a peer's proxy sent to this rank into `inbox`, its
+    /// header then its data, and returns `(from, bytes received)`; `None` when there is
+    /// none now. A request longer than `inbox` is [`Error::Engine`] naming its sender.
+    fn next_request(&mut self, inbox: &mut [u8]) -> Result<Option<(usize, usize)>>;
     /// Sends `reply` to the request `to` sent; returns without waiting for delivery.
     fn send_reply(&mut self, to: usize, reply: Vec<u8>) -> Result<()>;
     /// Releases the wire, after every rank's proxy has stopped serving (every rank is
@@ -399,7 +417,7 @@ fn word(bytes: &[u8], i: usize) -> u64 {
 /// the heap, a put or get of more than a slot's staging (all a device sends as a
 /// request) or a put whose data is not its length, an atomic that is not an aligned 4-
 /// or 8-byte element, or an unknown kind is [`Error::Engine`] naming `from`.
-fn parse(message: &[u8], heap_len: usize, from: usize) -> Result<HeapOp<'_>> {
+fn parse(message: &[u8], heap_len: usize, from: usize) -> Result<HeapOp> {
     let [req, offset, len, operand, compare] = std::array::from_fn(|i| word(message, i));
     let payload = message.get(HEADER_WORDS * 8..).unwrap_or(&[]);
     let refuse = |what: String| Error::Engine {
@@ -447,7 +465,8 @@ fn parse(message: &[u8], heap_len: usize, from: usize) -> Result<HeapOp<'_>> {
             }
             Ok(HeapOp::Write {
                 offset,
-                bytes: payload,
+                at: HEADER_WORDS * 8,
+                len,
             })
         }
         kind::GET => Ok(HeapOp::Read { offset, len }),
@@ -602,14 +621,21 @@ impl Proxy {
                 break;
             };
             let to = self.serving.pop_front().expect("checked not empty");
+            tracing::trace!(to, "a peer's request applied: replying");
             self.wire.send_reply(to, reply_to(done))?;
             served = true;
         }
         while self.serving.len() < self.heap.capacity() {
-            let Some((from, message)) = self.wire.next_request()? else {
+            let inbox = self.heap.inbox();
+            let Some((from, len)) = self.wire.next_request(inbox)? else {
                 break;
             };
-            let op = parse(&message, self.heap_len, from)?;
+            let message = inbox.get(..len).ok_or_else(|| Error::Engine {
+                peer: Some(from),
+                what: format!("a request of {len} bytes, longer than the inbox"),
+            })?;
+            let op = parse(message, self.heap_len, from)?;
+            tracing::trace!(from, ?op, "a peer's request received");
             self.heap.start(op)?;
             self.serving.push_back(from);
             served = true;
@@ -707,15 +733,17 @@ impl Proxy {
                 self.finish(head, words, &[]);
             }
             _ => {
-                let mut sent = words_to_bytes(&[req, offset, len, operand, compare]);
-                let inline_data = inline_bytes(&words);
-                if request::kind(req) == kind::PUT {
-                    sent.extend_from_slice(if inline {
-                        &inline_data[..(len as usize).min(16)]
-                    } else {
-                        // SAFETY: the slot's staging bytes hold `len <= STAGING_BYTES`.
-                        unsafe { std::slice::from_raw_parts(self.staging(head), len as usize) }
-                    });
+                let mut header = words_to_bytes(&[req, offset, len, operand, compare]);
+                let put = request::kind(req) == kind::PUT;
+                // A staged put's data goes from its slot's staging bytes, which the slot
+                // keeps until the request completes.
+                let data_len = if put && !inline {
+                    (len as usize).min(STAGING_BYTES)
+                } else {
+                    0
+                };
+                if put && inline {
+                    header.extend_from_slice(&inline_bytes(&words)[..(len as usize).min(16)]);
                 }
                 let reply_len = REPLY_WORDS * 8
                     + if request::kind(req) == kind::GET {
@@ -723,7 +751,25 @@ impl Proxy {
                     } else {
                         0
                     };
-                self.wire.request(peer, sent, reply_len, head)?;
+                tracing::trace!(
+                    ticket = head,
+                    peer,
+                    kind = request::kind(req),
+                    len,
+                    "a request sent"
+                );
+                // SAFETY: `data_len <= STAGING_BYTES` bytes of the slot's staging, which
+                // the proxy owns (its turn is FULL) until `finish` after the reply.
+                unsafe {
+                    self.wire.request(
+                        peer,
+                        header,
+                        self.staging(head),
+                        data_len,
+                        reply_len,
+                        head,
+                    )?
+                };
                 self.inflight.push_back(InFlight {
                     ticket: head,
                     inline_get: inline && request::kind(req) == kind::GET,
@@ -739,6 +785,7 @@ impl Proxy {
     /// slot back (DONE for a request with a reply, else FREE for the next lap), then
     /// counts it completed.
     fn finish(&self, ticket: u64, words: [u64; 2], staged: &[u8]) {
+        tracing::trace!(ticket, "a request completed");
         let slot = self.slot(ticket);
         let lap = ticket / RING_SLOTS as u64;
         // SAFETY: the proxy owns the slot until it stores the new turn; the staged bytes
@@ -773,6 +820,7 @@ impl Proxy {
 struct CheckedHeap {
     len: usize,
     done: VecDeque<HeapDone>,
+    inbox: Vec<u8>,
 }
 
 #[cfg(any(test, fuzzing))]
@@ -781,6 +829,7 @@ impl CheckedHeap {
         Self {
             len,
             done: VecDeque::new(),
+            inbox: vec![0; crate::backend::INBOX_BYTES],
         }
     }
 
@@ -795,10 +844,17 @@ impl HeapAccess for CheckedHeap {
     fn capacity(&self) -> usize {
         1
     }
-    fn start(&mut self, op: HeapOp<'_>) -> Result<()> {
+    fn inbox(&mut self) -> &mut [u8] {
+        &mut self.inbox
+    }
+    fn start(&mut self, op: HeapOp) -> Result<()> {
         let done = match op {
-            HeapOp::Write { offset, bytes } => {
-                self.check(offset, bytes.len());
+            HeapOp::Write { offset, at, len } => {
+                assert!(
+                    at.checked_add(len)
+                        .is_some_and(|end| end <= self.inbox.len())
+                );
+                self.check(offset, len);
                 HeapDone::default()
             }
             HeapOp::Read { offset, len } => {
@@ -837,7 +893,11 @@ fn apply(
     message: &[u8],
     from: usize,
 ) -> Result<Vec<u8>> {
-    heap.start(parse(message, heap_len, from)?)?;
+    let inbox = heap.inbox();
+    let len = message.len().min(inbox.len());
+    inbox[..len].copy_from_slice(&message[..len]);
+    let op = parse(&inbox[..len], heap_len, from)?;
+    heap.start(op)?;
     let done = heap
         .finish()?
         .expect("the heap finishes every operation at once");
@@ -940,6 +1000,8 @@ mod tests {
     #[derive(Default)]
     struct Fabric {
         sent: Vec<(usize, u64)>,
+        /// Each request's data: where it was sent from, and how many bytes.
+        data: Vec<(usize, usize)>,
         replies: VecDeque<(u64, Vec<u8>)>,
     }
 
@@ -956,14 +1018,24 @@ mod tests {
         unsafe fn get(&mut self, _: usize, _: u64, _: *mut u8, _: usize) -> Result<()> {
             unreachable!("no window")
         }
-        fn request(&mut self, peer: usize, _: Vec<u8>, _: usize, id: u64) -> Result<()> {
-            self.0.lock().unwrap().sent.push((peer, id));
+        unsafe fn request(
+            &mut self,
+            peer: usize,
+            _: Vec<u8>,
+            data: *const u8,
+            data_len: usize,
+            _: usize,
+            id: u64,
+        ) -> Result<()> {
+            let mut f = self.0.lock().unwrap();
+            f.sent.push((peer, id));
+            f.data.push((data.addr(), data_len));
             Ok(())
         }
         fn reply(&mut self) -> Result<Option<(u64, Vec<u8>)>> {
             Ok(self.0.lock().unwrap().replies.pop_front())
         }
-        fn next_request(&mut self) -> Result<Option<(usize, Vec<u8>)>> {
+        fn next_request(&mut self, _: &mut [u8]) -> Result<Option<(usize, usize)>> {
             Ok(None)
         }
         fn send_reply(&mut self, _: usize, _: Vec<u8>) -> Result<()> {
@@ -1022,6 +1094,14 @@ mod tests {
             .collect();
         assert_eq!(sent, want, "a window of requests on the wire at once");
         assert_eq!(completed(&ring), 0);
+        let data = fabric.lock().unwrap().data.clone();
+        let slots_staging: Vec<(usize, usize)> = (0..IN_FLIGHT)
+            .map(|t| (staging.as_ptr().addr() + t * STAGING_BYTES, 64))
+            .collect();
+        assert_eq!(
+            data, slots_staging,
+            "each put's data is sent from its slot's staging, not copied"
+        );
 
         // Peer 2 answers all of its requests first: none completes while ticket 0, peer
         // 1's, is still out, and no slot is handed back early.

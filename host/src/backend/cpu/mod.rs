@@ -22,7 +22,7 @@ pub mod threads;
 
 use super::{
     Backend, BackendKind, CodeObjects, DeviceRegion, Grid, HeapAccess, HeapDone, HeapOp,
-    HostKernel, KernelLaunch, Shareable, SharedRegion,
+    HostKernel, INBOX_BYTES, KernelLaunch, Shareable, SharedRegion,
 };
 use crate::error::{Error, Result};
 use rustix::fs::{MemfdFlags, SealFlags};
@@ -505,6 +505,8 @@ impl Backend for Cpu {
 struct HostHeap {
     base: *mut u8,
     done: VecDeque<HeapDone>,
+    /// Where peers' requests are received ([`HeapAccess::inbox`]).
+    inbox: Vec<u8>,
 }
 
 impl HostHeap {
@@ -517,6 +519,7 @@ impl HostHeap {
         Self {
             base,
             done: VecDeque::new(),
+            inbox: vec![0; INBOX_BYTES],
         }
     }
 }
@@ -533,18 +536,25 @@ impl HeapAccess for HostHeap {
         HOST_HEAP_CAPACITY
     }
 
-    fn start(&mut self, op: HeapOp<'_>) -> Result<()> {
+    fn inbox(&mut self) -> &mut [u8] {
+        &mut self.inbox
+    }
+
+    fn start(&mut self, op: HeapOp) -> Result<()> {
         let done = match op {
-            HeapOp::Write { offset, bytes } => {
+            HeapOp::Write { offset, at, len } => {
+                let bytes =
+                    self.inbox
+                        .get(at..at.saturating_add(len))
+                        .ok_or_else(|| Error::Engine {
+                            peer: None,
+                            what: format!("a write of {len} bytes at {at} outside the inbox"),
+                        })?;
                 // SAFETY: inside the heap (the proxy checks every request's range); peers'
                 // stores through the engine are ordered by the proxy, and the release
                 // fence publishes them.
                 unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        bytes.as_ptr(),
-                        self.base.add(offset),
-                        bytes.len(),
-                    )
+                    std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.base.add(offset), len)
                 };
                 std::sync::atomic::fence(Ordering::Release);
                 HeapDone::default()

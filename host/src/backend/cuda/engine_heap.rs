@@ -5,9 +5,11 @@
 //! It drives a [`Cuda`] instance of its own on the rank's device (the same primary
 //! context, its own non-blocking stream and staging ring), so nothing it does waits
 //! behind the rank's kernels, which may be spinning on the very signal it is about to
-//! apply. Operations are pipelined on that stream, [`CAPACITY`] at most: a write is the
-//! instance's upload (staged through its page-locked ring), a read a copy into a
-//! page-locked slot of this value's, an atomic a one-thread launch of
+//! apply. Operations are pipelined on that stream, [`CAPACITY`] at most, each with a
+//! page-locked slot of this value's, which is also where its request was received (the
+//! inbox): a write is a copy from there (the bytes the wire left, read by the copy
+//! engine: no copy on the host), a read a copy into the slot, an atomic a one-thread
+//! launch of
 //! `symmem_engine_atomic` (a device atomic like the ones the rank's kernels use on the
 //! same word; a host write could tear or race with them) whose old value is copied into
 //! such a slot. An event recorded behind each says when it is complete; the stream runs
@@ -16,27 +18,22 @@
 use super::driver::{self, Event};
 use super::{Cuda, CudaDeviceMemory, CudaModule};
 use crate::backend::gpu::DeviceScope;
-use crate::backend::{Backend, DeviceRegion, Grid, HeapAccess, HeapDone, HeapOp};
+use crate::backend::{Backend, DeviceRegion, Grid, HeapAccess, HeapDone, HeapOp, INBOX_BYTES};
 use crate::error::{Error, Result};
 use std::collections::VecDeque;
-use symmem_rma::engine::STAGING_BYTES;
 
-/// Operations under way at once (each holds a page-locked slot of [`STAGING_BYTES`]).
+/// Operations under way at once (each holds a page-locked slot of [`INBOX_BYTES`]).
 const CAPACITY: usize = 16;
 
 /// What a started operation gives back once its event has completed.
 #[derive(Debug)]
 enum Pending {
+    /// Its bytes are read from its page-locked slot until it is complete.
     Write,
     /// `len` bytes in page-locked slot `slot`.
-    Read {
-        slot: usize,
-        len: usize,
-    },
+    Read { slot: usize, len: usize },
     /// The old value, 8 bytes in page-locked slot `slot`.
-    Atomic {
-        slot: usize,
-    },
+    Atomic { slot: usize },
 }
 
 /// The proxy's way into one rank's CUDA heap.
@@ -47,9 +44,9 @@ pub(crate) struct CudaEngineHeap {
     pending: VecDeque<(Event, Pending)>,
     /// Events not in use.
     idle: Vec<Event>,
-    /// Page-locked memory: [`CAPACITY`] slots of [`STAGING_BYTES`].
+    /// Page-locked memory: [`CAPACITY`] slots of [`INBOX_BYTES`].
     host: *mut u8,
-    /// The slot the next read or atomic takes (slots are taken and freed in order).
+    /// The slot the next operation takes, the inbox (slots are taken and freed in order).
     next_slot: usize,
     /// One device word per slot, where an atomic's old value lands.
     old: CudaDeviceMemory,
@@ -69,7 +66,7 @@ impl CudaEngineHeap {
         let module = cuda.load_module(&crate::backend::code_objects::KERNELS)?;
         let old = cuda.alloc_device(CAPACITY * size_of::<u64>())?;
         cuda.ctx.make_current()?;
-        let host = driver::mem_host_alloc(CAPACITY * STAGING_BYTES)?;
+        let host = driver::mem_host_alloc(CAPACITY * INBOX_BYTES)?;
         let mut heap = Self {
             pending: VecDeque::with_capacity(CAPACITY),
             idle: Vec::with_capacity(CAPACITY),
@@ -87,18 +84,19 @@ impl CudaEngineHeap {
         Ok(heap)
     }
 
-    /// The next page-locked slot. Slots are taken in order and the proxy starts at most
-    /// [`CAPACITY`] operations before finishing the oldest, so no pending copy writes it.
+    /// The next page-locked slot, the inbox. Slots are taken in order and the proxy
+    /// starts at most [`CAPACITY`] operations before finishing the oldest, so no pending
+    /// copy reads or writes it.
     fn take_slot(&mut self) -> usize {
         let slot = self.next_slot;
         self.next_slot = (slot + 1) % CAPACITY;
         slot
     }
 
-    /// The start of page-locked slot `slot` ([`STAGING_BYTES`] bytes).
+    /// The start of page-locked slot `slot` ([`INBOX_BYTES`] bytes).
     fn slot_ptr(&self, slot: usize) -> *mut u8 {
         debug_assert!(slot < CAPACITY);
-        self.host.wrapping_add(slot * STAGING_BYTES)
+        self.host.wrapping_add(slot * INBOX_BYTES)
     }
 
     /// The device address of slot `slot`'s old-value word.
@@ -112,7 +110,13 @@ impl HeapAccess for CudaEngineHeap {
         CAPACITY
     }
 
-    fn start(&mut self, op: HeapOp<'_>) -> Result<()> {
+    fn inbox(&mut self) -> &mut [u8] {
+        // SAFETY: the next slot, which no pending operation uses (`take_slot`), borrowed
+        // with `self`.
+        unsafe { std::slice::from_raw_parts_mut(self.slot_ptr(self.next_slot), INBOX_BYTES) }
+    }
+
+    fn start(&mut self, op: HeapOp) -> Result<()> {
         let Some(event) = self.idle.pop() else {
             return Err(Error::Engine {
                 peer: None,
@@ -166,12 +170,25 @@ impl HeapAccess for CudaEngineHeap {
 
 impl CudaEngineHeap {
     /// Enqueues `op` on the instance's stream (its context current).
-    fn enqueue(&mut self, op: HeapOp<'_>) -> Result<Pending> {
+    fn enqueue(&mut self, op: HeapOp) -> Result<Pending> {
         match op {
-            HeapOp::Write { offset, bytes } => {
+            HeapOp::Write { offset, at, len } => {
+                if at.checked_add(len).is_none_or(|end| end > INBOX_BYTES) {
+                    return Err(Error::Engine {
+                        peer: None,
+                        what: format!("a write of {len} bytes at {at} outside the inbox"),
+                    });
+                }
+                let slot = self.take_slot();
+                // SAFETY: inside the slot (checked above), page-locked; the slot is taken
+                // again only after this operation's event, recorded behind the copy, has
+                // completed.
+                let bytes = unsafe { std::slice::from_raw_parts(self.slot_ptr(slot).add(at), len) };
                 // SAFETY: inside the heap (the proxy checks every request's range); the heap
-                // outlives the engine. The upload copies `bytes` before it returns.
-                unsafe { self.cuda.upload(self.base + offset as u64, bytes)? };
+                // outlives the engine.
+                unsafe {
+                    driver::memcpy_htod_async(self.base + offset as u64, bytes, self.stream())?
+                };
                 Ok(Pending::Write)
             }
             HeapOp::Read { offset, len } => {
@@ -211,7 +228,7 @@ impl CudaEngineHeap {
         }
     }
 
-    /// Enqueues the copy of `len <= STAGING_BYTES` device bytes at `src` into page-locked
+    /// Enqueues the copy of `len <= INBOX_BYTES` device bytes at `src` into page-locked
     /// slot `slot`, on the instance's stream (its context current); the slot is read only
     /// after the event recorded behind the operation has completed.
     ///
@@ -219,7 +236,7 @@ impl CudaEngineHeap {
     /// `src..src + len` is device memory this context reads, written by nothing the
     /// stream does not order before the copy.
     unsafe fn copy_to_slot(&self, slot: usize, src: u64, len: usize) -> Result<()> {
-        debug_assert!(len <= STAGING_BYTES);
+        debug_assert!(len <= INBOX_BYTES);
         // SAFETY: inside the slot, which no pending copy writes (`take_slot`); `src` is
         // the caller's.
         unsafe {
