@@ -1,5 +1,5 @@
 //! Programs under `mpirun`: whether it is there, building a binary with the `mpi`
-//! feature into its own target directory, and running it with a deadline.
+//! feature, and running it with a deadline.
 
 use std::path::PathBuf;
 use std::process::{Command, ExitStatus, Stdio};
@@ -35,29 +35,33 @@ pub fn mpirun_available() -> bool {
     );
 }
 
-/// Builds binary `bin` of `package` with `features` into `<target>/mpi` (so the default
-/// build's binaries are left alone), once per test process and binary; returns its path.
+/// Builds binary `bin` of `package` with `features` into `<target>/mpi/<bin>`, once per
+/// test process and binary; returns its path.
+///
+/// Built in the test build's own target directory, which `cargo test` does not lock while
+/// tests run, so the dependencies and the GPU code objects are the ones the tests were
+/// built with (a target directory of its own compiled every dependency again: 45 s of
+/// CI's 2 cores). The binary cargo leaves in `<target>/debug` is moved out, and the one
+/// that was there before (a build without the features, which tests of other packages run)
+/// is put back.
 pub fn build(package: &str, features: &str, bin: &str) -> PathBuf {
     static BUILT: Mutex<Vec<(String, Result<PathBuf, String>)>> = Mutex::new(Vec::new());
     let mut built = BUILT.lock().unwrap_or_else(|p| p.into_inner());
     if let Some((_, r)) = built.iter().find(|(b, _)| b == bin) {
         return r.clone().unwrap_or_else(|e| panic!("{e}"));
     }
-    let outer = std::env::var_os("CARGO_TARGET_DIR")
+    let target = std::env::var_os("CARGO_TARGET_DIR")
         .map_or_else(|| workspace().join("target"), PathBuf::from);
-    let target = outer.join("mpi");
-    // The GPU code objects of this build are the default build's: one nested area for
-    // both, so `core` and the kernel crates are built once per GPU target.
-    let nested = std::env::var_os(symmem_build::NESTED_DIR_ENV)
-        .unwrap_or_else(|| outer.join("symmem-device").into_os_string());
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let args = ["build", "-p", package, "--features", features, "--bin", bin];
+    let uplifted = target.join("debug").join(bin);
+    let aside = target.join("debug").join(format!(".{bin}.before-mpi"));
+    let put_aside = std::fs::rename(&uplifted, &aside).is_ok();
     let result = Command::new(cargo)
         .current_dir(workspace())
         .args(args)
         .arg("--target-dir")
         .arg(&target)
-        .env(symmem_build::NESTED_DIR_ENV, &nested)
         .output()
         .map_err(|e| format!("running cargo: {e}"))
         .and_then(|output| {
@@ -69,11 +73,16 @@ pub fn build(package: &str, features: &str, bin: &str) -> PathBuf {
                     String::from_utf8_lossy(&output.stderr)
                 ));
             }
-            let exe = target.join("debug").join(bin);
-            exe.is_file()
-                .then_some(exe.clone())
-                .ok_or_else(|| format!("{} was not built", exe.display()))
+            let exe = target.join("mpi").join(bin);
+            std::fs::create_dir_all(target.join("mpi"))
+                .and_then(|()| std::fs::rename(&uplifted, &exe))
+                .map_err(|e| format!("moving {} to {}: {e}", uplifted.display(), exe.display()))
+                .map(|()| exe)
         });
+    if put_aside {
+        std::fs::rename(&aside, &uplifted)
+            .unwrap_or_else(|e| panic!("putting {} back: {e}", uplifted.display()));
+    }
     built.push((bin.to_owned(), result.clone()));
     result.unwrap_or_else(|e| panic!("{e}"))
 }

@@ -11,8 +11,8 @@
 //! waits for it on the device, and the peer gets `PeerLost` naming it within 2 s.
 //!
 //! Without `mpirun` on PATH these tests fail, unless `SYMMEM_SKIP_MPI=1` (then they print
-//! `skipped: ...` and pass). The MPI demo is built into its own target directory
-//! (`<target>/mpi`), so the default build's `symmem-demo` is left alone.
+//! `skipped: ...` and pass). The MPI demo is built as `<target>/mpi/symmem-demo`
+//! ([`mpi::build`]), so the default build's `symmem-demo` is left alone.
 
 use std::path::PathBuf;
 use std::process::Command;
