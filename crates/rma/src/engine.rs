@@ -225,6 +225,7 @@ fn wait(r: *const Ring, p: *const u64, peer: u64, want: u64, cond: impl Fn(u64) 
         #[cfg(not(feature = "std"))]
         let _ = r;
         crate::spin(&mut spins);
+        crate::backoff(spins);
         if w.give_up(spins, p, want, v, peer) {
             return false;
         }
@@ -337,7 +338,7 @@ pub(crate) unsafe fn post(req: Request, stage_src: *const u8, stage_len: usize) 
         // follow from the ring's layout; the caller bounds `stage_len`.
         unsafe {
             let staging = ((*r).staging as *mut u8).add(index as usize * STAGING_BYTES);
-            crate::copy::copy_lanes(0, 1, staging, stage_src, stage_len);
+            crate::copy::copy_alone(staging, stage_src, stage_len);
         }
     }
     // SAFETY: as above: the slot's words.
@@ -385,7 +386,7 @@ impl Ticket {
             if out_len > 0 {
                 let index = (self.ticket & (capacity - 1)) as usize;
                 let staging = ((*self.ring).staging as *const u8).add(index * STAGING_BYTES);
-                crate::copy::copy_lanes(0, 1, out, staging, out_len);
+                crate::copy::copy_alone(out, staging, out_len);
             }
             [
                 load(&raw const (*self.slot).result, Order::Relaxed),
