@@ -8,7 +8,7 @@
 //!   ring as on a GPU heap (`SYMMEM_ENGINE_STAGING=1`: every request and its data as MPI
 //!   messages). The other splits (every peer remote through the window, 8 ranks as 2
 //!   nodes of 4) run the same checks over the local transport in `off_node_local.rs`,
-//!   where only the wire differs: under `mpirun` on 2 cores they took CI 14 s;
+//!   where only the wire differs: under `mpirun` on 2 cores they took 3 s and 13 s;
 //! * on the CUDA backend (`engine-ranks --cuda`, the staging path of an MPI that is not
 //!   CUDA-aware), `-np 2` and `-np 4` with 1 rank per node and `-np 4` with 2: these
 //!   print `skipped: <reason>` and pass where no CUDA device answers (recorded runs on

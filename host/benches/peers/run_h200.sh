@@ -18,8 +18,9 @@
 #                 emulated nodes, against MPI in the same run: -np 2 (1 rank per node: puts
 #                 to 64 MiB, latency) and -np 4 (2 per node: puts to 1 MiB, all-reduces to
 #                 16 MiB) (engine-bench-np{2,4}.txt, env.txt)
-#   engine-ab     the staged path under MPS of an old build (old-engine-bench) and of this
-#                 one, alternating, twice each: -np 2 puts to 64 MiB and latency
+#   engine-ab     the staged path under MPS of an old build (old-engine-bench; more builds:
+#                 ENGINE_BUILDS="a b ..." names in .carry) and of this one, alternating, twice
+#                 each: -np 2 puts to 64 MiB and latency
 #                 (engine-ab.txt); this build's -np 4 all-reduces to 16 MiB
 #                 (engine-bench-np4.txt); a proxy trace of this build's 4 KiB and 8-byte puts
 #                 (SYMMEM_LOG=symmem::transport::proxy=trace, engine-trace.txt.xz)
@@ -171,7 +172,7 @@ engine_ab() {
   local mps="-x CUDA_MPS_PIPE_DIRECTORY -x CUDA_MPS_LOG_DIRECTORY"
   mps_start || { echo "MPS did not start"; return 1; }
   for run in 1 2; do
-    for b in old-engine-bench engine-bench; do
+    for b in ${ENGINE_BUILDS:-old-engine-bench engine-bench}; do
       echo "== run $run: $b --cuda (staging), -np 2, 1 rank per node"
       timeout -k 5 60 $MPIRUN $pe $mps -np 2 -x SYMMEM_RANKS_PER_NODE=1 "$CARRY/$b" --cuda \
         --max-all-reduce 0 2>&1 | grep -E "bench|put|latency|rror"
