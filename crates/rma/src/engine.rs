@@ -225,7 +225,6 @@ fn wait(r: *const Ring, p: *const u64, peer: u64, want: u64, cond: impl Fn(u64) 
         #[cfg(not(feature = "std"))]
         let _ = r;
         crate::spin(&mut spins);
-        crate::backoff(spins);
         if w.give_up(spins, p, want, v, peer) {
             return false;
         }

@@ -94,34 +94,6 @@ pub(crate) fn spin(count: &mut u32) {
     }
 }
 
-/// Backs off in a GPU wait on host memory (the off-node engine's ring, read over the bus)
-/// once it has spun `count` times: from the 9th spin on, a sleep before each read, longer
-/// each time up to about a microsecond (`nanosleep` on nvptx, `s_sleep` on amdgcn);
-/// nothing on the host, where [`spin`] yields. Thousands of threads reading the ring back
-/// to back took the bus from the proxy's own copies: the staged 4 MiB all-reduce at 2
-/// nodes x 2 took 368 ms on an H100, 22x the 1 MiB one.
-#[inline(always)]
-pub(crate) fn backoff(count: u32) {
-    #[cfg(target_arch = "nvptx64")]
-    if count > 8 {
-        let ns: u32 = 32 << (count - 8).min(5);
-        // SAFETY: a sleep of the calling thread; no memory is touched.
-        unsafe {
-            core::arch::asm!("nanosleep.u32 {ns};", ns = in(reg32) ns, options(nomem, nostack))
-        };
-    }
-    #[cfg(target_arch = "amdgpu")]
-    if count > 8 {
-        unsafe extern "C" {
-            fn symmem_amdgpu_sleep();
-        }
-        // SAFETY: the IR library's function sleeps the wave; no memory is touched.
-        unsafe { symmem_amdgpu_sleep() };
-    }
-    #[cfg(not(any(target_arch = "nvptx64", target_arch = "amdgpu")))]
-    let _ = count;
-}
-
 /// Whether [`spin`]'s `count`-th spin gave the OS thread up: never on a GPU. A host wait
 /// looks at its control block then too ([`watch`]): a look costs far less than the yield
 /// or sleep, and a count of spins is no clock where threads outnumber cores (a loaded

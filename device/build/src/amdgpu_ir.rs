@@ -100,19 +100,6 @@ pub fn library(data_layout: &str) -> String {
          \x20 ret i64 %t\n}}"
         ),
     );
-    // A short sleep (`s_sleep 8`: about 512 clocks), for a wait's backoff.
-    wl(
-        w,
-        format_args!("declare void @llvm.amdgcn.s.sleep(i32 immarg)"),
-    );
-    wl(
-        w,
-        format_args!(
-            "define linkonce_odr hidden void @symmem_amdgpu_sleep() #0 {{\n\
-         \x20 call void @llvm.amdgcn.s.sleep(i32 8)\n\
-         \x20 ret void\n}}"
-        ),
-    );
     // A call that is never inlined: rustc drops `#[inline(never)]` on amdgcn, but the
     // inliner honours `noinline` on a call site, and this one stays on the call when the
     // helper itself is inlined and `%f` becomes a known function.
