@@ -276,6 +276,18 @@ pub(crate) fn running() -> bool {
     !cfg!(feature = "on-node") && !ring().is_null()
 }
 
+/// Slots in the ring (1 without an engine): how many requests a rank has posted at once,
+/// at most.
+#[inline(always)]
+pub(crate) fn slots() -> usize {
+    let r = ring();
+    if r.is_null() {
+        return 1;
+    }
+    // SAFETY: the live ring's word, set by the host before any launch.
+    (unsafe { (*r).capacity }) as usize
+}
+
 /// Whether the engine moves data by staging (the proxy cannot reach kernel memory).
 /// Without an engine, false (the request will be refused by [`post`]).
 #[inline(always)]

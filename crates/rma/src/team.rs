@@ -934,10 +934,16 @@ impl Team<'_> {
 const GET_PIECE: usize = 4 << 10;
 
 /// This thread's share of `n` bytes moved through the engine: contiguous pieces of at
-/// least `min_piece` bytes (fewer, larger requests), 16-byte aligned starts.
+/// least `min_piece` bytes (fewer, larger requests), 16-byte aligned starts, taken by at
+/// most the ring's slots' worth of the grid's threads: a thread with no slot waits for
+/// one reading the ring in host memory over the bus, and a thousand such threads per rank
+/// (a 4 MiB all-reduce's gets at 2 nodes x 2) slowed every rank's engine down.
 #[inline(always)]
 fn engine_share<A: Arch>(arch: &A, n: usize, min_piece: usize) -> (usize, usize) {
-    let parts = n.div_ceil(min_piece).clamp(1, arch.block_dim() as usize);
+    let per_block = (engine::slots() / arch.grid_dim() as usize).max(1);
+    let parts = n
+        .div_ceil(min_piece)
+        .clamp(1, (arch.block_dim() as usize).min(per_block));
     let part = arch.thread_id() as usize;
     if part < parts {
         copy::share(n, copy::VECTOR_BYTES, part, parts)
