@@ -150,6 +150,10 @@ engine() {
   if [ "${MPS:-1}" = 0 ]; then
     mps="" how="no MPS" tag="-no-mps"
   else
+    # MPS clients share one pool of hardware queues: 32 per client ran it dry
+    # (cuDevicePrimaryCtxRetain: CUDA_ERROR_OUT_OF_MEMORY); symmem leaves the driver's
+    # default in an MPS client, and so does this part.
+    unset CUDA_DEVICE_MAX_CONNECTIONS
     mps_start || { echo "MPS did not start"; return 1; }
   fi
   echo "== $how, engine bench --cuda (staging), -np 2, 1 rank per node: put, latency"
