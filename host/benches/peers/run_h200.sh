@@ -125,7 +125,12 @@ small() {
   python3 "$P/plot_small.py" "$OUT/small_messages.svg" "$OUT"/small_messages_[123].csv
 }
 
+# Starts an MPS daemon for the part that calls it. MPS clients share one pool of hardware
+# queues: the 32 per client this script exports ran it dry (cuDevicePrimaryCtxRetain:
+# CUDA_ERROR_OUT_OF_MEMORY), so an MPS part leaves the driver's default, as symmem does in
+# an MPS client.
 mps_start() {
+  unset CUDA_DEVICE_MAX_CONNECTIONS
   export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
   mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
   nvidia-cuda-mps-control -d
@@ -150,10 +155,6 @@ engine() {
   if [ "${MPS:-1}" = 0 ]; then
     mps="" how="no MPS" tag="-no-mps"
   else
-    # MPS clients share one pool of hardware queues: 32 per client ran it dry
-    # (cuDevicePrimaryCtxRetain: CUDA_ERROR_OUT_OF_MEMORY); symmem leaves the driver's
-    # default in an MPS client, and so does this part.
-    unset CUDA_DEVICE_MAX_CONNECTIONS
     mps_start || { echo "MPS did not start"; return 1; }
   fi
   echo "== $how, engine bench --cuda (staging), -np 2, 1 rank per node: put, latency"
@@ -161,17 +162,21 @@ engine() {
     --max-all-reduce 0 > "$OUT/engine-bench-np2$tag.txt" 2>&1
   echo "rc=$?"; grep -E "bench|put|latency|rror" "$OUT/engine-bench-np2$tag.txt" | head -8
   echo "== $how, engine bench --cuda (staging), -np 4, 2 per node: put, latency, all-reduce"
-  timeout -k 5 150 $MPIRUN $pe $mps -np 4 -x SYMMEM_RANKS_PER_NODE=2 "$CARRY/engine-bench" --cuda \
-    --max-put 1M --max-all-reduce 16M > "$OUT/engine-bench-np4$tag.txt" 2>&1
-  echo "rc=$?"; grep -E "bench|put|latency|all_reduce|rror" "$OUT/engine-bench-np4$tag.txt" | head -14
+  engine_np4 "$pe $mps" "$tag"
   [ "${MPS:-1}" = 0 ] || echo quit | nvidia-cuda-mps-control
+}
+
+# engine_np4 MPIRUN_FLAGS TAG: this build's engine bench at -np 4 as 2 nodes of 2, puts to
+# 1 MiB and all-reduces to 16 MiB (engine-bench-np4TAG.txt).
+engine_np4() {
+  # shellcheck disable=SC2086
+  timeout -k 5 150 $MPIRUN $1 -np 4 -x SYMMEM_RANKS_PER_NODE=2 "$CARRY/engine-bench" --cuda \
+    --max-put 1M --max-all-reduce 16M > "$OUT/engine-bench-np4$2.txt" 2>&1
+  echo "rc=$?"; grep -E "bench|put|latency|all_reduce|rror" "$OUT/engine-bench-np4$2.txt" | head -14
 }
 
 
 engine_ab() {
-  # Under MPS every client's queues come out of one pool: leave the driver's default
-  # (symmem does the same in an MPS client).
-  unset CUDA_DEVICE_MAX_CONNECTIONS
   local pe="--map-by slot:PE=2 --bind-to core"
   local mps="-x CUDA_MPS_PIPE_DIRECTORY -x CUDA_MPS_LOG_DIRECTORY"
   mps_start || { echo "MPS did not start"; return 1; }
@@ -184,9 +189,7 @@ engine_ab() {
     done
   done 2>&1 | tee "$OUT/engine-ab.txt"
   echo "== engine bench --cuda (staging), -np 4, 2 per node: put, latency, all-reduce"
-  timeout -k 5 150 $MPIRUN $pe $mps -np 4 -x SYMMEM_RANKS_PER_NODE=2 "$CARRY/engine-bench" --cuda \
-    --max-put 1M --max-all-reduce 16M > "$OUT/engine-bench-np4.txt" 2>&1
-  echo "rc=$?"; grep -E "bench|put|latency|all_reduce|rror" "$OUT/engine-bench-np4.txt" | head -14
+  engine_np4 "$pe $mps" ""
   echo "== proxy trace: engine bench --cuda, -np 2, puts to 4 KiB"
   SYMMEM_LOG=symmem::transport::proxy=trace timeout -k 5 60 $MPIRUN $pe $mps -x SYMMEM_LOG -np 2 \
     -x SYMMEM_RANKS_PER_NODE=1 "$CARRY/engine-bench" --cuda --max-put 4K --max-all-reduce 0 \

@@ -3,7 +3,8 @@
 //! memory itself.
 //!
 //! It drives a [`Cuda`] instance of its own on the rank's device (the same primary
-//! context, its own non-blocking stream and staging ring), so nothing it does waits
+//! context, its own non-blocking stream; the instance's upload ring goes unused, as every
+//! copy here is from or into this value's own slots), so nothing it does waits
 //! behind the rank's kernels, which may be spinning on the very signal it is about to
 //! apply. Operations are pipelined on that stream, [`CAPACITY`] at most, each with a
 //! page-locked slot of this value's, which is also where its request was received (the
