@@ -357,6 +357,58 @@ fn bounded_waits_read_the_device_clock_and_the_control_global() {
     }
 }
 
+/// symmem's object for `cpu` with the off-node engine (`KERNELS`: worlds across nodes).
+fn engine_object(cpu: &str) -> &'static [u8] {
+    symmem::backend::code_objects::KERNELS
+        .find(cpu)
+        .unwrap_or_else(|| panic!("no {cpu} code object of symmem's engine build"))
+}
+
+/// Off-node requests read their ring's words from the module's copy, which the host sets
+/// when it loads the module (`symmem_rma::engine::SYMMEM_ENGINE`, one `Ring` in device
+/// memory), not from the ring in host memory through the control block: a visible global
+/// of `Ring`'s size in the PTX that the ticket counter's address is loaded from, and an
+/// exported symbol of that size in each AMD object.
+#[test]
+fn engine_requests_read_the_ring_from_a_module_global() {
+    let bytes = size_of::<symmem_rma::engine::Ring>();
+    let tickets = std::mem::offset_of!(symmem_rma::engine::Ring, tickets);
+    for cpu in ptx_targets() {
+        let ptx = std::str::from_utf8(engine_object(cpu)).expect("PTX is text");
+        assert!(
+            ptx.contains(&format!(
+                ".visible .global .align 8 .b8 SYMMEM_ENGINE[{bytes}];"
+            )),
+            "{cpu}: SYMMEM_ENGINE is not a visible global of {bytes} bytes in the PTX"
+        );
+        let loads = ptx
+            .lines()
+            .filter(|l| {
+                l.trim_start().starts_with("ld.global.b64")
+                    && l.contains(&format!("[SYMMEM_ENGINE+{tickets}]"))
+            })
+            .count();
+        assert!(
+            loads > 0,
+            "{cpu}: no load of the ticket counter's address from SYMMEM_ENGINE"
+        );
+        println!("{cpu}: {loads} loads of the ring's tickets word from SYMMEM_ENGINE");
+    }
+    for cpu in amd_targets() {
+        let symbols = llvm::run_on("llvm-nm", &["-D", "-S"], engine_object(cpu));
+        let size = symbols
+            .lines()
+            .find(|l| l.ends_with(" SYMMEM_ENGINE"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .map(|s| usize::from_str_radix(s, 16).expect("a hexadecimal size"));
+        assert_eq!(
+            size,
+            Some(bytes),
+            "{cpu}: SYMMEM_ENGINE's exported size:\n{symbols}"
+        );
+    }
+}
+
 /// The barrier-free all-reduce (`symmem_rma::lamport`) publishes its data and polls for
 /// it in 16 bytes at system scope, without going through the flat address space: in PTX
 /// one volatile (relaxed, system) 16-byte global store per peer and 16-byte volatile

@@ -243,9 +243,10 @@ impl Backend for Recording {
         &self,
         module: &mut Self::Module,
         control: &Self::Shared,
+        engine: Option<&symmem::backend::Ring>,
     ) -> symmem::Result<()> {
         // SAFETY: forwarded from the caller.
-        unsafe { self.cpu.watch(module, control) }
+        unsafe { self.cpu.watch(module, control, engine) }
     }
     unsafe fn launch(
         &self,

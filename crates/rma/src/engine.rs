@@ -4,8 +4,10 @@
 //! A peer whose entry in the peer table is 0 is not mapped here (it is on another node,
 //! see the host's `topology`); [`crate::Team`]'s put, get, atomics, signals and point
 //! operations post a request for it to this rank's [`Ring`] instead of touching its
-//! memory. The ring is found through the control block ([`crate::watch::Control::ring`]),
-//! as the wait bounds are, so a user's kernel reaches off-node peers without a parameter.
+//! memory. The ring is found as the wait bounds are, so a user's kernel reaches off-node
+//! peers without a parameter: on GPUs through a copy of its constant words in the
+//! module's own memory ([`SYMMEM_ENGINE`], read without crossing the bus), on the host
+//! through the control block ([`crate::watch::Control::ring`]).
 //!
 //! **Protocol.** A thread takes a ticket `t` from the ring's counter (an atomic add in
 //! device memory); its slot is `t % capacity`, its lap `t / capacity`. Each slot's
@@ -45,7 +47,7 @@ use symmem_arch::call_outlined;
 
 /// A rank's request ring, written by the host when the world starts its engine.
 #[repr(C)]
-#[derive(Debug, Default)]
+#[derive(Clone, Copy, Debug, Default)]
 pub struct Ring {
     /// Address of `capacity` [`Slot`]s (host-mapped memory).
     pub slots: u64,
@@ -75,7 +77,41 @@ pub struct Ring {
     pub help: u64,
     /// The argument [`Ring::help`] takes.
     pub help_context: u64,
+    /// Address of the ring the proxy updates (its [`Ring::completed`]): this ring's own,
+    /// or, in a module's copy ([`SYMMEM_ENGINE`]), the original's.
+    pub live: u64,
 }
+
+// SAFETY: `repr(C)` of `u64`s only: no padding, and every bit pattern is a value.
+unsafe impl bytemuck::Zeroable for Ring {}
+// SAFETY: as above; `Copy` and `'static`.
+unsafe impl bytemuck::Pod for Ring {}
+
+impl Ring {
+    /// No ring: every word zero (a module's [`SYMMEM_ENGINE`] until the host sets it).
+    pub const NONE: Ring = Ring {
+        slots: 0,
+        capacity: 0,
+        tickets: 0,
+        completed: 0,
+        heap_base: 0,
+        heap_len: 0,
+        staging: 0,
+        direct: 0,
+        help: 0,
+        help_context: 0,
+        live: 0,
+    };
+}
+
+/// This rank's ring as a module global, on GPUs: a copy of its words (all constant but
+/// [`Ring::completed`], which is read through [`Ring::live`]) that the host writes when it
+/// loads the module ([`Ring::NONE`] without an engine). The ring itself is host memory,
+/// and each read of it crosses the bus: the copy spares a request that many round trips
+/// (reading the control block's `ring`, then the ring's words, on every operation).
+#[cfg(any(target_arch = "amdgpu", target_arch = "nvptx64"))]
+#[unsafe(no_mangle)]
+pub static mut SYMMEM_ENGINE: Ring = Ring::NONE;
 
 /// One request. Field meanings per [`kind`]; see the module documentation for `turn`.
 #[repr(C, align(64))]
@@ -185,15 +221,30 @@ pub const fn atomic_code(op: AtomicOp) -> u64 {
     }
 }
 
-/// This rank's ring, if the world runs an engine.
+/// This rank's ring, if the world runs an engine: on GPUs the module's copy
+/// ([`SYMMEM_ENGINE`]), on the host the one the control block names.
 #[inline(always)]
 fn ring() -> *const Ring {
-    let c = watch::control();
-    if c.is_null() {
-        return core::ptr::null();
+    #[cfg(any(target_arch = "amdgpu", target_arch = "nvptx64"))]
+    {
+        let r = &raw const SYMMEM_ENGINE;
+        // SAFETY: the host writes the global before any launch of the module, and never
+        // while one runs.
+        if unsafe { (&raw const (*r).capacity).read_volatile() } == 0 {
+            core::ptr::null()
+        } else {
+            r
+        }
     }
-    // SAFETY: the live control block; the host sets `ring` before any launch.
-    unsafe { u64::load(&raw const (*c).ring, Order::Relaxed, Scope::System) as *const Ring }
+    #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+    {
+        let c = watch::control();
+        if c.is_null() {
+            return core::ptr::null();
+        }
+        // SAFETY: the live control block; the host sets `ring` before any launch.
+        unsafe { u64::load(&raw const (*c).ring, Order::Relaxed, Scope::System) as *const Ring }
+    }
 }
 
 #[inline(always)]
@@ -293,8 +344,8 @@ pub(crate) fn slots() -> usize {
 #[inline(always)]
 pub(crate) fn staged() -> bool {
     let r = ring();
-    // SAFETY: the live ring.
-    !r.is_null() && load(unsafe { &raw const (*r).direct }, Order::Relaxed) == 0
+    // SAFETY: the live ring's constant word.
+    !r.is_null() && unsafe { (*r).direct } == 0
 }
 
 /// Posts `req`, first copying `stage_len` bytes from `stage_src` into the slot's staging
@@ -418,8 +469,8 @@ impl Ticket {
 /// Waits until the proxy has completed `count` tickets.
 #[inline(always)]
 fn wait_completed(r: *const Ring, count: u64) {
-    // SAFETY: the live ring's word.
-    let completed = unsafe { &raw const (*r).completed };
+    // SAFETY: the ring the proxy updates, and its word.
+    let completed = unsafe { &raw const (*((*r).live as *const Ring)).completed };
     wait(r, completed, watch::NO_PEER, count, |v| v >= count);
 }
 

@@ -940,13 +940,10 @@ const GET_PIECE: usize = 4 << 10;
 /// (a 4 MiB all-reduce's gets at 2 nodes x 2) took 444 ms on an H100, 9.8 ms with the cap.
 #[inline(always)]
 fn engine_share<A: Arch>(arch: &A, n: usize, min_piece: usize) -> (usize, usize) {
-    let mut parts = n.div_ceil(min_piece).clamp(1, arch.block_dim() as usize);
-    if parts > 1 {
-        // Read only where it can matter: the ring is in host memory, read over the bus
-        // (with the read on every put, a one-piece 4 KiB put measured 52 us on an H100
-        // against 44 us before the cap; this form is not yet measured there).
-        parts = parts.min((engine::slots() / arch.grid_dim() as usize).max(1));
-    }
+    let parts = n
+        .div_ceil(min_piece)
+        .clamp(1, arch.block_dim() as usize)
+        .min((engine::slots() / arch.grid_dim() as usize).max(1));
     let part = arch.thread_id() as usize;
     if part < parts {
         copy::share(n, copy::VECTOR_BYTES, part, parts)

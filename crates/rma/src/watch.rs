@@ -55,7 +55,8 @@ pub struct Control {
     /// The value it last saw.
     pub seen: u64,
     /// Address of this rank's off-node request ring ([`crate::engine::Ring`]); 0 when
-    /// the world runs no engine (every peer is on this node).
+    /// the world runs no engine (every peer is on this node). Kernels on GPUs read the
+    /// module's copy of the ring instead ([`crate::engine::SYMMEM_ENGINE`]).
     pub ring: u64,
     /// Address of the departed-peer bitmask: `ranks.div_ceil(64)` words, bit `r % 64` of
     /// word `r / 64` set once rank `r` has left the world (its device work complete).

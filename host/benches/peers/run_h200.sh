@@ -23,11 +23,15 @@
 #                 each: -np 2 puts to 64 MiB and latency
 #                 (engine-ab.txt); this build's -np 4 all-reduces to 16 MiB
 #                 (engine-bench-np4.txt); a proxy trace of this build's 4 KiB and 8-byte puts
-#                 (SYMMEM_LOG=symmem::transport::proxy=trace, engine-trace.txt.xz)
+#                 (SYMMEM_LOG=symmem::transport::proxy=trace, engine-trace.txt.xz), and
+#                 one of its puts to 64 MiB (engine-trace-64m.txt.xz)
 #   engine-hang   the staged all-reduce of 1 MiB at 2 nodes x 2 under MPS alone, every
 #                 sample's time as it ends, SYMMEM_LOG=debug; if it runs past ${HANG_S:-60} s,
 #                 every rank's host stacks (cuda-gdb) before it is killed
 #                 (engine-hang.txt, engine-hang-stacks.txt)
+#   mpi-floor     mpi_floor.c at -np 2: 64 MiB as the proxies send it (header, piece, reply;
+#                 16 in flight) in 4 KiB-1 MiB pieces, against MPI_Put into an allocated
+#                 window, whole and in pieces (mpi-floor.txt)
 #   engine-ranks  engine-ranks --cuda (tables, host put/get, the RMA bodies, every
 #                 collective, peer-put, against host references) at -np 2 and -np 4,
 #                 1 rank per node, without MPS (engine-ranks-np{2,4}.txt)
@@ -196,7 +200,20 @@ engine_ab() {
     > "$OUT/engine-trace.txt" 2>&1
   echo "rc=$?"; grep -E "bench|put|latency|rror" "$OUT/engine-trace.txt" | head -4
   xz -T0 "$OUT/engine-trace.txt"
+  echo "== proxy trace: engine bench --cuda, -np 2, puts to 64 MiB"
+  SYMMEM_LOG=symmem::transport::proxy=trace timeout -k 5 90 $MPIRUN $pe $mps -x SYMMEM_LOG -np 2 \
+    -x SYMMEM_RANKS_PER_NODE=1 "$CARRY/engine-bench" --cuda --max-all-reduce 0 \
+    > "$OUT/engine-trace-64m.txt" 2>&1
+  echo "rc=$?"; grep -E "bench|put|latency|rror" "$OUT/engine-trace-64m.txt" | head -6
+  xz -T0 "$OUT/engine-trace-64m.txt"
   echo quit | nvidia-cuda-mps-control
+}
+
+# mpi_floor.c: this MPI's ceiling for the staged path's wire (64 MiB in pieces as the
+# proxies send them, against MPI_Put into an allocated window) at -np 2 (mpi-floor.txt).
+mpi_floor() {
+  mpicc -O2 -o /tmp/mpi_floor "$P/mpi_floor.c" || { echo "mpicc failed"; return 1; }
+  timeout 120 $MPIRUN --map-by slot:PE=2 --bind-to core -np 2 /tmp/mpi_floor 2>&1 | tee "$OUT/mpi-floor.txt"
 }
 
 engine_hang() {
@@ -297,8 +314,9 @@ while [ $# -gt 0 ]; do
   engine-ranks) engine_ranks ;;
   engine-ab) engine_ab ;;
   engine-hang) engine_hang ;;
+  mpi-floor) mpi_floor ;;
   cost) mkdir -p "$OUT/launch"; cost 2>&1 | tee "$OUT/cost.txt" ;;
   old-new) old_new "$@"; break ;;
-  *) echo "unknown part $part (bench, tests, examples, small, engine, engine-ab, engine-hang, engine-ranks, cost, old-new P...)"; exit 2 ;;
+  *) echo "unknown part $part (bench, tests, examples, small, engine, engine-ab, engine-hang, engine-ranks, mpi-floor, cost, old-new P...)"; exit 2 ;;
   esac
 done

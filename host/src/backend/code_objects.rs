@@ -10,6 +10,7 @@
 use super::Backend;
 use crate::error::Result;
 use std::sync::Arc;
+use symmem_rma::engine::Ring;
 
 /// The code objects of one kernel crate, one per GPU target, embedded in the binary by
 /// [`include_kernels!`](crate::include_kernels).
@@ -96,16 +97,19 @@ pub(crate) struct Loaded<B: Backend> {
 
 impl<B: Backend> Loaded<B> {
     /// Loads `objects` and points its kernels' bounded waits at `control`, the world's
-    /// control block (which the world keeps alive as long as the module).
+    /// control block, and their off-node requests at `engine`, the world's ring (which
+    /// the world keeps alive as long as the module).
     pub(crate) fn new(
         backend: &B,
         objects: &'static CodeObjects,
         control: &B::Shared,
+        engine: Option<&Ring>,
     ) -> Result<Arc<Self>> {
         let mut module = backend.load_module(objects)?;
-        // SAFETY: `control` is the world's control block, initialised by it and freed
-        // only after the world's last synchronisation, after every launch of the module.
-        unsafe { backend.watch(&mut module, control)? };
+        // SAFETY: `control` is the world's control block, initialised by it, and `engine`
+        // its transport's ring; both are freed only after the world's last
+        // synchronisation, after every launch of the module.
+        unsafe { backend.watch(&mut module, control, engine)? };
         Ok(Arc::new(Self { objects, module }))
     }
 }

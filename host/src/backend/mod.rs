@@ -27,6 +27,8 @@ use crate::error::Result;
 use std::os::fd::OwnedFd;
 use symmem_arch::host::HostThread;
 use symmem_device::{Kernel, Params, Slot};
+/// The off-node engine's request ring, which [`Backend::watch`] hands a module.
+pub use symmem_rma::engine::Ring;
 
 pub use code_objects::CodeObjects;
 pub use gpu::DropErrors;
@@ -303,12 +305,21 @@ pub trait Backend: Send + Sync + 'static {
     }
     /// Points the bounded waits of `module`'s kernels at the control block `control`
     /// (the module global `SYMMEM_CONTROL` on GPUs; the kernel threads' control on the
-    /// CPU). A module without that global has no waits: nothing to do.
+    /// CPU) and, where the world runs an off-node engine, gives them its ring `engine`
+    /// (on GPUs a copy in the module global `SYMMEM_ENGINE`; kernel threads on the CPU
+    /// find the ring through the control block). A module without those globals has no
+    /// waits or no engine requests: nothing to do.
     ///
     /// # Safety
     /// `control` holds a zeroed-or-host-initialised `symmem_rma::watch::Control` and
-    /// outlives every launch of `module`.
-    unsafe fn watch(&self, module: &mut Self::Module, control: &Self::Shared) -> Result<()>;
+    /// outlives every launch of `module`; `engine`'s memory (its `live` ring, slots,
+    /// staging and tickets) outlives them too.
+    unsafe fn watch(
+        &self,
+        module: &mut Self::Module,
+        control: &Self::Shared,
+        engine: Option<&Ring>,
+    ) -> Result<()>;
     /// Enqueues `launch` from `module` with launch shape `grid` (a CPU backend runs
     /// `launch.host` on threads and returns when they are done).
     ///

@@ -33,6 +33,7 @@ pub(crate) use proxy::check_wire;
 use crate::backend::{BackendKind, DeviceRegion, HeapAccess, SharedRegion};
 use crate::error::{Error, Result};
 use std::time::Duration;
+use symmem_rma::engine::Ring;
 
 pub use crate::control::AbortWord;
 pub use proxy::{Wire, start_proxy};
@@ -130,6 +131,10 @@ pub trait Link: Send + Sync {
     /// What kernels find the transport by (the control block's `ring` word): a proxied
     /// transport's ring; a device-initiated one's device state.
     fn device_handle(&self) -> u64;
+    /// A proxied transport's ring, whose words GPU modules get a copy of
+    /// ([`symmem_rma::engine::SYMMEM_ENGINE`]: read without crossing the bus); `None`
+    /// for a transport without one.
+    fn ring(&self) -> Option<Ring>;
     /// How put and get data moves.
     fn path(&self) -> EnginePath;
     /// Waits until every request this rank's kernels posted so far is complete at its

@@ -142,7 +142,8 @@ struct Engine {
     /// The rank's abort word: once a peer is lost, [`Link::quiet`] waits no more.
     abort: AbortWord,
     path: EnginePath,
-    ring: u64,
+    /// The ring's words as written at the start (`live` its device address).
+    ring: Ring,
     // Field order is drop order: the proxy has stopped (`Drop`) before the ring's
     // memory goes.
     _region: Box<dyn SharedRegion>,
@@ -241,21 +242,21 @@ impl Engine {
         } else {
             (0, 0)
         };
-        // SAFETY: the region is zeroed, of `RING_BYTES`, and no kernel uses it yet.
-        unsafe {
-            ring.write(Ring {
-                slots: device + SLOTS_AT as u64,
-                capacity: RING_SLOTS as u64,
-                tickets: tickets.base(),
-                completed: 0,
-                heap_base: heap.device_base,
-                heap_len: heap.len as u64,
-                staging: device + STAGING_AT as u64,
-                direct: u64::from(direct),
-                help,
-                help_context,
-            })
+        let words = Ring {
+            slots: device + SLOTS_AT as u64,
+            capacity: RING_SLOTS as u64,
+            tickets: tickets.base(),
+            completed: 0,
+            heap_base: heap.device_base,
+            heap_len: heap.len as u64,
+            staging: device + STAGING_AT as u64,
+            direct: u64::from(direct),
+            help,
+            help_context,
+            live: device + RING_AT as u64,
         };
+        // SAFETY: the region is zeroed, of `RING_BYTES`, and no kernel uses it yet.
+        unsafe { ring.write(words) };
         let thread = std::thread::Builder::new()
             .name("symmem-proxy".into())
             .spawn({
@@ -281,7 +282,7 @@ impl Engine {
             } else {
                 EnginePath::Staged
             },
-            ring: device + RING_AT as u64,
+            ring: words,
             _region: region,
             _tickets: tickets,
         })
@@ -300,7 +301,11 @@ pub fn start_proxy(wire: Box<dyn Wire>, attach: Attach<'_>) -> Result<Box<dyn Li
 
 impl Link for Engine {
     fn device_handle(&self) -> u64 {
-        self.ring
+        self.ring.live
+    }
+
+    fn ring(&self) -> Option<Ring> {
+        Some(self.ring)
     }
 
     fn path(&self) -> EnginePath {

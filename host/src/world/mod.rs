@@ -49,6 +49,7 @@ use heap::HeapState;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
+use symmem_rma::engine::Ring;
 use symmem_rma::watch::Control;
 
 /// How a world is made.
@@ -236,12 +237,6 @@ impl<B: Backend> World<B> {
             (*block).departed = control.device_ptr() + size_of::<Control>() as u64;
             (*block).ranks = world_size as u64;
         }
-        let objects = if topology.nodes() > 1 {
-            &KERNELS
-        } else {
-            &KERNELS_ON_NODE
-        };
-        let kernels = Loaded::new(&backend, objects, &control)?;
         // SAFETY: the block's first word, 8-aligned; `control` outlives the watchdog (the
         // field order of `World`, and `leave` stops it first), and words are accessed
         // atomically.
@@ -267,6 +262,14 @@ impl<B: Backend> World<B> {
         } else {
             None
         };
+        // Loaded once the transport runs: its kernels get its ring (`Backend::watch`).
+        let objects = if topology.nodes() > 1 {
+            &KERNELS
+        } else {
+            &KERNELS_ON_NODE
+        };
+        let engine = transport.as_ref().and_then(|t| t.ring());
+        let kernels = Loaded::new(&backend, objects, &control, engine.as_ref())?;
         bootstrap.barrier()?;
         tracing::info!(
             rank,
@@ -373,6 +376,10 @@ impl<B: Backend> World<B> {
     /// This rank's control block of bounded device waits.
     pub(crate) fn control(&self) -> &B::Shared {
         &self.control
+    }
+    /// The off-node transport's ring, which loaded modules get a copy of.
+    pub(crate) fn engine_ring(&self) -> Option<Ring> {
+        self.transport.as_ref().and_then(|t| t.ring())
     }
 
     /// [`Error::RankOutOfRange`] unless `rank` is a rank of this world (kernels reach a

@@ -33,6 +33,7 @@ use std::collections::VecDeque;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use symmem_rma::engine::Ring;
 
 /// The CPU backend of one rank.
 #[derive(Debug, Default)]
@@ -423,7 +424,12 @@ impl Backend for Cpu {
     fn frees_wait_for_the_device(&self) -> bool {
         false
     }
-    unsafe fn watch(&self, module: &mut CpuModule, control: &CpuShared) -> Result<()> {
+    unsafe fn watch(
+        &self,
+        module: &mut CpuModule,
+        control: &CpuShared,
+        _engine: Option<&Ring>,
+    ) -> Result<()> {
         module.control = control.host_ptr().expose_provenance();
         Ok(())
     }

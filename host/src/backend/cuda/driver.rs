@@ -812,7 +812,7 @@ pub(super) fn mem_host_alloc_mapped(bytes: usize) -> Result<(*mut u8, DevicePtr)
 
 /// The device address of `module`'s global `name`, or `None` if it has none
 /// (`cuModuleGetGlobal`).
-pub(super) fn module_get_global(module: Module, name: &CStr) -> Result<Option<DevicePtr>> {
+pub(super) fn module_get_global(module: Module, name: &CStr) -> Result<Option<(DevicePtr, usize)>> {
     let (mut d, mut bytes): (DevicePtr, usize) = (0, 0);
     // SAFETY: `module` is loaded, `name` NUL-terminated, both out-pointers valid.
     let rc = unsafe { sys::cuModuleGetGlobal_v2(&mut d, &mut bytes, module.0, name.as_ptr()) };
@@ -820,7 +820,7 @@ pub(super) fn module_get_global(module: Module, name: &CStr) -> Result<Option<De
         return Ok(None);
     }
     check("cuModuleGetGlobal", rc)?;
-    Ok(Some(d))
+    Ok(Some((d, bytes)))
 }
 
 /// `cuMemcpyHtoD`: a synchronous copy of `src` to device address `dst`.

@@ -101,6 +101,7 @@ use std::ffi::CString;
 use std::fmt;
 use std::os::fd::AsFd;
 use std::sync::{Arc, Mutex};
+use symmem_rma::engine::Ring;
 
 /// The largest `gridDim.x` CUDA accepts.
 const MAX_BLOCKS: u64 = i32::MAX as u64;
@@ -667,14 +668,28 @@ impl gpu::GpuBackend for Cuda {
         )?))
     }
 
-    unsafe fn watch(&self, module: &mut CudaModule, control: &CudaShared) -> Result<()> {
+    unsafe fn watch(
+        &self,
+        module: &mut CudaModule,
+        control: &CudaShared,
+        engine: Option<&Ring>,
+    ) -> Result<()> {
         self.ctx.make_current()?;
-        let Some(global) = driver::module_get_global(module.handle(), c"SYMMEM_CONTROL")? else {
-            return Ok(());
-        };
-        // SAFETY: the module's 8-byte pointer global; no kernel of the module has been
-        // launched yet (it was just loaded).
-        unsafe { driver::memcpy_htod(global, &control.device_ptr().to_ne_bytes()) }
+        for (name, bytes) in gpu::module_globals(control.device_ptr(), engine) {
+            if let Some((global, size)) = driver::module_get_global(module.handle(), name)? {
+                gpu::check_global(
+                    module.crate_name(),
+                    module.target(),
+                    name,
+                    size,
+                    bytes.len(),
+                )?;
+                // SAFETY: the module's global of that size (checked above); no kernel of
+                // the module has been launched yet (it was just loaded).
+                unsafe { driver::memcpy_htod(global, &bytes)? };
+            }
+        }
+        Ok(())
     }
 
     unsafe fn kernel_args(&self, launch: &KernelLaunch<'_>) -> Result<KernelParams> {

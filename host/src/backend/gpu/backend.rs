@@ -8,6 +8,7 @@ use crate::backend::{
 };
 use crate::error::Result;
 use std::sync::Arc;
+use symmem_rma::engine::Ring;
 
 /// The part of [`Backend`] that differs between the GPU runtimes; every type that
 /// implements it is a [`Backend`] through the implementation below. Methods of the same
@@ -67,6 +68,7 @@ pub trait GpuBackend: Send + Sync + 'static {
         &self,
         module: &mut Module<Self::Runtime>,
         control: &HostMapped<Self::Runtime>,
+        engine: Option<&Ring>,
     ) -> Result<()>;
     /// `launch`'s arguments in the form the runtime takes them.
     ///
@@ -194,9 +196,14 @@ impl<T: GpuBackend> Backend for T {
         Some(self.shared_drop_errors())
     }
 
-    unsafe fn watch(&self, module: &mut Self::Module, control: &Self::Shared) -> Result<()> {
+    unsafe fn watch(
+        &self,
+        module: &mut Self::Module,
+        control: &Self::Shared,
+        engine: Option<&Ring>,
+    ) -> Result<()> {
         // SAFETY: the caller's contract, forwarded.
-        unsafe { GpuBackend::watch(self, module, control) }
+        unsafe { GpuBackend::watch(self, module, control, engine) }
     }
 
     unsafe fn launch(

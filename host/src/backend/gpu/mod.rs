@@ -36,7 +36,44 @@ pub use rank::Rank;
 use crate::backend::ipc::HANDLE_BYTES;
 use crate::backend::{BackendKind, Grid};
 use crate::error::Result;
+use std::ffi::CStr;
 use std::fmt::Debug;
+use symmem_rma::engine::Ring;
+
+/// The module globals a rank's kernels find the world by, with the bytes each gets: the
+/// address of the control block `control` (`SYMMEM_CONTROL`, `symmem_rma::watch`) and,
+/// where the world runs an off-node engine, a copy of its ring (`SYMMEM_ENGINE`,
+/// `symmem_rma::engine`).
+pub(super) fn module_globals(control: u64, engine: Option<&Ring>) -> Vec<(&'static CStr, Vec<u8>)> {
+    let mut globals = vec![(c"SYMMEM_CONTROL", control.to_ne_bytes().to_vec())];
+    if let Some(ring) = engine {
+        globals.push((c"SYMMEM_ENGINE", bytemuck::bytes_of(ring).to_vec()));
+    }
+    globals
+}
+
+/// [`crate::Error::BadCodeObject`] unless global `name` of a module (of crate `module`,
+/// built for `target`) is `want` bytes: the module was built against another symmem.
+pub(super) fn check_global(
+    module: &'static str,
+    target: &str,
+    name: &CStr,
+    bytes: usize,
+    want: usize,
+) -> Result<()> {
+    if bytes == want {
+        return Ok(());
+    }
+    Err(crate::error::Error::BadCodeObject {
+        module,
+        target: target.to_owned(),
+        why: format!(
+            "its {} global is {bytes} bytes, not the {want} this symmem writes: build it \
+             against the same symmem-rma as the host",
+            name.to_string_lossy()
+        ),
+    })
+}
 
 /// What a GPU backend's handles keep to reach their device: CUDA's retain of a primary
 /// context, HIP's device ordinal, each with the backend's [`DropErrors`].

@@ -96,6 +96,7 @@ use handles::{Device, HipRuntime};
 use std::ffi::{CString, c_int};
 use std::fmt;
 use std::sync::Arc;
+use symmem_rma::engine::Ring;
 
 /// The most blocks of [`THREADS`] a launch may have: an HSA dispatch's grid size is a
 /// 32-bit count of work-items.
@@ -406,24 +407,29 @@ impl gpu::GpuBackend for Hip {
         ))
     }
 
-    unsafe fn watch(&self, module: &mut HipModule, control: &HipShared) -> Result<()> {
+    unsafe fn watch(
+        &self,
+        module: &mut HipModule,
+        control: &HipShared,
+        engine: Option<&Ring>,
+    ) -> Result<()> {
         self.device.make_current()?;
-        let Some((global, bytes)) = runtime::module_get_global(module.handle(), c"SYMMEM_CONTROL")?
-        else {
-            return Ok(());
-        };
-        let pointer = control.device_ptr().to_ne_bytes();
-        if bytes != pointer.len() {
-            return Err(Error::BadCodeObject {
-                module: module.crate_name(),
-                target: module.target().to_owned(),
-                why: format!("its SYMMEM_CONTROL global is {bytes} bytes, not an 8-byte pointer"),
-            });
+        for (name, bytes) in gpu::module_globals(control.device_ptr(), engine) {
+            if let Some((global, size)) = runtime::module_get_global(module.handle(), name)? {
+                gpu::check_global(
+                    module.crate_name(),
+                    module.target(),
+                    name,
+                    size,
+                    bytes.len(),
+                )?;
+                // SAFETY: the module's global of that size (checked above), in this
+                // device's memory; no kernel of the module has been launched yet (it was
+                // just loaded), so none reads it during the copy.
+                unsafe { runtime::memcpy_htod(global, &bytes)? };
+            }
         }
-        // SAFETY: the module's 8-byte pointer global (its size checked above), in this
-        // device's memory; no kernel of the module has been launched yet (it was just
-        // loaded), so none reads it during the copy.
-        unsafe { runtime::memcpy_htod(global, &pointer) }
+        Ok(())
     }
 
     unsafe fn kernel_args(&self, launch: &KernelLaunch<'_>) -> Result<AlignedBytes> {
