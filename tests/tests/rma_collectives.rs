@@ -379,7 +379,7 @@ fn sequence(world: usize) {
                     (dst, src)
                 };
                 collectives::all_reduce_two_shot(arch, team, ReduceOp::Sum, to, from, n, sig);
-                collectives::barrier(arch, team, sig);
+                assert!(collectives::barrier(arch, team, sig));
             }
         }
     });

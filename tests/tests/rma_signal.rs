@@ -76,7 +76,7 @@ fn put_with_signal(world: usize) {
             assert_eq!(team.signal_wait_until(h.add(sig).cast(), Cmp::Le, 5), 5);
             // Barriers, three in a row.
             for _ in 0..3 {
-                team.barrier_block(arch, h.add(bar).cast());
+                assert!(team.barrier_block(arch, h.add(bar).cast()));
             }
         }
     });
@@ -114,7 +114,7 @@ fn barrier_epochs(world: usize) {
                         team.store(h.add(marks + 8 * (b * world + r)).cast::<u64>(), epoch, to);
                     }
                 }
-                collectives::barrier(arch, team, h.add(sig).cast());
+                assert!(collectives::barrier(arch, team, h.add(sig).cast()));
                 for from in 0..world {
                     let v = h
                         .add(marks + 8 * (b * world + from))
@@ -125,7 +125,7 @@ fn barrier_epochs(world: usize) {
                         "world {world} rank {r} block {b} epoch {epoch}: marker of {from}"
                     );
                 }
-                collectives::barrier(arch, team, h.add(sig).cast());
+                assert!(collectives::barrier(arch, team, h.add(sig).cast()));
             }
         }
     });

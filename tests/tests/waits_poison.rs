@@ -122,3 +122,122 @@ fn cuda_a_forced_timeout_fails_every_rank_of_a_two_shot_all_reduce() {
     }
     forced_timeout_fails_every_rank(Cuda::for_rank, Algorithm::TwoShot);
 }
+
+/// A collective that writes into its peers (`all_gather`, `all_to_all`, the two-shot
+/// all-reduce).
+#[derive(Clone, Copy, Debug)]
+enum Writer {
+    AllGather,
+    AllToAll,
+    TwoShot,
+}
+
+/// After a collective every rank of 3 made, rank 1 makes it again (the same, agreed
+/// buffers, new values), alone: rank 0 leaves once rank 1's kernel waits in its entry
+/// barrier, and rank 2, which never makes the call, then reads the first one's result.
+/// Rank 1's entry barrier gives up on rank 0 (gone), so its kernel must write nothing
+/// into its peers: rank 2 reads exactly the first result (or an error). Found by the fault soak with ranks as processes (seed
+/// 898243822361212586: rank 2 read `Ok` with rank 1's chunk of a call rank 2 never
+/// entered); the kernels now return when their entry barrier gave up
+/// (`Team::barrier_block` answers whether it passed, on every thread of the block).
+fn a_collective_whose_barrier_gave_up_writes_nothing_into_its_peers<B: Backend>(
+    make: impl Fn(usize) -> symmem::Result<B> + Sync,
+    writer: Writer,
+) {
+    let group = LocalBootstrap::default_group(3);
+    let config = Config {
+        heap_bytes: 8 << 20,
+        wait_deadline: Duration::from_secs(5),
+        ..Config::default()
+    };
+    let results: Vec<symmem::Result<Option<(Vec<i32>, Vec<i32>)>>> = std::thread::scope(|s| {
+        let handles: Vec<_> = group
+            .into_iter()
+            .map(|b| {
+                let (make, config) = (&make, &config);
+                s.spawn(move || {
+                    let rank = symmem::bootstrap::Bootstrap::rank(&b);
+                    let world = World::new(Box::new(b), make(rank)?, config)?;
+                    let coll = Collectives::new(&world)?;
+                    let n = 4;
+                    let dst = world.zeros::<i32>(3 * n)?;
+                    let src = world.from_slice(&[rank as i32 + 1; 3 * 4])?;
+                    let call = || match writer {
+                        Writer::AllGather => coll.all_gather(&dst, &src, n),
+                        Writer::AllToAll => coll.all_to_all(&dst, &src, n),
+                        Writer::TwoShot => {
+                            coll.all_reduce(&dst, &src, 3 * n, ReduceOp::Sum, Algorithm::TwoShot)
+                        }
+                    };
+                    call()?;
+                    let before = world.read(&dst)?;
+                    match rank {
+                        0 => {
+                            // Leaves (its world is dropped) while rank 1 waits for it.
+                            std::thread::sleep(Duration::from_millis(300));
+                            Ok(None)
+                        }
+                        1 => {
+                            world.write(&src, 0, &[10 * (rank as i32 + 1); 3 * 4])?;
+                            let _ = call();
+                            Ok(None)
+                        }
+                        _ => {
+                            std::thread::sleep(Duration::from_millis(1000));
+                            Ok(Some((before, world.read(&dst)?)))
+                        }
+                    }
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("rank"))
+            .collect()
+    });
+    match &results[2] {
+        Ok(Some((before, after))) => assert_eq!(
+            after, before,
+            "{writer:?}: rank 2's buffer changed under it: a peer's call it never made \
+             wrote into it"
+        ),
+        Ok(None) => unreachable!("rank 2 reads"),
+        // Rank 0's leave may reach rank 2 first: an error is no wrong answer.
+        Err(e) => eprintln!("{writer:?}: rank 2: {e:?}"),
+    }
+}
+
+#[test]
+fn an_all_gather_whose_barrier_gave_up_writes_nothing_into_its_peers() {
+    a_collective_whose_barrier_gave_up_writes_nothing_into_its_peers(
+        |_| Ok(Cpu::new()),
+        Writer::AllGather,
+    );
+}
+
+#[test]
+fn an_all_to_all_whose_barrier_gave_up_writes_nothing_into_its_peers() {
+    a_collective_whose_barrier_gave_up_writes_nothing_into_its_peers(
+        |_| Ok(Cpu::new()),
+        Writer::AllToAll,
+    );
+}
+
+#[test]
+fn a_two_shot_all_reduce_whose_barrier_gave_up_writes_nothing_into_its_peers() {
+    a_collective_whose_barrier_gave_up_writes_nothing_into_its_peers(
+        |_| Ok(Cpu::new()),
+        Writer::TwoShot,
+    );
+}
+
+#[test]
+fn cuda_collectives_whose_barrier_gave_up_write_nothing_into_their_peers() {
+    if let Some(why) = cuda_missing() {
+        eprintln!("skipped: cuda backend unavailable: {why}");
+        return;
+    }
+    for writer in [Writer::AllGather, Writer::AllToAll, Writer::TwoShot] {
+        a_collective_whose_barrier_gave_up_writes_nothing_into_its_peers(Cuda::for_rank, writer);
+    }
+}

@@ -472,7 +472,9 @@ pub unsafe fn put_signal_add<A: Arch>(
 /// # Safety
 /// `sig` as in the module docs; every rank launches it with the same grid.
 #[inline(always)]
-pub unsafe fn barrier<A: Arch>(arch: &A, team: &Team<'_>, sig: *mut u64) {
+/// Returns [`Team::barrier_block`]'s answer: false when it gave up.
+#[must_use = "false means peers may not be in this call: write nothing into them"]
+pub unsafe fn barrier<A: Arch>(arch: &A, team: &Team<'_>, sig: *mut u64) -> bool {
     // SAFETY: forwarded from the caller.
     unsafe { team.barrier_block(arch, block_sig(arch, team, sig)) }
 }
@@ -497,12 +499,16 @@ pub unsafe fn all_gather<A: Arch>(
     let (start, len) = block_share(arch, n, 16);
     // SAFETY: forwarded from the caller; shares lie inside the ranges above.
     unsafe {
-        team.barrier_block(arch, sig);
+        if !team.barrier_block(arch, sig) {
+            // Peers may not be in this call: nothing goes to them.
+            return;
+        }
         for k in 0..world {
             let to = (rank + k) % world;
             team.put_nbi_block(arch, dst.add(rank * n + start), src.add(start), len, to);
         }
-        team.barrier_block(arch, sig);
+        // Its outcome reaches the host through the rank's control block.
+        let _ = team.barrier_block(arch, sig);
     }
 }
 
@@ -526,7 +532,10 @@ pub unsafe fn all_to_all<A: Arch>(
     let (start, len) = block_share(arch, n, 16);
     // SAFETY: forwarded from the caller; shares lie inside the ranges above.
     unsafe {
-        team.barrier_block(arch, sig);
+        if !team.barrier_block(arch, sig) {
+            // Peers may not be in this call: nothing goes to them.
+            return;
+        }
         for k in 0..world {
             let to = (rank + k) % world;
             team.put_nbi_block(
@@ -537,7 +546,8 @@ pub unsafe fn all_to_all<A: Arch>(
                 to,
             );
         }
-        team.barrier_block(arch, sig);
+        // Its outcome reaches the host through the rank's control block.
+        let _ = team.barrier_block(arch, sig);
     }
 }
 
@@ -562,9 +572,13 @@ pub unsafe fn broadcast<A: Arch>(
     let (start, len) = block_share(arch, n, 16);
     // SAFETY: forwarded from the caller.
     unsafe {
-        team.barrier_block(arch, sig);
+        if !team.barrier_block(arch, sig) {
+            // Peers may not be in this call: nothing goes to them.
+            return;
+        }
         team.get_nbi_block(arch, dst.add(start), src.add(start), len, root);
-        team.barrier_block(arch, sig);
+        // Its outcome reaches the host through the rank's control block.
+        let _ = team.barrier_block(arch, sig);
     }
 }
 
@@ -683,7 +697,10 @@ pub unsafe fn all_reduce_one_shot_from<A: Arch, T: Reducible>(
     // SAFETY: forwarded from the caller; every index lies in start..start + len <= count,
     // and vectors are used only when both sides are 16-byte aligned.
     unsafe {
-        team.barrier_block(arch, sig);
+        if !team.barrier_block(arch, sig) {
+            // Peers may not be in this call: nothing goes to them.
+            return;
+        }
         for_my_elements::<T>(
             tid,
             threads,
@@ -696,7 +713,8 @@ pub unsafe fn all_reduce_one_shot_from<A: Arch, T: Reducible>(
             },
             |i| dst.add(i).write(fold(sources, op, src.add(i))),
         );
-        team.barrier_block(arch, sig);
+        // Its outcome reaches the host through the rank's control block.
+        let _ = team.barrier_block(arch, sig);
     }
 }
 
@@ -728,7 +746,10 @@ pub unsafe fn all_reduce_two_shot<A: Arch, T: Reducible>(
     // SAFETY: forwarded from the caller; every index lies in the piece, inside count,
     // and vectors are used only when both sides are 16-byte aligned.
     unsafe {
-        team.barrier_block(arch, sig);
+        if !team.barrier_block(arch, sig) {
+            // Peers may not be in this call: nothing goes to them.
+            return;
+        }
         for_my_elements::<T>(
             tid,
             threads,
@@ -748,7 +769,8 @@ pub unsafe fn all_reduce_two_shot<A: Arch, T: Reducible>(
                 }
             },
         );
-        team.barrier_block(arch, sig);
+        // Its outcome reaches the host through the rank's control block.
+        let _ = team.barrier_block(arch, sig);
     }
 }
 
@@ -778,7 +800,10 @@ pub unsafe fn reduce_scatter<A: Arch, T: Reducible>(
     // SAFETY: forwarded from the caller; rank * count + i < world * count, and vectors
     // are used only when both sides are 16-byte aligned.
     unsafe {
-        team.barrier_block(arch, sig);
+        if !team.barrier_block(arch, sig) {
+            // Peers may not be in this call: nothing goes to them.
+            return;
+        }
         for_my_elements::<T>(
             tid,
             threads,
@@ -791,7 +816,8 @@ pub unsafe fn reduce_scatter<A: Arch, T: Reducible>(
             },
             |i| dst.add(i).write(fold(team, op, chunk.add(i))),
         );
-        team.barrier_block(arch, sig);
+        // Its outcome reaches the host through the rank's control block.
+        let _ = team.barrier_block(arch, sig);
     }
 }
 

@@ -831,11 +831,19 @@ impl Team<'_> {
     /// every rank; word `r` counts rank `r`'s arrivals. Thread `t` signals and waits
     /// for the ranks `r ≡ t (mod block_dim)`.
     ///
+    /// Returns true, on every thread of the block, when every rank arrived; false when
+    /// the barrier gave up (a wait ended on a lost peer, the abort word or the deadline,
+    /// here or at an earlier barrier on `sig`). After false, peers may not be in the
+    /// same call at all: a kernel must not write into them (a collective whose entry
+    /// barrier gave up and still wrote changed the buffer of a rank that never entered
+    /// it, with no error on that rank).
+    ///
     /// # Safety
     /// Every thread of the block calls it; exactly one block on every rank uses `sig`,
     /// and all of them call the same sequence of barriers on it.
     #[inline(always)]
-    pub unsafe fn barrier_block<A: Arch>(&self, arch: &A, sig: *mut u64) {
+    #[must_use = "false means peers may not be in this call: write nothing into them"]
+    pub unsafe fn barrier_block<A: Arch>(&self, arch: &A, sig: *mut u64) -> bool {
         let world = self.world();
         let (tid, threads) = (arch.thread_id() as usize, arch.block_dim() as usize);
         // Only this rank ever updates its own arrival count, and only after the
@@ -847,7 +855,7 @@ impl Team<'_> {
             // arrives no more, so its count on every peer stays at the last arrival it made
             // before it gave up, which peers may trust; waits for later ones see the poison.
             arch.sync_block();
-            return;
+            return false;
         }
         let arrival = own + 1;
         // Every thread's earlier work completes at system scope before any arrival.
@@ -889,6 +897,11 @@ impl Team<'_> {
             }
         }
         arch.sync_block();
+        // Whether any thread of the block gave up: each that did poisoned this rank's own
+        // word too (above), before the block's barrier, so every thread reads the same.
+        // SAFETY: `sig` has `world` words; `rank < world`.
+        let own = unsafe { u64::load(sig.add(self.rank), Order::Relaxed, Scope::Block) };
+        own & crate::watch::POISON == 0
     }
 
     /// A barrier's wait for rank `peer`'s arrival count at `sig` to reach `arrival`: true

@@ -287,9 +287,9 @@ fn put_with_signal_then_wait_and_barrier() {
                 }
                 // Two barriers over the words after the signal.
                 let bar = h.at(sig_at + 8).cast::<u64>();
-                team.barrier_block(arch, bar);
+                assert!(team.barrier_block(arch, bar));
                 team.signal(sig, SignalOp::Add, 1, to);
-                team.barrier_block(arch, bar);
+                assert!(team.barrier_block(arch, bar));
                 if arch.thread_id() == 0 {
                     // 7 + the three threads of the predecessor's block.
                     assert_eq!(team.signal_wait_until(sig, Cmp::Ge, 10), 10);
@@ -431,7 +431,9 @@ fn half_rounding() {
 /// A peer that gave up at a barrier poisons its arrival word and arrives no more: a wait
 /// for an arrival it made before is satisfied, a wait for a later one gives up, and the
 /// rank that gave up arrives at no later barrier. Found by the soak: a rank that lagged
-/// one barrier behind failed it on the poison alone, though every peer had arrived.
+/// one barrier behind failed it on the poison alone, though every peer had arrived. Every
+/// thread of the block returns the same answer, the one whose wait passed too (the soak
+/// found a collective whose entry barrier gave up still writing into its peers).
 #[test]
 fn a_poisoned_arrival_word_stands_for_the_arrivals_made_before_it() {
     use symmem_rma::watch::POISON;
@@ -443,22 +445,25 @@ fn a_poisoned_arrival_word_stands_for_the_arrivals_made_before_it() {
     // Rank 1 arrived once, then gave up and poisoned its word on rank 0.
     w.bytes(0)[8..16].copy_from_slice(&(POISON | 1).to_le_bytes());
     let team = Team::new(PeerBases::new(&w.bases), 0).unwrap();
-    let barrier = || {
-        // SAFETY: `sig` is rank 0's copy of a 2-word symmetric array; one block uses it.
-        launch(1, 2, &|arch| unsafe {
-            team.barrier_block(arch, sig.at(0).cast())
+    let barrier = |passes: bool| {
+        launch(1, 2, &|arch| {
+            // SAFETY: `sig` is rank 0's copy of a 2-word symmetric array; one block uses
+            // it.
+            let passed = unsafe { team.barrier_block(arch, sig.at(0).cast()) };
+            assert_eq!(passed, passes, "thread {}", arch.thread_id());
         })
     };
-    barrier();
+    barrier(true);
     assert_eq!(
         word(1, 0),
         1,
         "arrival 1 was satisfied: rank 0 did not poison its word"
     );
-    barrier();
+    // Thread 0's wait (for rank 0) passes, thread 1's gives up: both return false.
+    barrier(false);
     assert_eq!(word(1, 0), POISON | 2, "arrival 2 gave up on the poison");
     assert_eq!(word(0, 0), POISON | 2);
-    barrier();
+    barrier(false);
     assert_eq!(
         word(1, 0),
         POISON | 2,

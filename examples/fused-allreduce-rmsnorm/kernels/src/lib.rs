@@ -78,8 +78,11 @@ unsafe fn fused<T: Real, A: Arch>(
     // SAFETY: the caller's contract above.
     unsafe {
         let team = bases.team(world, rank);
-        // Every rank's `x` is written before any rank reads it...
-        barrier(arch, &team, sig);
+        // Every rank's `x` is written before any rank reads it (a barrier that gave up
+        // says a peer may not be here: its `x` is not to be read)...
+        if !barrier(arch, &team, sig) {
+            return;
+        }
         let (rows, hidden) = (rows as usize, hidden as usize);
         let mut row = arch.global_id();
         while row < rows {
@@ -103,8 +106,9 @@ unsafe fn fused<T: Real, A: Arch>(
             }
             row += arch.global_threads();
         }
-        // ...and no rank leaves while a peer may still read its `x`.
-        barrier(arch, &team, sig);
+        // ...and no rank leaves while a peer may still read its `x` (the outcome reaches
+        // the host through the rank's control block).
+        let _ = barrier(arch, &team, sig);
     }
 }
 
