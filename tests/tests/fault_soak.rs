@@ -1939,7 +1939,8 @@ impl<'a> Words<'a> {
 
     fn number<T: std::str::FromStr>(&mut self) -> Result<T, String> {
         let word = self.word()?;
-        word.parse().map_err(|_| format!("{word:?} is not a number"))
+        word.parse()
+            .map_err(|_| format!("{word:?} is not a number"))
     }
 
     /// Nothing is left.
@@ -1955,7 +1956,10 @@ fn decode_failure(mut w: Words<'_>) -> Result<Failure, String> {
     let kind = w.word()?.to_owned();
     let rank = match w.word()? {
         "-" => None,
-        rank => Some(rank.parse().map_err(|_| format!("{rank:?} is not a rank"))?),
+        rank => Some(
+            rank.parse()
+                .map_err(|_| format!("{rank:?} is not a rank"))?,
+        ),
     };
     let ranks = match w.word()? {
         "-" => Vec::new(),
@@ -2002,7 +2006,14 @@ impl Record {
     /// The record's line, [`RECORD`] first.
     fn encode(&self) -> String {
         let payload = match self {
-            Record::Seen(step, Seen::Done { result, took, ended }) => format!(
+            Record::Seen(
+                step,
+                Seen::Done {
+                    result,
+                    took,
+                    ended,
+                },
+            ) => format!(
                 "seen {step} done {} {ended} {}",
                 took.as_nanos(),
                 encode_result(result, encode_readouts)
@@ -2025,7 +2036,9 @@ impl Record {
     /// The record of a line's text after [`RECORD`], or why it is none.
     fn decode(framed: &str) -> Result<Self, String> {
         let (len, payload) = framed.split_once(' ').ok_or("no length")?;
-        let len: usize = len.parse().map_err(|_| format!("{len:?} is not a length"))?;
+        let len: usize = len
+            .parse()
+            .map_err(|_| format!("{len:?} is not a length"))?;
         if payload.len() != len {
             return Err(format!("{} bytes of {len}", payload.len()));
         }
@@ -2172,6 +2185,8 @@ struct Stats {
     wrong: u64,
     hangs: u64,
     slow_errors: u64,
+    /// Processes: kill victims that died of the parent's SIGKILL (the others ended first).
+    kills_landed: u64,
     failures: Vec<String>,
 }
 
@@ -2188,6 +2203,7 @@ impl Stats {
         self.wrong += other.wrong;
         self.hangs += other.hangs;
         self.slow_errors += other.slow_errors;
+        self.kills_landed += other.kills_landed;
         self.failures.extend(other.failures);
     }
 
@@ -2199,6 +2215,12 @@ impl Stats {
         t += "  faults injected:";
         for (k, v) in &self.faults {
             t += &format!(" {k} {v},");
+        }
+        if let Some(kills) = self.faults.get("kill") {
+            t += &format!(
+                " ({} of {kills} kills landed before the victim's end)",
+                self.kills_landed
+            );
         }
         t += "\n  errors by type:";
         for (k, v) in &self.errors {
@@ -2260,7 +2282,10 @@ fn check(p: &Program, seen: &Observed) -> Stats {
             unreadable,
         } => {
             for (rank, why) in unreadable {
-                fail(&mut s, format!("rank {rank} printed an unreadable record: {why}"));
+                fail(
+                    &mut s,
+                    format!("rank {rank} printed an unreadable record: {why}"),
+                );
             }
             check_processes_ended(p, seen, children, &mut s);
         }
@@ -2319,16 +2344,11 @@ fn check(p: &Program, seen: &Observed) -> Stats {
                             let f = p.fault.expect("a skip");
                             let ok = match e.kind.as_str() {
                                 "PeerLost" | "PeerFailed" => true,
-                                "CollectiveMismatch" => {
-                                    e.ranks == mismatch_names(p.world, f.rank)
-                                }
+                                "CollectiveMismatch" => e.ranks == mismatch_names(p.world, f.rank),
                                 _ => false,
                             };
                             if !ok {
-                                fail(
-                                    &mut s,
-                                    format!("rank {rank}'s barrier after its skip: {e}"),
-                                );
+                                fail(&mut s, format!("rank {rank}'s barrier after its skip: {e}"));
                             }
                         }
                     }
@@ -2466,10 +2486,30 @@ fn check_threads_ended(p: &Program, spawn: &Option<Result<Vec<String>, String>>,
 /// The processes launcher's end: every child exited by itself before [`PROGRAM_BOUND`]
 /// (else it hung) and was reaped, or was the kill's victim and died of its SIGKILL; its
 /// status is 0, or says it ended with an error (its records or finalize show one), or
-/// its injected panic.
+/// its injected panic. A rank that reached its kill printed the marker; one that died of
+/// the parent's SIGKILL counts as a kill landed.
 fn check_processes_ended(p: &Program, seen: &Observed, children: &[Outcome], s: &mut Stats) {
     for (rank, child) in children.iter().enumerate() {
         let faulty = p.fault.filter(|f| f.rank == rank).map(|f| f.kind);
+        let reached_kill = seen.steps[rank].iter().any(|(_, x)| {
+            matches!(
+                x,
+                Seen::Injected {
+                    kind: FaultKind::Kill,
+                    ..
+                }
+            )
+        });
+        if reached_kill && !child.lines.iter().any(|line| line.contains(KILL_MARKER)) {
+            s.failures.push(format!(
+                "seed {}: rank {rank} reached its kill and printed no marker",
+                p.seed
+            ));
+        }
+        let killed = child.killed.is_some() && child.status.and_then(|st| st.signal()) == Some(9);
+        if faulty == Some(FaultKind::Kill) && killed {
+            s.kills_landed += 1;
+        }
         // An error that stopped it (not a refusal the model predicts), or finalize's.
         let stopped = |(step, seen): &(usize, Seen)| match seen {
             Seen::Done { result: Err(e), .. } => p
@@ -2490,9 +2530,7 @@ fn check_processes_ended(p: &Program, seen: &Observed, children: &[Outcome], s: 
                 (Some(0), _) => None,
                 (Some(EXIT_ERROR), _) if ended_with_error => None,
                 (Some(EXIT_INJECTED_PANIC), _) if faulty == Some(FaultKind::Panic) => None,
-                (_, Some(9)) if faulty == Some(FaultKind::Kill) && child.killed.is_some() => {
-                    None
-                }
+                _ if faulty == Some(FaultKind::Kill) && killed => None,
                 _ => Some(format!("ended with {status}")),
             },
         };
@@ -2658,6 +2696,12 @@ fn ci_soak(launcher: Launcher, seeds: std::ops::Range<u64>) {
     let (s, took) = soak(seeds, launcher, None);
     eprintln!("{launcher:?}: {}", s.table(took));
     assert!(s.failures.is_empty(), "{:#?}", s.failures);
+    // A soak whose kills never land tests no kill (each victim would have to end within
+    // the parent's look at its marker).
+    assert!(
+        s.faults.get("kill").is_none_or(|_| s.kills_landed > 0),
+        "no kill landed"
+    );
 }
 
 /// The CI soak of thread programs.
@@ -2679,7 +2723,7 @@ fn fixed_seeds_processes_soak() {
 /// Thread programs the CI soak runs.
 const CI_SEEDS: u64 = 40;
 /// Process programs the CI soak runs.
-const CI_PROCESS_SEEDS: u64 = 20;
+const CI_PROCESS_SEEDS: u64 = 60;
 
 /// Random seeds with `launcher` for `SYMMEM_SOAK_SECONDS` seconds (default 300).
 fn long(launcher: Launcher) {
