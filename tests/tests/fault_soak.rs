@@ -2126,18 +2126,27 @@ fn execute_processes(p: &Program) -> Observed {
     }
 }
 
-/// A rank of a processes program (the child mode `soak SEED`): regenerates the program,
-/// joins its world, runs its rank printing every record, finalizes (unless it left), and
-/// exits: 0 where it ran to its end or left, [`EXIT_ERROR`] where it ended with an error,
-/// [`EXIT_INJECTED_PANIC`] or [`EXIT_PANIC`] where it panicked (its world dropped while
-/// unwinding, as a thread rank's is), and as `exit_child` says where its world did not
-/// form.
+/// What a child process of this file does, by its mode: `soak SEED` ([`run_program`]),
+/// or a regression's part (`hub-panics`: [`hub_panics_child`]).
 fn run_child(mode: &str) -> ! {
     quiet_injected_panics();
+    if mode == "hub-panics" {
+        hub_panics_child();
+    }
     let seed = mode
         .strip_prefix("soak ")
         .and_then(|seed| seed.parse().ok())
         .unwrap_or_else(|| panic!("bad child mode {mode:?}"));
+    run_program(seed)
+}
+
+/// A rank of the processes program of seed `seed`: regenerates the program, joins its
+/// world, runs its rank printing every record, finalizes (unless it left), and exits: 0
+/// where it ran to its end or left, [`EXIT_ERROR`] where it ended with an error,
+/// [`EXIT_INJECTED_PANIC`] or [`EXIT_PANIC`] where it panicked (its world dropped while
+/// unwinding, as a thread rank's is), and as `exit_child` says where its world did not
+/// form.
+fn run_program(seed: u64) -> ! {
     let p = generate(seed, Launcher::Processes);
     let joined = UnixBootstrap::from_env()
         .and_then(|bootstrap| World::new(Box::new(bootstrap), Cpu::new(), &config_of(&p)));
@@ -2915,4 +2924,80 @@ fn a_collective_whose_barrier_gave_up_writes_into_a_peer_that_never_entered_it()
         "rank 2 read {got:?}: a peer's collective that rank 2 never entered wrote into it, \
          and no error says so"
     );
+}
+
+/// The child of [`a_panicking_hub_process_is_named_by_every_survivor`]: prints
+/// `HUB-PANICS <rank> <its end>` and exits.
+fn hub_panics_child() -> ! {
+    let joined = UnixBootstrap::from_env()
+        .and_then(|bootstrap| World::new(Box::new(bootstrap), Cpu::new(), &config()));
+    let world = match joined {
+        Ok(world) => world,
+        Err(e) => processes::exit_child(&Err(e)),
+    };
+    let me = world.rank();
+    let ran = std::panic::catch_unwind(AssertUnwindSafe(move || {
+        // Dropped while unwinding on rank 0, at the end of the call on the others.
+        let world = world;
+        let coll = Collectives::new(&world)?;
+        let flag = world.zeros::<u8>(1)?;
+        world.barrier()?;
+        match me {
+            0 => {
+                // Rank 1 is in its barrier by now.
+                std::thread::sleep(Duration::from_millis(300));
+                std::panic::panic_any(INJECTED)
+            }
+            // Waits for the hub.
+            1 => world.barrier(),
+            // Waits for rank 0 on the device (the read waits for the barrier's kernel),
+            // told by its watchdog that rank 0 is lost.
+            _ => coll.barrier().and_then(|()| world.read(&flag).map(drop)),
+        }
+    }));
+    match ran {
+        Ok(result) => println!("HUB-PANICS {me} {result:?}"),
+        Err(_) => println!("HUB-PANICS {me} panicked"),
+    }
+    std::io::stdout().flush().expect("stdout");
+    std::process::exit(0)
+}
+
+/// Rank 0 of 3 processes, the UNIX-socket bootstrap's hub, panics and its world is
+/// dropped while unwinding (as the processes soak's panics of rank 0 did: seeds
+/// 898244684907314652, 898244837537371370, 898244664999046385, 898245467965866507). Rank
+/// 2, waiting for it in a device barrier, is told by its watchdog (`PeerLost` naming 0)
+/// and leaves, telling the hub it stops because rank 0 was lost. The hub still serves
+/// the group from its panicking world's `leave` (a barrier) and took a spoke that names
+/// the hub for one that is lost itself: rank 1, waiting for the hub in `World::barrier`,
+/// got `PeerLost` naming rank 2, a survivor, instead of rank 0. Fixed: a world whose
+/// thread panicked ends its group naming itself (`Bootstrap::note_lost` of its own rank),
+/// before its `leave`.
+#[test]
+fn a_panicking_hub_process_is_named_by_every_survivor() {
+    let outcomes = processes::spawn_ranks(
+        CHILD_TEST,
+        "hub-panics",
+        3,
+        TIMEOUT,
+        Duration::from_secs(20),
+        None,
+    );
+    let all = processes::report(&outcomes);
+    assert!(
+        outcomes[0].text().contains("HUB-PANICS 0 panicked"),
+        "rank 0 panics:\n{all}"
+    );
+    for (rank, o) in outcomes.iter().enumerate().skip(1) {
+        assert!(
+            o.text()
+                .contains(&format!("HUB-PANICS {rank} Err(PeerLost {{ rank: Some(0)")),
+            "rank {rank} should name rank 0:\n{all}"
+        );
+    }
+    assert!(
+        outcomes.iter().all(|o| o.status.is_some()),
+        "every child exits by itself:\n{all}"
+    );
+    processes::assert_no_shm_leftovers();
 }
