@@ -1887,6 +1887,8 @@ fn one_line(text: &str) -> String {
     text.replace('\n', "\\n")
 }
 
+/// A failure's words: its kind, the rank it names (`-` for none), the ranks it names
+/// (joined by commas, `-` for none), then its text to the end.
 fn encode_failure(f: &Failure) -> String {
     let rank = f.rank.map_or("-".into(), |r| r.to_string());
     let ranks = if f.ranks.is_empty() {
@@ -1924,10 +1926,11 @@ fn encode_readouts(readouts: &Readouts) -> String {
     out
 }
 
-/// A cursor over a record's words.
+/// A cursor over a record's words (what is left of it).
 struct Words<'a>(&'a str);
 
 impl<'a> Words<'a> {
+    /// The next word, or why there is none.
     fn word(&mut self) -> Result<&'a str, String> {
         let (word, rest) = self.0.split_once(' ').unwrap_or((self.0, ""));
         if word.is_empty() {
@@ -1937,6 +1940,7 @@ impl<'a> Words<'a> {
         Ok(word)
     }
 
+    /// The next word as a number, or why it is none.
     fn number<T: std::str::FromStr>(&mut self) -> Result<T, String> {
         let word = self.word()?;
         word.parse()
@@ -1952,6 +1956,7 @@ impl<'a> Words<'a> {
     }
 }
 
+/// The failure [`encode_failure`] wrote (the rest of the record), or why it is none.
 fn decode_failure(mut w: Words<'_>) -> Result<Failure, String> {
     let kind = w.word()?.to_owned();
     let rank = match w.word()? {
@@ -1976,6 +1981,8 @@ fn decode_failure(mut w: Words<'_>) -> Result<Failure, String> {
     })
 }
 
+/// The result [`encode_result`] wrote (the rest of the record; `ok` reads the value), or
+/// why it is none.
 fn decode_result<'a, T>(
     mut w: Words<'a>,
     ok: impl FnOnce(Words<'a>) -> Result<T, String>,
@@ -1987,6 +1994,7 @@ fn decode_result<'a, T>(
     }
 }
 
+/// The readouts [`encode_readouts`] wrote (the rest of the record), or why they are none.
 fn decode_readouts(mut w: Words<'_>) -> Result<Readouts, String> {
     let reads: usize = w.number()?;
     let readouts = (0..reads)
@@ -2767,6 +2775,85 @@ fn long_soak() {
 #[ignore = "long-running: SYMMEM_SOAK_SECONDS=N cargo test --test fault_soak -- --ignored"]
 fn long_processes_soak() {
     long(Launcher::Processes);
+}
+
+/// A record reads back as the very record written, whatever its values, and a line cut
+/// short (as a kill may cut the last one a victim prints) never reads as one.
+#[test]
+fn records_round_trip_and_a_cut_line_never_reads() {
+    let failure = |kind: &str, rank, ranks: Vec<usize>| Failure {
+        kind: kind.into(),
+        rank,
+        text: format!("{kind} {{ rank: {rank:?}, ranks: {ranks:?} }}"),
+        ranks,
+    };
+    let records = [
+        Record::Seen(
+            3,
+            Seen::Done {
+                result: Ok(vec![vec![1, -2, i64::MIN, i64::MAX], Vec::new(), vec![0]]),
+                took: Duration::from_nanos(1_234_567),
+                ended: u64::MAX,
+            },
+        ),
+        Record::Seen(
+            0,
+            Seen::Done {
+                result: Ok(Vec::new()),
+                took: Duration::ZERO,
+                ended: 0,
+            },
+        ),
+        Record::Seen(
+            usize::MAX,
+            Seen::Done {
+                result: Err(failure("PeerLost", Some(2), Vec::new())),
+                took: Duration::from_secs(2),
+                ended: 7,
+            },
+        ),
+        Record::Seen(
+            9,
+            Seen::Injected {
+                kind: FaultKind::Kill,
+                at: 5,
+                result: None,
+            },
+        ),
+        Record::Seen(
+            9,
+            Seen::Injected {
+                kind: FaultKind::Skip,
+                at: 5,
+                result: Some(Ok(())),
+            },
+        ),
+        Record::Seen(
+            9,
+            Seen::Injected {
+                kind: FaultKind::Skip,
+                at: 5,
+                result: Some(Err(failure("CollectiveMismatch", None, vec![1, 3]))),
+            },
+        ),
+        Record::Finalized(Ok(())),
+        Record::Finalized(Err(failure("PeerFailed", None, vec![0]))),
+        Record::Panicked("a panic, with words".into()),
+    ];
+    for record in records {
+        let line = record.encode();
+        let framed = line.strip_prefix(RECORD).expect("the prefix");
+        assert_eq!(Record::decode(framed).as_ref(), Ok(&record), "{line}");
+        for cut in 0..framed.len() {
+            assert!(
+                Record::decode(&framed[..cut]).is_err(),
+                "{line} cut at {cut} reads"
+            );
+        }
+    }
+    // A line break in a text stays on the record's line.
+    let line = Record::Panicked("two\nlines".into()).encode();
+    assert!(!line.contains('\n'), "{line}");
 }
 
 // ---------------------------------------------------------------------------------------
