@@ -1597,6 +1597,7 @@ impl std::fmt::Display for Failure {
 /// A result as the oracle sees it.
 type Plain<T> = Result<T, Failure>;
 
+/// `result`, its error made a [`Failure`].
 fn plain<T>(result: symmem::Result<T>) -> Plain<T> {
     result.map_err(|e| Failure::from(&e))
 }
