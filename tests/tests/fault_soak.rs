@@ -1,8 +1,16 @@
-//! A randomized fault soak (issue 31): random programs over symmem's public API, ranks as
-//! threads on the CPU backend at 2-8 ranks, a quarter of them split into emulated nodes
-//! (`Config::ranks_per_node`, peers on other nodes reached through the local transport's
-//! engine), every result checked against a host model of every rank's memory, with at
-//! most one fault per program.
+//! A randomized fault soak (issue 31): random programs over symmem's public API on the CPU
+//! backend at 2-8 ranks, every result checked against a host model of every rank's
+//! memory, with at most one fault per program. The ranks run through one of two
+//! launchers:
+//!
+//! * **threads** (`symmem::spawn_ranks`), a quarter of the programs split into emulated
+//!   nodes (`Config::ranks_per_node`, peers on other nodes reached through the local
+//!   transport's engine);
+//! * **processes**: the test binary re-executed once per rank (`symmem_tests::processes`,
+//!   children of `fixed_seeds_processes_soak`), joined over the UNIX-socket bootstrap,
+//!   one node (that bootstrap has no off-node transport). Each child regenerates the
+//!   program from its seed, runs its rank and prints every result as one line
+//!   ([`Record`]), which the parent reads back for the same oracle.
 //!
 //! A program is a list of operations every rank makes in the same order: symmetric
 //! allocations of random sizes and element types (`zeros`, `from_slice`) and drops,
@@ -16,30 +24,45 @@
 //! too, so every sum is exact in any order and every result is compared exactly.
 //!
 //! The faults, one per program at a random operation of a random rank: the rank leaves
-//! (returns, dropping its world), panics, skips a device collective, allocates a
-//! different size than the others (every rank's next agreement must report
-//! `CollectiveMismatch` naming it), or exhausts its heap (`OutOfHeap`, then it leaves).
+//! (returns, dropping its world; a process then exits), panics (a process catches it as
+//! its world is dropped, and exits), skips a device collective, allocates a different
+//! size than the others (every rank's next agreement must report `CollectiveMismatch`
+//! naming it), or exhausts its heap (`OutOfHeap`, then it leaves). Processes only: the
+//! rank is killed (SIGKILL): it prints a marker and goes on with its operations, and the
+//! parent kills it as soon as it reads the marker, so the kill lands at a random point
+//! inside the operations after it.
 //!
-//! The oracle: before the fault every result is exact (or the model's refusal); from the
-//! fault on, every surviving rank's result is exact or a typed error, each error within
-//! the wait deadline plus 1 s; a rank that got an error stops and returns. No panic but
-//! the injected one, no program runs past a bound (run on a thread of its own), nothing
-//! is left in `/dev/shm`, and a healthy world works after every faulty one.
+//! The oracle, the same for both launchers (errors cross a process as a [`Failure`],
+//! times as nanoseconds of `CLOCK_MONOTONIC`): before the fault every result is exact (or
+//! the model's refusal); from the fault on, every surviving rank's result is exact or a
+//! typed error, each error within the wait deadline plus 1 s of its call's start; a rank
+//! that got an error stops and returns. What a killed rank printed before it died is
+//! checked like any rank's. No panic but the injected one, no program runs past a bound
+//! (threads: run on a thread of their own; processes: the parent kills leftovers at the
+//! bound), every child process exits by itself (but the killed one) and is reaped, with a
+//! non-zero status only where it ended with an error or had the fault, nothing is left in
+//! `/dev/shm`, and a healthy world works after every faulty program.
 //!
-//! CI runs fixed seeds (`fixed_seeds_soak`). `SYMMEM_SOAK_SEED=N` replays one program
-//! with its operations and every rank's results printed; `SYMMEM_SOAK_SECONDS=N` with
-//! `--ignored` runs random seeds for N seconds (`long_soak`) and prints a table.
+//! CI runs fixed seeds with each launcher (`fixed_seeds_soak`,
+//! `fixed_seeds_processes_soak`). `SYMMEM_SOAK_SEED=N` makes each of those two replay one
+//! program with its launcher instead (name the test to pick one), with its operations and
+//! every rank's results printed; `SYMMEM_SOAK_SECONDS=N` with `--ignored` runs random
+//! seeds for N seconds (`long_soak`, `long_processes_soak`) and prints a table.
 
 use proptest::prelude::Rng;
 use proptest::test_runner::{RngAlgorithm, TestRng};
 use std::collections::BTreeMap;
+use std::io::Write;
+use std::os::unix::process::ExitStatusExt;
 use std::panic::AssertUnwindSafe;
 use std::sync::{Mutex, mpsc};
 use std::time::{Duration, Instant};
 use symmem::backend::Grid;
 use symmem::backend::cpu::Cpu;
+use symmem::bootstrap::unix::UnixBootstrap;
 use symmem::collectives::{Algorithm, Cmp, Collectives, ReduceOp, bf16, f16};
 use symmem::{Config, Error, SymmetricBuffer, World};
+use symmem_tests::processes::{self, EXIT_ERROR, Outcome, child_mode};
 
 /// Bytes of symmetric heap per rank.
 const HEAP: usize = 2 << 20;
@@ -57,6 +80,16 @@ const ERROR_BOUND: Duration = Duration::from_millis(1500 + 1000);
 const PROGRAM_BOUND: Duration = Duration::from_secs(30);
 /// The message of the injected panic (the panic hook keeps it quiet).
 const INJECTED: &str = "fault_soak: injected panic";
+/// The line a rank to be killed prints: its parent kills it on reading it.
+const KILL_MARKER: &str = "SOAK-KILL-ME";
+/// What starts a child's [`Record`] line (libtest's `test NAME ... ` may precede it).
+const RECORD: &str = "SOAK-RECORD ";
+/// The test whose children are the ranks of a processes program.
+const CHILD_TEST: &str = "fixed_seeds_processes_soak";
+/// The exit status of a child whose injected panic it caught.
+const EXIT_INJECTED_PANIC: i32 = 5;
+/// The exit status of a child that caught any other panic.
+const EXIT_PANIC: i32 = 101;
 
 type Sym<'w, T> = SymmetricBuffer<'w, T, Cpu>;
 /// What one operation reads back: one vector per read.
@@ -373,9 +406,21 @@ enum FaultKind {
     Mismatch,
     /// The rank allocates its whole heap before the operation (`OutOfHeap`), then stops.
     Exhaust,
+    /// Processes only: the rank prints [`KILL_MARKER`] before the operation and goes on;
+    /// its parent SIGKILLs it on reading the marker.
+    Kill,
 }
 
 impl FaultKind {
+    const ALL: [FaultKind; 6] = [
+        FaultKind::Leave,
+        FaultKind::Panic,
+        FaultKind::Skip,
+        FaultKind::Mismatch,
+        FaultKind::Exhaust,
+        FaultKind::Kill,
+    ];
+
     fn name(self) -> &'static str {
         match self {
             FaultKind::Leave => "leave",
@@ -383,8 +428,30 @@ impl FaultKind {
             FaultKind::Skip => "skip",
             FaultKind::Mismatch => "mismatch",
             FaultKind::Exhaust => "exhaust",
+            FaultKind::Kill => "kill",
         }
     }
+
+    /// The fault named `name` (by [`FaultKind::name`]).
+    fn named(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.name() == name)
+    }
+
+    /// The faulty rank is gone at once, wherever its peers are (even a step behind): a
+    /// panicking thread tells them it is lost, a killed process's end is seen by their
+    /// watchdogs. The other faults act in program order.
+    fn is_sudden(self) -> bool {
+        matches!(self, FaultKind::Panic | FaultKind::Kill)
+    }
+}
+
+/// How a program's ranks run.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Launcher {
+    /// Threads of this process (`symmem::spawn_ranks`).
+    Threads,
+    /// Processes of this test binary over the UNIX-socket bootstrap.
+    Processes,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -783,16 +850,23 @@ fn live_slots(m: &Model, want: impl Fn(&MBuf) -> bool) -> Vec<usize> {
         .collect()
 }
 
-fn generate(seed: u64) -> Program {
+/// The program of seed `seed` for `launcher`: the same for a seed and launcher every time
+/// (a child regenerates its parent's). The threads' programs draw nothing for the
+/// processes' choices, so a seed means the same thread program as before they existed.
+fn generate(seed: u64, launcher: Launcher) -> Program {
     let mut g = Gen::new(seed);
     let n = g.range(2, 8);
     let blocks = if g.chance(25) { 2 } else { 1 };
     // A quarter of the programs split the world into emulated nodes of a size that
-    // divides it (every peer remote when it is 1).
-    let per_node = g.chance(25).then(|| {
-        let sizes: Vec<usize> = (1..n).filter(|d| n.is_multiple_of(*d)).collect();
-        g.pick(&sizes)
-    });
+    // divides it (every peer remote when it is 1). Processes are drawn the same and run
+    // on one node: their bootstrap has no off-node transport.
+    let per_node = g
+        .chance(25)
+        .then(|| {
+            let sizes: Vec<usize> = (1..n).filter(|d| n.is_multiple_of(*d)).collect();
+            g.pick(&sizes)
+        })
+        .filter(|_| launcher == Launcher::Threads);
     // A few element types per program, so that same-type pairs are common.
     let mut types: Vec<Ty> = Ty::ALL.to_vec();
     while types.len() > 3 {
@@ -846,14 +920,19 @@ fn generate(seed: u64) -> Program {
     let fault = if g.chance(20) {
         None
     } else {
-        let kinds = [
-            FaultKind::Leave,
-            FaultKind::Panic,
-            FaultKind::Skip,
-            FaultKind::Mismatch,
-            FaultKind::Exhaust,
-        ];
-        let kind = g.pick(&kinds);
+        // Processes are killed in two faults of five; the rest, and every thread fault,
+        // are the threads' kinds alike.
+        let kind = if launcher == Launcher::Processes && g.chance(40) {
+            FaultKind::Kill
+        } else {
+            g.pick(&[
+                FaultKind::Leave,
+                FaultKind::Panic,
+                FaultKind::Skip,
+                FaultKind::Mismatch,
+                FaultKind::Exhaust,
+            ])
+        };
         let steps: Vec<usize> = (0..ops.len())
             .filter(|&k| match kind {
                 FaultKind::Skip => ops[k].is_device_collective(),
@@ -1466,31 +1545,108 @@ impl<'w> Rank<'w> {
     }
 }
 
+/// An error as the oracle sees it, made on the rank that got it: an `Error` does not
+/// cross a process, this does (in a [`Record`]).
+#[derive(Clone, Debug, PartialEq)]
+struct Failure {
+    /// The error's variant name ([`kind`]).
+    kind: String,
+    /// The rank a `PeerLost` names, or the peer a `WaitTimedOut` waited for.
+    rank: Option<usize>,
+    /// The ranks a `CollectiveMismatch` or a `PeerFailed` names.
+    ranks: Vec<usize>,
+    /// The error's `Debug` text.
+    text: String,
+}
+
+impl From<&Error> for Failure {
+    fn from(e: &Error) -> Self {
+        let rank = match *e {
+            Error::PeerLost { rank, .. } => rank,
+            Error::WaitTimedOut { peer, .. } => peer,
+            _ => None,
+        };
+        let ranks = match e {
+            Error::CollectiveMismatch { ranks, .. } | Error::PeerFailed { ranks, .. } => {
+                ranks.clone()
+            }
+            _ => Vec::new(),
+        };
+        Self {
+            kind: kind(e),
+            rank,
+            ranks,
+            text: format!("{e:?}"),
+        }
+    }
+}
+
+impl Failure {
+    /// Whether the error is of variant `kind`.
+    fn is(&self, kind: &str) -> bool {
+        self.kind == kind
+    }
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+/// A result as the oracle sees it.
+type Plain<T> = Result<T, Failure>;
+
+/// `result`, its error made a [`Failure`].
+fn plain<T>(result: symmem::Result<T>) -> Plain<T> {
+    result.map_err(|e| Failure::from(&e))
+}
+
+/// Now, in nanoseconds of `CLOCK_MONOTONIC`: one clock for every process of the machine,
+/// so times taken by different ranks compare, threads or processes alike.
+fn now() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
 /// One rank's result of one operation.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 enum Seen {
     Done {
-        result: symmem::Result<Readouts>,
+        result: Plain<Readouts>,
         took: Duration,
-        ended: Instant,
+        /// When the call returned ([`now`]).
+        ended: u64,
     },
-    /// The fault, when it was injected: left, panicked, skipped (with what the barrier
-    /// after said), or exhausted (with what the allocation said).
+    /// The fault, when it was injected ([`now`]): left, panicked, skipped (with what the
+    /// barrier after said), exhausted (with what the allocation said), or about to be
+    /// killed.
     Injected {
         kind: FaultKind,
-        at: Instant,
-        result: Option<symmem::Result<()>>,
+        at: u64,
+        result: Option<Plain<()>>,
+    },
+}
+
+/// How the ranks of a program ended, by launcher.
+enum Ended {
+    /// `spawn_ranks`'s own result (a world that failed to form), when it returned.
+    Threads(Option<Result<Vec<String>, String>>),
+    /// Every child's end (as `symmem_tests::processes::spawn_ranks` collected it), and
+    /// every line a child printed as a record that did not read as one.
+    Processes {
+        children: Vec<Outcome>,
+        unreadable: Vec<(usize, String)>,
     },
 }
 
 /// Every rank's results, by rank then step, and each rank's `finalize`.
 struct Observed {
     steps: Vec<Vec<(usize, Seen)>>,
-    finalized: Vec<Option<symmem::Result<()>>>,
+    finalized: Vec<Option<Plain<()>>>,
     /// A panic other than the injected one, by rank.
     panics: Vec<Option<String>>,
-    /// `spawn_ranks`'s own result (a world that failed to form), when it returned.
-    spawn: Option<Result<Vec<String>, String>>,
+    ended: Ended,
 }
 
 fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
@@ -1530,12 +1686,11 @@ fn config_of(p: &Program) -> Config {
     }
 }
 
-/// Runs `p` on its ranks (on this thread).
-fn execute(p: &Program) -> Observed {
+/// Runs `p` with its ranks as threads (on this thread).
+fn execute_threads(p: &Program) -> Observed {
     let n = p.world;
     let steps: Mutex<Vec<Vec<(usize, Seen)>>> = Mutex::new((0..n).map(|_| Vec::new()).collect());
-    let finalized: Mutex<Vec<Option<symmem::Result<()>>>> =
-        Mutex::new((0..n).map(|_| None).collect());
+    let finalized: Mutex<Vec<Option<Plain<()>>>> = Mutex::new((0..n).map(|_| None).collect());
     let panics: Mutex<Vec<Option<String>>> = Mutex::new(vec![None; n]);
     let record =
         |rank: usize, step: usize, seen: Seen| steps.lock().unwrap()[rank].push((step, seen));
@@ -1549,12 +1704,12 @@ fn execute(p: &Program) -> Observed {
                 let ran =
                     std::panic::catch_unwind(AssertUnwindSafe(|| run_rank(p, &world, &record)));
                 match ran {
-                    Ok(true) => {
-                        finalized.lock().unwrap()[me] = Some(world.finalize());
+                    // Left: the world is dropped here.
+                    Ok(Ending::Left) => Ok(String::new()),
+                    Ok(Ending::Completed | Ending::Stopped) => {
+                        finalized.lock().unwrap()[me] = Some(plain(world.finalize()));
                         Ok(String::new())
                     }
-                    // Left: the world is dropped here.
-                    Ok(false) => Ok(String::new()),
                     Err(payload) => {
                         let text = panic_text(&*payload);
                         if text != INJECTED {
@@ -1579,13 +1734,23 @@ fn execute(p: &Program) -> Observed {
         steps: steps.into_inner().unwrap(),
         finalized: finalized.into_inner().unwrap(),
         panics: panics.into_inner().unwrap(),
-        spawn,
+        ended: Ended::Threads(spawn),
     }
 }
 
-/// One rank's program; false where the rank left (its world is then dropped, not
-/// finalized).
-fn run_rank(p: &Program, world: &World<Cpu>, record: &impl Fn(usize, usize, Seen)) -> bool {
+/// How one rank's program ended.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Ending {
+    /// It made every operation: it finalizes.
+    Completed,
+    /// An error stopped it (recorded), or its skip's barrier failed: it finalizes.
+    Stopped,
+    /// It left (its fault): its world is dropped, not finalized.
+    Left,
+}
+
+/// One rank's program, every result handed to `record` as it comes.
+fn run_rank(p: &Program, world: &World<Cpu>, record: &impl Fn(usize, usize, Seen)) -> Ending {
     let me = world.rank();
     let grid = Grid::new(p.blocks, 1);
     let coll = match Collectives::with_lamport_capacity(world, grid, LAMPORT_CAPACITY) {
@@ -1595,12 +1760,12 @@ fn run_rank(p: &Program, world: &World<Cpu>, record: &impl Fn(usize, usize, Seen
                 me,
                 usize::MAX,
                 Seen::Done {
-                    result: Err(e),
+                    result: Err(Failure::from(&e)),
                     took: Duration::ZERO,
-                    ended: Instant::now(),
+                    ended: now(),
                 },
             );
-            return true;
+            return Ending::Stopped;
         }
     };
     let mut rank = Rank {
@@ -1616,13 +1781,13 @@ fn run_rank(p: &Program, world: &World<Cpu>, record: &impl Fn(usize, usize, Seen
         if let Some(f) = p.fault.filter(|f| f.step == step && f.rank == me) {
             let injected = |result| Seen::Injected {
                 kind: f.kind,
-                at: Instant::now(),
+                at: now(),
                 result,
             };
             match f.kind {
                 FaultKind::Leave => {
                     record(me, step, injected(None));
-                    return false;
+                    return Ending::Left;
                 }
                 FaultKind::Panic => {
                     record(me, step, injected(None));
@@ -1633,35 +1798,46 @@ fn run_rank(p: &Program, world: &World<Cpu>, record: &impl Fn(usize, usize, Seen
                     // call after a skip that the others' kernels wait in, not another
                     // device collective: see
                     // `a_rank_that_skips_a_collective_desynchronises_the_next_ones`).
-                    let at = Instant::now();
-                    let result = Some(world.barrier());
+                    let at = now();
+                    let result = plain(world.barrier());
+                    let ending = match result {
+                        Ok(()) => Ending::Completed,
+                        Err(_) => Ending::Stopped,
+                    };
                     record(
                         me,
                         step,
                         Seen::Injected {
                             kind: f.kind,
                             at,
-                            result,
+                            result: Some(result),
                         },
                     );
-                    return true;
+                    return ending;
                 }
                 FaultKind::Exhaust => {
                     let r = world.zeros::<u8>(world.heap_len()).map(drop);
-                    record(me, step, injected(Some(r)));
-                    return false;
+                    record(me, step, injected(Some(plain(r))));
+                    return Ending::Left;
                 }
                 FaultKind::Mismatch => {
                     record(me, step, injected(None));
                     extra = 1 + (p.seed as usize % 64);
                 }
+                FaultKind::Kill => {
+                    // A process (whose `record` prints to its parent): the marker follows
+                    // the record, and the rank goes on until the parent's kill lands.
+                    record(me, step, injected(None));
+                    println!("{KILL_MARKER}");
+                    std::io::stdout().flush().expect("stdout");
+                }
             }
         }
         let start = Instant::now();
-        let result = rank.run(op, tag, extra);
+        let result = plain(rank.run(op, tag, extra));
         let took = start.elapsed();
         let stop = match (&result, &p.expect[step][me]) {
-            (Err(e), Expect::Refused(name)) => kind(e) != *name,
+            (Err(e), Expect::Refused(name)) => !e.is(name),
             (Err(_), _) => true,
             (Ok(_), _) => false,
         };
@@ -1671,14 +1847,14 @@ fn run_rank(p: &Program, world: &World<Cpu>, record: &impl Fn(usize, usize, Seen
             Seen::Done {
                 result,
                 took,
-                ended: Instant::now(),
+                ended: now(),
             },
         );
         if stop {
-            return true;
+            return Ending::Stopped;
         }
     }
-    true
+    Ending::Completed
 }
 
 /// An error's variant name.
@@ -1689,6 +1865,330 @@ fn kind(e: &Error) -> String {
         .next()
         .unwrap_or_default()
         .to_owned()
+}
+
+// ---------------------------------------------------------------------------------------
+// Ranks as processes.
+
+/// One line a child of a processes program prints for its parent, after [`RECORD`]: the
+/// payload's length in bytes, a space, the payload (words, the last field of a failure or
+/// a panic its free text). A line that a kill cut short never reads as a record.
+#[derive(Debug, PartialEq)]
+enum Record {
+    /// What `run_rank` recorded at a step.
+    Seen(usize, Seen),
+    /// What `World::finalize` said.
+    Finalized(Plain<()>),
+    /// A panic other than the injected one.
+    Panicked(String),
+}
+
+/// `text` on one line (a record is a line).
+fn one_line(text: &str) -> String {
+    text.replace('\n', "\\n")
+}
+
+/// A failure's words: its kind, the rank it names (`-` for none), the ranks it names
+/// (joined by commas, `-` for none), then its text to the end.
+fn encode_failure(f: &Failure) -> String {
+    let rank = f.rank.map_or("-".into(), |r| r.to_string());
+    let ranks = if f.ranks.is_empty() {
+        "-".into()
+    } else {
+        let ranks: Vec<String> = f.ranks.iter().map(usize::to_string).collect();
+        ranks.join(",")
+    };
+    format!("{} {rank} {ranks} {}", f.kind, one_line(&f.text))
+}
+
+/// `ok` and what `ok` makes of the value (if anything), or `err` and the failure.
+fn encode_result<T>(result: &Plain<T>, ok: impl FnOnce(&T) -> String) -> String {
+    match result {
+        Ok(v) => match ok(v) {
+            v if v.is_empty() => "ok".into(),
+            v => format!("ok {v}"),
+        },
+        Err(f) => format!("err {}", encode_failure(f)),
+    }
+}
+
+/// The number of reads, then each read: its values joined by commas, `_` if none.
+fn encode_readouts(readouts: &Readouts) -> String {
+    let mut out = readouts.len().to_string();
+    for read in readouts {
+        out.push(' ');
+        if read.is_empty() {
+            out.push('_');
+        } else {
+            let vals: Vec<String> = read.iter().map(i64::to_string).collect();
+            out += &vals.join(",");
+        }
+    }
+    out
+}
+
+/// A cursor over a record's words (what is left of it).
+struct Words<'a>(&'a str);
+
+impl<'a> Words<'a> {
+    /// The next word, or why there is none.
+    fn word(&mut self) -> Result<&'a str, String> {
+        let (word, rest) = self.0.split_once(' ').unwrap_or((self.0, ""));
+        if word.is_empty() {
+            return Err("a word is missing".into());
+        }
+        self.0 = rest;
+        Ok(word)
+    }
+
+    /// The next word as a number, or why it is none.
+    fn number<T: std::str::FromStr>(&mut self) -> Result<T, String> {
+        let word = self.word()?;
+        word.parse()
+            .map_err(|_| format!("{word:?} is not a number"))
+    }
+
+    /// Nothing is left.
+    fn end(self) -> Result<(), String> {
+        match self.0 {
+            "" => Ok(()),
+            rest => Err(format!("{rest:?} is left over")),
+        }
+    }
+}
+
+/// The failure [`encode_failure`] wrote (the rest of the record), or why it is none.
+fn decode_failure(mut w: Words<'_>) -> Result<Failure, String> {
+    let kind = w.word()?.to_owned();
+    let rank = match w.word()? {
+        "-" => None,
+        rank => Some(
+            rank.parse()
+                .map_err(|_| format!("{rank:?} is not a rank"))?,
+        ),
+    };
+    let ranks = match w.word()? {
+        "-" => Vec::new(),
+        ranks => ranks
+            .split(',')
+            .map(|r| r.parse().map_err(|_| format!("{r:?} is not a rank")))
+            .collect::<Result<_, _>>()?,
+    };
+    Ok(Failure {
+        kind,
+        rank,
+        ranks,
+        text: w.0.to_owned(),
+    })
+}
+
+/// The result [`encode_result`] wrote (the rest of the record; `ok` reads the value), or
+/// why it is none.
+fn decode_result<'a, T>(
+    mut w: Words<'a>,
+    ok: impl FnOnce(Words<'a>) -> Result<T, String>,
+) -> Result<Plain<T>, String> {
+    match w.word()? {
+        "ok" => Ok(Ok(ok(w)?)),
+        "err" => Ok(Err(decode_failure(w)?)),
+        other => Err(format!("{other:?} is neither ok nor err")),
+    }
+}
+
+/// The readouts [`encode_readouts`] wrote (the rest of the record), or why they are none.
+fn decode_readouts(mut w: Words<'_>) -> Result<Readouts, String> {
+    let reads: usize = w.number()?;
+    let readouts = (0..reads)
+        .map(|_| match w.word()? {
+            "_" => Ok(Vec::new()),
+            read => read
+                .split(',')
+                .map(|v| v.parse().map_err(|_| format!("{v:?} is not a value")))
+                .collect(),
+        })
+        .collect::<Result<_, String>>()?;
+    w.end()?;
+    Ok(readouts)
+}
+
+impl Record {
+    /// The record's line, [`RECORD`] first.
+    fn encode(&self) -> String {
+        let payload = match self {
+            Record::Seen(
+                step,
+                Seen::Done {
+                    result,
+                    took,
+                    ended,
+                },
+            ) => format!(
+                "seen {step} done {} {ended} {}",
+                took.as_nanos(),
+                encode_result(result, encode_readouts)
+            ),
+            Record::Seen(step, Seen::Injected { kind, at, result }) => format!(
+                "seen {step} injected {} {at} {}",
+                kind.name(),
+                result
+                    .as_ref()
+                    .map_or("none".into(), |r| encode_result(r, |()| String::new()))
+            ),
+            Record::Finalized(result) => {
+                format!("finalized {}", encode_result(result, |()| String::new()))
+            }
+            Record::Panicked(text) => format!("panicked {}", one_line(text)),
+        };
+        format!("{RECORD}{} {payload}", payload.len())
+    }
+
+    /// The record of a line's text after [`RECORD`], or why it is none.
+    fn decode(framed: &str) -> Result<Self, String> {
+        let (len, payload) = framed.split_once(' ').ok_or("no length")?;
+        let len: usize = len
+            .parse()
+            .map_err(|_| format!("{len:?} is not a length"))?;
+        if payload.len() != len {
+            return Err(format!("{} bytes of {len}", payload.len()));
+        }
+        let mut w = Words(payload);
+        Ok(match w.word()? {
+            "seen" => {
+                let step = w.number()?;
+                let seen = match w.word()? {
+                    "done" => Seen::Done {
+                        took: Duration::from_nanos(w.number()?),
+                        ended: w.number()?,
+                        result: decode_result(w, decode_readouts)?,
+                    },
+                    "injected" => {
+                        let name = w.word()?;
+                        let kind = FaultKind::named(name)
+                            .ok_or_else(|| format!("{name:?} is no fault"))?;
+                        let at = w.number()?;
+                        let result = match w.0 {
+                            "none" => None,
+                            _ => Some(decode_result(w, Words::end)?),
+                        };
+                        Seen::Injected { kind, at, result }
+                    }
+                    other => return Err(format!("{other:?} is no result")),
+                };
+                Record::Seen(step, seen)
+            }
+            "finalized" => Record::Finalized(decode_result(w, Words::end)?),
+            "panicked" => Record::Panicked(w.0.to_owned()),
+            other => return Err(format!("{other:?} is no record")),
+        })
+    }
+}
+
+/// Runs `p` with its ranks as processes: children of this test binary (each in
+/// [`run_child`]), the kill's victim SIGKILLed on its marker, every child reaped, those
+/// left at [`PROGRAM_BOUND`] killed; their records read back.
+fn execute_processes(p: &Program) -> Observed {
+    let n = p.world;
+    let kill = p
+        .fault
+        .filter(|f| f.kind == FaultKind::Kill)
+        .map(|f| (f.rank, KILL_MARKER));
+    let children = processes::spawn_ranks(
+        CHILD_TEST,
+        &format!("soak {}", p.seed),
+        n,
+        TIMEOUT,
+        PROGRAM_BOUND,
+        kill,
+    );
+    let mut steps: Vec<Vec<(usize, Seen)>> = (0..n).map(|_| Vec::new()).collect();
+    let mut finalized = vec![None; n];
+    let mut panics = vec![None; n];
+    let mut unreadable = Vec::new();
+    for (rank, child) in children.iter().enumerate() {
+        let records: Vec<&str> = child
+            .lines
+            .iter()
+            .filter_map(|line| line.split_once(RECORD).map(|(_, framed)| framed))
+            .collect();
+        for (i, framed) in records.iter().enumerate() {
+            match Record::decode(framed) {
+                Ok(Record::Seen(step, seen)) => steps[rank].push((step, seen)),
+                Ok(Record::Finalized(result)) => finalized[rank] = Some(result),
+                Ok(Record::Panicked(text)) => panics[rank] = Some(text),
+                // The kill may cut the victim's last line short.
+                Err(_) if child.killed.is_some() && i + 1 == records.len() => {}
+                Err(why) => {
+                    let start: String = framed.chars().take(200).collect();
+                    unreadable.push((rank, format!("{why}: {start}")));
+                }
+            }
+        }
+    }
+    Observed {
+        steps,
+        finalized,
+        panics,
+        ended: Ended::Processes {
+            children,
+            unreadable,
+        },
+    }
+}
+
+/// What a child process of this file does, by its mode: `soak SEED` ([`run_program`]),
+/// or a regression's part (`hub-panics`: [`hub_panics_child`]).
+fn run_child(mode: &str) -> ! {
+    quiet_injected_panics();
+    if mode == "hub-panics" {
+        hub_panics_child();
+    }
+    let seed = mode
+        .strip_prefix("soak ")
+        .and_then(|seed| seed.parse().ok())
+        .unwrap_or_else(|| panic!("bad child mode {mode:?}"));
+    run_program(seed)
+}
+
+/// A rank of the processes program of seed `seed`: regenerates the program, joins its
+/// world, runs its rank printing every record, finalizes (unless it left), and exits: 0
+/// where it ran to its end or left, [`EXIT_ERROR`] where it ended with an error,
+/// [`EXIT_INJECTED_PANIC`] or [`EXIT_PANIC`] where it panicked (its world dropped while
+/// unwinding, as a thread rank's is), and as `exit_child` says where its world did not
+/// form.
+fn run_program(seed: u64) -> ! {
+    let p = generate(seed, Launcher::Processes);
+    let joined = UnixBootstrap::from_env()
+        .and_then(|bootstrap| World::new(Box::new(bootstrap), Cpu::new(), &config_of(&p)));
+    let world = match joined {
+        Ok(world) => world,
+        Err(e) => processes::exit_child(&Err(e)),
+    };
+    let emit = |record: Record| println!("{}", record.encode());
+    let ran = std::panic::catch_unwind(AssertUnwindSafe(move || {
+        let ending = run_rank(&p, &world, &|_, step, seen| emit(Record::Seen(step, seen)));
+        (ending, world)
+    }));
+    let code = match ran {
+        Ok((Ending::Left, world)) => {
+            drop(world);
+            0
+        }
+        Ok((ending, world)) => {
+            let finalized = plain(world.finalize());
+            let failed = ending == Ending::Stopped || finalized.is_err();
+            emit(Record::Finalized(finalized));
+            if failed { EXIT_ERROR } else { 0 }
+        }
+        Err(payload) => match panic_text(&*payload) {
+            text if text == INJECTED => EXIT_INJECTED_PANIC,
+            text => {
+                emit(Record::Panicked(text));
+                EXIT_PANIC
+            }
+        },
+    };
+    std::io::stdout().flush().expect("stdout");
+    std::process::exit(code)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1703,6 +2203,8 @@ struct Stats {
     wrong: u64,
     hangs: u64,
     slow_errors: u64,
+    /// Processes: kill victims that died of the parent's SIGKILL (the others ended first).
+    kills_landed: u64,
     failures: Vec<String>,
 }
 
@@ -1719,6 +2221,7 @@ impl Stats {
         self.wrong += other.wrong;
         self.hangs += other.hangs;
         self.slow_errors += other.slow_errors;
+        self.kills_landed += other.kills_landed;
         self.failures.extend(other.failures);
     }
 
@@ -1730,6 +2233,12 @@ impl Stats {
         t += "  faults injected:";
         for (k, v) in &self.faults {
             t += &format!(" {k} {v},");
+        }
+        if let Some(kills) = self.faults.get("kill") {
+            t += &format!(
+                " ({} of {kills} kills landed before the victim's end)",
+                self.kills_landed
+            );
         }
         t += "\n  errors by type:";
         for (k, v) in &self.errors {
@@ -1748,16 +2257,15 @@ impl Stats {
 
 /// An error's name for the table: `PeerLost` says whom it names (the faulty rank, another,
 /// or none).
-fn label(e: &Error, fault: Option<Fault>) -> String {
-    let named = |r: Option<usize>| match (r, fault) {
+fn label(e: &Failure, fault: Option<Fault>) -> String {
+    let named = match (e.rank, fault) {
         (None, _) => "none",
         (Some(r), Some(f)) if r == f.rank => "faulty",
         _ => "other",
     };
-    match e {
-        Error::PeerLost { rank, .. } => format!("PeerLost({})", named(*rank)),
-        Error::WaitTimedOut { peer, .. } => format!("WaitTimedOut({})", named(*peer)),
-        e => kind(e),
+    match e.kind.as_str() {
+        "PeerLost" | "WaitTimedOut" => format!("{}({named})", e.kind),
+        _ => e.kind.clone(),
     }
 }
 
@@ -1785,26 +2293,20 @@ fn check(p: &Program, seen: &Observed) -> Stats {
             fail(&mut s, format!("rank {rank} panicked: {text}"));
         }
     }
-    match &seen.spawn {
-        Some(Err(e)) => fail(&mut s, format!("spawn_ranks failed: {e}")),
-        Some(Ok(ranks)) => {
-            for (rank, e) in ranks.iter().enumerate() {
-                if !e.is_empty() {
-                    fail(&mut s, format!("rank {rank}'s world failed: {e}"));
-                }
+    match &seen.ended {
+        Ended::Threads(spawn) => check_threads_ended(p, spawn, &mut s),
+        Ended::Processes {
+            children,
+            unreadable,
+        } => {
+            for (rank, why) in unreadable {
+                fail(
+                    &mut s,
+                    format!("rank {rank} printed an unreadable record: {why}"),
+                );
             }
+            check_processes_ended(p, seen, children, &mut s);
         }
-        None if !matches!(
-            p.fault,
-            Some(Fault {
-                kind: FaultKind::Panic,
-                ..
-            })
-        ) =>
-        {
-            fail(&mut s, "spawn_ranks panicked with no injected panic".into());
-        }
-        None => {}
     }
     let fault_step = p.fault.map_or(usize::MAX, |f| f.step);
     // A mismatch is reported at the first agreement after it, to every rank.
@@ -1837,7 +2339,7 @@ fn check(p: &Program, seen: &Observed) -> Stats {
                     result: Some(r),
                     ..
                 } => {
-                    if !matches!(r, Err(Error::OutOfHeap { .. })) {
+                    if !matches!(r, Err(e) if e.is("OutOfHeap")) {
                         fail(
                             &mut s,
                             format!("rank {rank}: exhausting the heap gave {r:?}"),
@@ -1858,17 +2360,13 @@ fn check(p: &Program, seen: &Observed) -> Stats {
                         Err(e) => {
                             *s.errors.entry(label(e, p.fault)).or_default() += 1;
                             let f = p.fault.expect("a skip");
-                            let named = mismatch_names(p.world, f.rank);
-                            let ok = match e {
-                                Error::PeerLost { .. } | Error::PeerFailed { .. } => true,
-                                Error::CollectiveMismatch { ranks, .. } => *ranks == named,
+                            let ok = match e.kind.as_str() {
+                                "PeerLost" | "PeerFailed" => true,
+                                "CollectiveMismatch" => e.ranks == mismatch_names(p.world, f.rank),
                                 _ => false,
                             };
                             if !ok {
-                                fail(
-                                    &mut s,
-                                    format!("rank {rank}'s barrier after its skip: {e:?}"),
-                                );
+                                fail(&mut s, format!("rank {rank}'s barrier after its skip: {e}"));
                             }
                         }
                     }
@@ -1901,65 +2399,59 @@ fn check(p: &Program, seen: &Observed) -> Stats {
                 }
                 (Err(e), expected) => {
                     *s.errors.entry(label(e, p.fault)).or_default() += 1;
-                    if matches!(expected, Expect::Refused(name) if kind(e) == *name) {
+                    if matches!(expected, Expect::Refused(name) if e.is(name)) {
                         continue;
                     }
-                    // A panicking rank is lost at once: its peers' worlds are aborted
-                    // wherever they are (even a step behind). Other faults act in program
-                    // order.
+                    // A sudden fault reaches its peers wherever they are (even a step
+                    // behind); the others act in program order.
                     let before = match p.fault {
                         None => true,
                         Some(f) => {
                             injected_at.is_none_or(|at| *ended < at)
-                                || (f.kind != FaultKind::Panic && step < fault_step)
+                                || (!f.kind.is_sudden() && step < fault_step)
                         }
                     };
                     if before {
-                        fail(&mut s, format!("{} failed before the fault: {e:?}", what()));
+                        fail(&mut s, format!("{} failed before the fault: {e}", what()));
                         continue;
                     }
                     if i != last {
-                        fail(&mut s, format!("{} went on after {e:?}", what()));
+                        fail(&mut s, format!("{} went on after {e}", what()));
                     }
                     if *took > ERROR_BOUND {
                         s.slow_errors += 1;
-                        fail(
-                            &mut s,
-                            format!("{} took {took:?} to fail with {e:?}", what()),
-                        );
+                        fail(&mut s, format!("{} took {took:?} to fail with {e}", what()));
                     }
                     let f = p.fault.expect("an error after a fault");
                     let allowed = match f.kind {
                         FaultKind::Mismatch => {
-                            let ok = matches!(e, Error::CollectiveMismatch { ranks, .. }
-                                if *ranks == mismatch_names(p.world, f.rank))
+                            let ok = e.is("CollectiveMismatch")
+                                && e.ranks == mismatch_names(p.world, f.rank)
                                 && Some(step) == mismatch_at;
                             mismatch_seen[rank] |= ok;
                             ok
                         }
-                        FaultKind::Leave | FaultKind::Panic | FaultKind::Exhaust => match e {
-                            Error::PeerLost { rank: Some(r), .. } if *r == f.rank => true,
+                        FaultKind::Leave
+                        | FaultKind::Panic
+                        | FaultKind::Exhaust
+                        | FaultKind::Kill => {
+                            (e.is("PeerLost") && e.rank == Some(f.rank))
                             // A barrier wait that saw a survivor give up because of the
                             // fault, before this rank heard of the fault itself.
-                            Error::PeerFailed { ranks, .. } => !ranks.contains(&rank),
-                            _ => false,
-                        },
+                                || (e.is("PeerFailed") && !e.ranks.contains(&rank))
+                        }
                         // The others wait for the skipper on the device, or agree with
                         // its barrier (a collective's first use of new buffers).
-                        FaultKind::Skip => match e {
-                            Error::PeerLost { .. }
-                            | Error::WaitTimedOut { .. }
-                            | Error::PeerFailed { .. } => true,
-                            Error::CollectiveMismatch { ranks, .. } => {
-                                *ranks == mismatch_names(p.world, f.rank)
-                            }
+                        FaultKind::Skip => match e.kind.as_str() {
+                            "PeerLost" | "WaitTimedOut" | "PeerFailed" => true,
+                            "CollectiveMismatch" => e.ranks == mismatch_names(p.world, f.rank),
                             _ => false,
                         },
                     };
                     if !allowed {
                         fail(
                             &mut s,
-                            format!("{} after fault {f:?}: unexpected {e:?}", what()),
+                            format!("{} after fault {f:?}: unexpected {e}", what()),
                         );
                     }
                 }
@@ -1969,7 +2461,7 @@ fn check(p: &Program, seen: &Observed) -> Stats {
         if let Some(Some(Err(e))) = seen.finalized.get(rank)
             && p.fault.is_none()
         {
-            fail(&mut s, format!("rank {rank}: finalize: {e:?}"));
+            fail(&mut s, format!("rank {rank}: finalize: {e}"));
         }
     }
     if let Some(at) = mismatch_at {
@@ -1989,14 +2481,108 @@ fn check(p: &Program, seen: &Observed) -> Stats {
     s
 }
 
-/// Runs `p` on a thread of its own, bounded by [`PROGRAM_BOUND`]; `None` for a hang.
-fn run_bounded(p: &Program) -> Option<Observed> {
+/// The threads launcher's end: every world formed and `spawn_ranks` returned, unless the
+/// injected panic went through it.
+fn check_threads_ended(p: &Program, spawn: &Option<Result<Vec<String>, String>>, s: &mut Stats) {
+    let mut fail = |why: String| s.failures.push(format!("seed {}: {why}", p.seed));
+    match spawn {
+        Some(Err(e)) => fail(format!("spawn_ranks failed: {e}")),
+        Some(Ok(ranks)) => {
+            for (rank, e) in ranks.iter().enumerate() {
+                if !e.is_empty() {
+                    fail(format!("rank {rank}'s world failed: {e}"));
+                }
+            }
+        }
+        None if p.fault.is_none_or(|f| f.kind != FaultKind::Panic) => {
+            fail("spawn_ranks panicked with no injected panic".into());
+        }
+        None => {}
+    }
+}
+
+/// The processes launcher's end: every child exited by itself before [`PROGRAM_BOUND`]
+/// (else it hung) and was reaped, or was the kill's victim and died of its SIGKILL; its
+/// status is 0, or says it ended with an error (its records or finalize show one), or
+/// its injected panic. A rank that reached its kill printed the marker; one that died of
+/// the parent's SIGKILL counts as a kill landed.
+fn check_processes_ended(p: &Program, seen: &Observed, children: &[Outcome], s: &mut Stats) {
+    for (rank, child) in children.iter().enumerate() {
+        let faulty = p.fault.filter(|f| f.rank == rank).map(|f| f.kind);
+        let reached_kill = seen.steps[rank].iter().any(|(_, x)| {
+            matches!(
+                x,
+                Seen::Injected {
+                    kind: FaultKind::Kill,
+                    ..
+                }
+            )
+        });
+        if reached_kill && !child.lines.iter().any(|line| line.contains(KILL_MARKER)) {
+            s.failures.push(format!(
+                "seed {}: rank {rank} reached its kill and printed no marker",
+                p.seed
+            ));
+        }
+        let killed = child.killed.is_some() && child.status.and_then(|st| st.signal()) == Some(9);
+        if faulty == Some(FaultKind::Kill) && killed {
+            s.kills_landed += 1;
+        }
+        // An error that stopped it (not a refusal the model predicts), or finalize's.
+        let stopped = |(step, seen): &(usize, Seen)| match seen {
+            Seen::Done { result: Err(e), .. } => p
+                .expect
+                .get(*step)
+                .is_none_or(|expect| !matches!(&expect[rank], Expect::Refused(name) if e.is(name))),
+            Seen::Injected { result, .. } => matches!(result, Some(Err(_))),
+            Seen::Done { .. } => false,
+        };
+        let ended_with_error = seen.steps[rank].last().is_some_and(stopped)
+            || matches!(seen.finalized[rank], Some(Err(_)));
+        let why = match child.status {
+            None => {
+                s.hangs += 1;
+                Some(format!("HANG: ran past {PROGRAM_BOUND:?} (killed then)"))
+            }
+            Some(status) => match (status.code(), status.signal()) {
+                (Some(0), _) => None,
+                (Some(EXIT_ERROR), _) if ended_with_error => None,
+                (Some(EXIT_INJECTED_PANIC), _) if faulty == Some(FaultKind::Panic) => None,
+                _ if faulty == Some(FaultKind::Kill) && killed => None,
+                _ => Some(format!("ended with {status}")),
+            },
+        };
+        if let Some(why) = why {
+            // What it printed besides its records (a panic's message, `CHILD-ERROR`).
+            let said: Vec<&str> = child
+                .lines
+                .iter()
+                .filter(|line| !line.contains(RECORD))
+                .map(String::as_str)
+                .collect();
+            s.failures.push(format!(
+                "seed {}: rank {rank} (a process) {why} after {:?}; it said:\n{}",
+                p.seed,
+                child.after,
+                said.join("\n")
+            ));
+        }
+    }
+}
+
+/// Runs `p` with `launcher`, bounded by [`PROGRAM_BOUND`]: threads on a thread of
+/// their own (`None` for a hang), processes as children killed at the bound (a hang
+/// shows in their ends).
+fn run_bounded(p: &Program, launcher: Launcher) -> Option<Observed> {
+    if launcher == Launcher::Processes {
+        return Some(execute_processes(p));
+    }
     let (tx, rx) = mpsc::channel();
     let program = p.clone();
     std::thread::Builder::new()
         .name(format!("soak-{}", p.seed))
         .spawn(move || {
-            let _ = tx.send(execute(&program));
+            let _ = tx.send(execute_threads(&program));
         })
         .expect("a program thread");
     rx.recv_timeout(PROGRAM_BOUND).ok()
@@ -2027,19 +2613,29 @@ fn healthy_world_works() -> Result<(), String> {
     }
 }
 
-/// Generates, runs and checks seed `seed`.
-fn soak_one(seed: u64, verbose: bool) -> Stats {
-    let p = generate(seed);
+impl Launcher {
+    /// The test that replays a program of this launcher (`SYMMEM_SOAK_SEED`).
+    fn replay_test(self) -> &'static str {
+        match self {
+            Launcher::Threads => "fixed_seeds_soak",
+            Launcher::Processes => CHILD_TEST,
+        }
+    }
+}
+
+/// Generates, runs and checks seed `seed` with `launcher`.
+fn soak_one(seed: u64, launcher: Launcher, verbose: bool) -> Stats {
+    let p = generate(seed, launcher);
     if verbose {
         eprintln!(
-            "seed {seed}: world {}, ranks per node {:?}, blocks {}, fault {:?}",
+            "seed {seed} ({launcher:?}): world {}, ranks per node {:?}, blocks {}, fault {:?}",
             p.world, p.per_node, p.blocks, p.fault
         );
         for (k, op) in p.ops.iter().enumerate() {
             eprintln!("  {k:3}: {op:?}");
         }
     }
-    let Some(seen) = run_bounded(&p) else {
+    let Some(seen) = run_bounded(&p, launcher) else {
         return Stats {
             programs: 1,
             hangs: 1,
@@ -2056,6 +2652,16 @@ fn soak_one(seed: u64, verbose: bool) -> Stats {
                 eprintln!("  rank {rank} step {step}: {seen:?}");
             }
             eprintln!("  rank {rank} finalize: {:?}", seen.finalized[rank]);
+            if let Ended::Processes { children, .. } = &seen.ended {
+                let child = &children[rank];
+                eprintln!(
+                    "  rank {rank} process: {:?} after {:?}, killed {:?}",
+                    child.status, child.after, child.killed
+                );
+                for line in child.lines.iter().filter(|line| !line.contains(RECORD)) {
+                    eprintln!("  rank {rank} said: {line}");
+                }
+            }
         }
     }
     let mut s = check(&p, &seen);
@@ -2064,13 +2670,17 @@ fn soak_one(seed: u64, verbose: bool) -> Stats {
     {
         s.failures.push(format!("seed {seed}: {why}"));
     }
-    if let Err(e) = std::panic::catch_unwind(symmem_tests::processes::assert_no_shm_leftovers) {
+    if let Err(e) = std::panic::catch_unwind(processes::assert_no_shm_leftovers) {
         s.failures.push(format!("seed {seed}: {}", panic_text(&*e)));
     }
     s
 }
 
-fn soak(seeds: impl Iterator<Item = u64>, until: Option<Instant>) -> (Stats, Duration) {
+fn soak(
+    seeds: impl Iterator<Item = u64>,
+    launcher: Launcher,
+    until: Option<Instant>,
+) -> (Stats, Duration) {
     quiet_injected_panics();
     let start = Instant::now();
     let mut total = Stats::default();
@@ -2078,38 +2688,63 @@ fn soak(seeds: impl Iterator<Item = u64>, until: Option<Instant>) -> (Stats, Dur
         if until.is_some_and(|t| Instant::now() >= t) {
             break;
         }
-        let s = soak_one(seed, false);
+        let s = soak_one(seed, launcher, false);
         for f in &s.failures {
-            eprintln!("FAILED (replay with SYMMEM_SOAK_SEED={seed}): {f}");
+            eprintln!(
+                "FAILED (replay with SYMMEM_SOAK_SEED={seed} cargo test -p symmem-tests \
+                 --test fault_soak {}): {f}",
+                launcher.replay_test()
+            );
         }
         total.add(s);
     }
     (total, start.elapsed())
 }
 
-/// The CI soak: fixed seeds (or the one of `SYMMEM_SOAK_SEED`, printed in full).
-#[test]
-fn fixed_seeds_soak() {
+/// A CI soak with `launcher`: `seeds`, or the one of `SYMMEM_SOAK_SEED`, printed in full.
+fn ci_soak(launcher: Launcher, seeds: std::ops::Range<u64>) {
     if let Ok(seed) = std::env::var("SYMMEM_SOAK_SEED") {
         quiet_injected_panics();
         let seed = seed.parse().expect("SYMMEM_SOAK_SEED is a number");
-        let s = soak_one(seed, true);
+        let s = soak_one(seed, launcher, true);
         eprintln!("{}", s.table(Duration::ZERO));
         assert!(s.failures.is_empty(), "{:#?}", s.failures);
         return;
     }
-    let (s, took) = soak(0..CI_SEEDS, None);
-    eprintln!("{}", s.table(took));
+    let (s, took) = soak(seeds, launcher, None);
+    eprintln!("{launcher:?}: {}", s.table(took));
     assert!(s.failures.is_empty(), "{:#?}", s.failures);
+    // A soak whose kills never land tests no kill (each victim would have to end within
+    // the parent's look at its marker).
+    assert!(
+        s.faults.get("kill").is_none_or(|_| s.kills_landed > 0),
+        "no kill landed"
+    );
 }
 
-/// Programs the CI soak runs.
-const CI_SEEDS: u64 = 40;
-
-/// Random seeds for `SYMMEM_SOAK_SECONDS` seconds (default 300).
+/// The CI soak of thread programs.
 #[test]
-#[ignore = "long-running: SYMMEM_SOAK_SECONDS=N cargo test --test fault_soak -- --ignored"]
-fn long_soak() {
+fn fixed_seeds_soak() {
+    ci_soak(Launcher::Threads, 0..CI_SEEDS);
+}
+
+/// The CI soak of process programs; in a child process (`SYMMEM_TEST_CHILD`), a rank of
+/// one of them.
+#[test]
+fn fixed_seeds_processes_soak() {
+    if let Some(mode) = child_mode() {
+        run_child(&mode);
+    }
+    ci_soak(Launcher::Processes, 0..CI_PROCESS_SEEDS);
+}
+
+/// Thread programs the CI soak runs.
+const CI_SEEDS: u64 = 40;
+/// Process programs the CI soak runs.
+const CI_PROCESS_SEEDS: u64 = 60;
+
+/// Random seeds with `launcher` for `SYMMEM_SOAK_SECONDS` seconds (default 300).
+fn long(launcher: Launcher) {
     let seconds: u64 = std::env::var("SYMMEM_SOAK_SECONDS")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -2118,14 +2753,108 @@ fn long_soak() {
         .duration_since(std::time::UNIX_EPOCH)
         .expect("after 1970")
         .as_nanos() as u64;
-    eprintln!("long soak: {seconds} s of random seeds from {first}");
+    eprintln!("long soak ({launcher:?}): {seconds} s of random seeds from {first}");
     let until = Instant::now() + Duration::from_secs(seconds);
     let (s, took) = soak(
         (0..).map(|k: u64| first.wrapping_add(k.wrapping_mul(0x9e37_79b9)) >> 1),
+        launcher,
         Some(until),
     );
-    eprintln!("{}", s.table(took));
+    eprintln!("{launcher:?}: {}", s.table(took));
     assert!(s.failures.is_empty(), "{:#?}", s.failures);
+}
+
+/// Random thread programs for `SYMMEM_SOAK_SECONDS` seconds (default 300).
+#[test]
+#[ignore = "long-running: SYMMEM_SOAK_SECONDS=N cargo test --test fault_soak -- --ignored"]
+fn long_soak() {
+    long(Launcher::Threads);
+}
+
+/// Random process programs for `SYMMEM_SOAK_SECONDS` seconds (default 300).
+#[test]
+#[ignore = "long-running: SYMMEM_SOAK_SECONDS=N cargo test --test fault_soak -- --ignored"]
+fn long_processes_soak() {
+    long(Launcher::Processes);
+}
+
+/// A record reads back as the very record written, whatever its values, and a line cut
+/// short (as a kill may cut the last one a victim prints) never reads as one.
+#[test]
+fn records_round_trip_and_a_cut_line_never_reads() {
+    let failure = |kind: &str, rank, ranks: Vec<usize>| Failure {
+        kind: kind.into(),
+        rank,
+        text: format!("{kind} {{ rank: {rank:?}, ranks: {ranks:?} }}"),
+        ranks,
+    };
+    let records = [
+        Record::Seen(
+            3,
+            Seen::Done {
+                result: Ok(vec![vec![1, -2, i64::MIN, i64::MAX], Vec::new(), vec![0]]),
+                took: Duration::from_nanos(1_234_567),
+                ended: u64::MAX,
+            },
+        ),
+        Record::Seen(
+            0,
+            Seen::Done {
+                result: Ok(Vec::new()),
+                took: Duration::ZERO,
+                ended: 0,
+            },
+        ),
+        Record::Seen(
+            usize::MAX,
+            Seen::Done {
+                result: Err(failure("PeerLost", Some(2), Vec::new())),
+                took: Duration::from_secs(2),
+                ended: 7,
+            },
+        ),
+        Record::Seen(
+            9,
+            Seen::Injected {
+                kind: FaultKind::Kill,
+                at: 5,
+                result: None,
+            },
+        ),
+        Record::Seen(
+            9,
+            Seen::Injected {
+                kind: FaultKind::Skip,
+                at: 5,
+                result: Some(Ok(())),
+            },
+        ),
+        Record::Seen(
+            9,
+            Seen::Injected {
+                kind: FaultKind::Skip,
+                at: 5,
+                result: Some(Err(failure("CollectiveMismatch", None, vec![1, 3]))),
+            },
+        ),
+        Record::Finalized(Ok(())),
+        Record::Finalized(Err(failure("PeerFailed", None, vec![0]))),
+        Record::Panicked("a panic, with words".into()),
+    ];
+    for record in records {
+        let line = record.encode();
+        let framed = line.strip_prefix(RECORD).expect("the prefix");
+        assert_eq!(Record::decode(framed).as_ref(), Ok(&record), "{line}");
+        for cut in 0..framed.len() {
+            assert!(
+                Record::decode(&framed[..cut]).is_err(),
+                "{line} cut at {cut} reads"
+            );
+        }
+    }
+    // A line break in a text stays on the record's line.
+    let line = Record::Panicked("two\nlines".into()).encode();
+    assert!(!line.contains('\n'), "{line}");
 }
 
 // ---------------------------------------------------------------------------------------
@@ -2237,4 +2966,126 @@ fn a_collective_with_another_count_is_named_at_the_next_agreement() {
             "rank {rank}: {r:?}"
         );
     }
+}
+
+/// Rank 0 of 3 leaves after an all-gather; rank 1 goes straight on to a second
+/// all-gather into the same buffer, while rank 2 takes its time before it reads the
+/// first one's result (as seed 898243822361212586 of the processes soak did: rank 0 left
+/// at step 20, rank 3's all-gather into slot 0 at step 20 landed in rank 2's copy before
+/// rank 2 had read step 19's all-reduce result, and rank 2 read `Ok` with rank 3's chunk
+/// in it). Rank 1's entry barrier gives up on rank 0 (departed), every later wait of the
+/// kernel returns at once, and the kernel still pushes its chunk into every peer
+/// (`symmem_rma::collectives::all_gather`: the puts follow the barrier whatever it
+/// said), rank 2 included, which never entered that call: rank 2's buffer changes under
+/// it, with no error on rank 2. Open: the kernels' writes into peers after a barrier
+/// that gave up are not skipped.
+#[test]
+#[ignore = "open bug: a collective whose entry barrier gave up still writes into its peers"]
+fn a_collective_whose_barrier_gave_up_writes_into_a_peer_that_never_entered_it() {
+    let ranks = symmem::spawn_ranks(
+        3,
+        &config(),
+        |_| Ok(Cpu::new()),
+        |world| {
+            let me = world.rank();
+            let coll = Collectives::new(&world)?;
+            let dst = world.zeros::<i32>(3 * 4)?;
+            let first = world.from_slice(&[me as i32 + 1; 4])?;
+            let second = world.from_slice(&[10 * (me as i32 + 1); 4])?;
+            coll.all_gather(&dst, &first, 4)?;
+            match me {
+                // Leaves: its world is dropped.
+                0 => Ok(None),
+                1 => Ok(Some(coll.all_gather(&dst, &second, 4).map(|()| Vec::new()))),
+                _ => {
+                    std::thread::sleep(Duration::from_millis(500));
+                    Ok(Some(world.read(&dst)))
+                }
+            }
+        },
+    )
+    .expect("spawn_ranks");
+    let rank2 = ranks.into_iter().nth(2).expect("rank 2");
+    let got = rank2.expect("rank 2's world forms").expect("rank 2 reads");
+    assert!(
+        matches!(&got, Ok(v) if *v == [1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3]) || got.is_err(),
+        "rank 2 read {got:?}: a peer's collective that rank 2 never entered wrote into it, \
+         and no error says so"
+    );
+}
+
+/// The child of [`a_panicking_hub_process_is_named_by_every_survivor`]: prints
+/// `HUB-PANICS <rank> <its end>` and exits.
+fn hub_panics_child() -> ! {
+    let joined = UnixBootstrap::from_env()
+        .and_then(|bootstrap| World::new(Box::new(bootstrap), Cpu::new(), &config()));
+    let world = match joined {
+        Ok(world) => world,
+        Err(e) => processes::exit_child(&Err(e)),
+    };
+    let me = world.rank();
+    let ran = std::panic::catch_unwind(AssertUnwindSafe(move || {
+        // Dropped while unwinding on rank 0, at the end of the call on the others.
+        let world = world;
+        let coll = Collectives::new(&world)?;
+        let flag = world.zeros::<u8>(1)?;
+        world.barrier()?;
+        match me {
+            0 => {
+                // Rank 1 is in its barrier by now.
+                std::thread::sleep(Duration::from_millis(300));
+                std::panic::panic_any(INJECTED)
+            }
+            // Waits for the hub.
+            1 => world.barrier(),
+            // Waits for rank 0 on the device (the read waits for the barrier's kernel),
+            // told by its watchdog that rank 0 is lost.
+            _ => coll.barrier().and_then(|()| world.read(&flag).map(drop)),
+        }
+    }));
+    match ran {
+        Ok(result) => println!("HUB-PANICS {me} {result:?}"),
+        Err(_) => println!("HUB-PANICS {me} panicked"),
+    }
+    std::io::stdout().flush().expect("stdout");
+    std::process::exit(0)
+}
+
+/// Rank 0 of 3 processes, the UNIX-socket bootstrap's hub, panics and its world is
+/// dropped while unwinding (as the processes soak's panics of rank 0 did: seeds
+/// 898244684907314652, 898244837537371370, 898244664999046385, 898245467965866507). Rank
+/// 2, waiting for it in a device barrier, is told by its watchdog (`PeerLost` naming 0)
+/// and leaves, telling the hub it stops because rank 0 was lost. The hub still serves
+/// the group from its panicking world's `leave` (a barrier) and took a spoke that names
+/// the hub for one that is lost itself: rank 1, waiting for the hub in `World::barrier`,
+/// got `PeerLost` naming rank 2, a survivor, instead of rank 0. Fixed: a world whose
+/// thread panicked ends its group naming itself (`Bootstrap::note_lost` of its own rank),
+/// before its `leave`.
+#[test]
+fn a_panicking_hub_process_is_named_by_every_survivor() {
+    let outcomes = processes::spawn_ranks(
+        CHILD_TEST,
+        "hub-panics",
+        3,
+        TIMEOUT,
+        Duration::from_secs(20),
+        None,
+    );
+    let all = processes::report(&outcomes);
+    assert!(
+        outcomes[0].text().contains("HUB-PANICS 0 panicked"),
+        "rank 0 panics:\n{all}"
+    );
+    for (rank, o) in outcomes.iter().enumerate().skip(1) {
+        assert!(
+            o.text()
+                .contains(&format!("HUB-PANICS {rank} Err(PeerLost {{ rank: Some(0)")),
+            "rank {rank} should name rank 0:\n{all}"
+        );
+    }
+    assert!(
+        outcomes.iter().all(|o| o.status.is_some()),
+        "every child exits by itself:\n{all}"
+    );
+    processes::assert_no_shm_leftovers();
 }

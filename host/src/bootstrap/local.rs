@@ -205,6 +205,8 @@ impl Bootstrap for LocalBootstrap {
         self.exchange(mine)
     }
     fn note_lost(&mut self, lost: usize) {
+        // This rank itself (its thread panicked) needs no record: a rank that leaves with
+        // no cause is the one its peers name.
         if lost < self.group.world && lost != self.rank {
             self.lost.get_or_insert(lost);
         }

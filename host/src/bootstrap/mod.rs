@@ -166,9 +166,10 @@ pub trait Bootstrap: Send {
         self.barrier()
     }
     /// Records that this rank stops because it learned, outside the bootstrap (a device
-    /// wait, its world's watchdog), that rank `lost` was lost or left: the ranks that
-    /// later find this one gone name `lost`, the cause, rather than this survivor. The
-    /// first cause stays. The default does nothing (a group that cannot pass it on).
+    /// wait, its world's watchdog), that rank `lost` was lost or left, or because it is
+    /// lost itself (`lost` is this rank: its thread panicked): the ranks that later find
+    /// this one gone name `lost`, the cause, rather than a survivor. The first cause
+    /// stays. The default does nothing (a group that cannot pass it on).
     fn note_lost(&mut self, lost: usize) {
         let _ = lost;
     }

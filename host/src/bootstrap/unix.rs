@@ -492,9 +492,11 @@ impl Bootstrap for UnixBootstrap {
         }
     }
     /// Ends the group with `lost` as its verdict, which every other rank then names (a
-    /// spoke tells the hub, which passes it on; the hub tells every spoke).
+    /// spoke tells the hub, which passes it on; the hub tells every spoke), this rank
+    /// included: a hub whose thread panicked would otherwise go on serving the group from
+    /// its world's `leave`, and take a spoke that stopped because of it for a lost one.
     fn note_lost(&mut self, lost: usize) {
-        if self.ended.is_none() && lost < self.world && lost != self.rank {
+        if self.ended.is_none() && lost < self.world {
             let _ = self.abort(Verdict::Lost(lost), Instant::now());
         }
     }

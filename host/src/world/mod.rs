@@ -543,8 +543,9 @@ impl<B: Backend> World<B> {
         // This rank's device work is complete (or failed): its peers' waits on it end now
         // instead of at their deadline. A rank whose thread panicked is lost to them.
         let waits = self.check_waits();
+        let panicking = std::thread::panicking();
         if let Some(watchdog) = &self.watchdog {
-            let how = if std::thread::panicking() {
+            let how = if panicking {
                 Departure::Lost
             } else if synced.is_err() || waits.is_err() {
                 Departure::Failed
@@ -557,11 +558,18 @@ impl<B: Backend> World<B> {
         // The peers' waits on this rank end now.
         self.free_deferred();
         // A loss this rank learned from its device waits or its watchdog, not from the
-        // bootstrap: the ranks that find this one gone name that rank, not this one.
-        if let Err(Error::PeerLost {
-            rank: Some(lost), ..
-        }) = waits
-        {
+        // bootstrap: the ranks that find this one gone name that rank, not this one. A
+        // rank whose thread panicked is the loss itself: its group ends naming it (the
+        // processes soak found a panicking UNIX-socket hub, still serving the group from
+        // this `leave`, naming a survivor that had stopped because of it).
+        let lost = match waits {
+            _ if panicking => Some(self.rank),
+            Err(Error::PeerLost {
+                rank: Some(lost), ..
+            }) => Some(lost),
+            _ => None,
+        };
+        if let Some(lost) = lost {
             self.bootstrap
                 .get_mut()
                 .unwrap_or_else(|p| p.into_inner())
