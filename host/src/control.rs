@@ -115,16 +115,71 @@ impl DepartedMask {
     }
 }
 
+/// The ranks that peers which left after their own failure named as its cause, by peer
+/// (host only; one word per rank, the cause plus one, 0 for none). Written by the
+/// world's watchdog thread, read by the world, with atomic operations; it lives in the
+/// control block's region, which outlives the watchdog (as for [`AbortWord`]).
+#[derive(Clone, Copy)]
+pub struct Causes {
+    words: *mut u64,
+    ranks: usize,
+}
+
+// SAFETY: only accessed with atomic operations, while the world keeps the region alive.
+unsafe impl Send for Causes {}
+
+impl Causes {
+    /// The table of `ranks` words at `words`.
+    ///
+    /// # Safety
+    /// `words` is 8-aligned, holds `ranks` zeroed `u64`s that stay valid while the result
+    /// (or a copy) is used, and is accessed only atomically.
+    pub(crate) unsafe fn new(words: *mut u64, ranks: usize) -> Self {
+        Self { words, ranks }
+    }
+
+    /// How many bytes a table of `ranks` ranks takes.
+    pub(crate) const fn bytes(ranks: usize) -> usize {
+        ranks * 8
+    }
+
+    fn word(&self, rank: usize) -> Option<&AtomicU64> {
+        // SAFETY: word `rank` of the live table (`new`'s contract), accessed atomically.
+        (rank < self.ranks).then(|| unsafe { AtomicU64::from_ptr(self.words.add(rank)) })
+    }
+
+    /// Records that `rank` left naming `cause` (ranks outside the world are ignored). The
+    /// release orders it before the departure bit set after it.
+    pub fn set(self, rank: usize, cause: usize) {
+        if let Some(word) = self.word(rank)
+            && cause < self.ranks
+        {
+            word.store(cause as u64 + 1, Ordering::Release);
+        }
+    }
+
+    /// The cause `rank` named when it left, if it left after a failure and named one.
+    pub fn get(self, rank: usize) -> Option<usize> {
+        match self.word(rank)?.load(Ordering::Acquire) {
+            0 => None,
+            c => Some((c - 1) as usize),
+        }
+    }
+}
+
 /// What this rank knows of its peers' departures: `all` (the device's bitmask, every
-/// departure, so waits on the rank end) and `healthy` (host only: the ranks that left with
+/// departure, so waits on the rank end), `healthy` (host only: the ranks that left with
 /// their world in good order, so a departure can be named as the cause of a failure; a
-/// rank that left after its own wait failed is not a cause).
+/// rank that left after its own wait failed is not a cause) and `causes` (host only: what
+/// a rank that left after its own failure named as the cause).
 #[derive(Clone, Copy)]
 pub struct Departures {
     /// Every departed rank (the control block's `departed` bitmask).
     pub all: DepartedMask,
     /// The ranks that left healthy.
     pub healthy: DepartedMask,
+    /// The causes named by the ranks that left failed.
+    pub causes: Causes,
 }
 
 #[cfg(test)]

@@ -121,36 +121,54 @@ pub(crate) enum Departure {
     /// It left its world in good order: its device work is complete.
     Left,
     /// It left after its own work failed (a wait of its gave up): its device work is
-    /// complete, but its failure, not its departure, is the cause to name.
-    Failed,
+    /// complete, but its failure, not its departure, is the cause to name: `cause`, the
+    /// rank it found lost or gone, where it knows one (the processes soak found a
+    /// survivor naming a rank that had stopped because of a killed one, whose notice
+    /// reached it before the kill did).
+    Failed {
+        /// The rank whose loss or departure failed it.
+        cause: Option<usize>,
+    },
     /// Its thread panicked: like a process that ended, it is lost.
     Lost,
 }
 
 impl Departure {
-    const BYTES: usize = 8;
+    /// A notice: the rank, the kind, the cause (`u32::MAX` for none), each a
+    /// little-endian `u32`.
+    const BYTES: usize = 12;
 
     fn encode(self, rank: usize) -> [u8; Self::BYTES] {
-        let kind: u32 = match self {
-            Departure::Left => 0,
-            Departure::Lost => 1,
-            Departure::Failed => 2,
+        let (kind, cause): (u32, Option<usize>) = match self {
+            Departure::Left => (0, None),
+            Departure::Lost => (1, None),
+            Departure::Failed { cause } => (2, cause),
         };
+        let cause = cause.map_or(u32::MAX, |c| c as u32);
         let mut out = [0; Self::BYTES];
         out[..4].copy_from_slice(&(rank as u32).to_le_bytes());
-        out[4..].copy_from_slice(&kind.to_le_bytes());
+        out[4..8].copy_from_slice(&kind.to_le_bytes());
+        out[8..].copy_from_slice(&cause.to_le_bytes());
         out
     }
 
-    /// The rank and kind of a notice; `None` for anything else (a notice from a rank
-    /// outside a world of `world` ranks, a length or kind no rank sends).
+    /// The rank and kind of a notice; `None` for anything else (a notice from or naming a
+    /// rank outside a world of `world` ranks, a length, kind or cause no rank sends).
     fn decode(bytes: &[u8], world: usize) -> Option<(usize, Self)> {
-        let (rank, kind) = bytes.split_first_chunk::<4>()?;
-        let rank = usize::try_from(u32::from_le_bytes(*rank)).ok()?;
-        let kind = match u32::from_le_bytes(kind.try_into().ok()?) {
-            0 => Departure::Left,
-            1 => Departure::Lost,
-            2 => Departure::Failed,
+        let words: &[u8; Self::BYTES] = bytes.try_into().ok()?;
+        let word = |i: usize| {
+            let at = 4 * i;
+            u32::from_le_bytes([words[at], words[at + 1], words[at + 2], words[at + 3]])
+        };
+        let rank = usize::try_from(word(0)).ok()?;
+        let cause = match word(2) {
+            u32::MAX => None,
+            c => Some(usize::try_from(c).ok().filter(|&c| c < world)?),
+        };
+        let kind = match (word(1), cause) {
+            (0, None) => Departure::Left,
+            (1, None) => Departure::Lost,
+            (2, cause) => Departure::Failed { cause },
             _ => return None,
         };
         (rank < world).then_some((rank, kind))
@@ -309,10 +327,14 @@ fn watch(
             let mut buf = [0u8; Departure::BYTES + 1];
             while let Ok((len, _)) = rustix::net::recv(notices, &mut buf, RecvFlags::DONTWAIT) {
                 match Departure::decode(&buf[..len], world) {
-                    Some((rank, how @ (Departure::Left | Departure::Failed))) => {
+                    Some((rank, how @ (Departure::Left | Departure::Failed { .. }))) => {
                         tracing::debug!(peer = rank, ?how, "a peer left the world");
-                        if how == Departure::Left {
-                            departures.healthy.set(rank);
+                        match how {
+                            Departure::Left => departures.healthy.set(rank),
+                            Departure::Failed { cause: Some(cause) } => {
+                                departures.causes.set(rank, cause);
+                            }
+                            _ => {}
                         }
                         departures.all.set(rank);
                         watched.retain(|(r, _)| *r != rank);
@@ -353,7 +375,7 @@ mod tests {
 
     /// A departure socket pair (receiving end, sending end) and bitmasks of 8 ranks over
     /// `words` (every departure, the healthy ones).
-    fn notices(words: &mut [u64; 2]) -> (OwnedFd, OwnedFd, Departures) {
+    fn notices(words: &mut [u64; 10]) -> (OwnedFd, OwnedFd, Departures) {
         let (rx, tx) = rustix::net::socketpair(
             AddressFamily::UNIX,
             SocketType::DGRAM,
@@ -361,12 +383,13 @@ mod tests {
             None,
         )
         .expect("socketpair");
-        let [all, healthy] = words.each_mut().map(std::ptr::from_mut);
+        let (masks, causes) = words.split_at_mut(2);
         // SAFETY: local words that outlive every use in the test, used atomically.
         let departures = unsafe {
             Departures {
-                all: DepartedMask::new(all, 8),
-                healthy: DepartedMask::new(healthy, 8),
+                all: DepartedMask::new(&raw mut masks[0], 8),
+                healthy: DepartedMask::new(&raw mut masks[1], 8),
+                causes: crate::control::Causes::new(causes.as_mut_ptr(), 8),
             }
         };
         (rx, tx, departures)
@@ -374,7 +397,7 @@ mod tests {
 
     #[test]
     fn a_child_that_ends_is_seen_and_named() {
-        let (mut word, mut bits) = (0u64, [0u64; 2]);
+        let (mut word, mut bits) = (0u64, [0u64; 10]);
         // SAFETY: a local word, used atomically until the end of the test.
         let abort = unsafe { AbortWord::new(&raw mut word) };
         let (rx, _tx, departed) = notices(&mut bits);
@@ -397,7 +420,7 @@ mod tests {
 
     #[test]
     fn a_departure_sets_its_bit_and_its_process_ending_is_no_loss() {
-        let (mut word, mut bits) = (0u64, [0u64; 2]);
+        let (mut word, mut bits) = (0u64, [0u64; 10]);
         // SAFETY: as above.
         let abort = unsafe { AbortWord::new(&raw mut word) };
         let (rx, tx, departed) = notices(&mut bits);
@@ -427,12 +450,16 @@ mod tests {
         assert_eq!(abort.read(), None);
         assert_eq!(bits_of(departed.all), [3]);
         assert_eq!(bits_of(departed.healthy), [3]);
-        // A rank that left after its own failure is departed, not healthy.
-        rustix::net::send(&tx, &Departure::Failed.encode(5), SendFlags::empty()).expect("send");
+        // A rank that left after its own failure is departed, not healthy, and the
+        // cause it names is kept.
+        let failed = Departure::Failed { cause: Some(2) };
+        rustix::net::send(&tx, &failed.encode(5), SendFlags::empty()).expect("send");
         while !departed.all.is_set(5) {
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
         assert_eq!(bits_of(departed.healthy), [3]);
+        assert_eq!(departed.causes.get(5), Some(2));
+        assert_eq!(departed.causes.get(3), None);
         // A peer whose thread panicked is lost.
         rustix::net::send(&tx, &Departure::Lost.encode(6), SendFlags::empty()).expect("send");
         thread.join().expect("watchdog");
@@ -446,21 +473,33 @@ mod tests {
 
     #[test]
     fn departure_notices_round_trip_and_reject_the_rest() {
-        for how in [Departure::Left, Departure::Lost, Departure::Failed] {
+        for how in [
+            Departure::Left,
+            Departure::Lost,
+            Departure::Failed { cause: None },
+            Departure::Failed { cause: Some(0) },
+        ] {
             assert_eq!(Departure::decode(&how.encode(7), 8), Some((7, how)));
             assert_eq!(Departure::decode(&how.encode(8), 8), None);
         }
+        // A cause outside the world.
+        let far = Departure::Failed { cause: Some(8) }.encode(1);
+        assert_eq!(Departure::decode(&far, 8), None);
+        // A cause on a kind that has none, and an unknown kind.
+        let mut bad = Departure::Left.encode(1);
+        bad[8..].copy_from_slice(&0u32.to_le_bytes());
+        assert_eq!(Departure::decode(&bad, 8), None);
         let mut bad = Departure::Left.encode(1);
         bad[4] = 3;
         assert_eq!(Departure::decode(&bad, 8), None);
-        assert_eq!(Departure::decode(&bad[..7], 8), None);
-        assert_eq!(Departure::decode(&[0; 9], 8), None);
+        assert_eq!(Departure::decode(&bad[..11], 8), None);
+        assert_eq!(Departure::decode(&[0; 13], 8), None);
         assert_eq!(Departure::decode(&[], 8), None);
     }
 
     #[test]
     fn stopping_the_watchdog_returns_without_an_abort() {
-        let (mut word, mut bits) = (0u64, [0u64; 2]);
+        let (mut word, mut bits) = (0u64, [0u64; 10]);
         // SAFETY: as above.
         let abort = unsafe { AbortWord::new(&raw mut word) };
         let (rx, _tx, departed) = notices(&mut bits);

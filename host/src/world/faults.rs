@@ -75,6 +75,7 @@ impl<B: Backend> World<B> {
                 lost,
                 departed: self.departures.healthy.first(),
                 peer_left_healthy: peer.is_some_and(|p| self.departures.healthy.is_set(p)),
+                peer_cause: peer.and_then(|p| self.departures.causes.get(p)),
                 signal,
                 value,
                 seen,
@@ -118,6 +119,9 @@ pub(super) struct Fault {
     departed: Option<usize>,
     /// The peer the wait named had left the world healthy.
     peer_left_healthy: bool,
+    /// The rank the peer the wait named had found lost or gone, where that failed it
+    /// before it left.
+    peer_cause: Option<usize>,
     signal: u64,
     value: u64,
     seen: u64,
@@ -143,11 +147,14 @@ impl Fault {
             Error::PeerLost { rank: lost, waited }
         } else if reason == REASON_ABORT {
             // No abort was set: the wait gave up because the peer it waited on had left.
-            // A peer that left after its own failure, while another rank had left in good
-            // order, failed because of that rank: it is the cause (the soak found the
-            // failed peer named instead).
-            let rank = match self.departed {
-                Some(departed) if !self.peer_left_healthy => Some(departed),
+            // A peer that left after its own failure failed because of the rank it named
+            // (the processes soak found a survivor naming a rank that had stopped because
+            // of a killed one, whose notice came before the kill's) or, while another rank
+            // had left in good order, because of that rank (the soak found the failed peer
+            // named instead): that is the cause.
+            let rank = match (self.peer_cause, self.departed) {
+                (Some(cause), _) => Some(cause),
+                (None, Some(departed)) if !self.peer_left_healthy => Some(departed),
                 _ => peer,
             };
             Error::PeerLost { rank, waited }
@@ -176,5 +183,62 @@ impl Fault {
                 seen: self.seen,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use symmem_rma::watch::{REASON_ABORT, status};
+
+    /// A wait of rank 2 that gave up because peer `peer` had left (no abort set).
+    fn gave_up_on(peer: u64) -> Fault {
+        Fault {
+            status: status::pack(REASON_ABORT, peer, 1000),
+            lost: None,
+            departed: None,
+            peer_left_healthy: false,
+            peer_cause: None,
+            signal: 0,
+            value: 0,
+            seen: 0,
+        }
+    }
+
+    fn named(e: Error) -> Option<usize> {
+        match e {
+            Error::PeerLost { rank, .. } => rank,
+            other => panic!("not PeerLost: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_wait_on_a_departed_peer_names_the_cause_it_left_with() {
+        // The peer left: it is the one named.
+        assert_eq!(named(gave_up_on(0).error(2)), Some(0));
+        // The peer left after its own failure, naming rank 3 (killed, say) as the cause:
+        // rank 3 is named, whether or not another rank had left healthy.
+        let failed = Fault {
+            peer_cause: Some(3),
+            ..gave_up_on(0)
+        };
+        assert_eq!(named(failed.error(2)), Some(3));
+        let also_departed = Fault {
+            departed: Some(1),
+            ..failed
+        };
+        assert_eq!(named(also_departed.error(2)), Some(3));
+        // No cause named, another rank left healthy: that rank.
+        let departed = Fault {
+            departed: Some(1),
+            ..gave_up_on(0)
+        };
+        assert_eq!(named(departed.error(2)), Some(1));
+        // An abort names its rank above all.
+        let aborted = Fault {
+            lost: Some(Some(4)),
+            ..failed
+        };
+        assert_eq!(named(aborted.error(2)), Some(4));
     }
 }

@@ -37,7 +37,7 @@ mod heap;
 use crate::backend::code_objects::{KERNELS, KERNELS_ON_NODE, Loaded};
 use crate::backend::{Backend, DeviceRegion, Shareable, SharedRegion};
 use crate::bootstrap::Bootstrap;
-use crate::control::{AbortWord, DepartedMask, Departures};
+use crate::control::{AbortWord, Causes, DepartedMask, Departures};
 use crate::error::{Error, Result};
 use crate::liveness::{Departure, Watchdog};
 use crate::offset_alloc::MIN_ALIGN;
@@ -225,9 +225,11 @@ impl<B: Backend> World<B> {
         let serial = heap::next_serial();
         let heap_bases = PeerBases::new(heap_bases_memory.base(), bases.into(), serial, None);
         // The control block, then its departed-peer bitmask (read by the device), then
-        // the host's bitmask of the peers that left healthy.
+        // the host's bitmask of the peers that left healthy and its table of the causes
+        // the peers that left failed named.
         let mask_bytes = DepartedMask::bytes(world_size);
-        let control = backend.alloc_shared(size_of::<Control>() + 2 * mask_bytes)?;
+        let control = backend
+            .alloc_shared(size_of::<Control>() + 2 * mask_bytes + Causes::bytes(world_size))?;
         let deadline = u64::try_from(config.wait_deadline.as_nanos()).unwrap_or(u64::MAX);
         // SAFETY: a fresh zeroed block of `Control`'s size and the bitmask's, aligned
         // (page-locked or 64-aligned allocations), that no kernel reads yet.
@@ -242,13 +244,15 @@ impl<B: Backend> World<B> {
         // atomically.
         let abort =
             unsafe { AbortWord::new(&raw mut (*control.host_ptr().cast::<Control>()).abort) };
-        // SAFETY: the two bitmasks after the block, 8-aligned (`Control` is a whole number
-        // of words), living as long as `control` (as the abort word), accessed atomically.
+        // SAFETY: the two bitmasks and the table after the block, 8-aligned (`Control`
+        // and the bitmasks are whole numbers of words), zeroed, living as long as
+        // `control` (as the abort word), accessed atomically.
         let departures = unsafe {
             let masks = control.host_ptr().add(size_of::<Control>());
             Departures {
                 all: DepartedMask::new(masks.cast(), world_size),
                 healthy: DepartedMask::new(masks.add(mask_bytes).cast(), world_size),
+                causes: Causes::new(masks.add(2 * mask_bytes).cast(), world_size),
             }
         };
         let watchdog = Watchdog::start(&mut *bootstrap, abort, departures)?;
@@ -548,7 +552,13 @@ impl<B: Backend> World<B> {
             let how = if panicking {
                 Departure::Lost
             } else if synced.is_err() || waits.is_err() {
-                Departure::Failed
+                // The rank found lost or gone, where that is what failed this one: the
+                // peers that find this rank gone name it.
+                let cause = [&waits, &synced].into_iter().find_map(|r| match r {
+                    Err(Error::PeerLost { rank, .. }) => *rank,
+                    _ => None,
+                });
+                Departure::Failed { cause }
             } else {
                 Departure::Left
             };
