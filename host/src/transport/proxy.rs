@@ -105,11 +105,11 @@ pub trait Wire: Send {
     fn close(&mut self, clean: bool);
 }
 
-/// Slots in a rank's ring.
+/// Slots in a rank's ring (with their staging, 16 MiB of page-locked host memory a rank).
 const RING_SLOTS: usize = 64;
 
-/// A rank's requests on the wire at once, at most: enough to keep a 64 KiB-per-request
-/// stream moving while earlier ones are applied at the target (a quarter of the ring).
+/// A rank's requests on the wire at once, at most: enough to keep a stream of pieces
+/// moving while earlier ones are applied at the target (a quarter of the ring).
 pub const IN_FLIGHT: usize = 16;
 
 /// Words of a request message's header: request, offset, len, operand, compare.
