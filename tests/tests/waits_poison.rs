@@ -123,6 +123,9 @@ fn cuda_a_forced_timeout_fails_every_rank_of_a_two_shot_all_reduce() {
     forced_timeout_fails_every_rank(Cuda::for_rank, Algorithm::TwoShot);
 }
 
+/// What rank 2 read after the first call, and later.
+type BeforeAfter = (Vec<i32>, Vec<i32>);
+
 /// A collective that writes into its peers (`all_gather`, `all_to_all`, the two-shot
 /// all-reduce).
 #[derive(Clone, Copy, Debug)]
@@ -150,7 +153,7 @@ fn a_collective_whose_barrier_gave_up_writes_nothing_into_its_peers<B: Backend>(
         wait_deadline: Duration::from_secs(5),
         ..Config::default()
     };
-    let results: Vec<symmem::Result<Option<(Vec<i32>, Vec<i32>)>>> = std::thread::scope(|s| {
+    let results: Vec<symmem::Result<Option<BeforeAfter>>> = std::thread::scope(|s| {
         let handles: Vec<_> = group
             .into_iter()
             .map(|b| {
