@@ -8,7 +8,7 @@ use crate::backend::gpu::{self, DeviceScope, DropErrors};
 use crate::backend::ipc::HANDLE_BYTES;
 use crate::backend::{BackendKind, Grid, KernelLaunch};
 use crate::error::{Error, Result};
-use std::ffi::{c_int, c_void};
+use std::ffi::{CStr, c_int, c_void};
 use std::sync::Arc;
 
 /// The CUDA driver's handles, as the shared GPU handles ([`gpu`]) release them.
@@ -70,6 +70,13 @@ impl gpu::Runtime for CudaDriver {
     }
     fn host_alloc_mapped(bytes: usize) -> Result<(*mut u8, u64)> {
         driver::mem_host_alloc_mapped(bytes)
+    }
+    fn module_get_global(module: driver::Module, name: &CStr) -> Result<Option<(u64, usize)>> {
+        driver::module_get_global(module, name)
+    }
+    unsafe fn memcpy_htod(dst: u64, src: &[u8]) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        unsafe { driver::memcpy_htod(dst, src) }
     }
     unsafe fn module_unload(module: driver::Module) -> Result<()> {
         // SAFETY: forwarded from the caller.

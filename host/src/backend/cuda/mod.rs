@@ -92,7 +92,7 @@ pub use cudarc;
 
 use super::gpu::{self, DeviceScope, DropErrors};
 use super::ipc::IpcExport;
-use super::{CodeObjects, DeviceRegion, HeapAccess, KernelLaunch, Shareable, SharedRegion};
+use super::{CodeObjects, DeviceRegion, HeapAccess, KernelLaunch, Shareable};
 use crate::error::{Error, Result};
 use cudarc::driver::sys::CUdevice_attribute;
 use cudarc::driver::{CudaContext, CudaStream};
@@ -101,7 +101,6 @@ use std::ffi::CString;
 use std::fmt;
 use std::os::fd::AsFd;
 use std::sync::{Arc, Mutex};
-use symmem_rma::engine::Ring;
 
 /// The largest `gridDim.x` CUDA accepts.
 const MAX_BLOCKS: u64 = i32::MAX as u64;
@@ -666,30 +665,6 @@ impl gpu::GpuBackend for Cuda {
             self.rank.ordinal(),
             heap.base(),
         )?))
-    }
-
-    unsafe fn watch(
-        &self,
-        module: &mut CudaModule,
-        control: &CudaShared,
-        engine: Option<&Ring>,
-    ) -> Result<()> {
-        self.ctx.make_current()?;
-        for (name, bytes) in gpu::module_globals(control.device_ptr(), engine) {
-            if let Some((global, size)) = driver::module_get_global(module.handle(), name)? {
-                gpu::check_global(
-                    module.crate_name(),
-                    module.target(),
-                    name,
-                    size,
-                    bytes.len(),
-                )?;
-                // SAFETY: the module's global of that size (checked above); no kernel of
-                // the module has been launched yet (it was just loaded).
-                unsafe { driver::memcpy_htod(global, &bytes)? };
-            }
-        }
-        Ok(())
     }
 
     unsafe fn kernel_args(&self, launch: &KernelLaunch<'_>) -> Result<KernelParams> {

@@ -4,7 +4,7 @@
 use super::{DeviceScope, HostMapped, Mapping, Module, Rank, Runtime, grid_for_bytes};
 use crate::backend::{
     Backend, BackendKind, CodeObjects, DeviceRegion, DropErrors, Grid, HeapAccess, KernelLaunch,
-    Shareable,
+    Shareable, SharedRegion,
 };
 use crate::error::Result;
 use std::sync::Arc;
@@ -60,16 +60,6 @@ pub trait GpuBackend: Send + Sync + 'static {
     fn load_module(&self, objects: &'static CodeObjects) -> Result<Module<Self::Runtime>>;
     /// See [`Backend::heap_access`].
     fn heap_access(&self, heap: &Self::Heap) -> Result<Box<dyn HeapAccess>>;
-    /// See [`Backend::watch`].
-    ///
-    /// # Safety
-    /// As [`Backend::watch`].
-    unsafe fn watch(
-        &self,
-        module: &mut Module<Self::Runtime>,
-        control: &HostMapped<Self::Runtime>,
-        engine: Option<&Ring>,
-    ) -> Result<()>;
     /// `launch`'s arguments in the form the runtime takes them.
     ///
     /// # Safety
@@ -202,8 +192,23 @@ impl<T: GpuBackend> Backend for T {
         control: &Self::Shared,
         engine: Option<&Ring>,
     ) -> Result<()> {
-        // SAFETY: the caller's contract, forwarded.
-        unsafe { GpuBackend::watch(self, module, control, engine) }
+        self.rank().scope().make_current()?;
+        for (name, bytes) in super::module_globals(control.device_ptr(), engine) {
+            if let Some((global, size)) = T::Runtime::module_get_global(module.handle(), name)? {
+                super::check_global(
+                    module.crate_name(),
+                    module.target(),
+                    name,
+                    size,
+                    bytes.len(),
+                )?;
+                // SAFETY: the module's global of that size (checked above), in this
+                // device's memory; no kernel of the module has been launched yet (it was
+                // just loaded), so none reads it during the copy.
+                unsafe { T::Runtime::memcpy_htod(global, &bytes)? };
+            }
+        }
+        Ok(())
     }
 
     unsafe fn launch(

@@ -44,7 +44,7 @@ use symmem_rma::engine::Ring;
 /// address of the control block `control` (`SYMMEM_CONTROL`, `symmem_rma::watch`) and,
 /// where the world runs an off-node engine, a copy of its ring (`SYMMEM_ENGINE`,
 /// `symmem_rma::engine`).
-pub(super) fn module_globals(control: u64, engine: Option<&Ring>) -> Vec<(&'static CStr, Vec<u8>)> {
+fn module_globals(control: u64, engine: Option<&Ring>) -> Vec<(&'static CStr, Vec<u8>)> {
     let mut globals = vec![(c"SYMMEM_CONTROL", control.to_ne_bytes().to_vec())];
     if let Some(ring) = engine {
         globals.push((c"SYMMEM_ENGINE", bytemuck::bytes_of(ring).to_vec()));
@@ -54,7 +54,7 @@ pub(super) fn module_globals(control: u64, engine: Option<&Ring>) -> Vec<(&'stat
 
 /// [`crate::Error::BadCodeObject`] unless global `name` of a module (of crate `module`,
 /// built for `target`) is `want` bytes: the module was built against another symmem.
-pub(super) fn check_global(
+fn check_global(
     module: &'static str,
     target: &str,
     name: &CStr,
@@ -121,6 +121,16 @@ pub trait Runtime: Debug + Send + Sync + 'static {
     /// What an in-process alias of another device's memory keeps alive (CUDA: a retain
     /// of that device's primary context).
     type PeerRetain: Send + Sync + Debug;
+
+    /// The address and size of global `name` of `module`; `None` if it has none.
+    fn module_get_global(module: Self::Module, name: &CStr) -> Result<Option<(u64, usize)>>;
+
+    /// Copies `src` to device address `dst` and returns once it is there.
+    ///
+    /// # Safety
+    /// `dst..dst + src.len()` is writable device memory of the current device, not in
+    /// use by a running kernel.
+    unsafe fn memcpy_htod(dst: u64, src: &[u8]) -> Result<()>;
 
     /// Waits for all work enqueued on `stream`.
     fn stream_synchronize(stream: Self::Stream) -> Result<()>;

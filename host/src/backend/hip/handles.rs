@@ -7,7 +7,7 @@ use crate::backend::gpu::{self, DeviceScope, DropErrors};
 use crate::backend::ipc::HANDLE_BYTES;
 use crate::backend::{BackendKind, Grid};
 use crate::error::Result;
-use std::ffi::c_int;
+use std::ffi::{CStr, c_int};
 use std::sync::Arc;
 
 /// The HIP runtime's handles, as the shared GPU handles ([`gpu`]) release them.
@@ -69,6 +69,13 @@ impl gpu::Runtime for HipRuntime {
     }
     fn host_alloc_mapped(bytes: usize) -> Result<(*mut u8, u64)> {
         runtime::host_malloc_mapped(bytes)
+    }
+    fn module_get_global(module: runtime::Module, name: &CStr) -> Result<Option<(u64, usize)>> {
+        runtime::module_get_global(module, name)
+    }
+    unsafe fn memcpy_htod(dst: u64, src: &[u8]) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        unsafe { runtime::memcpy_htod(dst, src) }
     }
     unsafe fn module_unload(module: runtime::Module) -> Result<()> {
         // SAFETY: forwarded from the caller.

@@ -89,14 +89,13 @@ pub use runtime::{BINDINGS_HIP_VERSION, FFI_FACTS, FfiFact, Relation};
 
 use super::gpu::{self, DeviceScope, DropErrors, THREADS};
 use super::ipc::IpcExport;
-use super::{CodeObjects, DeviceRegion, HeapAccess, KernelLaunch, Shareable, SharedRegion};
+use super::{CodeObjects, DeviceRegion, HeapAccess, KernelLaunch, Shareable};
 use crate::error::{Error, Result};
 use code_object::{AlignedBytes, aligned_copy};
 use handles::{Device, HipRuntime};
 use std::ffi::{CString, c_int};
 use std::fmt;
 use std::sync::Arc;
-use symmem_rma::engine::Ring;
 
 /// The most blocks of [`THREADS`] a launch may have: an HSA dispatch's grid size is a
 /// 32-bit count of work-items.
@@ -405,31 +404,6 @@ impl gpu::GpuBackend for Hip {
             "the off-node engine's staging path is built for the CPU and CUDA backends, \
              not yet for HIP",
         ))
-    }
-
-    unsafe fn watch(
-        &self,
-        module: &mut HipModule,
-        control: &HipShared,
-        engine: Option<&Ring>,
-    ) -> Result<()> {
-        self.device.make_current()?;
-        for (name, bytes) in gpu::module_globals(control.device_ptr(), engine) {
-            if let Some((global, size)) = runtime::module_get_global(module.handle(), name)? {
-                gpu::check_global(
-                    module.crate_name(),
-                    module.target(),
-                    name,
-                    size,
-                    bytes.len(),
-                )?;
-                // SAFETY: the module's global of that size (checked above), in this
-                // device's memory; no kernel of the module has been launched yet (it was
-                // just loaded), so none reads it during the copy.
-                unsafe { runtime::memcpy_htod(global, &bytes)? };
-            }
-        }
-        Ok(())
     }
 
     unsafe fn kernel_args(&self, launch: &KernelLaunch<'_>) -> Result<AlignedBytes> {
