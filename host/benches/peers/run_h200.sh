@@ -32,6 +32,9 @@
 #   mpi-floor     mpi_floor.c at -np 2: 64 MiB as the proxies send it (header, piece, reply;
 #                 16 in flight) in 4 KiB-1 MiB pieces, against MPI_Put into an allocated
 #                 window, whole and in pieces (mpi-floor.txt)
+#   small-floor   small_put_floor.cu: what each piece of a staged small put costs alone (the
+#                 target's copy and event, a resident applier kernel, a GPU-host round trip,
+#                 staging into host memory), without and with MPS (small-put-floor.txt)
 #   engine-ranks  engine-ranks --cuda (tables, host put/get, the RMA bodies, every
 #                 collective, peer-put, against host references) at -np 2 and -np 4,
 #                 1 rank per node, without MPS (engine-ranks-np{2,4}.txt)
@@ -216,6 +219,14 @@ mpi_floor() {
   timeout 120 $MPIRUN --map-by slot:PE=2 --bind-to core -np 2 /tmp/mpi_floor 2>&1 | tee "$OUT/mpi-floor.txt"
 }
 
+small_floor() {
+  nvcc -O2 -arch=sm_90 -o /tmp/small_put_floor "$P/small_put_floor.cu" || { echo "nvcc failed"; return 1; }
+  { echo "== without MPS"; timeout 120 /tmp/small_put_floor
+    mps_start || { echo "MPS did not start"; return 1; }
+    echo "== under MPS"; timeout 120 /tmp/small_put_floor
+    echo quit | nvidia-cuda-mps-control; } 2>&1 | tee "$OUT/small-put-floor.txt"
+}
+
 engine_hang() {
   mps_start || { echo "MPS did not start"; return 1; }
   local mps="-x CUDA_MPS_PIPE_DIRECTORY -x CUDA_MPS_LOG_DIRECTORY -x SYMMEM_LOG"
@@ -315,8 +326,9 @@ while [ $# -gt 0 ]; do
   engine-ab) engine_ab ;;
   engine-hang) engine_hang ;;
   mpi-floor) mpi_floor ;;
+  small-floor) small_floor ;;
   cost) mkdir -p "$OUT/launch"; cost 2>&1 | tee "$OUT/cost.txt" ;;
   old-new) old_new "$@"; break ;;
-  *) echo "unknown part $part (bench, tests, examples, small, engine, engine-ab, engine-hang, engine-ranks, mpi-floor, cost, old-new P...)"; exit 2 ;;
+  *) echo "unknown part $part (bench, tests, examples, small, engine, engine-ab, engine-hang, engine-ranks, mpi-floor, small-floor, cost, old-new P...)"; exit 2 ;;
   esac
 done
