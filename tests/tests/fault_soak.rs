@@ -1,16 +1,18 @@
-//! A randomized fault soak (issue 31): random programs over symmem's public API on the CPU
-//! backend at 2-8 ranks, every result checked against a host model of every rank's
-//! memory, with at most one fault per program. The ranks run through one of two
-//! launchers:
+//! A randomized fault soak (issue 31): random programs over symmem's public API at 2-8
+//! ranks, every result checked against a host model of every rank's memory, with at most
+//! one fault per program. The ranks run through one of two launchers:
 //!
-//! * **threads** (`symmem::spawn_ranks`), a quarter of the programs split into emulated
-//!   nodes (`Config::ranks_per_node`, peers on other nodes reached through the local
-//!   transport's engine);
-//! * **processes**: the test binary re-executed once per rank (`symmem_tests::processes`,
-//!   children of `fixed_seeds_processes_soak`), joined over the UNIX-socket bootstrap,
-//!   one node (that bootstrap has no off-node transport). Each child regenerates the
-//!   program from its seed, runs its rank and prints every result as one line
-//!   ([`Record`]), which the parent reads back for the same oracle.
+//! * **threads** (`symmem::spawn_ranks`), on the CPU backend, a quarter of the programs
+//!   split into emulated nodes (`Config::ranks_per_node`, peers on other nodes reached
+//!   through the local transport's engine); or on the **CUDA** backend, every rank a
+//!   thread with its own `Cuda` on GPU `rank % count` (`Cuda::for_rank`: all on GPU 0 on
+//!   a machine with one), one node (the local transport refuses thread-ranks on a GPU
+//!   split into nodes: `Error::NoEngine`, `off_node_local::cuda_is_refused`);
+//! * **processes**, on the CPU backend: the test binary re-executed once per rank
+//!   (`symmem_tests::processes`, children of `fixed_seeds_processes_soak`), joined over
+//!   the UNIX-socket bootstrap, one node (that bootstrap has no off-node transport). Each
+//!   child regenerates the program from its seed, runs its rank and prints every result
+//!   as one line ([`Record`]), which the parent reads back for the same oracle.
 //!
 //! A program is a list of operations every rank makes in the same order: symmetric
 //! allocations of random sizes and element types (`zeros`, `from_slice`) and drops,
@@ -32,22 +34,32 @@
 //! parent kills it as soon as it reads the marker, so the kill lands at a random point
 //! inside the operations after it.
 //!
-//! The oracle, the same for both launchers (errors cross a process as a [`Failure`],
-//! times as nanoseconds of `CLOCK_MONOTONIC`): before the fault every result is exact (or
-//! the model's refusal); from the fault on, every surviving rank's result is exact or a
-//! typed error, each error within the wait deadline plus 1 s of its call's start; a rank
-//! that got an error stops and returns. What a killed rank printed before it died is
-//! checked like any rank's. No panic but the injected one, no program runs past a bound
-//! (threads: run on a thread of their own; processes: the parent kills leftovers at the
-//! bound), every child process exits by itself (but the killed one) and is reaped, with a
-//! non-zero status only where it ended with an error or had the fault, nothing is left in
-//! `/dev/shm`, and a healthy world works after every faulty program.
+//! The oracle, the same for both launchers and both backends (errors cross a process as a
+//! [`Failure`], times as nanoseconds of `CLOCK_MONOTONIC`): before the fault every result
+//! is exact (or the model's refusal); from the fault on, every surviving rank's result is
+//! exact or a typed error, each error within the backend's bound of its call's start (the
+//! wait deadline plus 1 s on the CPU; [`Tuning`]); a rank that got an error stops and
+//! returns. What a killed rank printed before it died is checked like any rank's. No
+//! panic but the injected one, no program runs past a bound (threads: run on a thread of
+//! their own; processes: the parent kills leftovers at the bound), every child process
+//! exits by itself (but the killed one) and is reaped, with a non-zero status only where
+//! it ended with an error or had the fault, nothing is left in `/dev/shm`, and a healthy
+//! world (of the program's backend) works after every faulty program.
 //!
-//! CI runs fixed seeds with each launcher (`fixed_seeds_soak`,
-//! `fixed_seeds_processes_soak`). `SYMMEM_SOAK_SEED=N` makes each of those two replay one
-//! program with its launcher instead (name the test to pick one), with its operations and
-//! every rank's results printed; `SYMMEM_SOAK_SECONDS=N` with `--ignored` runs random
-//! seeds for N seconds (`long_soak`, `long_processes_soak`) and prints a table.
+//! CI runs fixed seeds with each launcher on the CPU (`fixed_seeds_soak`,
+//! `fixed_seeds_processes_soak`); `fixed_seeds_cuda_soak` runs a few as threads on CUDA,
+//! and prints `skipped: CUDA backend unavailable: <why>` and passes where no GPU answers.
+//! `SYMMEM_SOAK_SEED=N` makes each of those three replay one program with its launcher
+//! and backend instead (name the test to pick one), with its operations and every rank's
+//! results printed; `SYMMEM_SOAK_SECONDS=N` with `--ignored` runs random seeds for N
+//! seconds (`long_soak`, `long_processes_soak`, `long_cuda_soak`) and prints a table. On a
+//! GPU machine (the build makes the kernels' code objects, so `SYMMEM_GPU_TARGETS` must
+//! not be empty there):
+//!
+//! ```text
+//! SYMMEM_SOAK_SECONDS=600 cargo test --release -p symmem-tests --test fault_soak \
+//!     -- --ignored --nocapture long_cuda_soak
+//! ```
 
 use proptest::prelude::Rng;
 use proptest::test_runner::{RngAlgorithm, TestRng};
@@ -55,10 +67,11 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::os::unix::process::ExitStatusExt;
 use std::panic::AssertUnwindSafe;
-use std::sync::{Mutex, mpsc};
+use std::sync::{Mutex, MutexGuard, OnceLock, mpsc};
 use std::time::{Duration, Instant};
-use symmem::backend::Grid;
 use symmem::backend::cpu::Cpu;
+use symmem::backend::cuda::Cuda;
+use symmem::backend::{Backend, Grid};
 use symmem::bootstrap::unix::UnixBootstrap;
 use symmem::collectives::{Algorithm, Cmp, Collectives, ReduceOp, bf16, f16};
 use symmem::{Config, Error, SymmetricBuffer, World};
@@ -71,12 +84,13 @@ const HEAP: usize = 2 << 20;
 const BUDGET: usize = HEAP / 2;
 /// The barrier-free all-reduce's capacity (bytes per rank) of each program's handle.
 const LAMPORT_CAPACITY: usize = 4096;
-/// How long a rank waits for its peers in the bootstrap, and a device wait at most.
+/// How long a rank waits for its peers in the bootstrap, and a device wait at most (the
+/// CPU backend's: [`CPU`]).
 const TIMEOUT: Duration = Duration::from_millis(1500);
 const WAIT_DEADLINE: Duration = Duration::from_millis(1500);
-/// An error must come this soon after its call started.
+/// An error must come this soon after its call started (the CPU backend's).
 const ERROR_BOUND: Duration = Duration::from_millis(1500 + 1000);
-/// A program that has not ended after this is a hang.
+/// A program that has not ended after this is a hang (the CPU backend's).
 const PROGRAM_BOUND: Duration = Duration::from_secs(30);
 /// The message of the injected panic (the panic hook keeps it quiet).
 const INJECTED: &str = "fault_soak: injected panic";
@@ -91,7 +105,7 @@ const EXIT_INJECTED_PANIC: i32 = 5;
 /// The exit status of a child that caught any other panic.
 const EXIT_PANIC: i32 = 101;
 
-type Sym<'w, T> = SymmetricBuffer<'w, T, Cpu>;
+type Sym<'w, T, B> = SymmetricBuffer<'w, T, B>;
 /// What one operation reads back: one vector per read.
 type Readouts = Vec<Vec<i64>>;
 
@@ -448,10 +462,79 @@ impl FaultKind {
 /// How a program's ranks run.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Launcher {
-    /// Threads of this process (`symmem::spawn_ranks`).
-    Threads,
-    /// Processes of this test binary over the UNIX-socket bootstrap.
+    /// Threads of this process (`symmem::spawn_ranks`) on a backend.
+    Threads(Target),
+    /// Processes of this test binary over the UNIX-socket bootstrap, on the CPU backend.
     Processes,
+}
+
+/// The backend a program's ranks run on.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Target {
+    /// `Cpu::new()`: heaps in shared memory, kernels on host threads.
+    Cpu,
+    /// `Cuda::for_rank(rank)`: GPU `rank % count`, so every rank on GPU 0 of a machine
+    /// with one (several ranks' streams on one context).
+    Cuda,
+}
+
+/// What differs by backend: a kernel's threads per block, and the times a program is
+/// held to.
+#[derive(Clone, Copy, Debug)]
+struct Tuning {
+    /// Threads per block of every collective (the program draws the blocks).
+    threads: u32,
+    /// How long a rank waits for its peers in the bootstrap (`Config::timeout`).
+    timeout: Duration,
+    /// A device wait at most (`Config::wait_deadline`).
+    wait_deadline: Duration,
+    /// An error must come this soon after its call started.
+    error_bound: Duration,
+    /// A program that has not ended after this is a hang.
+    program_bound: Duration,
+    /// The healthy world after a faulty program must have answered by then.
+    healthy_bound: Duration,
+}
+
+/// The CPU backend's, with either launcher: one thread per block (each is an OS thread).
+const CPU: Tuning = Tuning {
+    threads: 1,
+    timeout: TIMEOUT,
+    wait_deadline: WAIT_DEADLINE,
+    error_bound: ERROR_BOUND,
+    program_bound: PROGRAM_BOUND,
+    healthy_bound: Duration::from_secs(10),
+};
+
+/// CUDA's (chosen, not yet measured on a GPU: change them from a run's numbers).
+/// Several threads per block, as the suite's second grid (`suite/rma_ranks.rs`), so the
+/// kernels' block-wide paths run too (the model counts signals per block, not per
+/// thread); 8 ranks x 2 blocks of 64 fit any GPU at once. The device wait is the CPU's,
+/// so a skipped collective is found as soon. A world forms slower: the ranks retain the
+/// GPU's primary context (made anew for every program: the previous one's last rank
+/// released it) and load their modules, taking turns in the driver while the first
+/// waits in the bootstrap; so the bootstrap's timeout is 10 s, and a program's bound 60
+/// s. An error may come up to one wait deadline later than on the CPU: a survivor's call
+/// that synchronises the whole device (a deferred `cuMemFree` at a barrier) first waits
+/// for every kernel of the context, a peer's spinning to its deadline included. An error
+/// from the host's 10 s timeout is still slow: every fault here is announced (a
+/// departure, a panic) or found by a device wait.
+const CUDA: Tuning = Tuning {
+    threads: 64,
+    timeout: Duration::from_secs(10),
+    wait_deadline: WAIT_DEADLINE,
+    error_bound: Duration::from_millis(2 * 1500 + 1000),
+    program_bound: Duration::from_secs(60),
+    healthy_bound: Duration::from_secs(30),
+};
+
+impl Target {
+    fn tuning(self) -> Tuning {
+        match self {
+            Target::Cpu => CPU,
+            Target::Cuda => CUDA,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -464,6 +547,8 @@ struct Fault {
 #[derive(Clone, Debug)]
 struct Program {
     seed: u64,
+    /// The backend its ranks run on.
+    target: Target,
     world: usize,
     /// Ranks per emulated node (`Config::ranks_per_node`), where the world is split into
     /// nodes that reach each other through the local transport's engine.
@@ -851,22 +936,27 @@ fn live_slots(m: &Model, want: impl Fn(&MBuf) -> bool) -> Vec<usize> {
 }
 
 /// The program of seed `seed` for `launcher`: the same for a seed and launcher every time
-/// (a child regenerates its parent's). The threads' programs draw nothing for the
-/// processes' choices, so a seed means the same thread program as before they existed.
+/// (a child regenerates its parent's). The CPU threads' programs draw nothing for the
+/// processes' choices, so a seed means the same thread program as before they existed;
+/// a CUDA thread program is the CPU's on one node, as a processes program is (without
+/// its kills).
 fn generate(seed: u64, launcher: Launcher) -> Program {
     let mut g = Gen::new(seed);
     let n = g.range(2, 8);
     let blocks = if g.chance(25) { 2 } else { 1 };
     // A quarter of the programs split the world into emulated nodes of a size that
     // divides it (every peer remote when it is 1). Processes are drawn the same and run
-    // on one node: their bootstrap has no off-node transport.
+    // on one node: their bootstrap has no off-node transport. So do CUDA's threads: the
+    // local transport refuses thread-ranks on a GPU split into nodes (`Error::NoEngine`:
+    // they stalled its proxy behind a rank's device-wide synchronisation; checked by
+    // `off_node_local::cuda_*_is_refused`).
     let per_node = g
         .chance(25)
         .then(|| {
             let sizes: Vec<usize> = (1..n).filter(|d| n.is_multiple_of(*d)).collect();
             g.pick(&sizes)
         })
-        .filter(|_| launcher == Launcher::Threads);
+        .filter(|_| launcher == Launcher::Threads(Target::Cpu));
     // A few element types per program, so that same-type pairs are common.
     let mut types: Vec<Ty> = Ty::ALL.to_vec();
     while types.len() > 3 {
@@ -948,6 +1038,10 @@ fn generate(seed: u64, launcher: Launcher) -> Program {
     };
     Program {
         seed,
+        target: match launcher {
+            Launcher::Threads(target) => target,
+            Launcher::Processes => Target::Cpu,
+        },
         world: n,
         per_node,
         blocks,
@@ -1171,13 +1265,13 @@ fn collective(g: &mut Gen, m: &Model, refusals: bool) -> Option<Op> {
 // ---------------------------------------------------------------------------------------
 // Running a program.
 
-enum AnyBuf<'w> {
-    I32(Sym<'w, i32>),
-    F32(Sym<'w, f32>),
-    F64(Sym<'w, f64>),
-    Bf16(Sym<'w, bf16>),
-    F16(Sym<'w, f16>),
-    U64(Sym<'w, u64>),
+enum AnyBuf<'w, B: Backend> {
+    I32(Sym<'w, i32, B>),
+    F32(Sym<'w, f32, B>),
+    F64(Sym<'w, f64, B>),
+    Bf16(Sym<'w, bf16, B>),
+    F16(Sym<'w, f16, B>),
+    U64(Sym<'w, u64, B>),
 }
 
 /// `$body` with `$b` bound to the buffer, whatever its element type.
@@ -1224,18 +1318,18 @@ macro_rules! pair_reducible {
 }
 
 /// One rank's end of a program.
-struct Rank<'w> {
+struct Rank<'w, B: Backend> {
     seed: u64,
-    world: &'w World<Cpu>,
-    coll: Collectives<'w, Cpu>,
-    bufs: Vec<Option<AnyBuf<'w>>>,
+    world: &'w World<B>,
+    coll: Collectives<'w, B>,
+    bufs: Vec<Option<AnyBuf<'w, B>>>,
     /// Each slot's length in the model (a mismatched allocation is longer here).
     lens: Vec<usize>,
 }
 
-fn read<T: El>(
-    world: &World<Cpu>,
-    view: &impl symmem::AsDeviceSlice<T, Cpu>,
+fn read<T: El, B: Backend>(
+    world: &World<B>,
+    view: &impl symmem::AsDeviceSlice<T, B>,
 ) -> symmem::Result<Vec<i64>> {
     Ok(world.read(view)?.into_iter().map(El::val).collect())
 }
@@ -1247,7 +1341,7 @@ fn vals<T: El>(seed: u64, tag: u64, rank: usize, len: usize, ty: Ty) -> Vec<T> {
         .collect()
 }
 
-fn ty_of(buf: &AnyBuf<'_>) -> Ty {
+fn ty_of<B: Backend>(buf: &AnyBuf<'_, B>) -> Ty {
     match buf {
         AnyBuf::I32(_) => Ty::I32,
         AnyBuf::F32(_) => Ty::F32,
@@ -1270,7 +1364,7 @@ fn is_refusal(e: &Error) -> bool {
     )
 }
 
-impl<'w> Rank<'w> {
+impl<'w, B: Backend> Rank<'w, B> {
     fn me(&self) -> usize {
         self.world.rank()
     }
@@ -1279,7 +1373,7 @@ impl<'w> Rank<'w> {
         self.world.world_size()
     }
 
-    fn buf(&self, slot: usize) -> &AnyBuf<'w> {
+    fn buf(&self, slot: usize) -> &AnyBuf<'w, B> {
         self.bufs[slot].as_ref().expect("a live slot")
     }
 
@@ -1291,13 +1385,13 @@ impl<'w> Rank<'w> {
         fill: bool,
         tag: u64,
     ) -> symmem::Result<()> {
-        fn make<'w, T: El>(
-            r: &Rank<'w>,
+        fn make<'w, T: El, B: Backend>(
+            r: &Rank<'w, B>,
             ty: Ty,
             len: usize,
             fill: bool,
             tag: u64,
-        ) -> symmem::Result<Sym<'w, T>> {
+        ) -> symmem::Result<Sym<'w, T, B>> {
             if fill {
                 r.world.from_slice(&vals::<T>(r.seed, tag, r.me(), len, ty))
             } else {
@@ -1669,25 +1763,37 @@ fn quiet_injected_panics() {
     });
 }
 
+/// The CPU backend's configuration.
 fn config() -> Config {
+    config_for(Target::Cpu)
+}
+
+/// A world's configuration on `target`: its heap, its timeout and its wait deadline.
+fn config_for(target: Target) -> Config {
+    let t = target.tuning();
     Config {
         heap_bytes: HEAP,
-        timeout: TIMEOUT,
-        wait_deadline: WAIT_DEADLINE,
+        timeout: t.timeout,
+        wait_deadline: t.wait_deadline,
         ..Config::default()
     }
 }
 
-/// The configuration of program `p`'s world: [`config`], split into its nodes.
+/// The configuration of program `p`'s world: [`config_for`] its backend, split into its
+/// nodes.
 fn config_of(p: &Program) -> Config {
     Config {
         ranks_per_node: p.per_node,
-        ..config()
+        ..config_for(p.target)
     }
 }
 
-/// Runs `p` with its ranks as threads (on this thread).
-fn execute_threads(p: &Program) -> Observed {
+/// Runs `p` with its ranks as threads (on this thread), each on the backend `make` makes
+/// for its rank.
+fn execute_threads<B: Backend>(
+    p: &Program,
+    make: impl Fn(usize) -> symmem::Result<B> + Sync,
+) -> Observed {
     let n = p.world;
     let steps: Mutex<Vec<Vec<(usize, Seen)>>> = Mutex::new((0..n).map(|_| Vec::new()).collect());
     let finalized: Mutex<Vec<Option<Plain<()>>>> = Mutex::new((0..n).map(|_| None).collect());
@@ -1695,32 +1801,26 @@ fn execute_threads(p: &Program) -> Observed {
     let record =
         |rank: usize, step: usize, seen: Seen| steps.lock().unwrap()[rank].push((step, seen));
     let spawned = std::panic::catch_unwind(AssertUnwindSafe(|| {
-        symmem::spawn_ranks(
-            n,
-            &config_of(p),
-            |_| Ok(Cpu::new()),
-            |world| {
-                let me = world.rank();
-                let ran =
-                    std::panic::catch_unwind(AssertUnwindSafe(|| run_rank(p, &world, &record)));
-                match ran {
-                    // Left: the world is dropped here.
-                    Ok(Ending::Left) => Ok(String::new()),
-                    Ok(Ending::Completed | Ending::Stopped) => {
-                        finalized.lock().unwrap()[me] = Some(plain(world.finalize()));
-                        Ok(String::new())
-                    }
-                    Err(payload) => {
-                        let text = panic_text(&*payload);
-                        if text != INJECTED {
-                            panics.lock().unwrap()[me] = Some(text);
-                        }
-                        // The world is dropped while unwinding: the rank is lost to its peers.
-                        std::panic::resume_unwind(payload)
-                    }
+        symmem::spawn_ranks(n, &config_of(p), make, |world| {
+            let me = world.rank();
+            let ran = std::panic::catch_unwind(AssertUnwindSafe(|| run_rank(p, &world, &record)));
+            match ran {
+                // Left: the world is dropped here.
+                Ok(Ending::Left) => Ok(String::new()),
+                Ok(Ending::Completed | Ending::Stopped) => {
+                    finalized.lock().unwrap()[me] = Some(plain(world.finalize()));
+                    Ok(String::new())
                 }
-            },
-        )
+                Err(payload) => {
+                    let text = panic_text(&*payload);
+                    if text != INJECTED {
+                        panics.lock().unwrap()[me] = Some(text);
+                    }
+                    // The world is dropped while unwinding: the rank is lost to its peers.
+                    std::panic::resume_unwind(payload)
+                }
+            }
+        })
     }));
     let spawn = match spawned {
         Ok(Ok(ranks)) => Some(Ok(ranks
@@ -1750,9 +1850,13 @@ enum Ending {
 }
 
 /// One rank's program, every result handed to `record` as it comes.
-fn run_rank(p: &Program, world: &World<Cpu>, record: &impl Fn(usize, usize, Seen)) -> Ending {
+fn run_rank<B: Backend>(
+    p: &Program,
+    world: &World<B>,
+    record: &impl Fn(usize, usize, Seen),
+) -> Ending {
     let me = world.rank();
-    let grid = Grid::new(p.blocks, 1);
+    let grid = Grid::new(p.blocks, p.target.tuning().threads);
     let coll = match Collectives::with_lamport_capacity(world, grid, LAMPORT_CAPACITY) {
         Ok(coll) => coll,
         Err(e) => {
@@ -2418,7 +2522,7 @@ fn check(p: &Program, seen: &Observed) -> Stats {
                     if i != last {
                         fail(&mut s, format!("{} went on after {e}", what()));
                     }
-                    if *took > ERROR_BOUND {
+                    if *took > p.target.tuning().error_bound {
                         s.slow_errors += 1;
                         fail(&mut s, format!("{} took {took:?} to fail with {e}", what()));
                     }
@@ -2570,43 +2674,50 @@ fn check_processes_ended(p: &Program, seen: &Observed, children: &[Outcome], s: 
     }
 }
 
-/// Runs `p` with `launcher`, bounded by [`PROGRAM_BOUND`]: threads on a thread of
-/// their own (`None` for a hang), processes as children killed at the bound (a hang
-/// shows in their ends).
+/// Runs `p` with `launcher`, bounded by its backend's `program_bound` ([`Tuning`]):
+/// threads on a thread of their own (`None` for a hang), processes as children killed at
+/// [`PROGRAM_BOUND`] (a hang shows in their ends).
 fn run_bounded(p: &Program, launcher: Launcher) -> Option<Observed> {
-    if launcher == Launcher::Processes {
-        return Some(execute_processes(p));
-    }
+    let target = match launcher {
+        Launcher::Processes => return Some(execute_processes(p)),
+        Launcher::Threads(target) => target,
+    };
     let (tx, rx) = mpsc::channel();
     let program = p.clone();
     std::thread::Builder::new()
         .name(format!("soak-{}", p.seed))
         .spawn(move || {
-            let _ = tx.send(execute_threads(&program));
+            let seen = match target {
+                Target::Cpu => execute_threads(&program, |_| Ok(Cpu::new())),
+                Target::Cuda => execute_threads(&program, Cuda::for_rank),
+            };
+            let _ = tx.send(seen);
         })
         .expect("a program thread");
-    rx.recv_timeout(PROGRAM_BOUND).ok()
+    rx.recv_timeout(target.tuning().program_bound).ok()
 }
 
-/// A tiny healthy program, after a faulty one: a new world works.
-fn healthy_world_works() -> Result<(), String> {
+/// A tiny healthy program on `target`, after a faulty one: a new world works.
+fn healthy_world_works(target: Target) -> Result<(), String> {
+    fn run<B: Backend>(target: Target, make: impl Fn(usize) -> symmem::Result<B> + Sync) -> String {
+        let r = symmem::spawn_ranks(2, &config_for(target), make, |world: World<B>| {
+            let coll = Collectives::new(&world)?;
+            let src = world.from_slice(&[world.rank() as i32 + 1; 8])?;
+            let dst = world.zeros::<i32>(8)?;
+            coll.all_reduce(&dst, &src, 8, ReduceOp::Sum, Algorithm::Auto)?;
+            world.read(&dst)
+        });
+        format!("{r:?}")
+    }
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
-        let r = symmem::spawn_ranks(
-            2,
-            &config(),
-            |_| Ok(Cpu::new()),
-            |world| {
-                let coll = Collectives::new(&world)?;
-                let src = world.from_slice(&[world.rank() as i32 + 1; 8])?;
-                let dst = world.zeros::<i32>(8)?;
-                coll.all_reduce(&dst, &src, 8, ReduceOp::Sum, Algorithm::Auto)?;
-                world.read(&dst)
-            },
-        );
-        let _ = tx.send(format!("{r:?}"));
+        let r = match target {
+            Target::Cpu => run(target, |_| Ok(Cpu::new())),
+            Target::Cuda => run(target, Cuda::for_rank),
+        };
+        let _ = tx.send(r);
     });
-    match rx.recv_timeout(Duration::from_secs(10)) {
+    match rx.recv_timeout(target.tuning().healthy_bound) {
         Ok(r) if r == "Ok([Ok([3, 3, 3, 3, 3, 3, 3, 3]), Ok([3, 3, 3, 3, 3, 3, 3, 3])])" => Ok(()),
         Ok(r) => Err(format!("a healthy world after it gave {r}")),
         Err(_) => Err("a healthy world after it hung".into()),
@@ -2617,14 +2728,36 @@ impl Launcher {
     /// The test that replays a program of this launcher (`SYMMEM_SOAK_SEED`).
     fn replay_test(self) -> &'static str {
         match self {
-            Launcher::Threads => "fixed_seeds_soak",
+            Launcher::Threads(Target::Cpu) => "fixed_seeds_soak",
+            Launcher::Threads(Target::Cuda) => "fixed_seeds_cuda_soak",
             Launcher::Processes => CHILD_TEST,
         }
     }
 }
 
+/// One GPU program at a time in this process (`--include-ignored` runs the fixed and
+/// the long CUDA soak side by side): two worlds' ranks spinning on one GPU could crowd
+/// each other out, and a wait of one would time out for the other's sake.
+fn one_at_a_time(launcher: Launcher) -> Option<MutexGuard<'static, ()>> {
+    static GPU: Mutex<()> = Mutex::new(());
+    (launcher == Launcher::Threads(Target::Cuda))
+        .then(|| GPU.lock().unwrap_or_else(|p| p.into_inner()))
+}
+
+/// True (after printing the reason, once per test) where no CUDA device answers, as
+/// `suite_cuda.rs` skips.
+fn cuda_skip() -> bool {
+    static WHY: OnceLock<Option<String>> = OnceLock::new();
+    let why = WHY.get_or_init(|| Cuda::new(0).err().map(|e| e.to_string()));
+    if let Some(why) = why {
+        eprintln!("skipped: CUDA backend unavailable: {why}");
+    }
+    why.is_some()
+}
+
 /// Generates, runs and checks seed `seed` with `launcher`.
 fn soak_one(seed: u64, launcher: Launcher, verbose: bool) -> Stats {
+    let _gpu = one_at_a_time(launcher);
     let p = generate(seed, launcher);
     if verbose {
         eprintln!(
@@ -2640,7 +2773,8 @@ fn soak_one(seed: u64, launcher: Launcher, verbose: bool) -> Stats {
             programs: 1,
             hangs: 1,
             failures: vec![format!(
-                "seed {seed}: HANG: the program ran past {PROGRAM_BOUND:?} (fault {:?})",
+                "seed {seed}: HANG: the program ran past {:?} (fault {:?})",
+                p.target.tuning().program_bound,
                 p.fault
             )],
             ..Stats::default()
@@ -2666,7 +2800,7 @@ fn soak_one(seed: u64, launcher: Launcher, verbose: bool) -> Stats {
     }
     let mut s = check(&p, &seen);
     if p.fault.is_some()
-        && let Err(why) = healthy_world_works()
+        && let Err(why) = healthy_world_works(p.target)
     {
         s.failures.push(format!("seed {seed}: {why}"));
     }
@@ -2725,7 +2859,16 @@ fn ci_soak(launcher: Launcher, seeds: std::ops::Range<u64>) {
 /// The CI soak of thread programs.
 #[test]
 fn fixed_seeds_soak() {
-    ci_soak(Launcher::Threads, 0..CI_SEEDS);
+    ci_soak(Launcher::Threads(Target::Cpu), 0..CI_SEEDS);
+}
+
+/// A few thread programs on CUDA; skips, printing why, where no GPU answers.
+#[test]
+fn fixed_seeds_cuda_soak() {
+    if cuda_skip() {
+        return;
+    }
+    ci_soak(Launcher::Threads(Target::Cuda), 0..CI_CUDA_SEEDS);
 }
 
 /// The CI soak of process programs; in a child process (`SYMMEM_TEST_CHILD`), a rank of
@@ -2742,6 +2885,8 @@ fn fixed_seeds_processes_soak() {
 const CI_SEEDS: u64 = 40;
 /// Process programs the CI soak runs.
 const CI_PROCESS_SEEDS: u64 = 60;
+/// Thread programs on CUDA the fixed soak runs.
+const CI_CUDA_SEEDS: u64 = 16;
 
 /// Random seeds with `launcher` for `SYMMEM_SOAK_SECONDS` seconds (default 300).
 fn long(launcher: Launcher) {
@@ -2768,7 +2913,19 @@ fn long(launcher: Launcher) {
 #[test]
 #[ignore = "long-running: SYMMEM_SOAK_SECONDS=N cargo test --test fault_soak -- --ignored"]
 fn long_soak() {
-    long(Launcher::Threads);
+    long(Launcher::Threads(Target::Cpu));
+}
+
+/// Random thread programs on CUDA for `SYMMEM_SOAK_SECONDS` seconds (default 300); skips,
+/// printing why, where no GPU answers.
+#[test]
+#[ignore = "long-running, on a GPU: SYMMEM_SOAK_SECONDS=N cargo test --release -p symmem-tests \
+            --test fault_soak -- --ignored --nocapture long_cuda_soak"]
+fn long_cuda_soak() {
+    if cuda_skip() {
+        return;
+    }
+    long(Launcher::Threads(Target::Cuda));
 }
 
 /// Random process programs for `SYMMEM_SOAK_SECONDS` seconds (default 300).
