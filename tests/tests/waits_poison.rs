@@ -99,7 +99,12 @@ fn forced_timeout_fails_every_rank<B: Backend>(
             .map(|h| h.join().expect("rank"))
             .collect()
     });
-    for (rank, Seen { result, setup, call }) in seen.iter().enumerate() {
+    for (rank, one) in seen.iter().enumerate() {
+        let Seen {
+            result,
+            setup,
+            call,
+        } = one;
         eprintln!(
             "{algorithm:?}: rank {rank}: {result:?} after {call:?} (world and first call: {setup:?})",
             result = result.as_ref().map(|v| v[0])
