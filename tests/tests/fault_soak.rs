@@ -506,7 +506,8 @@ const CPU: Tuning = Tuning {
     healthy_bound: Duration::from_secs(10),
 };
 
-/// CUDA's (chosen, not yet measured on a GPU: change them from a run's numbers).
+/// CUDA's (chosen before any GPU run; an H100's 164 programs, 2026-12-05, ended within
+/// them with no slow error, `BENCHMARKS.md`'s Reliability section).
 /// Several threads per block, as the suite's second grid (`suite/rma_ranks.rs`), so the
 /// kernels' block-wide paths run too (the model counts signals per block, not per
 /// thread); 8 ranks x 2 blocks of 64 fit any GPU at once. The device wait is the CPU's,
