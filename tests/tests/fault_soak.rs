@@ -67,7 +67,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::os::unix::process::ExitStatusExt;
 use std::panic::AssertUnwindSafe;
-use std::sync::{Mutex, MutexGuard, OnceLock, mpsc};
+use std::sync::{Mutex, MutexGuard, mpsc};
 use std::time::{Duration, Instant};
 use symmem::backend::cpu::Cpu;
 use symmem::backend::cuda::Cuda;
@@ -2745,12 +2745,11 @@ fn one_at_a_time(launcher: Launcher) -> Option<MutexGuard<'static, ()>> {
         .then(|| GPU.lock().unwrap_or_else(|p| p.into_inner()))
 }
 
-/// True (after printing the reason, once per test) where no CUDA device answers, as
-/// `suite_cuda.rs` skips.
+/// True (after printing the reason) where no CUDA device answers
+/// ([`processes::cuda_missing`], as the other CUDA tests of this crate skip).
 fn cuda_skip() -> bool {
-    static WHY: OnceLock<Option<String>> = OnceLock::new();
-    let why = WHY.get_or_init(|| Cuda::new(0).err().map(|e| e.to_string()));
-    if let Some(why) = why {
+    let why = processes::cuda_missing();
+    if let Some(why) = &why {
         eprintln!("skipped: CUDA backend unavailable: {why}");
     }
     why.is_some()

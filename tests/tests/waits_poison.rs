@@ -81,24 +81,29 @@ fn rank_body<B: Backend>(
     }
 }
 
-fn forced_timeout_fails_every_rank<B: Backend>(
-    make: impl Fn(usize) -> symmem::Result<B> + Sync,
-    algorithm: Algorithm,
-) {
-    let group = LocalBootstrap::default_group(3);
-    let seen: Vec<Seen> = std::thread::scope(|s| {
-        let handles: Vec<_> = group
+/// Runs `body` on a thread per rank of a local group of 3, each with its rank's
+/// bootstrap; every rank's result, by rank.
+fn on_three_ranks<T: Send>(body: impl Fn(LocalBootstrap) -> T + Sync) -> Vec<T> {
+    std::thread::scope(|s| {
+        let handles: Vec<_> = LocalBootstrap::default_group(3)
             .into_iter()
             .map(|b| {
-                let make = &make;
-                s.spawn(move || rank_body(b, make, algorithm))
+                let body = &body;
+                s.spawn(move || body(b))
             })
             .collect();
         handles
             .into_iter()
             .map(|h| h.join().expect("rank"))
             .collect()
-    });
+    })
+}
+
+fn forced_timeout_fails_every_rank<B: Backend>(
+    make: impl Fn(usize) -> symmem::Result<B> + Sync,
+    algorithm: Algorithm,
+) {
+    let seen = on_three_ranks(|b| rank_body(b, &make, algorithm));
     for (rank, one) in seen.iter().enumerate() {
         let Seen {
             result,
@@ -171,56 +176,43 @@ fn a_collective_whose_barrier_gave_up_writes_nothing_into_its_peers<B: Backend>(
     make: impl Fn(usize) -> symmem::Result<B> + Sync,
     writer: Writer,
 ) {
-    let group = LocalBootstrap::default_group(3);
     let config = Config {
         heap_bytes: 8 << 20,
         wait_deadline: Duration::from_secs(5),
         ..Config::default()
     };
-    let results: Vec<symmem::Result<Option<BeforeAfter>>> = std::thread::scope(|s| {
-        let handles: Vec<_> = group
-            .into_iter()
-            .map(|b| {
-                let (make, config) = (&make, &config);
-                s.spawn(move || {
-                    let rank = symmem::bootstrap::Bootstrap::rank(&b);
-                    let world = World::new(Box::new(b), make(rank)?, config)?;
-                    let coll = Collectives::new(&world)?;
-                    let n = 4;
-                    let dst = world.zeros::<i32>(3 * n)?;
-                    let src = world.from_slice(&[rank as i32 + 1; 3 * 4])?;
-                    let call = || match writer {
-                        Writer::AllGather => coll.all_gather(&dst, &src, n),
-                        Writer::AllToAll => coll.all_to_all(&dst, &src, n),
-                        Writer::TwoShot => {
-                            coll.all_reduce(&dst, &src, 3 * n, ReduceOp::Sum, Algorithm::TwoShot)
-                        }
-                    };
-                    call()?;
-                    let before = world.read(&dst)?;
-                    match rank {
-                        0 => {
-                            // Leaves (its world is dropped) while rank 1 waits for it.
-                            std::thread::sleep(Duration::from_millis(300));
-                            Ok(None)
-                        }
-                        1 => {
-                            world.write(&src, 0, &[10 * (rank as i32 + 1); 3 * 4])?;
-                            let _ = call();
-                            Ok(None)
-                        }
-                        _ => {
-                            std::thread::sleep(Duration::from_millis(1000));
-                            Ok(Some((before, world.read(&dst)?)))
-                        }
-                    }
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("rank"))
-            .collect()
+    let results: Vec<symmem::Result<Option<BeforeAfter>>> = on_three_ranks(|b| {
+        let rank = symmem::bootstrap::Bootstrap::rank(&b);
+        let world = World::new(Box::new(b), make(rank)?, &config)?;
+        let coll = Collectives::new(&world)?;
+        let n = 4;
+        let dst = world.zeros::<i32>(3 * n)?;
+        let src = world.from_slice(&[rank as i32 + 1; 3 * 4])?;
+        let call = || match writer {
+            Writer::AllGather => coll.all_gather(&dst, &src, n),
+            Writer::AllToAll => coll.all_to_all(&dst, &src, n),
+            Writer::TwoShot => {
+                coll.all_reduce(&dst, &src, 3 * n, ReduceOp::Sum, Algorithm::TwoShot)
+            }
+        };
+        call()?;
+        let before = world.read(&dst)?;
+        match rank {
+            0 => {
+                // Leaves (its world is dropped) while rank 1 waits for it.
+                std::thread::sleep(Duration::from_millis(300));
+                Ok(None)
+            }
+            1 => {
+                world.write(&src, 0, &[10 * (rank as i32 + 1); 3 * 4])?;
+                let _ = call();
+                Ok(None)
+            }
+            _ => {
+                std::thread::sleep(Duration::from_millis(1000));
+                Ok(Some((before, world.read(&dst)?)))
+            }
+        }
     });
     match &results[2] {
         Ok(Some((before, after))) => assert_eq!(
