@@ -4,6 +4,11 @@
 // pieces in flight), against MPI_Put of the same bytes into an MPI_Win_allocate window
 // (the engine bench's reference), whole and in pieces with a flush after each.
 //
+// Then the small request's round trip (`latency`): a header, its data in the header or as a
+// message of its own, the target's reply, each side polling with MPI_Test as a proxy does,
+// under MPI_THREAD_MULTIPLE (which the engine needs): the wire's share of a small staged
+// put's cost, at sizes around this MPI's eager limit.
+//
 // Build and run (2 ranks, as the engine bench's emulated nodes):
 //   mpicc -O2 -o /tmp/mpi_floor host/benches/peers/mpi_floor.c
 //   mpirun -np 2 /tmp/mpi_floor
@@ -88,8 +93,53 @@ static double window_puts(int rank, char *src, MPI_Win win, size_t piece, size_t
   return t;
 }
 
+// Rank 0 sends a 48-byte header carrying `inline_bytes` of data, then `own_bytes` as a
+// message of its own; rank 1 receives both and replies with 16 bytes; rank 0 polls for the
+// reply. Returns the median round trip over `rounds`, in seconds (rank 0's).
+static double latency(int rank, char *buf, int inline_bytes, int own_bytes, int rounds) {
+  double *t = malloc(sizeof(double) * rounds);
+  uint64_t reply[2] = {0};
+  MPI_Barrier(MPI_COMM_WORLD);
+  for (int i = 0; i < rounds; i++) {
+    if (rank == 0) {
+      double t0 = MPI_Wtime();
+      MPI_Request r[3];
+      int done = 0;
+      MPI_Irecv(reply, 2, MPI_UINT64_T, 1, TAG_REPLY, MPI_COMM_WORLD, &r[0]);
+      MPI_Isend(buf, 48 + inline_bytes, MPI_BYTE, 1, TAG_REQ, MPI_COMM_WORLD, &r[1]);
+      r[2] = MPI_REQUEST_NULL;
+      if (own_bytes > 0)
+        MPI_Isend(buf + 65536, own_bytes, MPI_BYTE, 1, TAG_DATA, MPI_COMM_WORLD, &r[2]);
+      while (!done) MPI_Test(&r[0], &done, MPI_STATUS_IGNORE);
+      MPI_Waitall(2, &r[1], MPI_STATUSES_IGNORE);
+      t[i] = MPI_Wtime() - t0;
+    } else {
+      int flag = 0;
+      MPI_Message m;
+      MPI_Status st;
+      while (!flag) MPI_Improbe(0, TAG_REQ, MPI_COMM_WORLD, &flag, &m, &st);
+      MPI_Mrecv(buf, 48 + inline_bytes, MPI_BYTE, &m, MPI_STATUS_IGNORE);
+      if (own_bytes > 0)
+        MPI_Recv(buf + 65536, own_bytes, MPI_BYTE, 0, TAG_DATA, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      MPI_Request r;
+      int done = 0;
+      MPI_Isend(reply, 2, MPI_UINT64_T, 0, TAG_REPLY, MPI_COMM_WORLD, &r);
+      while (!done) MPI_Test(&r, &done, MPI_STATUS_IGNORE);
+    }
+  }
+  double m = 0;
+  if (rank == 0) {
+    qsort(t, rounds, sizeof(double), cmp);
+    m = t[rounds / 2];
+  }
+  free(t);
+  MPI_Barrier(MPI_COMM_WORLD);
+  return m;
+}
+
 int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
+  int provided;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   int rank, size;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -106,6 +156,17 @@ int main(int argc, char **argv) {
   MPI_Win win;
   MPI_Win_allocate(TOTAL, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &base, &win);
   MPI_Win_lock_all(0, win);
+  // latency: data in the header (8 B, 1 KiB, 4 KiB), or 4 KiB (and the eager limit's
+  // neighbours) as a message of its own.
+  {
+    int cases[][2] = {{8, 0}, {1024, 0}, {4096, 0}, {0, 4096}, {0, 4000}, {0, 2048}};
+    for (int c = 0; c < 6; c++) {
+      double m = latency(rank, slots, cases[c][0], cases[c][1], 2000);
+      if (rank == 0)
+        printf("latency        header+%5d B, own message %5d B  %7.2f us (round trip, median)\n",
+               cases[c][0], cases[c][1], m * 1e6);
+    }
+  }
   size_t pieces[] = {4u << 10, 64u << 10, 256u << 10, 1u << 20};
   double v[SAMPLES];
   for (int p = 0; p < 4; p++) {

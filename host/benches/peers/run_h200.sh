@@ -24,14 +24,16 @@
 #                 (engine-ab.txt); this build's -np 4 all-reduces to 16 MiB
 #                 (engine-bench-np4.txt); a proxy trace of this build's 4 KiB and 8-byte puts
 #                 (SYMMEM_LOG=symmem::transport::proxy=trace, engine-trace.txt.xz), and
-#                 one of its puts to 64 MiB (engine-trace-64m.txt.xz)
+#                 one of its puts to 64 MiB (engine-trace-64m.txt.xz; TRACE_64M=0 skips it)
 #   engine-hang   the staged all-reduce of 1 MiB at 2 nodes x 2 under MPS alone, every
 #                 sample's time as it ends, SYMMEM_LOG=debug; if it runs past ${HANG_S:-60} s,
 #                 every rank's host stacks (cuda-gdb) before it is killed
 #                 (engine-hang.txt, engine-hang-stacks.txt)
-#   mpi-floor     mpi_floor.c at -np 2: 64 MiB as the proxies send it (header, piece, reply;
-#                 16 in flight) in 4 KiB-1 MiB pieces, against MPI_Put into an allocated
-#                 window, whole and in pieces (mpi-floor.txt)
+#   mpi-floor     mpi_floor.c at -np 2: a small request's round trip as the proxies make it
+#                 (data in the header or a message of its own, polled replies); 64 MiB as the
+#                 proxies send it (header, piece, reply; 16 in flight) in 4 KiB-1 MiB
+#                 pieces, against MPI_Put into an allocated window, whole and in pieces
+#                 (mpi-floor.txt)
 #   small-floor   small_put_floor.cu: what each piece of a staged small put costs alone (the
 #                 target's copy and event, a resident applier kernel, a GPU-host round trip,
 #                 staging into host memory), without and with MPS (small-put-floor.txt)
@@ -203,12 +205,14 @@ engine_ab() {
     > "$OUT/engine-trace.txt" 2>&1
   echo "rc=$?"; grep -E "bench|put|latency|rror" "$OUT/engine-trace.txt" | head -4
   xz -T0 "$OUT/engine-trace.txt"
-  echo "== proxy trace: engine bench --cuda, -np 2, puts to 64 MiB"
-  SYMMEM_LOG=symmem::transport::proxy=trace timeout -k 5 90 $MPIRUN $pe $mps -x SYMMEM_LOG -np 2 \
-    -x SYMMEM_RANKS_PER_NODE=1 "$CARRY/engine-bench" --cuda --max-all-reduce 0 \
-    > "$OUT/engine-trace-64m.txt" 2>&1
-  echo "rc=$?"; grep -E "bench|put|latency|rror" "$OUT/engine-trace-64m.txt" | head -6
-  xz -T0 "$OUT/engine-trace-64m.txt"
+  if [ "${TRACE_64M:-1}" = 1 ]; then
+    echo "== proxy trace: engine bench --cuda, -np 2, puts to 64 MiB"
+    SYMMEM_LOG=symmem::transport::proxy=trace timeout -k 5 90 $MPIRUN $pe $mps -x SYMMEM_LOG -np 2 \
+      -x SYMMEM_RANKS_PER_NODE=1 "$CARRY/engine-bench" --cuda --max-all-reduce 0 \
+      > "$OUT/engine-trace-64m.txt" 2>&1
+    echo "rc=$?"; grep -E "bench|put|latency|rror" "$OUT/engine-trace-64m.txt" | head -6
+    xz -T0 "$OUT/engine-trace-64m.txt"
+  fi
   echo quit | nvidia-cuda-mps-control
 }
 
