@@ -157,10 +157,10 @@ int main(int argc, char **argv) {
   MPI_Win_allocate(TOTAL, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &base, &win);
   MPI_Win_lock_all(0, win);
   // latency: data in the header (8 B, 1 KiB, 4 KiB), or 4 KiB (and the eager limit's
-  // neighbours) as a message of its own.
+  // neighbours) as a message of its own, or 4 KiB split 1 KiB in the header, 3 KiB after.
   {
-    int cases[][2] = {{8, 0}, {1024, 0}, {4096, 0}, {0, 4096}, {0, 4000}, {0, 2048}};
-    for (int c = 0; c < 6; c++) {
+    int cases[][2] = {{8, 0}, {1024, 0}, {4096, 0}, {0, 4096}, {1024, 3072}, {0, 4000}, {0, 2048}};
+    for (int c = 0; c < 7; c++) {
       double m = latency(rank, slots, cases[c][0], cases[c][1], 2000);
       if (rank == 0)
         printf("latency        header+%5d B, own message %5d B  %7.2f us (round trip, median)\n",

@@ -25,6 +25,8 @@
 #                 (engine-bench-np4.txt); a proxy trace of this build's 4 KiB and 8-byte puts
 #                 (SYMMEM_LOG=symmem::transport::proxy=trace, engine-trace.txt.xz), and
 #                 one of its puts to 64 MiB (engine-trace-64m.txt.xz; TRACE_64M=0 skips it)
+#   engine-eager  this build's -np 2 puts to 4 KiB under MPS, Open MPI's shared-memory eager
+#                 limit as it is and raised to 16 KiB, alternating (engine-eager.txt)
 #   engine-hang   the staged all-reduce of 1 MiB at 2 nodes x 2 under MPS alone, every
 #                 sample's time as it ends, SYMMEM_LOG=debug; if it runs past ${HANG_S:-60} s,
 #                 every rank's host stacks (cuda-gdb) before it is killed
@@ -231,6 +233,27 @@ small_floor() {
     echo quit | nvidia-cuda-mps-control; } 2>&1 | tee "$OUT/small-put-floor.txt"
 }
 
+# This build's small staged puts (-np 2, to 4 KiB) under MPS with Open MPI's shared-memory
+# eager limit as it is and raised to 16 KiB, alternating, twice each: what the 4 KiB data
+# message's rendezvous costs (engine-eager.txt).
+engine_eager() {
+  local pe="--map-by slot:PE=2 --bind-to core"
+  local mps="-x CUDA_MPS_PIPE_DIRECTORY -x CUDA_MPS_LOG_DIRECTORY"
+  mps_start || { echo "MPS did not start"; return 1; }
+  for run in 1 2; do
+    for eager in default 16384; do
+      local knob=""
+      [ "$eager" = default ] || knob="--mca btl_vader_eager_limit $eager"
+      echo "== run $run: eager limit $eager, engine-bench --cuda, -np 2, puts to 4 KiB"
+      # shellcheck disable=SC2086
+      timeout -k 5 60 $MPIRUN $pe $mps $knob -np 2 -x SYMMEM_RANKS_PER_NODE=1 \
+        "$CARRY/engine-bench" --cuda --max-put 4K --max-all-reduce 0 2>&1 | grep -E "put|latency|rror"
+      echo "rc=${PIPESTATUS[0]}"
+    done
+  done 2>&1 | tee "$OUT/engine-eager.txt"
+  echo quit | nvidia-cuda-mps-control
+}
+
 engine_hang() {
   mps_start || { echo "MPS did not start"; return 1; }
   local mps="-x CUDA_MPS_PIPE_DIRECTORY -x CUDA_MPS_LOG_DIRECTORY -x SYMMEM_LOG"
@@ -328,11 +351,12 @@ while [ $# -gt 0 ]; do
   engine) engine ;;
   engine-ranks) engine_ranks ;;
   engine-ab) engine_ab ;;
+  engine-eager) engine_eager ;;
   engine-hang) engine_hang ;;
   mpi-floor) mpi_floor ;;
   small-floor) small_floor ;;
   cost) mkdir -p "$OUT/launch"; cost 2>&1 | tee "$OUT/cost.txt" ;;
   old-new) old_new "$@"; break ;;
-  *) echo "unknown part $part (bench, tests, examples, small, engine, engine-ab, engine-hang, engine-ranks, mpi-floor, small-floor, cost, old-new P...)"; exit 2 ;;
+  *) echo "unknown part $part (bench, tests, examples, small, engine, engine-ab, engine-eager, engine-hang, engine-ranks, mpi-floor, small-floor, cost, old-new P...)"; exit 2 ;;
   esac
 done
