@@ -1,7 +1,7 @@
 //! The arch layer: what a kernel body needs to know about where it runs.
 //!
 //! Kernel bodies are written once, generic over [`Arch`]. Each target supplies one
-//! implementation: [`amdgpu::Gpu`] (through `core::arch::amdgpu`), [`nvptx::Gpu`]
+//! implementation: `amdgpu::Gpu` (through `core::arch::amdgpu`), `nvptx::Gpu`
 //! (through `core::arch::nvptx`) and [`host::HostThread`], which lets the same body run
 //! on CPU threads in tests and in the CPU backend. Launches are one-dimensional.
 #![no_std]

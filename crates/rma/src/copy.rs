@@ -50,7 +50,7 @@ pub unsafe fn copy_lanes(lane: usize, lanes: usize, dst: *mut u8, src: *const u8
 /// Loads in flight per round of [`copy_alone`].
 const ALONE_DEPTH: usize = 16;
 
-/// One thread copies `n` bytes from `src` to `dst`, [`ALONE_DEPTH`] loads in flight
+/// One thread copies `n` bytes from `src` to `dst`, `ALONE_DEPTH` (16) loads in flight
 /// before their stores (where the pointers' relative alignment allows 16-byte vectors;
 /// otherwise as [`copy_lanes`] with one lane). The off-node engine's staging, where one
 /// thread moves a request's bytes between kernel memory and the ring's host memory: each

@@ -109,7 +109,9 @@ impl Ring {
 /// loads the module ([`Ring::NONE`] without an engine). The ring itself is host memory,
 /// and each read of it crosses the bus: the copy spares a request that many round trips
 /// (reading the control block's `ring`, then the ring's words, on every operation).
-#[cfg(any(target_arch = "amdgpu", target_arch = "nvptx64"))]
+///
+/// Only GPU builds have it; the host's documentation shows it too.
+#[cfg(any(target_arch = "amdgpu", target_arch = "nvptx64", doc))]
 #[unsafe(no_mangle)]
 pub static mut SYMMEM_ENGINE: Ring = Ring::NONE;
 

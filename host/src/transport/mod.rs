@@ -132,8 +132,8 @@ pub trait Link: Send + Sync {
     /// transport's ring; a device-initiated one's device state.
     fn device_handle(&self) -> u64;
     /// A proxied transport's ring, whose words GPU modules get a copy of
-    /// ([`symmem_rma::engine::SYMMEM_ENGINE`]: read without crossing the bus); `None`
-    /// for a transport without one.
+    /// (`symmem_rma::engine::SYMMEM_ENGINE`, a global of GPU builds only: read without
+    /// crossing the bus); `None` for a transport without one.
     fn ring(&self) -> Option<Ring>;
     /// How put and get data moves.
     fn path(&self) -> EnginePath;
