@@ -12,6 +12,7 @@
 pub mod mpi;
 pub mod objects;
 pub mod off_node;
+pub mod waits;
 
 /// Spawning ranks as child processes, collecting their outcomes, ending a child.
 pub mod processes {

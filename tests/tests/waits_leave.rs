@@ -11,24 +11,20 @@
 //!
 //! On the CPU backend in CI; on CUDA (one GPU, ranks sharing it) where a GPU answers.
 
-use fused_allreduce_rmsnorm_kernels::fused_ar_rmsnorm_f32;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+use symmem::backend::Backend;
 use symmem::backend::cpu::Cpu;
 use symmem::backend::cuda::Cuda;
-use symmem::backend::{Backend, Grid};
-use symmem::collectives::{Algorithm, Cmp, Collectives, ReduceOp, signal_words};
+use symmem::collectives::{Cmp, Collectives};
 use symmem::{Config, Error};
 use symmem_tests::processes::cuda_missing;
+use symmem_tests::waits::DeviceWaits;
 
 /// How long the leaver lets the others wait before it leaves.
 const LEAVER_DELAY: Duration = Duration::from_millis(300);
 /// The bound from the leave to every survivor's error.
 const BOUND: Duration = Duration::from_secs(2);
-/// The fused kernel's shape: one row per thread.
-const GRID: Grid = Grid::new(2, 32);
-const ROWS: usize = 64;
-const HIDDEN: usize = 32;
 
 /// How the leaver ends.
 #[derive(Clone, Copy, PartialEq)]
@@ -60,19 +56,8 @@ fn leave_one<B: Backend>(
     let waits: Mutex<Vec<(usize, symmem::Result<()>, Instant)>> = Mutex::new(Vec::new());
     let ranks = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         symmem::spawn_ranks(n, &config, &make, |world| {
-            let (rank, size) = (world.rank(), world.world_size());
-            let coll = Collectives::new(&world)?;
-            let count = ROWS * HIDDEN;
-            let src = world.zeros::<f32>(count)?;
-            let dst = world.zeros::<f32>(count)?;
-            let fused_signals = world.zeros::<u64>(signal_words(size, GRID.blocks as usize))?;
-            let (residual, weight, out) = (
-                world.device_zeros::<f32>(count)?,
-                world.device_zeros::<f32>(HIDDEN)?,
-                world.alloc::<f32>(count)?,
-            );
-            let module =
-                world.load(symmem_tests::objects::of("fused_allreduce_rmsnorm_kernels"))?;
+            let rank = world.rank();
+            let device = DeviceWaits::new(&world)?;
             world.barrier()?;
             if rank == leaver {
                 std::thread::sleep(LEAVER_DELAY);
@@ -82,32 +67,10 @@ fn leave_one<B: Backend>(
                 }
                 return Ok(());
             }
-            let waited = match wait {
-                "barrier" => coll.barrier(),
-                "all-reduce" => {
-                    coll.all_reduce(&dst, &src, count, ReduceOp::Sum, Algorithm::OneShot)
-                }
-                "user-kernel" => module.launch(
-                    fused_ar_rmsnorm_f32,
-                    GRID,
-                    (
-                        &out,
-                        &residual,
-                        &src,
-                        &weight,
-                        src.peer_bases(),
-                        size as u32,
-                        rank as u32,
-                        ROWS as u32,
-                        HIDDEN as u32,
-                        1e-6f32,
-                        &fused_signals,
-                    ),
-                ),
-                _ => panic!("bad wait {wait}"),
-            }
-            // On a GPU the launch returned at once: a read waits for the device.
-            .and_then(|()| world.read(&dst).map(drop));
+            let waited = device
+                .wait(wait, None)
+                // On a GPU the launch returned at once: a read waits for the device.
+                .and_then(|()| world.read(device.dst()).map(drop));
             waits.lock().unwrap().push((rank, waited, Instant::now()));
             Ok(())
         })

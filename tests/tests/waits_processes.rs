@@ -14,19 +14,18 @@
 //! On the CPU backend in CI; on CUDA (each process its own context on GPU 0) where a GPU
 //! answers; on HIP with `--features hip` where an AMD GPU answers.
 
-use fused_allreduce_rmsnorm_kernels::fused_ar_rmsnorm_f32;
 use std::time::{Duration, Instant};
+use symmem::backend::Backend;
 use symmem::backend::cpu::Cpu;
 use symmem::backend::cuda::Cuda;
-use symmem::backend::{Backend, Grid};
 use symmem::bootstrap::Bootstrap;
 use symmem::bootstrap::unix::UnixBootstrap;
-use symmem::collectives::{Algorithm, Cmp, Collectives, ReduceOp, signal_words};
 use symmem::{Config, World};
 use symmem_tests::processes::{
-    CHILD, EXIT_PEER_LOST, assert_no_shm_leftovers, child_mode, cuda_missing, exit_child, report,
-    spawn_ranks,
+    CHILD, EXIT_PEER_LOST, Outcome, assert_no_shm_leftovers, child_mode, cuda_missing, exit_child,
+    report, spawn_ranks,
 };
+use symmem_tests::waits::DeviceWaits;
 
 /// The bootstrap timeout of the children: the bound on kill-to-exit is this plus 1 s.
 const TIMEOUT: Duration = Duration::from_secs(3);
@@ -59,11 +58,6 @@ enum End {
     Leaves,
 }
 
-/// The fused kernel's shape: one row per thread.
-const GRID: Grid = Grid::new(2, 32);
-const ROWS: usize = 64;
-const HIDDEN: usize = 32;
-
 /// One child: builds a world on `backend`, prepares the buffers of wait `wait`, takes a
 /// barrier, then either ends as `end` (the victim) or waits (everyone else) and reports.
 fn child<B: Backend>(
@@ -84,19 +78,8 @@ fn child<B: Backend>(
         ranks_per_node: None,
     };
     let world = World::new(Box::new(bootstrap), backend, &config)?;
-    let (rank, size) = (world.rank(), world.world_size());
-    let coll = Collectives::new(&world)?;
-    let n = ROWS * HIDDEN;
-    let src = world.zeros::<f32>(n)?;
-    let dst = world.zeros::<f32>(n)?;
-    let signal = world.zeros::<u64>(1)?;
-    let fused_signals = world.zeros::<u64>(signal_words(size, GRID.blocks as usize))?;
-    let (residual, weight, out) = (
-        world.device_zeros::<f32>(n)?,
-        world.device_zeros::<f32>(HIDDEN)?,
-        world.alloc::<f32>(n)?,
-    );
-    let module = world.load(symmem_tests::objects::of("fused_allreduce_rmsnorm_kernels"))?;
+    let rank = world.rank();
+    let device = DeviceWaits::new(&world)?;
     world.barrier()?;
     if rank == victim && end == End::Leaves {
         std::thread::sleep(VICTIM_DELAY);
@@ -110,34 +93,13 @@ fn child<B: Backend>(
         panic!("rank {rank} was not killed");
     }
     let start = Instant::now();
-    let waited = match wait {
-        "barrier" => coll.barrier(),
-        "all-reduce" => coll.all_reduce(&dst, &src, n, ReduceOp::Sum, Algorithm::OneShot),
-        "signal-wait" if end == End::Leaves => {
-            coll.signal_wait_until_from(&signal, 0, victim, Cmp::Ge, 1)
-        }
-        "signal-wait" => coll.signal_wait_until(&signal, 0, Cmp::Ge, 1),
-        "user-kernel" => module.launch(
-            fused_ar_rmsnorm_f32,
-            GRID,
-            (
-                &out,
-                &residual,
-                &src,
-                &weight,
-                src.peer_bases(),
-                size as u32,
-                rank as u32,
-                ROWS as u32,
-                HIDDEN as u32,
-                1e-6f32,
-                &fused_signals,
-            ),
-        ),
-        _ => panic!("bad wait {wait}"),
-    }
-    // On a GPU the launch returned at once: the barrier waits for the device.
-    .and_then(|()| world.barrier());
+    // A leaving victim's survivors wait for its signal by name; a killed one's, for
+    // any rank's.
+    let from = (end == End::Leaves).then_some(victim);
+    let waited = device
+        .wait(wait, from)
+        // On a GPU the launch returned at once: the barrier waits for the device.
+        .and_then(|()| world.barrier());
     println!(
         "CHILD-WAITED rank {rank} elapsed_ms {} at_us {}",
         start.elapsed().as_millis(),
@@ -178,6 +140,21 @@ fn run_child(mode: &str) -> ! {
     exit_child(&result)
 }
 
+/// Survivor `rank` exited by itself with `PeerLost` naming `victim` (`all`: every rank's
+/// report, for the message).
+fn assert_lost_victim(rank: usize, o: &Outcome, victim: usize, all: &str) {
+    assert_eq!(
+        o.code(),
+        Some(EXIT_PEER_LOST),
+        "rank {rank} did not exit by itself with PeerLost:\n{all}"
+    );
+    let named = format!("PeerLost {{ rank: Some({victim})");
+    assert!(
+        o.text().contains(&named),
+        "rank {rank} should name rank {victim}:\n{all}"
+    );
+}
+
 /// Spawns `n` ranks waiting in `wait` on `backend`, kills `victim` on its marker, and
 /// checks every survivor: exit by itself with `PeerLost` naming the victim, within
 /// [`TIMEOUT`] plus 1 s of the kill. Prints each survivor's time from kill to exit.
@@ -197,16 +174,7 @@ fn kill_one(test: &str, backend: &str, wait: &str, n: usize, victim: usize) {
         .unwrap_or_else(|| panic!("the victim never printed its marker:\n{all}"));
     let bound = TIMEOUT + Duration::from_secs(1);
     for (rank, o) in outcomes.iter().enumerate().filter(|&(r, _)| r != victim) {
-        assert_eq!(
-            o.code(),
-            Some(EXIT_PEER_LOST),
-            "rank {rank} did not exit by itself with PeerLost:\n{all}"
-        );
-        let named = format!("PeerLost {{ rank: Some({victim})");
-        assert!(
-            o.text().contains(&named),
-            "rank {rank} should name rank {victim}:\n{all}"
-        );
+        assert_lost_victim(rank, o, victim, &all);
         let after_kill = o.after.saturating_sub(killed);
         eprintln!("{backend} {wait}, world {n}: rank {rank} exited {after_kill:?} after the kill");
         assert!(
@@ -224,7 +192,7 @@ fn leave_one(test: &str, backend: &str, wait: &str, n: usize, victim: usize) {
     let mode = format!("{backend} {wait} {victim} leaves");
     let outcomes = spawn_ranks(test, &mode, n, TIMEOUT, Duration::from_secs(120), None);
     let all = report(&outcomes);
-    let stamp = |o: &symmem_tests::processes::Outcome, key: &str| -> Option<u128> {
+    let stamp = |o: &Outcome, key: &str| -> Option<u128> {
         o.lines.iter().find_map(|l| {
             let mut words = l.split_whitespace();
             words.position(|w| w == key)?;
@@ -238,16 +206,7 @@ fn leave_one(test: &str, backend: &str, wait: &str, n: usize, victim: usize) {
         "the victim did not exit by itself:\n{all}"
     );
     for (rank, o) in outcomes.iter().enumerate().filter(|&(r, _)| r != victim) {
-        assert_eq!(
-            o.code(),
-            Some(EXIT_PEER_LOST),
-            "rank {rank} did not exit by itself with PeerLost:\n{all}"
-        );
-        let named = format!("PeerLost {{ rank: Some({victim})");
-        assert!(
-            o.text().contains(&named),
-            "rank {rank} should name rank {victim}:\n{all}"
-        );
+        assert_lost_victim(rank, o, victim, &all);
         let at = stamp(o, "at_us").unwrap_or_else(|| panic!("rank {rank} never waited:\n{all}"));
         assert!(at >= left, "rank {rank} failed before the leave:\n{all}");
         let after = Duration::from_micros((at - left) as u64);
