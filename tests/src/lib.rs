@@ -3,11 +3,11 @@
 //! ([`objects`]).
 //!
 //! A test re-executes its own binary (`--exact <test> --nocapture`) through
-//! `symmem::bootstrap::unix::spawn`, with [`CHILD`](processes::CHILD) saying what the child does; the
-//! child joins with `UnixBootstrap::from_env()`, runs its part and ends through
-//! [`exit_child`](processes::exit_child). The parent collects every child's output and exit with a deadline
-//! ([`spawn_ranks`](processes::spawn_ranks)), killing leftovers, so a hung rank fails the test instead of
-//! hanging it.
+//! `symmem::bootstrap::unix::spawn`, with [`CHILD`](processes::CHILD) saying what the
+//! child does; the child joins with `UnixBootstrap::from_env()`, runs its part and ends
+//! through [`exit_child`](processes::exit_child). The parent collects every child's
+//! output and exit with a deadline ([`spawn_ranks`](processes::spawn_ranks)), killing
+//! leftovers, so a hung rank fails the test instead of hanging it.
 
 pub mod mpi;
 pub mod objects;

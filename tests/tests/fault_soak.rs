@@ -105,7 +105,6 @@ const EXIT_INJECTED_PANIC: i32 = 5;
 /// The exit status of a child that caught any other panic.
 const EXIT_PANIC: i32 = 101;
 
-type Sym<'w, T, B> = SymmetricBuffer<'w, T, B>;
 /// What one operation reads back: one vector per read.
 type Readouts = Vec<Vec<i64>>;
 
@@ -1267,12 +1266,12 @@ fn collective(g: &mut Gen, m: &Model, refusals: bool) -> Option<Op> {
 // Running a program.
 
 enum AnyBuf<'w, B: Backend> {
-    I32(Sym<'w, i32, B>),
-    F32(Sym<'w, f32, B>),
-    F64(Sym<'w, f64, B>),
-    Bf16(Sym<'w, bf16, B>),
-    F16(Sym<'w, f16, B>),
-    U64(Sym<'w, u64, B>),
+    I32(SymmetricBuffer<'w, i32, B>),
+    F32(SymmetricBuffer<'w, f32, B>),
+    F64(SymmetricBuffer<'w, f64, B>),
+    Bf16(SymmetricBuffer<'w, bf16, B>),
+    F16(SymmetricBuffer<'w, f16, B>),
+    U64(SymmetricBuffer<'w, u64, B>),
 }
 
 /// `$body` with `$b` bound to the buffer, whatever its element type.
@@ -1392,7 +1391,7 @@ impl<'w, B: Backend> Rank<'w, B> {
             len: usize,
             fill: bool,
             tag: u64,
-        ) -> symmem::Result<Sym<'w, T, B>> {
+        ) -> symmem::Result<SymmetricBuffer<'w, T, B>> {
             if fill {
                 r.world.from_slice(&vals::<T>(r.seed, tag, r.me(), len, ty))
             } else {

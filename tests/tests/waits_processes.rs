@@ -58,8 +58,8 @@ enum End {
     Leaves,
 }
 
-/// One child: builds a world on `backend`, prepares the buffers of wait `wait`, takes a
-/// barrier, then either ends as `end` (the victim) or waits (everyone else) and reports.
+/// One child: builds a world on `backend` and its [`DeviceWaits`], takes a barrier, then
+/// either ends as `end` (the victim) or waits in `wait` (everyone else) and reports.
 fn child<B: Backend>(
     bootstrap: UnixBootstrap,
     backend: B,
