@@ -10,7 +10,9 @@
 //!   (this rank's `src` into every rank's slot, through the peer mappings), no sync;
 //! - `all_reduce_1shot`, `all_reduce_2shot`: f32 sum of `n` bytes; reference
 //!   `memcpy_pull`: `world - 1` `cuMemcpyDtoDAsync`s pulling every peer's `src` (the bytes
-//!   a one-shot all-reduce must read), no arithmetic: a floor, not an equivalent.
+//!   a one-shot all-reduce must read), no arithmetic: a floor, not an equivalent;
+//! - `all_reduce_{1,2}shot_{f16,f64}`: the same all-reduces of `n` bytes of `f16` (summed
+//!   in f32, rounded once) and of `f64`, in a second table beside the f32 ones.
 //!
 //! GB/s is `n * world` (all-gather: bytes landing in each rank's `dst`) or `n`
 //! (all-reduce: bytes of result) over the time.
@@ -24,8 +26,8 @@ use std::process::ExitCode;
 use symmem::backend::cuda::Cuda;
 use symmem::backend::cuda::timing::Timer;
 use symmem::backend::{Backend, Grid};
-use symmem::collectives::{Algorithm, Collectives, ReduceOp};
-use symmem::{Config, Result, World};
+use symmem::collectives::{Algorithm, Collectives, Element, ReduceOp, f16};
+use symmem::{Config, Result, SymmetricBuffer, World};
 
 const KIB: usize = 1 << 10;
 const MIB: usize = 1 << 20;
@@ -59,6 +61,15 @@ fn grids(world: usize) -> [Grid; 2] {
     })
 }
 
+/// `4K`, `1M`: a table's size column.
+fn size_label(n: usize) -> String {
+    if n >= MIB {
+        format!("{}M", n / MIB)
+    } else {
+        format!("{}K", n / KIB)
+    }
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -76,6 +87,35 @@ fn time_us(timer: &Timer<'_>, op: &dyn Fn() -> Result<()>) -> Result<f64> {
     Ok(median(v))
 }
 
+/// An all-reduce of `n` bytes of `T` from `src` into `dst` (sum), as one line's op.
+fn all_reduce_bytes<T: Element>(
+    coll: &Collectives<'_, Cuda>,
+    dst: &SymmetricBuffer<'_, T, Cuda>,
+    src: &SymmetricBuffer<'_, T, Cuda>,
+    n: usize,
+    algorithm: Algorithm,
+) -> Result<()> {
+    coll.all_reduce(dst, src, n / size_of::<T>(), ReduceOp::Sum, algorithm)
+}
+
+/// Asserts that the first `n` bytes of `dst` hold `want` in every element.
+fn check_sum<T: Element + PartialEq + std::fmt::Debug>(
+    world: &World<Cuda>,
+    dst: &SymmetricBuffer<'_, T, Cuda>,
+    n: usize,
+    want: T,
+) -> Result<()> {
+    let got = world.read(dst)?;
+    let bad = got[..n / size_of::<T>()].iter().position(|&x| x != want);
+    assert!(
+        bad.is_none(),
+        "rank {}: {} all-reduce result wrong at element {bad:?}: want {want:?}",
+        world.rank(),
+        std::any::type_name::<T>()
+    );
+    Ok(())
+}
+
 /// One rank's rows: (line, bytes, microseconds).
 fn rank_rows(world: &World<Cuda>, grid: Grid) -> Result<Vec<(&'static str, usize, f64)>> {
     let (rank, n_ranks) = (world.rank(), world.world_size());
@@ -84,6 +124,10 @@ fn rank_rows(world: &World<Cuda>, grid: Grid) -> Result<Vec<(&'static str, usize
     let src_local = world.device_from_slice(&vec![rank as u8 + 1; MAX])?;
     let reduce_src = world.full::<f32>(MAX / 4, rank as f32 + 0.5)?;
     let reduce_dst = world.zeros::<f32>(MAX / 4)?;
+    let half_src = world.full::<f16>(MAX / 2, f16::from_f32(rank as f32 + 0.5))?;
+    let half_dst = world.zeros::<f16>(MAX / 2)?;
+    let double_src = world.full::<f64>(MAX / 8, rank as f64 + 0.5)?;
+    let double_dst = world.zeros::<f64>(MAX / 8)?;
     let pulled = world.alloc::<u8>(MAX * n_ranks)?;
     world.backend().synchronize()?;
     world.barrier()?;
@@ -102,7 +146,7 @@ fn rank_rows(world: &World<Cuda>, grid: Grid) -> Result<Vec<(&'static str, usize
             .collect::<Result<_>>()?;
         let (src_ptr, pulled_ptr) = (src_local.ptr(), pulled.ptr());
         let count = n / 4;
-        let lines: [(&'static str, &dyn Fn() -> Result<()>); 5] = [
+        let lines: [(&'static str, &dyn Fn() -> Result<()>); 9] = [
             ("all_gather", &|| coll.all_gather(&gathered, &src_local, n)),
             ("memcpy_all_gather", &|| {
                 for &slot in &slots {
@@ -138,6 +182,18 @@ fn rank_rows(world: &World<Cuda>, grid: Grid) -> Result<Vec<(&'static str, usize
                 }
                 Ok(())
             }),
+            ("all_reduce_1shot_f16", &|| {
+                all_reduce_bytes(&coll, &half_dst, &half_src, n, Algorithm::OneShot)
+            }),
+            ("all_reduce_2shot_f16", &|| {
+                all_reduce_bytes(&coll, &half_dst, &half_src, n, Algorithm::TwoShot)
+            }),
+            ("all_reduce_1shot_f64", &|| {
+                all_reduce_bytes(&coll, &double_dst, &double_src, n, Algorithm::OneShot)
+            }),
+            ("all_reduce_2shot_f64", &|| {
+                all_reduce_bytes(&coll, &double_dst, &double_src, n, Algorithm::TwoShot)
+            }),
         ];
         for (line, op) in lines {
             // Every rank runs the same line at the same time: collectives wait for peers.
@@ -146,13 +202,13 @@ fn rank_rows(world: &World<Cuda>, grid: Grid) -> Result<Vec<(&'static str, usize
         }
     }
     timer.synchronize()?;
-    // Check the last all-reduce: the sum over ranks of (r + 0.5).
-    let want: f32 = (0..n_ranks).map(|r| r as f32 + 0.5).sum();
-    let got = world.read(&reduce_dst)?;
-    assert!(
-        got[..SIZES[SIZES.len() - 1] / 4].iter().all(|&x| x == want),
-        "rank {rank}: all-reduce result wrong"
-    );
+    // Check the last all-reduce of each type: the sum over ranks of (r + 0.5), exact in
+    // every type at these worlds.
+    let want: f64 = (0..n_ranks).map(|r| r as f64 + 0.5).sum();
+    let last = SIZES[SIZES.len() - 1];
+    check_sum(world, &reduce_dst, last, want as f32)?;
+    check_sum(world, &half_dst, last, f16::from_f64(want))?;
+    check_sum(world, &double_dst, last, want)?;
     let all = world.read(&gathered)?;
     for (p, chunk) in all.as_chunks::<MAX>().0.iter().enumerate() {
         let n = SIZES[SIZES.len() - 1];
@@ -173,7 +229,9 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let config = Config {
-        heap_bytes: MAX * 8,
+        // At world 4: the all-gather's 4 * MAX, and a source and a result of MAX for
+        // each of f32, f16 and f64.
+        heap_bytes: MAX * 12,
         ..Config::default()
     };
     println!(
@@ -241,11 +299,7 @@ fn main() -> ExitCode {
                 println!(
                     "{n_ranks:>5} {:>6} {:>8}  {ag:>13.2}  {mg:>9.2}  {:>5.2} | {o:>8.2}  {w:>8.2}  {p:>7.2}  {:>10.2} {:>10.2}",
                     grid.blocks,
-                    if n >= MIB {
-                        format!("{}M", n / MIB)
-                    } else {
-                        format!("{}K", n / KIB)
-                    },
+                    size_label(n),
                     mg / ag,
                     p / o,
                     p / w
@@ -254,5 +308,32 @@ fn main() -> ExitCode {
         }
     }
     println!("(ratio = reference time / ours: above 1 means the symmem kernel is faster)");
+    println!();
+    println!(
+        "world blocks     size | f32 1shot  f16 1shot  f64 1shot | f32 2shot  f16 2shot  f64 2shot   (us, n bytes of each type)"
+    );
+    for n_ranks in [2usize, 4] {
+        for grid in grids(n_ranks) {
+            for &n in &SIZES {
+                let t = |line: &str| {
+                    table
+                        .iter()
+                        .find(|r| r.0 == n_ranks && r.1 == grid.blocks && r.2 == line && r.3 == n)
+                        .map_or(f64::NAN, |r| r.4)
+                };
+                println!(
+                    "{n_ranks:>5} {:>6} {:>8} | {:>9.2}  {:>9.2}  {:>9.2} | {:>9.2}  {:>9.2}  {:>9.2}",
+                    grid.blocks,
+                    size_label(n),
+                    t("all_reduce_1shot"),
+                    t("all_reduce_1shot_f16"),
+                    t("all_reduce_1shot_f64"),
+                    t("all_reduce_2shot"),
+                    t("all_reduce_2shot_f16"),
+                    t("all_reduce_2shot_f64"),
+                );
+            }
+        }
+    }
     ExitCode::SUCCESS
 }

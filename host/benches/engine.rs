@@ -44,7 +44,9 @@ use symmem::{Config, Result, World};
 
 const KIB: usize = 1 << 10;
 const MIB: usize = 1 << 20;
-const PUT_SIZES: [usize; 3] = [4 * KIB, MIB, 64 * MIB];
+/// Puts from the smallest staged one (above the 16 bytes that travel inside a request)
+/// through one staging slot's 256 KiB to pieces of many slots.
+const PUT_SIZES: [usize; 7] = [256, KIB, 4 * KIB, 16 * KIB, 64 * KIB, MIB, 64 * MIB];
 const ALL_REDUCE_SIZES: [usize; 6] = [4 * KIB, 64 * KIB, MIB, 4 * MIB, 16 * MIB, 64 * MIB];
 const SAMPLES: usize = 9;
 

@@ -19,8 +19,8 @@
 #                 to 64 MiB, latency) and -np 4 (2 per node: puts to 1 MiB, all-reduces to
 #                 16 MiB) (engine-bench-np{2,4}.txt, env.txt)
 #   engine-ab     the staged path under MPS of an old build (old-engine-bench; more builds:
-#                 ENGINE_BUILDS="a b ..." names in .carry) and of this one, alternating, twice
-#                 each: -np 2 puts to 64 MiB and latency
+#                 ENGINE_BUILDS="a b ..." names in .carry) and of this one, alternating,
+#                 ${RUNS:-2} times each: -np 2 puts of 256 B to 64 MiB and latency
 #                 (engine-ab.txt); this build's -np 4 all-reduces to 16 MiB
 #                 (engine-bench-np4.txt); a proxy trace of this build's 4 KiB and 8-byte puts
 #                 (SYMMEM_LOG=symmem::transport::proxy=trace, engine-trace.txt.xz), and
@@ -44,8 +44,9 @@
 #                 1 rank per node, without MPS (engine-ranks-np{2,4}.txt)
 #   cost          issue 30's cost of tracing: host enqueue per launch (launch_enqueue_us) and
 #                 host time per collective call (host_call_us, world 2) of the old build, of
-#                 this one with no subscriber, and of this one with an info-level subscriber
-#                 (SYMMEM_LOG=info), the three alternating, ${RUNS:-5} runs each (cost.txt)
+#                 this one with no subscriber, and of this one with a subscriber at
+#                 ${LOG:-info} (SYMMEM_LOG=${LOG:-info}, formatted to stderr, which goes to
+#                 /dev/null), the three alternating, ${RUNS:-5} runs each (cost.txt)
 #   old-new P...  the same benches of an old commit and of this build, one after the other
 #                 on the same GPU (old_new.txt); every argument after it is one of:
 #                   lifetimes    World::barrier and allocate_symmetric (benches/lifetimes.rs)
@@ -191,7 +192,7 @@ engine_ab() {
   local pe="--map-by slot:PE=2 --bind-to core"
   local mps="-x CUDA_MPS_PIPE_DIRECTORY -x CUDA_MPS_LOG_DIRECTORY"
   mps_start || { echo "MPS did not start"; return 1; }
-  for run in 1 2; do
+  for run in $(seq "${RUNS:-2}"); do
     for b in ${ENGINE_BUILDS:-old-engine-bench engine-bench}; do
       echo "== run $run: $b --cuda (staging), -np 2, 1 rank per node"
       timeout -k 5 60 $MPIRUN $pe $mps -np 2 -x SYMMEM_RANKS_PER_NODE=1 "$CARRY/$b" --cuda \
@@ -325,10 +326,10 @@ old_new() {
 # with a subscriber, alternating so that drift of the machine hits all three alike.
 cost() {
   for i in $(seq "${RUNS:-5}"); do
-    for build in old new new+info; do
+    for build in old new "new+${LOG:-info}"; do
       local pre="" log=""
       [ "$build" = old ] && pre=old-
-      [ "$build" = new+info ] && log=info
+      [ "$build" = "new+${LOG:-info}" ] && log=${LOG:-info}
       if [ -n "$log" ]; then export SYMMEM_LOG=$log; else unset SYMMEM_LOG; fi
       timeout 60 "$CARRY/${pre}bench-cuda" --sizes 16 --no-xproc --out "$OUT/launch" 2>/dev/null \
         | sed -n "s/^launch_enqueue_us,/launch $build run $i: /p"

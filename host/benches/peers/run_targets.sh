@@ -9,8 +9,7 @@
 #   bash host/benches/peers/run_targets.sh build
 # builds both into .carry/sm80/ and .carry/sm90/ (SYMMEM_GPU_TARGETS=sm_80, then sm_90,
 # in the usual target directory; debug info stripped; about 32 MiB per build):
-# tests/run_gpu.sh's binaries (suite-cuda, rma-processes, waits-processes,
-# off-node-local, cuda-backend, symmem-lib) and bench-cuda, bench-collectives. Each
+# tests/run_gpu.sh's binaries (its header lists them) and bench-cuda, bench-collectives. Each
 # binary embeds the PTX of one target only, so the CUDA backend can load nothing else:
 # that is how the target is forced.
 #
@@ -47,9 +46,10 @@ build() {
       cd "$ROOT" || exit 1
       export SYMMEM_GPU_TARGETS=$target
       cargo test --release -p symmem-tests --test suite_cuda --test rma_processes \
-        --test waits_processes --test off_node_local --test cuda_backend --no-run \
-        --message-format=json-render-diagnostics &&
+        --test waits_processes --test waits_leave --test waits_poison --test off_node_local \
+        --test cuda_backend --no-run --message-format=json-render-diagnostics &&
         cargo test --release -p symmem --lib --no-run --message-format=json-render-diagnostics &&
+        cargo build --release -p cudarc-interop --message-format=json-render-diagnostics &&
         cargo bench -p symmem --bench cuda --bench cuda_collectives --no-run \
           --message-format=json-render-diagnostics
     ) >"$json" || { rm -f "$json"; return 1; }
@@ -60,6 +60,9 @@ names = {
     ("test", "suite_cuda"): "suite-cuda",
     ("test", "rma_processes"): "rma-processes",
     ("test", "waits_processes"): "waits-processes",
+    ("test", "waits_leave"): "waits-leave",
+    ("test", "waits_poison"): "waits-poison",
+    ("bin", "cudarc-interop"): "cudarc-interop",
     ("test", "off_node_local"): "off-node-local",
     ("test", "cuda_backend"): "cuda-backend",
     ("lib", "symmem"): "symmem-lib",
