@@ -623,6 +623,28 @@ pub enum Error {
         /// What the lock guards.
         what: &'static str,
     },
+    /// The process at the other end of a group's socket is no member of the group: it
+    /// runs as another user, or does not hold the group's secret
+    /// ([`bootstrap::auth`](crate::bootstrap::auth)). This rank sent it nothing but its
+    /// half of the handshake (no contribution, no file descriptor). On a spoke, the hub's
+    /// name is held by a stranger (a squatter); the real hub cannot bind it and fails too.
+    #[error(
+        "{what} at the group's socket is no member of the group ({}): {why}; it got no \
+         data and no descriptor. Start every rank with the same launcher (bootstrap::unix::spawn, \
+         or mpirun) and, with UnixBootstrap::connect, the same secret; find the process that \
+         holds the name (ss -xlp) if a stranger took it",
+        process(*.pid, *.uid)
+    )]
+    StrangerRefused {
+        /// Who it was meant to be ("the hub", "rank 2's socket").
+        what: &'static str,
+        /// Its process id, where the kernel gave its credentials.
+        pid: Option<u32>,
+        /// Its user id, likewise.
+        uid: Option<u32>,
+        /// Why it is no member.
+        why: &'static str,
+    },
     /// Ranks that never joined the bootstrap group: it stopped waiting for them after
     /// `waited`. Every rank that did join gets this error, naming the same ranks.
     #[error(
@@ -758,6 +780,14 @@ fn waiting_for(rank: Option<usize>) -> String {
 /// `rank N` or `a peer`.
 fn from_rank(rank: Option<usize>) -> String {
     rank.map_or_else(|| "a peer".to_owned(), |r| format!("rank {r}"))
+}
+
+/// `pid P uid U`, or that the kernel did not say.
+fn process(pid: Option<u32>, uid: Option<u32>) -> String {
+    match (pid, uid) {
+        (Some(pid), Some(uid)) => format!("pid {pid} uid {uid}"),
+        _ => "its credentials unreadable".to_owned(),
+    }
 }
 
 /// `is not set` or `is "VALUE"`.
@@ -967,6 +997,12 @@ mod tests {
             => ["ending a capture", "Backend::begin_capture"];
         lock_poisoned_names_a_new_world: Error::LockPoisoned { what: "the CUDA staging ring" }
             => ["the CUDA staging ring", "drop this world and make a new one"];
+        stranger_refused_names_the_process: Error::StrangerRefused {
+            what: "the hub",
+            pid: Some(77),
+            uid: Some(65534),
+            why: "it runs as another user",
+        } => ["the hub at the group's socket", "pid 77 uid 65534", "another user", "no descriptor", "ss -xlp"];
         never_joined_names_the_launch_and_timeout: Error::NeverJoined {
             ranks: vec![2],
             waited: Duration::from_secs(10),

@@ -29,6 +29,7 @@ use symmem::Grid;
 use symmem::backend::cpu::Cpu;
 use symmem::backend::cpu::threads;
 use symmem::backend::{Backend, Shareable};
+use symmem::bootstrap::auth::{self, Secret};
 use symmem::bootstrap::local::LocalBootstrap;
 use symmem::bootstrap::unix::{self, UnixBootstrap};
 use symmem::bootstrap::{Bootstrap, DEFAULT_MAX_FRAME_BYTES};
@@ -269,7 +270,13 @@ fn group_address(group: &str) -> SocketAddr {
     SocketAddr::from_abstract_name(format!("symmem-{group}")).expect("socket name")
 }
 
-/// Connects to group `group`'s hub as a hand-made rank 1 and says hello.
+/// The secret of the hand-made groups below.
+fn secret() -> Secret {
+    Secret::from_bytes([3; 32])
+}
+
+/// Connects to group `group`'s hub (of 2 ranks) as a hand-made rank 1, through the
+/// handshake.
 fn fake_spoke(group: &str) -> UnixStream {
     let start = Instant::now();
     let mut stream = loop {
@@ -282,8 +289,8 @@ fn fake_spoke(group: &str) -> UnixStream {
             Err(e) => panic!("no hub: {e}"),
         }
     };
-    stream.write_all(&header(0, 8)).expect("hello");
-    stream.write_all(&1u64.to_le_bytes()).expect("hello");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    auth::join(&mut stream, &secret(), group, 2, 1, deadline).expect("the hub's proof");
     stream
         .set_read_timeout(Some(Duration::from_secs(5)))
         .expect("timeout");
@@ -314,7 +321,8 @@ fn hub_refuses_a_frame_over_the_limit() {
         let group = format!("faults-hub-frame-{}-{case}", std::process::id());
         let hub_group = group.clone();
         let hub = std::thread::spawn(move || {
-            let mut hub = UnixBootstrap::connect(0, 2, &hub_group, Duration::from_secs(5))?;
+            let mut hub =
+                UnixBootstrap::connect(0, 2, &hub_group, &secret(), Duration::from_secs(5))?;
             hub.set_max_frame_bytes(limit);
             hub.all_gather(b"hub")
         });
@@ -344,13 +352,17 @@ fn spoke_refuses_a_frame_over_the_limit() {
     let listener = UnixListener::bind_addr(&group_address(&group)).expect("bind");
     let spoke_group = group.clone();
     let spoke = std::thread::spawn(move || {
-        let mut spoke = UnixBootstrap::connect(1, 2, &spoke_group, Duration::from_secs(2))?;
+        let mut spoke =
+            UnixBootstrap::connect(1, 2, &spoke_group, &secret(), Duration::from_secs(2))?;
         spoke.all_gather(b"spoke")
     });
-    let (mut hub, _) = listener.accept().expect("accept");
+    let (hub, _) = listener.accept().expect("accept");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let member = auth::admit(hub, &secret(), &group, 2, deadline).expect("the spoke's proof");
+    assert_eq!(member.rank, 1);
+    let mut hub = member.stream;
     hub.set_read_timeout(Some(Duration::from_secs(5)))
         .expect("timeout");
-    assert_eq!(read_frame(&mut hub), (0, 1u64.to_le_bytes().to_vec()));
     assert_eq!(read_frame(&mut hub), (0, b"spoke".to_vec()));
     // Rank 0's contribution, one byte over the default limit, and no payload.
     let len = DEFAULT_MAX_FRAME_BYTES as u64 + 1;
@@ -372,10 +384,10 @@ fn hub_names_every_rank_that_never_joined() {
     let spoke_group = group.clone();
     // Rank 2 of 4 joins; ranks 1 and 3 never do.
     let spoke = std::thread::spawn(move || {
-        let mut spoke = UnixBootstrap::connect(2, 4, &spoke_group, timeout)?;
+        let mut spoke = UnixBootstrap::connect(2, 4, &spoke_group, &secret(), timeout)?;
         spoke.barrier()
     });
-    let hub = UnixBootstrap::connect(0, 4, &group, timeout).map(drop);
+    let hub = UnixBootstrap::connect(0, 4, &group, &secret(), timeout).map(drop);
     let spoke = spoke.join().expect("the spoke panicked");
     for (who, got) in [("hub", hub), ("rank 2", spoke)] {
         assert!(

@@ -11,10 +11,15 @@
 //! [`Error::FrameTooLarge`](crate::Error::FrameTooLarge) before anything is allocated
 //! for it.
 //!
+//! Only members join: a group that listens on a socket admits only processes of this
+//! user that hold the group's secret ([`auth`]); a stranger gets nothing and does not stop
+//! the members from forming the group.
+//!
 //! * [`local`]: ranks as threads of one process ([`crate::spawn_ranks`]).
 //! * [`unix`]: ranks as processes on one machine over a UNIX socket (`spawn`).
 //! * `mpi` (cargo feature `mpi`): ranks started by `mpirun`, over `MPI_COMM_WORLD`.
 
+pub mod auth;
 pub mod local;
 #[cfg(feature = "mpi")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mpi")))]
@@ -172,6 +177,14 @@ pub trait Bootstrap: Send {
     /// stays. The default does nothing (a group that cannot pass it on).
     fn note_lost(&mut self, lost: usize) {
         let _ = lost;
+    }
+    /// Every rank's process id as this group verified it, by rank (collective: every rank
+    /// calls it at the same point): the kernel's credentials of the rank's connection, or
+    /// the launcher's own record; `None` where the group cannot say (a rank on another
+    /// machine). The liveness watchdog watches a peer's process, and believes its departure
+    /// notices, only where the pid the peer gives matches this. The default says nothing.
+    fn verified_pids(&mut self) -> Result<Vec<Option<u32>>> {
+        Ok(vec![None; self.world_size()])
     }
     /// The off-node transport this group's ranks reach each other with when their world
     /// spans several nodes ([`crate::transport`]): the local wire for thread-ranks, MPI

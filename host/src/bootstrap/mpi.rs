@@ -21,10 +21,19 @@
 //! another machine cannot map this one's memory anyway, and reaches it through the
 //! engine.
 //!
+//! **Only the communicator's ranks connect.** Rank 0 makes the job's socket names (128
+//! random bits) and a [`Secret`], and broadcasts both over MPI, whose launcher admits only
+//! its job's processes; the ranks' process ids travel over MPI too. Every connection to a
+//! rank's socket passes [`auth`](super::auth)'s handshake (same user, proof of the secret,
+//! in both directions) and must come from the process id MPI gave for the rank it proves;
+//! anything else is dropped and logged, and the rank keeps accepting. A rank sends its
+//! descriptor only to a listener that proved itself and is the process MPI named.
+//!
 //! Every rank learns every contribution's length before any is sent, so a length over
 //! the limit ([`ENV_MAX_FRAME_BYTES`](super::ENV_MAX_FRAME_BYTES)) is
 //! [`Error::FrameTooLarge`] on every rank alike, before anything is allocated for it.
 
+use super::auth::{self, Context, Doorman, Secret};
 use super::scm::{self, Kind, RecvError};
 use super::{Bootstrap, DEFAULT_TIMEOUT, max_frame_from_env};
 use crate::backend::Shareable;
@@ -54,7 +63,11 @@ pub struct MpiBootstrap {
     provided: mpi::Threading,
     /// Whether each rank runs on this machine (descriptors go to those only).
     same_machine: Vec<bool>,
+    /// Every rank's process id, as MPI carried it.
+    pids: Vec<u32>,
+    /// The job's random name (its ranks' socket names) and secret, from rank 0 over MPI.
     job: String,
+    secret: Secret,
     listener: UnixListener,
     timeout: Duration,
     max_frame: usize,
@@ -206,15 +219,23 @@ impl MpiBootstrap {
     ) -> Result<Self> {
         // Freed (while MPI lives) when dropped, also when this fails.
         let world = OwnedCommunicator(ManuallyDrop::new(world));
-        let mut stamp = [0u64; 2];
+        // The job's name (16 bytes) and secret (32), rank 0's, from the OS's random source.
+        // A rank 0 whose source fails sends zeros, and every rank fails alike below.
+        let mut keys = [0u8; 16 + auth::SECRET_BYTES];
         if world.rank() == 0 {
-            let nanos = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos() as u64);
-            stamp = [u64::from(std::process::id()), nanos];
+            keys = auth::random_bytes().unwrap_or(keys);
         }
-        world.process_at_rank(0).broadcast_into(&mut stamp[..]);
-        let job = format!("{:x}-{:x}", stamp[0], stamp[1]);
+        world.process_at_rank(0).broadcast_into(&mut keys[..]);
+        if keys == [0; 16 + auth::SECRET_BYTES] {
+            return Err(Error::Os {
+                what: "getrandom on rank 0 (the job's socket names and secret)",
+                source: std::io::ErrorKind::Unsupported.into(),
+            });
+        }
+        let job: String = keys[..16].iter().map(|b| format!("{b:02x}")).collect();
+        let secret = Secret::from_bytes(keys[16..].try_into().expect("32 bytes"));
+        let mut pids = vec![0u32; world.size() as usize];
+        world.all_gather_into(&std::process::id(), &mut pids[..]);
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
         let host = host.trim().as_bytes();
         let mut this = [0u8; 64];
@@ -231,7 +252,9 @@ impl MpiBootstrap {
             _universe: universe,
             provided,
             same_machine,
+            pids,
             job,
+            secret,
             listener,
             timeout: DEFAULT_TIMEOUT,
             max_frame,
@@ -250,15 +273,30 @@ impl MpiBootstrap {
     ) -> Result<Vec<Option<std::os::fd::OwnedFd>>> {
         let (me, n) = (self.rank(), self.world_size());
         let start = Instant::now();
+        let deadline = start + self.timeout;
         let lost = |rank| Error::PeerLost {
             rank: Some(rank),
             waited: start.elapsed(),
+        };
+        let context = Context {
+            group: self.job.as_bytes(),
+            world: n,
         };
         let mut out: Vec<Option<std::os::fd::OwnedFd>> = (0..n).map(|_| None).collect();
         if let Some(fd) = &fd {
             for peer in (0..n).filter(|&p| p != me && self.same_machine[p]) {
                 let addr = socket_name(&self.job, peer).map_err(os("socket name"))?;
                 let mut stream = UnixStream::connect_addr(&addr).map_err(|_| lost(peer))?;
+                // The descriptor goes to the process MPI named for `peer`, once it has
+                // proved that it holds the job's secret; nothing goes to anyone else.
+                let listener = auth::connect_as(&mut stream, &self.secret, &context, me, deadline)
+                    .map_err(|refusal| auth::stranger_error("a rank's socket", refusal))?;
+                if listener.pid != self.pids[peer] {
+                    return Err(auth::stranger_error(
+                        "a rank's socket",
+                        (auth::Refusal::NotTheRank, Some(listener)),
+                    ));
+                }
                 let dup = fd.try_clone().map_err(os("dup of own fd"))?;
                 let item = Shareable {
                     bytes: (me as u64).to_le_bytes().to_vec(),
@@ -266,52 +304,54 @@ impl MpiBootstrap {
                 };
                 scm::send(&mut stream, Kind::Data, &item).map_err(|_| lost(peer))?;
             }
+            let expected = self.same_machine.iter().filter(|&&s| s).count() - 1;
+            let mut doorman = Doorman::new(&self.secret, context, self.timeout);
             let mut received = 0;
-            let expected = self.same_machine.iter().filter(|&&s| s).count();
-            while received + 1 < expected {
-                match self.listener.accept() {
-                    Ok((mut stream, _)) => {
-                        stream.set_nonblocking(false).map_err(os("rank socket"))?;
-                        stream
-                            .set_read_timeout(Some(self.timeout))
-                            .map_err(os("rank socket"))?;
-                        let (_, item) = match scm::recv(&mut stream, FD_FRAME_BYTES) {
-                            Ok(frame) => frame,
-                            Err(RecvError::Io(e)) => return Err(os("fd from a peer")(e)),
-                            Err(RecvError::TooLarge { bytes, limit }) => {
-                                return Err(Error::FrameTooLarge {
-                                    rank: None,
-                                    bytes,
-                                    limit,
-                                });
-                            }
-                        };
-                        let from = item
-                            .bytes
-                            .get(..8)
-                            .and_then(|b| b.try_into().ok())
-                            .map(u64::from_le_bytes);
-                        match from.map(|f| f as usize) {
-                            Some(f) if f < n && f != me && out[f].is_none() => out[f] = item.fd,
-                            other => {
-                                return Err(Error::BadMessage {
-                                    from: other,
-                                    what: "file-descriptor message (from no rank expected)",
-                                });
-                            }
-                        }
-                        received += 1;
+            while received < expected {
+                if Instant::now() >= deadline {
+                    let missing = (0..n)
+                        .find(|&p| p != me && self.same_machine[p] && out[p].is_none())
+                        .unwrap_or(0);
+                    return Err(lost(missing));
+                }
+                for member in doorman.members_at(&self.listener, deadline)? {
+                    let f = member.rank;
+                    if f >= n || f == me || !self.same_machine[f] || out[f].is_some() {
+                        doorman.refuse_member(&member, "a rank this one does not wait for");
+                        continue;
                     }
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                        if start.elapsed() > self.timeout {
-                            let missing = (0..n)
-                                .find(|&p| p != me && self.same_machine[p] && out[p].is_none())
-                                .unwrap_or(0);
-                            return Err(lost(missing));
-                        }
-                        std::thread::sleep(Duration::from_millis(1));
+                    if member.peer.pid != self.pids[f] {
+                        doorman.refuse_member(&member, "not the process MPI named for its rank");
+                        continue;
                     }
-                    Err(e) => return Err(os("accept on the rank socket")(e)),
+                    let mut stream = member.stream;
+                    stream
+                        .set_read_timeout(Some(deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1))))
+                        .map_err(os("rank socket"))?;
+                    let (_, item) = match scm::recv(&mut stream, FD_FRAME_BYTES) {
+                        Ok(frame) => frame,
+                        Err(RecvError::Io(_)) => return Err(lost(f)),
+                        Err(RecvError::TooLarge { bytes, limit }) => {
+                            return Err(Error::FrameTooLarge {
+                                rank: Some(f),
+                                bytes,
+                                limit,
+                            });
+                        }
+                    };
+                    let from = item
+                        .bytes
+                        .get(..8)
+                        .and_then(|b| b.try_into().ok())
+                        .map(u64::from_le_bytes);
+                    if from != Some(f as u64) || item.fd.is_none() {
+                        return Err(Error::BadMessage {
+                            from: Some(f),
+                            what: "file-descriptor message (not the rank it proved, or no descriptor)",
+                        });
+                    }
+                    out[f] = item.fd;
+                    received += 1;
                 }
             }
             out[me] = Some(fd.try_clone().map_err(os("dup of own fd"))?);
@@ -365,6 +405,16 @@ impl Bootstrap for MpiBootstrap {
     fn barrier(&mut self) -> Result<()> {
         wait_yielding(self.world.immediate_barrier());
         Ok(())
+    }
+    /// The pids MPI carried (its launcher admits only the job's processes), for the ranks
+    /// on this machine; `None` for the others, whose pids mean nothing here.
+    fn verified_pids(&mut self) -> Result<Vec<Option<u32>>> {
+        Ok(self
+            .pids
+            .iter()
+            .zip(&self.same_machine)
+            .map(|(&pid, &here)| here.then_some(pid))
+            .collect())
     }
     fn transport(&self) -> Result<Box<dyn crate::transport::Transport>> {
         Ok(Box::new(crate::transport::mpi::MpiTransport::new(

@@ -25,13 +25,27 @@
 //!
 //! [`spawn`] starts the ranks as child processes of a command and hands them back as
 //! [`Ranks`], which reaps every one; each child joins with [`UnixBootstrap::from_env`].
+//!
+//! **Only members join.** Every connection to the hub passes [`auth`](super::auth)'s
+//! handshake before anything else crosses it: the process at the other end must run as
+//! this user (`SO_PEERCRED`, checked by both ends) and prove that it holds the group's
+//! [`Secret`] (which never crosses the socket). `spawn` makes a new secret and a new
+//! random group name for every group and hands both to its children only (their
+//! environment); [`UnixBootstrap::connect`] takes them from its caller. The hub runs every
+//! pending connection's handshake at once, each bounded by one deadline, drops and logs
+//! (tracing `warn`, with the process's pid and uid) every connection that fails it, claims
+//! a rank the hub does not wait for, or stays silent, and keeps accepting: a stranger gets
+//! no frame, no byte of a contribution and no descriptor, and does not stop the real ranks
+//! from forming the group. A spoke that reaches a process that is no member (a squatter
+//! that bound the name first) returns [`Error::StrangerRefused`] having sent it nothing but
+//! its half of the handshake.
 
+use super::auth::{self, Context, Doorman, Secret};
 use super::scm::{self, Kind, RecvError};
 use super::{Bootstrap, DEFAULT_MAX_FRAME_BYTES, DEFAULT_TIMEOUT, max_frame_from_env};
 use crate::backend::Shareable;
 use crate::error::{Error, Result};
-use rustix::event::{PollFd, PollFlags, Timespec};
-use rustix::io::Errno;
+use rustix::event::{PollFd, PollFlags};
 use std::io;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
@@ -44,11 +58,11 @@ pub const ENV_RANK: &str = "SYMMEM_RANK";
 pub const ENV_WORLD: &str = "SYMMEM_WORLD_SIZE";
 /// Environment variable naming the group's socket.
 pub const ENV_GROUP: &str = "SYMMEM_UNIX_GROUP";
+/// Environment variable holding the group's secret ([`Secret::to_hex`]), which [`spawn`]
+/// hands to the ranks it starts and nobody else.
+pub const ENV_SECRET: &str = "SYMMEM_UNIX_SECRET";
 /// Environment variable holding the timeout in milliseconds (optional).
 pub const ENV_TIMEOUT_MS: &str = "SYMMEM_TIMEOUT_MS";
-
-/// The longest hello (a rank number) the hub reads from a connecting process.
-const HELLO_BYTES: usize = 8;
 
 /// One process-rank's end of a UNIX-socket group.
 pub struct UnixBootstrap {
@@ -58,6 +72,9 @@ pub struct UnixBootstrap {
     max_frame: usize,
     /// On the hub: a stream per rank (`None` for itself). Elsewhere: the hub's stream.
     peers: Vec<Option<UnixStream>>,
+    /// The process id of each rank as the kernel gave it for its connection (on the hub,
+    /// every spoke's; on a spoke, the hub's), this process's own for this rank.
+    pids: Vec<Option<u32>>,
     /// What ended the group, once something has: every later call fails with it.
     ended: Option<Verdict>,
 }
@@ -143,88 +160,108 @@ fn os(what: &'static str) -> impl Fn(io::Error) -> Error {
 }
 
 impl UnixBootstrap {
-    /// Joins group `group` as `rank` of `world`, waiting at most `timeout` for the others.
+    /// Joins group `group` as `rank` of `world`, waiting at most `timeout` for the others;
+    /// every rank passes the same `secret` (make one with [`Secret::random`] and hand it to
+    /// the ranks you start, and to nobody else). The name is no secret: any process on the
+    /// machine can list it (`ss -xl`), and knowing it admits no one; choose one nobody can
+    /// predict, or a process that binds it first keeps the group from forming. Only
+    /// processes of this user that hold `secret` join (see the module documentation).
     /// Contributions longer than [`DEFAULT_MAX_FRAME_BYTES`] are refused (see
     /// [`UnixBootstrap::set_max_frame_bytes`]).
     ///
     /// Errors: on the hub, [`Error::NeverJoined`] naming every rank that did not connect
-    /// within `timeout` (the ranks that did get the same error from their first
-    /// collective); on a spoke, `PeerLost` naming rank 0 if no hub listens within
-    /// `timeout`.
-    pub fn connect(rank: usize, world: usize, group: &str, timeout: Duration) -> Result<Self> {
+    /// and prove itself within `timeout` (the ranks that did get the same error from their
+    /// first collective), [`Error::Os`] if the name is taken; on a spoke, `PeerLost`
+    /// naming rank 0 if no hub listens within `timeout`, [`Error::StrangerRefused`] if the
+    /// process that listens is no member.
+    pub fn connect(
+        rank: usize,
+        world: usize,
+        group: &str,
+        secret: &Secret,
+        timeout: Duration,
+    ) -> Result<Self> {
         if rank >= world {
             return Err(Error::RankOutOfRange { rank, world });
         }
         let start = Instant::now();
         let addr = address(group).map_err(os("socket name"))?;
+        let mut pids = vec![None; world];
+        pids[rank] = Some(std::process::id());
         let mut this = Self {
             rank,
             world,
             timeout,
             max_frame: DEFAULT_MAX_FRAME_BYTES,
             peers: (0..world).map(|_| None).collect(),
+            pids,
             ended: None,
         };
+        let context = Context {
+            group: group.as_bytes(),
+            world,
+        };
         if rank == 0 {
-            this.accept_spokes(&addr, start)?;
+            this.accept_spokes(&addr, start, secret, context)?;
         } else {
-            this.join_hub(&addr, start)?;
+            this.join_hub(&addr, start, secret, context)?;
         }
         Ok(this)
     }
 
-    /// The hub's side of `connect`: accepts every other rank's connection and hello.
-    fn accept_spokes(&mut self, addr: &SocketAddr, start: Instant) -> Result<()> {
-        let listener = UnixListener::bind_addr(addr).map_err(os("bind of the hub socket"))?;
+    /// The hub's side of `connect`: admits every other rank (each through the handshake,
+    /// all at once) and refuses everything else.
+    fn accept_spokes(
+        &mut self,
+        addr: &SocketAddr,
+        start: Instant,
+        secret: &Secret,
+        context: Context<'_>,
+    ) -> Result<()> {
+        let listener = UnixListener::bind_addr(addr).map_err(|e| {
+            if e.kind() == io::ErrorKind::AddrInUse {
+                os("bind of the hub socket: another process holds the group's name (`ss -xlp` \
+                    names it); give every group a name nobody can predict")(e)
+            } else {
+                os("bind of the hub socket")(e)
+            }
+        })?;
         listener.set_nonblocking(true).map_err(os("hub socket"))?;
+        let deadline = start + self.timeout;
+        let mut doorman = Doorman::new(secret, context, self.timeout);
         let mut joined = 1;
         while joined < self.world {
-            match listener.accept() {
-                Ok((mut stream, _)) => {
-                    self.bound(&stream).map_err(os("hub socket"))?;
-                    let peer = match scm::recv(&mut stream, HELLO_BYTES) {
-                        Ok((Kind::Data, hello)) => hello.bytes.first_chunk().copied(),
-                        Ok((Kind::Abort, _)) => None,
-                        Err(RecvError::Io(e)) => return Err(os("hello from a rank")(e)),
-                        Err(RecvError::TooLarge { bytes, limit }) => {
-                            return Err(Error::FrameTooLarge {
-                                rank: None,
-                                bytes,
-                                limit,
-                            });
-                        }
-                    };
-                    let peer = peer.map(u64::from_le_bytes).map(|p| p as usize);
-                    match peer {
-                        Some(p) if p > 0 && p < self.world && self.peers[p].is_none() => {
-                            self.peers[p] = Some(stream);
-                            joined += 1;
-                        }
-                        _ => {
-                            return Err(Error::BadMessage {
-                                from: peer,
-                                what: "hello (from no rank expected)",
-                            });
-                        }
-                    }
+            if Instant::now() >= deadline {
+                let missing = (1..self.world)
+                    .filter(|&p| self.peers[p].is_none())
+                    .collect();
+                return Err(self.abort(Verdict::NeverJoined(missing), start));
+            }
+            for member in doorman.members_at(&listener, deadline)? {
+                let rank = member.rank;
+                if rank == 0 || rank >= self.world || self.peers[rank].is_some() {
+                    doorman.refuse_member(&member, "a rank the hub does not wait for");
+                    continue;
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    if start.elapsed() > self.timeout {
-                        let missing = (1..self.world)
-                            .filter(|&p| self.peers[p].is_none())
-                            .collect();
-                        return Err(self.abort(Verdict::NeverJoined(missing), start));
-                    }
-                    std::thread::sleep(Duration::from_millis(2));
-                }
-                Err(e) => return Err(os("accept on the hub socket")(e)),
+                self.bound(&member.stream).map_err(os("hub socket"))?;
+                tracing::debug!(rank, pid = member.peer.pid, "a rank joined the group");
+                self.pids[rank] = Some(member.peer.pid);
+                self.peers[rank] = Some(member.stream);
+                joined += 1;
             }
         }
         Ok(())
     }
 
-    /// A spoke's side of `connect`: connects to the hub and says which rank it is.
-    fn join_hub(&mut self, addr: &SocketAddr, start: Instant) -> Result<()> {
+    /// A spoke's side of `connect`: connects to the hub and proves which rank it is, once
+    /// the hub has proved itself a member.
+    fn join_hub(
+        &mut self,
+        addr: &SocketAddr,
+        start: Instant,
+        secret: &Secret,
+        context: Context<'_>,
+    ) -> Result<()> {
         let lost = || Verdict::Lost(0).error(start.elapsed());
         let mut stream = loop {
             match UnixStream::connect_addr(addr) {
@@ -235,12 +272,20 @@ impl UnixBootstrap {
                 Err(_) => return Err(lost()),
             }
         };
+        let deadline = start + self.timeout;
+        let hub = auth::connect_as(&mut stream, secret, &context, self.rank, deadline)
+            .map_err(|refusal| {
+                let (why, peer) = refusal;
+                tracing::warn!(
+                    pid = peer.map(|p| p.pid),
+                    uid = peer.map(|p| p.uid),
+                    why = why.why(),
+                    "the process at the hub's socket is no member: nothing sent to it"
+                );
+                auth::stranger_error("the hub", refusal)
+            })?;
         self.bound(&stream).map_err(os("rank socket"))?;
-        let hello = Shareable {
-            bytes: (self.rank as u64).to_le_bytes().to_vec(),
-            fd: None,
-        };
-        scm::send(&mut stream, Kind::Data, &hello).map_err(|_| lost())?;
+        self.pids[0] = Some(hub.pid);
         self.peers[0] = Some(stream);
         Ok(())
     }
@@ -276,10 +321,19 @@ impl UnixBootstrap {
             Err(_) => DEFAULT_TIMEOUT,
         };
         let max_frame = max_frame_from_env()?;
+        let secret = var(ENV_SECRET)?;
+        let secret = Secret::from_hex(&secret).ok_or_else(|| Error::BadEnv {
+            name: ENV_SECRET,
+            // Not shown: a malformed secret may be a real one cut short.
+            value: Some("<64 hexadecimal digits expected>".to_owned()),
+            expected: "the group's secret, set by bootstrap::unix::spawn for the ranks it \
+                       starts: start ranks with spawn, not by hand",
+        })?;
         let mut this = Self::connect(
             number(ENV_RANK)?,
             number(ENV_WORLD)?,
             &var(ENV_GROUP)?,
+            &secret,
             timeout,
         )?;
         this.set_max_frame_bytes(max_frame);
@@ -341,7 +395,10 @@ impl UnixBootstrap {
                         let verdict = Verdict::TooLarge { rank, bytes, limit };
                         return Err(self.abort(verdict, start));
                     }
-                    Err(RecvError::Io(_)) => return Err(self.abort(Verdict::Lost(rank), start)),
+                    Err(RecvError::Io(error)) => {
+                        tracing::debug!(rank, %error, "a rank's stream to the hub ended");
+                        return Err(self.abort(Verdict::Lost(rank), start));
+                    }
                 }
             }
         }
@@ -372,17 +429,7 @@ impl UnixBootstrap {
             .iter()
             .filter_map(|&r| Some((r, PollFd::new(self.peers[r].as_ref()?, PollFlags::IN))))
             .unzip();
-        // Whole milliseconds, rounded up, as poll(2) takes them.
-        let ms = left.as_micros().div_ceil(1000).min(i32::MAX as u128) as i64;
-        let timeout = Timespec {
-            tv_sec: ms / 1000,
-            tv_nsec: ms % 1000 * 1_000_000,
-        };
-        match rustix::event::poll(&mut fds, Some(&timeout)) {
-            Ok(_) => {}
-            Err(Errno::INTR) => return Ok(Vec::new()),
-            Err(e) => return Err(os("poll of the hub's streams")(e.into())),
-        }
+        auth::poll(&mut fds, left).map_err(os("poll of the hub's streams"))?;
         Ok(polled
             .into_iter()
             .zip(&fds)
@@ -500,6 +547,41 @@ impl Bootstrap for UnixBootstrap {
             let _ = self.abort(Verdict::Lost(lost), Instant::now());
         }
     }
+    /// The hub's record: every spoke's process id as the kernel gave it for the spoke's
+    /// connection. A spoke checks the hub's own entry against its connection too.
+    fn verified_pids(&mut self) -> Result<Vec<Option<u32>>> {
+        let mine = if self.rank == 0 {
+            encode_pids(&self.pids)
+        } else {
+            Vec::new()
+        };
+        let all = self.all_gather(&mine)?;
+        let pids = decode_pids(&all[0], self.world)
+            .filter(|pids| self.rank == 0 || pids[0] == self.pids[0])
+            .ok_or(Error::BadMessage {
+                from: Some(0),
+                what: "roster of the ranks' process ids",
+            })?;
+        Ok(pids)
+    }
+}
+
+/// A roster of process ids, by rank (0: unknown), as little-endian `u32`s.
+fn encode_pids(pids: &[Option<u32>]) -> Vec<u8> {
+    pids.iter()
+        .flat_map(|p| p.unwrap_or(0).to_le_bytes())
+        .collect()
+}
+
+/// The roster in `bytes`, if it names `world` ranks.
+fn decode_pids(bytes: &[u8], world: usize) -> Option<Vec<Option<u32>>> {
+    let (words, rest) = bytes.as_chunks::<4>();
+    (rest.is_empty() && words.len() == world).then(|| {
+        words
+            .iter()
+            .map(|w| Some(u32::from_le_bytes(*w)).filter(|&p| p != 0))
+            .collect()
+    })
 }
 
 /// The rank processes [`spawn`] started, indexed by rank. It owns them, so that none is
@@ -507,9 +589,16 @@ impl Bootstrap for UnixBootstrap {
 /// kills the ranks still running and reaps them all.
 pub struct Ranks {
     children: Vec<Child>,
+    group: String,
 }
 
 impl Ranks {
+    /// The group's socket name (in the abstract namespace, as `symmem-<group>`). It is no
+    /// secret: any process on the machine can list it, and knowing it admits no one.
+    pub fn group(&self) -> &str {
+        &self.group
+    }
+
     /// The processes, by rank: to take their pipes, poll one (`try_wait`) or kill one. A
     /// child reaped through here is not waited for again.
     pub fn children_mut(&mut self) -> &mut [Child] {
@@ -549,30 +638,33 @@ impl Drop for Ranks {
 }
 
 /// Starts `world` processes of `command`, each with the environment
-/// [`UnixBootstrap::from_env`] reads, in a group named after this process and a counter.
-/// `timeout` bounds every wait of the children. If a rank cannot be started, the ranks
-/// started before it are killed and reaped, and the error names the failure.
+/// [`UnixBootstrap::from_env`] reads: a new group with a random name and a new random
+/// [`Secret`], both handed to these children only (in their environment, which only this
+/// user's processes can read). `timeout` bounds every wait of the children. If a rank
+/// cannot be started, the ranks started before it are killed and reaped, and the error
+/// names the failure.
+///
+/// Errors: [`Error::Os`] if the random source or a child's start fails.
 pub fn spawn(command: &mut Command, world: usize, timeout: Duration) -> Result<Ranks> {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static GROUPS: AtomicU64 = AtomicU64::new(0);
-    let group = format!(
-        "{}-{}",
-        std::process::id(),
-        GROUPS.fetch_add(1, Ordering::Relaxed)
-    );
+    // 128 random bits: a name nobody can bind before the hub does.
+    let group = Secret::random()?.to_hex()[..32].to_owned();
+    let secret = Secret::random()?;
     let mut ranks = Ranks {
         children: Vec::with_capacity(world),
+        group,
     };
     for rank in 0..world {
         let child = command
             .env(ENV_RANK, rank.to_string())
             .env(ENV_WORLD, world.to_string())
-            .env(ENV_GROUP, &group)
+            .env(ENV_GROUP, &ranks.group)
+            .env(ENV_SECRET, secret.to_hex())
             .env(ENV_TIMEOUT_MS, timeout.as_millis().to_string())
             .spawn()
             .map_err(os("starting a rank process"))?;
         ranks.children.push(child);
     }
+    tracing::debug!(group = %ranks.group, world, "started the group's rank processes");
     Ok(ranks)
 }
 

@@ -1,0 +1,911 @@
+//! Who may join a group: the handshake every connection to a group's socket passes before
+//! any frame, byte of a contribution or file descriptor crosses it.
+//!
+//! A group has a [`Secret`] (32 bytes from the operating system's random source) that only
+//! its members hold: [`unix::spawn`](super::unix::spawn) hands it to the ranks it starts in
+//! their environment ([`ENV_SECRET`](super::unix::ENV_SECRET)); the MPI bootstrap's rank 0
+//! makes one and broadcasts it over MPI, whose launcher already admits only its job's
+//! ranks. A connection is admitted when both hold:
+//!
+//! 1. **Same user.** The kernel's credentials of the process at the other end
+//!    (`SO_PEERCRED`) name this process's user: a process of another user gets nothing,
+//!    not even a challenge, whichever end it holds.
+//! 2. **Both ends hold the secret, and neither sends it.** The listening end sends a fresh
+//!    random nonce (a [`Challenge`]); the connecting end answers with the rank it claims, a
+//!    nonce of its own and a MAC (keyed BLAKE3, the crate made for keyed hashing) over both
+//!    nonces, the rank, the world size and the group's name (an [`Answer`]); the listening
+//!    end checks it, in constant time, and answers with a MAC of its own over the same
+//!    (a [`Proof`]), which the connecting end checks before it sends anything else. A
+//!    recorded answer is worth nothing against another nonce, and a squatter on a group's
+//!    name learns nothing it could replay.
+//!
+//! Every message of the handshake has a fixed length, and the whole handshake one deadline
+//! (not one per read): a peer that trickles a byte at a time cannot hold a rank past it.
+//! A listener ([`Doorman`]) runs the handshakes of all its pending connections at once,
+//! so a silent or slow stranger never delays a member; every refusal is a tracing `warn`
+//! naming the process (pid, uid) and why.
+
+use crate::error::{Error, Result};
+use rustix::event::{PollFd, PollFlags, Timespec};
+use std::fmt;
+use std::io::{self, Read, Write};
+use std::os::fd::AsFd;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::time::{Duration, Instant};
+
+/// Bytes of a group's secret.
+pub const SECRET_BYTES: usize = 32;
+
+/// Bytes of a handshake nonce.
+const NONCE_BYTES: usize = 16;
+
+/// Bytes of a MAC (BLAKE3's output).
+const MAC_BYTES: usize = 32;
+
+/// The connections a [`Doorman`] handshakes with at once; an older one is dropped for a
+/// newer beyond that (so strangers cannot exhaust this process's descriptors).
+const MAX_PENDING: usize = 64;
+
+/// What every message of the handshake starts with: the protocol and its version, and the
+/// message's letter.
+const MAGIC: [u8; 7] = *b"symmem1";
+
+/// A group's shared secret: members hold it, strangers do not. Its `Debug` shows no byte
+/// of it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret([u8; SECRET_BYTES]);
+
+impl Secret {
+    /// A new secret from the operating system's random source (`getrandom(2)`).
+    ///
+    /// Errors: [`Error::Os`] if the kernel has no random source to give.
+    pub fn random() -> Result<Self> {
+        Ok(Self(random_bytes()?))
+    }
+
+    /// The secret of these bytes (a launcher that made them itself).
+    pub fn from_bytes(bytes: [u8; SECRET_BYTES]) -> Self {
+        Self(bytes)
+    }
+
+    /// The secret as 64 lower-case hexadecimal digits, as [`spawn`](super::unix::spawn)
+    /// passes it to its ranks.
+    pub fn to_hex(&self) -> String {
+        self.0.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// The secret written by [`to_hex`](Self::to_hex); `None` for anything else.
+    pub fn from_hex(hex: &str) -> Option<Self> {
+        let digits = hex.as_bytes();
+        if digits.len() != 2 * SECRET_BYTES {
+            return None;
+        }
+        let mut out = [0u8; SECRET_BYTES];
+        for (byte, pair) in out.iter_mut().zip(digits.chunks_exact(2)) {
+            let pair = std::str::from_utf8(pair).ok()?;
+            *byte = u8::from_str_radix(pair, 16).ok()?;
+        }
+        Some(Self(out))
+    }
+
+    /// The MAC that `role` of a handshake sends, over everything both ends must agree on.
+    fn mac(&self, role: Role, context: &Context<'_>, nonces: &Nonces, rank: u64) -> blake3::Hash {
+        let mut hasher = blake3::Hasher::new_keyed(&self.0);
+        hasher
+            .update(role.tag())
+            .update(&(context.group.len() as u64).to_le_bytes())
+            .update(context.group)
+            .update(&(context.world as u64).to_le_bytes())
+            .update(&nonces.listener)
+            .update(&nonces.connector)
+            .update(&rank.to_le_bytes());
+        hasher.finalize()
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(..)")
+    }
+}
+
+/// `N` bytes from the operating system's random source.
+pub(crate) fn random_bytes<const N: usize>() -> Result<[u8; N]> {
+    let mut out = [0u8; N];
+    let mut filled = 0;
+    while filled < N {
+        match rustix::rand::getrandom(&mut out[filled..], rustix::rand::GetRandomFlags::empty())
+        {
+            Ok(n) => filled += n,
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => {
+                return Err(Error::Os {
+                    what: "getrandom (a group's secret or a handshake nonce)",
+                    source: e.into(),
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// What a handshake is about: the group's name and its size. Both ends must agree on it,
+/// or the MACs differ.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Context<'a> {
+    /// The group's socket name (or the MPI job's), as bytes.
+    pub group: &'a [u8],
+    /// The number of ranks.
+    pub world: usize,
+}
+
+/// Which end of a handshake a MAC comes from.
+#[derive(Clone, Copy)]
+enum Role {
+    Connector,
+    Listener,
+}
+
+impl Role {
+    fn tag(self) -> &'static [u8] {
+        match self {
+            Role::Connector => b"symmem handshake v1: connector",
+            Role::Listener => b"symmem handshake v1: listener",
+        }
+    }
+}
+
+/// Both ends' nonces.
+struct Nonces {
+    listener: [u8; NONCE_BYTES],
+    connector: [u8; NONCE_BYTES],
+}
+
+/// The kernel's word on the process at the other end of a socket (`SO_PEERCRED`: its
+/// credentials when it connected or listened).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Peer {
+    /// Its process id (in this process's PID namespace; 0 if it is in none of ours).
+    pub pid: u32,
+    /// Its user id.
+    pub uid: u32,
+}
+
+impl fmt::Display for Peer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "pid {} uid {}", self.pid, self.uid)
+    }
+}
+
+/// The process at the other end of `stream`.
+pub(crate) fn peer_of(stream: &impl AsFd) -> io::Result<Peer> {
+    let cred = rustix::net::sockopt::socket_peercred(stream)?;
+    Ok(Peer {
+        pid: cred.pid.as_raw_nonzero().get() as u32,
+        uid: cred.uid.as_raw(),
+    })
+}
+
+/// This process's user.
+fn my_uid() -> u32 {
+    rustix::process::getuid().as_raw()
+}
+
+/// Why a handshake failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// The process at the other end runs as another user.
+    OtherUser,
+    /// A message that is not the handshake's (another protocol, garbage, a version of
+    /// symmem that speaks another handshake).
+    Malformed,
+    /// A MAC that does not match: the other end does not hold this group's secret (or is
+    /// of another group, or claims another world size).
+    BadProof,
+    /// The other end sent too little before the deadline, or closed.
+    Silent,
+    /// The credentials could not be read, or the socket failed.
+    Io,
+    /// A member, but not the process its launcher named for the rank it proved (the MPI
+    /// bootstrap's check; the UNIX-socket hub names the processes itself).
+    #[cfg_attr(not(feature = "mpi"), allow(dead_code))]
+    NotTheRank,
+}
+
+impl Refusal {
+    /// Why, in words, for logs and errors.
+    pub(crate) fn why(self) -> &'static str {
+        match self {
+            Refusal::OtherUser => "it runs as another user",
+            Refusal::Malformed => "it did not speak symmem's handshake",
+            Refusal::BadProof => "it does not hold the group's secret",
+            Refusal::Silent => {
+                "it closed or went silent during the handshake (it may refuse this rank's secret)"
+            }
+            Refusal::Io => "its socket failed",
+            Refusal::NotTheRank => "it is not the process the launcher named for its rank",
+        }
+    }
+}
+
+/// The listener's first message: a fresh nonce.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Challenge {
+    nonce: [u8; NONCE_BYTES],
+}
+
+impl Challenge {
+    const BYTES: usize = 8 + NONCE_BYTES;
+
+    fn encode(&self) -> [u8; Self::BYTES] {
+        let mut out = [0u8; Self::BYTES];
+        out[..7].copy_from_slice(&MAGIC);
+        out[7] = b'C';
+        out[8..].copy_from_slice(&self.nonce);
+        out
+    }
+
+    /// The challenge in `bytes`; `None` for anything else.
+    fn decode(bytes: &[u8]) -> Option<Self> {
+        let bytes: &[u8; Self::BYTES] = bytes.try_into().ok()?;
+        let (head, nonce) = bytes.split_first_chunk::<8>()?;
+        (head[..7] == MAGIC && head[7] == b'C').then(|| Self {
+            nonce: nonce.try_into().expect("the rest is a nonce"),
+        })
+    }
+}
+
+/// The connector's answer: the rank it claims, its nonce and its MAC.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Answer {
+    rank: u64,
+    nonce: [u8; NONCE_BYTES],
+    mac: [u8; MAC_BYTES],
+}
+
+impl Answer {
+    const BYTES: usize = 8 + 8 + NONCE_BYTES + MAC_BYTES;
+
+    fn encode(&self) -> [u8; Self::BYTES] {
+        let mut out = [0u8; Self::BYTES];
+        out[..7].copy_from_slice(&MAGIC);
+        out[7] = b'A';
+        out[8..16].copy_from_slice(&self.rank.to_le_bytes());
+        out[16..16 + NONCE_BYTES].copy_from_slice(&self.nonce);
+        out[16 + NONCE_BYTES..].copy_from_slice(&self.mac);
+        out
+    }
+
+    /// The answer in `bytes`; `None` for anything else.
+    fn decode(bytes: &[u8]) -> Option<Self> {
+        let bytes: &[u8; Self::BYTES] = bytes.try_into().ok()?;
+        if bytes[..7] != MAGIC || bytes[7] != b'A' {
+            return None;
+        }
+        Some(Self {
+            rank: u64::from_le_bytes(bytes[8..16].try_into().ok()?),
+            nonce: bytes[16..16 + NONCE_BYTES].try_into().ok()?,
+            mac: bytes[16 + NONCE_BYTES..].try_into().ok()?,
+        })
+    }
+}
+
+/// The listener's last message: its MAC.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Proof {
+    mac: [u8; MAC_BYTES],
+}
+
+impl Proof {
+    const BYTES: usize = 8 + MAC_BYTES;
+
+    fn encode(&self) -> [u8; Self::BYTES] {
+        let mut out = [0u8; Self::BYTES];
+        out[..7].copy_from_slice(&MAGIC);
+        out[7] = b'P';
+        out[8..].copy_from_slice(&self.mac);
+        out
+    }
+
+    /// The proof in `bytes`; `None` for anything else.
+    fn decode(bytes: &[u8]) -> Option<Self> {
+        let bytes: &[u8; Self::BYTES] = bytes.try_into().ok()?;
+        (bytes[..7] == MAGIC && bytes[7] == b'P').then(|| Self {
+            mac: bytes[8..].try_into().expect("the rest is a MAC"),
+        })
+    }
+}
+
+/// Reads exactly `buf.len()` bytes from `stream` before `deadline` (one deadline for all
+/// of them, however they trickle in).
+fn read_by(stream: &mut UnixStream, buf: &mut [u8], deadline: Instant) -> Result<(), Refusal> {
+    let mut got = 0;
+    while got < buf.len() {
+        let left = deadline
+            .checked_duration_since(Instant::now())
+            .filter(|d| !d.is_zero())
+            .ok_or(Refusal::Silent)?;
+        if !wait_readable(stream, left).map_err(|_| Refusal::Io)? {
+            return Err(Refusal::Silent);
+        }
+        match stream.read(&mut buf[got..]) {
+            Ok(0) => return Err(Refusal::Silent),
+            Ok(n) => got += n,
+            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => {}
+            Err(_) => return Err(Refusal::Io),
+        }
+    }
+    Ok(())
+}
+
+/// Whether `fd` became readable (data or its end) within `left`.
+fn wait_readable(fd: &impl AsFd, left: Duration) -> io::Result<bool> {
+    let mut fds = [PollFd::new(fd, PollFlags::IN)];
+    poll(&mut fds, left)?;
+    Ok(!fds[0].revents().is_empty())
+}
+
+/// Waits at most `left` (whole milliseconds, rounded up, as poll(2) takes them) until one
+/// of `fds` is ready; an interrupted wait returns early with none ready.
+pub(crate) fn poll(fds: &mut [PollFd<'_>], left: Duration) -> io::Result<()> {
+    let ms = left.as_micros().div_ceil(1000).min(i32::MAX as u128) as i64;
+    let timeout = Timespec {
+        tv_sec: ms / 1000,
+        tv_nsec: ms % 1000 * 1_000_000,
+    };
+    match rustix::event::poll(fds, Some(&timeout)) {
+        Ok(_) | Err(rustix::io::Errno::INTR) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The connecting end's handshake over `stream`, a connection to the socket of group
+/// `group` (of `world` ranks), as rank `rank`, finished by `deadline`: what
+/// [`UnixBootstrap::connect`](super::unix::UnixBootstrap::connect) does before it sends
+/// anything, for a program that speaks to a group's socket itself. Returns the
+/// listener's credentials once it has proved that it holds `secret`; by then nothing but
+/// this end's answer (no secret) has crossed the socket.
+///
+/// Errors: [`Error::StrangerRefused`] naming the listener's process and why (another
+/// user, no proof of the secret, silence past `deadline`).
+pub fn join(
+    stream: &mut UnixStream,
+    secret: &Secret,
+    group: &str,
+    world: usize,
+    rank: usize,
+    deadline: Instant,
+) -> Result<Peer> {
+    let context = Context {
+        group: group.as_bytes(),
+        world,
+    };
+    connect_as(stream, secret, &context, rank, deadline)
+        .map_err(|refusal| stranger_error("the listener", refusal))
+}
+
+/// The listening end's handshake with one connection, `stream`, to the socket of group
+/// `group` (of `world` ranks), finished by `deadline`: what a hub does with each
+/// connection (all of them at once), for a program that listens on a group's socket
+/// itself. Returns the member: the rank it proved, the connection and its process's
+/// credentials; a connection that fails is sent nothing more, and is logged.
+///
+/// Errors: [`Error::StrangerRefused`] naming the connecting process and why.
+pub fn admit(
+    stream: UnixStream,
+    secret: &Secret,
+    group: &str,
+    world: usize,
+    deadline: Instant,
+) -> Result<Admitted> {
+    let context = Context {
+        group: group.as_bytes(),
+        world,
+    };
+    let peer = peer_of(&stream).ok();
+    let refused = |why: Refusal| stranger_error("the connecting process", (why, peer));
+    let doorman = Doorman::new(secret, context, Duration::ZERO);
+    let mut pending = {
+        let mut doorman = doorman;
+        doorman.arrive(stream);
+        match doorman.pending.pop() {
+            Some(p) => (doorman, p),
+            // `arrive` refused it (and logged why): another user, or its socket failed.
+            None => {
+                return Err(refused(match peer {
+                    Some(p) if p.uid != my_uid() => Refusal::OtherUser,
+                    _ => Refusal::Io,
+                }));
+            }
+        }
+    };
+    let (doorman, p) = (&pending.0, &mut pending.1);
+    let why = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break Refusal::Silent;
+        }
+        match wait_readable(&p.stream, left) {
+            Ok(false) => continue,
+            Ok(true) => {}
+            Err(_) => break Refusal::Io,
+        }
+        match doorman.read_answer(p) {
+            Ok(None) => {}
+            Ok(Some(member)) => return Ok(member),
+            Err(why) => break why,
+        }
+    };
+    doorman.refuse(Some(p.peer), why);
+    Err(refused(why))
+}
+
+/// The connecting end's handshake, as rank `rank` of `context`'s group, finished by
+/// `deadline`: checks the listener's user, answers its challenge and checks its proof.
+/// Returns the listener's credentials once it has proved that it holds `secret`; nothing
+/// but the answer has crossed the socket by then.
+pub(crate) fn connect_as(
+    stream: &mut UnixStream,
+    secret: &Secret,
+    context: &Context<'_>,
+    rank: usize,
+    deadline: Instant,
+) -> std::result::Result<Peer, (Refusal, Option<Peer>)> {
+    let peer = peer_of(stream).map_err(|_| (Refusal::Io, None))?;
+    if peer.uid != my_uid() {
+        return Err((Refusal::OtherUser, Some(peer)));
+    }
+    let fail = |r| (r, Some(peer));
+    let mut challenge = [0u8; Challenge::BYTES];
+    read_by(stream, &mut challenge, deadline).map_err(fail)?;
+    let challenge = Challenge::decode(&challenge).ok_or(fail(Refusal::Malformed))?;
+    let nonces = Nonces {
+        listener: challenge.nonce,
+        connector: random_bytes().map_err(|_| fail(Refusal::Io))?,
+    };
+    let rank = rank as u64;
+    let answer = Answer {
+        rank,
+        nonce: nonces.connector,
+        mac: *secret
+            .mac(Role::Connector, context, &nonces, rank)
+            .as_bytes(),
+    };
+    stream
+        .write_all(&answer.encode())
+        .map_err(|_| fail(Refusal::Io))?;
+    let mut proof = [0u8; Proof::BYTES];
+    read_by(stream, &mut proof, deadline).map_err(fail)?;
+    let proof = Proof::decode(&proof).ok_or(fail(Refusal::Malformed))?;
+    // `Hash`'s equality is constant-time.
+    if secret.mac(Role::Listener, context, &nonces, rank) != blake3::Hash::from(proof.mac) {
+        return Err(fail(Refusal::BadProof));
+    }
+    Ok(peer)
+}
+
+/// A connection a [`Doorman`] handshakes with.
+struct Pending {
+    stream: UnixStream,
+    peer: Peer,
+    nonce: [u8; NONCE_BYTES],
+    /// The answer's bytes so far.
+    got: Vec<u8>,
+    deadline: Instant,
+}
+
+/// A member admitted through the handshake: the rank it proved, its connection (in
+/// blocking mode) and its credentials.
+#[derive(Debug)]
+pub struct Admitted {
+    /// The rank its answer claims (the caller checks that it is one it waits for).
+    pub rank: usize,
+    /// The connection, in blocking mode.
+    pub stream: UnixStream,
+    /// The kernel's credentials of the member's process.
+    pub peer: Peer,
+}
+
+/// The listening end's handshakes, every pending connection's at once.
+pub(crate) struct Doorman<'a> {
+    secret: &'a Secret,
+    context: Context<'a>,
+    /// How long a connection has for its whole handshake.
+    limit: Duration,
+    pending: Vec<Pending>,
+}
+
+impl<'a> Doorman<'a> {
+    /// A doorman for `context`'s group that admits holders of `secret`, each within
+    /// `limit` of its arrival.
+    pub(crate) fn new(secret: &'a Secret, context: Context<'a>, limit: Duration) -> Self {
+        Self {
+            secret,
+            context,
+            limit,
+            pending: Vec::new(),
+        }
+    }
+
+    /// Logs and counts a refused connection (dropping it closes it).
+    fn refuse(&self, peer: Option<Peer>, why: Refusal) {
+        match peer {
+            Some(p) => tracing::warn!(
+                group = %String::from_utf8_lossy(self.context.group),
+                pid = p.pid,
+                uid = p.uid,
+                why = why.why(),
+                "refused a connection to the group's socket"
+            ),
+            None => tracing::warn!(
+                group = %String::from_utf8_lossy(self.context.group),
+                why = why.why(),
+                "refused a connection to the group's socket (its credentials unreadable)"
+            ),
+        }
+    }
+
+    /// Starts the handshake of a connection just accepted: a process of another user is
+    /// refused at once; any other is sent a challenge.
+    pub(crate) fn arrive(&mut self, stream: UnixStream) {
+        let Ok(peer) = peer_of(&stream) else {
+            return self.refuse(None, Refusal::Io);
+        };
+        if peer.uid != my_uid() {
+            return self.refuse(Some(peer), Refusal::OtherUser);
+        }
+        let Ok(nonce) = random_bytes() else {
+            return self.refuse(Some(peer), Refusal::Io);
+        };
+        // A fresh socket's buffer takes the challenge whole without blocking.
+        let sent = stream
+            .set_nonblocking(true)
+            .and_then(|()| (&stream).write_all(&Challenge { nonce }.encode()));
+        if sent.is_err() {
+            return self.refuse(Some(peer), Refusal::Io);
+        }
+        if self.pending.len() == MAX_PENDING {
+            let oldest = self.pending.remove(0);
+            self.refuse(Some(oldest.peer), Refusal::Silent);
+        }
+        self.pending.push(Pending {
+            stream,
+            peer,
+            nonce,
+            got: Vec::with_capacity(Answer::BYTES),
+            deadline: Instant::now() + self.limit,
+        });
+    }
+
+    /// Accepts every connection waiting on `listener` (non-blocking), then waits until a
+    /// connection is waiting or a pending one has sent something, at most until `until`
+    /// or the next handshake's deadline, and moves every handshake on
+    /// ([`progress`](Self::progress)). Returns the members admitted meanwhile (often none).
+    ///
+    /// Errors: [`Error::Os`] where accepting or polling fails.
+    pub(crate) fn members_at(
+        &mut self,
+        listener: &UnixListener,
+        until: Instant,
+    ) -> Result<Vec<Admitted>> {
+        let os = |what| move |source| Error::Os { what, source };
+        loop {
+            match listener.accept() {
+                Ok((stream, _)) => self.arrive(stream),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(os("accept on a group's socket")(e)),
+            }
+        }
+        let until = self
+            .pending
+            .iter()
+            .map(|p| p.deadline)
+            .fold(until, Instant::min);
+        let readable = {
+            let mut fds = vec![PollFd::new(listener, PollFlags::IN)];
+            fds.extend(
+                self.pending
+                    .iter()
+                    .map(|p| PollFd::new(&p.stream, PollFlags::IN)),
+            );
+            poll(&mut fds, until.saturating_duration_since(Instant::now()))
+                .map_err(os("poll of a group's socket"))?;
+            fds[1..]
+                .iter()
+                .map(|fd| !fd.revents().is_empty())
+                .collect::<Vec<_>>()
+        };
+        Ok(self.progress(&readable))
+    }
+
+    /// Reads what the pending connections that `readable` (one flag each, in order)
+    /// marks have sent, finishes each handshake whose answer is whole, refuses those that
+    /// failed or are past their deadline, and returns the members admitted.
+    fn progress(&mut self, readable: &[bool]) -> Vec<Admitted> {
+        let now = Instant::now();
+        let mut admitted = Vec::new();
+        let mut keep = Vec::with_capacity(self.pending.len());
+        let pending = std::mem::take(&mut self.pending);
+        for (i, mut p) in pending.into_iter().enumerate() {
+            if readable.get(i).copied().unwrap_or(false) {
+                match self.read_answer(&mut p) {
+                    Ok(None) => {}
+                    Ok(Some(member)) => {
+                        admitted.push(member);
+                        continue;
+                    }
+                    Err(why) => {
+                        self.refuse(Some(p.peer), why);
+                        continue;
+                    }
+                }
+            }
+            if now >= p.deadline {
+                self.refuse(Some(p.peer), Refusal::Silent);
+                continue;
+            }
+            keep.push(p);
+        }
+        self.pending = keep;
+        admitted
+    }
+
+    /// Reads what `p` has sent; once its answer is whole, checks it and sends the proof.
+    fn read_answer(&self, p: &mut Pending) -> std::result::Result<Option<Admitted>, Refusal> {
+        let mut buf = [0u8; Answer::BYTES];
+        let want = Answer::BYTES - p.got.len();
+        match (&p.stream).read(&mut buf[..want]) {
+            Ok(0) => return Err(Refusal::Silent),
+            Ok(n) => p.got.extend_from_slice(&buf[..n]),
+            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => {
+                return Ok(None);
+            }
+            Err(_) => return Err(Refusal::Io),
+        }
+        if p.got.len() < Answer::BYTES {
+            return Ok(None);
+        }
+        let answer = Answer::decode(&p.got).ok_or(Refusal::Malformed)?;
+        let nonces = Nonces {
+            listener: p.nonce,
+            connector: answer.nonce,
+        };
+        let expected = self
+            .secret
+            .mac(Role::Connector, &self.context, &nonces, answer.rank);
+        // `Hash`'s equality is constant-time.
+        if expected != blake3::Hash::from(answer.mac) {
+            return Err(Refusal::BadProof);
+        }
+        let rank = usize::try_from(answer.rank).map_err(|_| Refusal::Malformed)?;
+        let proof = Proof {
+            mac: *self
+                .secret
+                .mac(Role::Listener, &self.context, &nonces, answer.rank)
+                .as_bytes(),
+        };
+        // The connector waits for the proof without sending: the buffer takes it whole.
+        (&p.stream)
+            .write_all(&proof.encode())
+            .map_err(|_| Refusal::Io)?;
+        let stream = p.stream.try_clone().map_err(|_| Refusal::Io)?;
+        stream.set_nonblocking(false).map_err(|_| Refusal::Io)?;
+        Ok(Some(Admitted {
+            rank,
+            stream,
+            peer: p.peer,
+        }))
+    }
+
+    /// Records that a member it admitted is refused after all (a rank the caller does not
+    /// wait for, or one that joined already).
+    pub(crate) fn refuse_member(&self, member: &Admitted, why: &'static str) {
+        tracing::warn!(
+            group = %String::from_utf8_lossy(self.context.group),
+            pid = member.peer.pid,
+            uid = member.peer.uid,
+            rank = member.rank,
+            why,
+            "refused a member's connection"
+        );
+    }
+}
+
+/// The error a connecting rank returns when the listener it reached is no member.
+pub(crate) fn stranger_error(what: &'static str, (why, peer): (Refusal, Option<Peer>)) -> Error {
+    Error::StrangerRefused {
+        what,
+        pid: peer.map(|p| p.pid),
+        uid: peer.map(|p| p.uid),
+        why: why.why(),
+    }
+}
+
+/// Decodes `bytes` as each handshake message, checking that one that decodes re-encodes to
+/// the very bytes it came from, and that a listener refuses an answer made with another
+/// secret. The oracle of the property tests below and of the `bootstrap` fuzz target.
+///
+/// # Panics
+/// Where a decoder breaks that.
+#[cfg(any(test, fuzzing))]
+pub(crate) fn check_handshake(bytes: &[u8]) {
+    if let Some(c) = Challenge::decode(bytes) {
+        assert_eq!(&c.encode()[..], bytes);
+    }
+    if let Some(a) = Answer::decode(bytes) {
+        assert_eq!(&a.encode()[..], bytes);
+        // An answer made without the secret (these bytes) does not pass a MAC check with
+        // another secret, except by a 2^-256 chance.
+        let secret = Secret([7; SECRET_BYTES]);
+        let context = Context {
+            group: b"fuzz",
+            world: 2,
+        };
+        let nonces = Nonces {
+            listener: [0; NONCE_BYTES],
+            connector: a.nonce,
+        };
+        assert_ne!(
+            secret.mac(Role::Connector, &context, &nonces, a.rank),
+            blake3::Hash::from(a.mac)
+        );
+    }
+    if let Some(p) = Proof::decode(bytes) {
+        assert_eq!(&p.encode()[..], bytes);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bad_bytes::bytes_near;
+    use proptest::collection::vec;
+    use proptest::prelude::*;
+
+    fn messages() -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            any::<[u8; NONCE_BYTES]>().prop_map(|nonce| Challenge { nonce }.encode().to_vec()),
+            (any::<u64>(), any::<[u8; NONCE_BYTES]>(), vec(any::<u8>(), MAC_BYTES)).prop_map(
+                |(rank, nonce, mac)| Answer {
+                    rank,
+                    nonce,
+                    mac: mac.try_into().unwrap(),
+                }
+                .encode()
+                .to_vec()
+            ),
+            vec(any::<u8>(), MAC_BYTES).prop_map(|mac| Proof {
+                mac: mac.try_into().unwrap()
+            }
+            .encode()
+            .to_vec()),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn any_bytes_are_a_handshake_message_or_none(bytes in bytes_near(messages())) {
+            check_handshake(&bytes);
+        }
+
+        #[test]
+        fn secrets_round_trip_through_hex(bytes in any::<[u8; SECRET_BYTES]>()) {
+            let secret = Secret::from_bytes(bytes);
+            prop_assert_eq!(Secret::from_hex(&secret.to_hex()), Some(secret));
+        }
+    }
+
+    #[test]
+    fn a_secret_shows_no_byte_and_bad_hex_is_none() {
+        let secret = Secret::random().unwrap();
+        assert_eq!(format!("{secret:?}"), "Secret(..)");
+        assert_ne!(secret, Secret::random().unwrap());
+        assert!(Secret::from_hex("00").is_none());
+        assert!(Secret::from_hex(&"g".repeat(64)).is_none());
+    }
+
+    /// Runs a listener (a doorman over one socket pair) against a connector with
+    /// `connector_secret` claiming `rank`; returns what each end concluded.
+    fn handshake(
+        connector_secret: &Secret,
+        rank: usize,
+    ) -> (Option<usize>, std::result::Result<Peer, Refusal>) {
+        let secret = Secret::from_bytes([1; SECRET_BYTES]);
+        let context = Context {
+            group: b"test",
+            world: 4,
+        };
+        let (listener_end, mut connector_end) = UnixStream::pair().unwrap();
+        let connector = {
+            let secret = connector_secret.clone();
+            std::thread::spawn(move || {
+                let deadline = Instant::now() + Duration::from_secs(5);
+                connect_as(&mut connector_end, &secret, &context, rank, deadline)
+                    .map_err(|(r, _)| r)
+            })
+        };
+        let mut doorman = Doorman::new(&secret, context, Duration::from_secs(5));
+        doorman.arrive(listener_end);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut admitted = None;
+        while doorman.pending.len() == 1 && Instant::now() < deadline {
+            let ready = wait_readable(&doorman.pending[0].stream, Duration::from_millis(50))
+                .unwrap();
+            admitted = doorman.progress(&[ready]).pop().map(|m| m.rank);
+        }
+        (admitted, connector.join().unwrap())
+    }
+
+    #[test]
+    fn members_are_admitted_with_their_rank_and_strangers_refused_both_ways() {
+        let secret = Secret::from_bytes([1; SECRET_BYTES]);
+        let (admitted, connector) = handshake(&secret, 3);
+        assert_eq!(admitted, Some(3));
+        assert_eq!(connector.map(|p| p.pid), Ok(std::process::id()));
+        // A connector without the secret is refused, and learns nothing: the listener
+        // sends it no proof, so it sees the listener go silent.
+        let stranger = Secret::from_bytes([2; SECRET_BYTES]);
+        let (admitted, connector) = handshake(&stranger, 1);
+        assert_eq!((admitted, connector), (None, Err(Refusal::Silent)));
+    }
+
+    #[test]
+    fn a_listener_without_the_secret_gets_no_more_than_the_answer() {
+        let secret = Secret::from_bytes([1; SECRET_BYTES]);
+        let context = Context {
+            group: b"test",
+            world: 2,
+        };
+        let (mut squatter, mut connector_end) = UnixStream::pair().unwrap();
+        let connector = std::thread::spawn(move || {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            connect_as(&mut connector_end, &secret, &context, 1, deadline).map_err(|(r, _)| r)
+        });
+        // The squatter challenges and, without the secret, proves with garbage.
+        squatter
+            .write_all(&Challenge { nonce: [9; NONCE_BYTES] }.encode())
+            .unwrap();
+        let mut answer = [0u8; Answer::BYTES];
+        squatter.read_exact(&mut answer).unwrap();
+        squatter
+            .write_all(&Proof { mac: [5; MAC_BYTES] }.encode())
+            .unwrap();
+        assert_eq!(connector.join().unwrap(), Err(Refusal::BadProof));
+        // What the squatter received: the answer alone, whose MAC is useless under
+        // another nonce; nothing follows it.
+        squatter.set_nonblocking(true).unwrap();
+        let mut rest = Vec::new();
+        let _ = squatter.read_to_end(&mut rest);
+        assert_eq!(rest, b"");
+    }
+
+    #[test]
+    fn a_trickle_is_cut_at_one_deadline_for_the_whole_handshake() {
+        let secret = Secret::from_bytes([1; SECRET_BYTES]);
+        let context = Context {
+            group: b"test",
+            world: 2,
+        };
+        let (mut slow, mut connector_end) = UnixStream::pair().unwrap();
+        let trickle = std::thread::spawn(move || {
+            // One byte every 100 ms: each read would be "on time"; the whole is not.
+            let challenge = Challenge { nonce: [1; NONCE_BYTES] }.encode();
+            for b in challenge {
+                if slow.write_all(&[b]).is_err() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        });
+        let start = Instant::now();
+        let deadline = start + Duration::from_millis(500);
+        let got = connect_as(&mut connector_end, &secret, &context, 1, deadline);
+        assert!(matches!(got, Err((Refusal::Silent, Some(_)))), "{got:?}");
+        assert!(start.elapsed() < Duration::from_secs(1));
+        drop(connector_end);
+        trickle.join().unwrap();
+    }
+}
