@@ -25,6 +25,15 @@
 //!   the world: reads, writes and waits that do not need the departed rank go on. Its
 //!   process ending afterwards is not a loss.
 //!
+//! **Who is believed.** A peer's process is watched only where the pid it gives in its
+//! identity is the one its bootstrap verified for its rank
+//! ([`Bootstrap::verified_pids`]: the kernel's credentials of its connection, or what MPI
+//! carried). A departure notice names the rank it comes from, and the kernel stamps it
+//! with the sending process's credentials (`SO_PASSCRED`): a notice is believed only from
+//! the process verified for the rank it names, so a process holding one rank's sending
+//! end (any member holds every peer's) cannot announce another rank's departure or loss.
+//! Ranks that are threads of one process share its pid and trust each other.
+//!
 //! Peers on other machines or in other PID namespaces are not watched: their loss is
 //! seen by the bootstrap at the next host collective (which also sets the abort word),
 //! and a device wait on them is bounded by the deadline.
@@ -38,7 +47,10 @@ use crate::control::{AbortWord, Departures};
 use crate::error::{Error, Result};
 use rustix::event::{PollFd, PollFlags};
 use rustix::io::Errno;
-use rustix::net::{AddressFamily, RecvFlags, SendFlags, SocketFlags, SocketType};
+use rustix::net::{
+    AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendFlags, SocketFlags,
+    SocketType,
+};
 use rustix::process::{Pid, PidfdFlags};
 use std::io::Read;
 use std::os::fd::OwnedFd;
@@ -106,6 +118,38 @@ pub(crate) fn check_identity(bytes: &[u8]) {
     if let Some(identity) = Identity::decode(bytes) {
         assert_eq!(Identity::encode(Some(&identity)), bytes);
     }
+}
+
+/// A departure socket pair (receiving end, sending end): datagrams, and the kernel's
+/// credentials of each one's sender delivered with it (`SO_PASSCRED` on the receiving end).
+fn departure_socket() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let (notices, sender) = rustix::net::socketpair(
+        AddressFamily::UNIX,
+        SocketType::DGRAM,
+        SocketFlags::CLOEXEC,
+        None,
+    )?;
+    rustix::net::sockopt::set_socket_passcred(&notices, true)?;
+    Ok((notices, sender))
+}
+
+/// The next notice on `notices` and the pid of the process that sent it (`None` where the
+/// kernel gave no credentials); `None` when none is waiting.
+fn next_notice(notices: &OwnedFd, buf: &mut [u8]) -> Option<(usize, Option<u32>)> {
+    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmCredentials(1))];
+    let mut control = RecvAncillaryBuffer::new(&mut space);
+    let got = rustix::net::recvmsg(
+        notices,
+        &mut [std::io::IoSliceMut::new(buf)],
+        &mut control,
+        RecvFlags::DONTWAIT,
+    )
+    .ok()?;
+    let pid = control.drain().find_map(|message| match message {
+        RecvAncillaryMessage::ScmCredentials(cred) => Some(cred.pid.as_raw_nonzero().get() as u32),
+        _ => None,
+    });
+    Some((got.bytes, pid))
 }
 
 /// A pidfd of process `pid`, or `None` if the kernel has none (before Linux 5.3) or the
@@ -208,15 +252,10 @@ impl Watchdog {
             return Ok(None);
         }
         let me = Identity::of_this_process();
-        let (notices, sender) = rustix::net::socketpair(
-            AddressFamily::UNIX,
-            SocketType::DGRAM,
-            SocketFlags::CLOEXEC,
-            None,
-        )
-        .map_err(|e| Error::Os {
+        let verified = bootstrap.verified_pids()?;
+        let (notices, sender) = departure_socket().map_err(|e| Error::Os {
             what: "departure socket pair",
-            source: e.into(),
+            source: e,
         })?;
         let all = bootstrap.all_gather_shareable(Shareable {
             bytes: Identity::encode(me.as_ref()),
@@ -235,6 +274,16 @@ impl Watchdog {
             if let (Some(me), Some(identity)) = (&me, identity) {
                 let same_machine =
                     identity.machine == me.machine && identity.namespace == me.namespace;
+                if same_machine && verified[peer] != Some(identity.pid) {
+                    tracing::warn!(
+                        peer,
+                        claimed = identity.pid,
+                        verified = verified[peer],
+                        "a peer's identity names a process its bootstrap did not verify: \
+                         it is not watched, and its departure notices are not believed"
+                    );
+                    continue;
+                }
                 if same_machine && identity.pid != me.pid {
                     watched.extend(pidfd(identity.pid).map(|fd| (peer, fd)));
                 }
@@ -247,7 +296,7 @@ impl Watchdog {
         })?;
         let thread = std::thread::Builder::new()
             .name("symmem-watchdog".into())
-            .spawn(move || watch(wake, &notices, watched, world, abort, departures))
+            .spawn(move || watch(wake, &notices, &verified, watched, abort, departures))
             .map_err(|source| Error::Os {
                 what: "watchdog thread",
                 source,
@@ -291,15 +340,18 @@ impl Drop for Watchdog {
 /// The watchdog thread: waits until `wake` closes (the world stops it) or one of the
 /// `watched` processes ends or a peer's notice says it was lost (its rank goes to
 /// `abort`, and the thread returns). A peer's notice that it left sets its bit in
-/// `departures`, and its process is no longer watched (it may now end).
+/// `departures`, and its process is no longer watched (it may now end). A notice is
+/// believed only from the process `senders` names for the rank it names (by rank, the
+/// world's verified pids); any other is logged and ignored.
 fn watch(
     wake: UnixStream,
     notices: &OwnedFd,
+    senders: &[Option<u32>],
     mut watched: Vec<(usize, OwnedFd)>,
-    world: usize,
     abort: AbortWord,
     departures: Departures,
 ) {
+    let world = senders.len();
     loop {
         let mut fds: Vec<PollFd<'_>> = [PollFd::new(&wake, PollFlags::IN)]
             .into_iter()
@@ -325,8 +377,21 @@ fn watch(
         drop(fds);
         if noticed {
             let mut buf = [0u8; Departure::BYTES + 1];
-            while let Ok((len, _)) = rustix::net::recv(notices, &mut buf, RecvFlags::DONTWAIT) {
-                match Departure::decode(&buf[..len], world) {
+            while let Some((len, sender)) = next_notice(notices, &mut buf) {
+                let notice = Departure::decode(&buf[..len], world);
+                if let Some((rank, how)) = notice
+                    && (sender.is_none() || senders[rank] != sender)
+                {
+                    tracing::warn!(
+                        rank,
+                        ?how,
+                        sender,
+                        expected = senders[rank],
+                        "a departure notice for a rank from another process was ignored"
+                    );
+                    continue;
+                }
+                match notice {
                     Some((rank, how @ (Departure::Left | Departure::Failed { .. }))) => {
                         tracing::debug!(peer = rank, ?how, "a peer left the world");
                         match how {
@@ -376,13 +441,7 @@ mod tests {
     /// A departure socket pair (receiving end, sending end) and bitmasks of 8 ranks over
     /// `words` (every departure, the healthy ones).
     fn notices(words: &mut [u64; 10]) -> (OwnedFd, OwnedFd, Departures) {
-        let (rx, tx) = rustix::net::socketpair(
-            AddressFamily::UNIX,
-            SocketType::DGRAM,
-            SocketFlags::CLOEXEC,
-            None,
-        )
-        .expect("socketpair");
+        let (rx, tx) = departure_socket().expect("socketpair");
         let (masks, causes) = words.split_at_mut(2);
         // SAFETY: local words that outlive every use in the test, used atomically.
         let departures = unsafe {
@@ -408,7 +467,7 @@ mod tests {
         let fd = pidfd(child.id()).expect("pidfd_open");
         let (stop, wake) = UnixStream::pair().expect("pair");
         let start = std::time::Instant::now();
-        watch(wake, &rx, vec![(5, fd)], 8, abort, departed);
+        watch(wake, &rx, &this_process(), vec![(5, fd)], abort, departed);
         assert_eq!(abort.read(), Some(Some(5)));
         assert!(start.elapsed() < std::time::Duration::from_secs(5));
         let _ = child.wait();
@@ -434,8 +493,9 @@ mod tests {
         rustix::net::send(&tx, b"no", SendFlags::empty()).expect("send");
         rustix::net::send(&tx, &Departure::Left.encode(9), SendFlags::empty()).expect("send");
         rustix::net::send(&tx, &Departure::Left.encode(3), SendFlags::empty()).expect("send");
-        let thread =
-            std::thread::spawn(move || watch(wake, &rx, vec![(3, fd)], 8, abort, departed));
+        let thread = std::thread::spawn(move || {
+            watch(wake, &rx, &this_process(), vec![(3, fd)], abort, departed)
+        });
         let start = std::time::Instant::now();
         while !departed.all.is_set(3) {
             assert!(
@@ -465,6 +525,60 @@ mod tests {
         thread.join().expect("watchdog");
         assert_eq!(abort.read(), Some(Some(6)));
         drop(stop);
+    }
+
+    /// The senders of a world of 8 ranks that are all threads of this process.
+    fn this_process() -> Vec<Option<u32>> {
+        vec![Some(std::process::id()); 8]
+    }
+
+    /// Run as a child by the test below (with `FORGER` set): sends rank 1's departure
+    /// on its stdin, a departure socket's sending end. Does nothing otherwise.
+    #[test]
+    fn forged_notice_child() {
+        if std::env::var_os(FORGER).is_some() {
+            let notice = Departure::Left.encode(1);
+            rustix::net::send(std::io::stdin(), &notice, SendFlags::empty()).expect("send");
+        }
+    }
+
+    const FORGER: &str = "SYMMEM_TEST_FORGE_A_NOTICE";
+
+    #[test]
+    fn a_notice_from_another_process_than_the_rank_it_names_is_ignored() {
+        let (mut word, mut bits) = (0u64, [0u64; 10]);
+        // SAFETY: as above.
+        let abort = unsafe { AbortWord::new(&raw mut word) };
+        let (rx, tx, departed) = notices(&mut bits);
+        // Another process that holds this rank's sending end (as every member holds every
+        // peer's) announces rank 1's departure; rank 1 is a thread of this process.
+        let forger = std::process::Command::new(std::env::current_exe().expect("test binary"))
+            .args(["liveness::tests::forged_notice_child", "--exact", "--quiet"])
+            .env(FORGER, "1")
+            .stdin(std::process::Stdio::from(tx.try_clone().expect("dup")))
+            .stdout(std::process::Stdio::null())
+            .status()
+            .expect("the forger");
+        assert!(forger.success());
+        // Then rank 2's own notice, from this process.
+        rustix::net::send(&tx, &Departure::Left.encode(2), SendFlags::empty()).expect("send");
+        let (stop, wake) = UnixStream::pair().expect("pair");
+        let thread = std::thread::spawn(move || {
+            watch(wake, &rx, &this_process(), Vec::new(), abort, departed);
+        });
+        let start = std::time::Instant::now();
+        while !departed.all.is_set(2) {
+            assert!(
+                start.elapsed() < std::time::Duration::from_secs(5),
+                "rank 2 not seen"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        // Notices are read in order: the forged one came first and was ignored.
+        assert_eq!(bits_of(departed.all), [2]);
+        assert_eq!(abort.read(), None);
+        drop(stop);
+        thread.join().expect("watchdog");
     }
 
     fn bits_of(mask: crate::control::DepartedMask) -> Vec<usize> {
@@ -509,8 +623,9 @@ mod tests {
             .expect("sleep");
         let fd = pidfd(child.id()).expect("pidfd_open");
         let (stop, wake) = UnixStream::pair().expect("pair");
-        let thread =
-            std::thread::spawn(move || watch(wake, &rx, vec![(1, fd)], 8, abort, departed));
+        let thread = std::thread::spawn(move || {
+            watch(wake, &rx, &this_process(), vec![(1, fd)], abort, departed)
+        });
         drop(stop);
         thread.join().expect("watchdog");
         assert_eq!(abort.read(), None);

@@ -114,8 +114,7 @@ pub(crate) fn random_bytes<const N: usize>() -> Result<[u8; N]> {
     let mut out = [0u8; N];
     let mut filled = 0;
     while filled < N {
-        match rustix::rand::getrandom(&mut out[filled..], rustix::rand::GetRandomFlags::empty())
-        {
+        match rustix::rand::getrandom(&mut out[filled..], rustix::rand::GetRandomFlags::empty()) {
             Ok(n) => filled += n,
             Err(rustix::io::Errno::INTR) => {}
             Err(e) => {
@@ -331,7 +330,11 @@ fn read_by(stream: &mut UnixStream, buf: &mut [u8], deadline: Instant) -> Result
         match stream.read(&mut buf[got..]) {
             Ok(0) => return Err(Refusal::Silent),
             Ok(n) => got += n,
-            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                ) => {}
             Err(_) => return Err(Refusal::Io),
         }
     }
@@ -658,7 +661,12 @@ impl<'a> Doorman<'a> {
         match (&p.stream).read(&mut buf[..want]) {
             Ok(0) => return Err(Refusal::Silent),
             Ok(n) => p.got.extend_from_slice(&buf[..n]),
-            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                ) =>
+            {
                 return Ok(None);
             }
             Err(_) => return Err(Refusal::Io),
@@ -766,15 +774,18 @@ mod tests {
     fn messages() -> impl Strategy<Value = Vec<u8>> {
         prop_oneof![
             any::<[u8; NONCE_BYTES]>().prop_map(|nonce| Challenge { nonce }.encode().to_vec()),
-            (any::<u64>(), any::<[u8; NONCE_BYTES]>(), vec(any::<u8>(), MAC_BYTES)).prop_map(
-                |(rank, nonce, mac)| Answer {
+            (
+                any::<u64>(),
+                any::<[u8; NONCE_BYTES]>(),
+                vec(any::<u8>(), MAC_BYTES)
+            )
+                .prop_map(|(rank, nonce, mac)| Answer {
                     rank,
                     nonce,
                     mac: mac.try_into().unwrap(),
                 }
                 .encode()
-                .to_vec()
-            ),
+                .to_vec()),
             vec(any::<u8>(), MAC_BYTES).prop_map(|mac| Proof {
                 mac: mac.try_into().unwrap()
             }
@@ -832,8 +843,8 @@ mod tests {
         let deadline = Instant::now() + Duration::from_secs(5);
         let mut admitted = None;
         while doorman.pending.len() == 1 && Instant::now() < deadline {
-            let ready = wait_readable(&doorman.pending[0].stream, Duration::from_millis(50))
-                .unwrap();
+            let ready =
+                wait_readable(&doorman.pending[0].stream, Duration::from_millis(50)).unwrap();
             admitted = doorman.progress(&[ready]).pop().map(|m| m.rank);
         }
         (admitted, connector.join().unwrap())
@@ -866,12 +877,22 @@ mod tests {
         });
         // The squatter challenges and, without the secret, proves with garbage.
         squatter
-            .write_all(&Challenge { nonce: [9; NONCE_BYTES] }.encode())
+            .write_all(
+                &Challenge {
+                    nonce: [9; NONCE_BYTES],
+                }
+                .encode(),
+            )
             .unwrap();
         let mut answer = [0u8; Answer::BYTES];
         squatter.read_exact(&mut answer).unwrap();
         squatter
-            .write_all(&Proof { mac: [5; MAC_BYTES] }.encode())
+            .write_all(
+                &Proof {
+                    mac: [5; MAC_BYTES],
+                }
+                .encode(),
+            )
             .unwrap();
         assert_eq!(connector.join().unwrap(), Err(Refusal::BadProof));
         // What the squatter received: the answer alone, whose MAC is useless under
@@ -892,7 +913,10 @@ mod tests {
         let (mut slow, mut connector_end) = UnixStream::pair().unwrap();
         let trickle = std::thread::spawn(move || {
             // One byte every 100 ms: each read would be "on time"; the whole is not.
-            let challenge = Challenge { nonce: [1; NONCE_BYTES] }.encode();
+            let challenge = Challenge {
+                nonce: [1; NONCE_BYTES],
+            }
+            .encode();
             for b in challenge {
                 if slow.write_all(&[b]).is_err() {
                     break;

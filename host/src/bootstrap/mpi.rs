@@ -326,7 +326,11 @@ impl MpiBootstrap {
                     }
                     let mut stream = member.stream;
                     stream
-                        .set_read_timeout(Some(deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1))))
+                        .set_read_timeout(Some(
+                            deadline
+                                .saturating_duration_since(Instant::now())
+                                .max(Duration::from_millis(1)),
+                        ))
                         .map_err(os("rank socket"))?;
                     let (_, item) = match scm::recv(&mut stream, FD_FRAME_BYTES) {
                         Ok(frame) => frame,

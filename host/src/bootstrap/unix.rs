@@ -220,8 +220,10 @@ impl UnixBootstrap {
     ) -> Result<()> {
         let listener = UnixListener::bind_addr(addr).map_err(|e| {
             if e.kind() == io::ErrorKind::AddrInUse {
-                os("bind of the hub socket: another process holds the group's name (`ss -xlp` \
-                    names it); give every group a name nobody can predict")(e)
+                os(
+                    "bind of the hub socket: another process holds the group's name (`ss -xlp` \
+                    names it); give every group a name nobody can predict",
+                )(e)
             } else {
                 os("bind of the hub socket")(e)
             }
@@ -273,8 +275,8 @@ impl UnixBootstrap {
             }
         };
         let deadline = start + self.timeout;
-        let hub = auth::connect_as(&mut stream, secret, &context, self.rank, deadline)
-            .map_err(|refusal| {
+        let hub = auth::connect_as(&mut stream, secret, &context, self.rank, deadline).map_err(
+            |refusal| {
                 let (why, peer) = refusal;
                 tracing::warn!(
                     pid = peer.map(|p| p.pid),
@@ -283,7 +285,8 @@ impl UnixBootstrap {
                     "the process at the hub's socket is no member: nothing sent to it"
                 );
                 auth::stranger_error("the hub", refusal)
-            })?;
+            },
+        )?;
         self.bound(&stream).map_err(os("rank socket"))?;
         self.pids[0] = Some(hub.pid);
         self.peers[0] = Some(stream);
