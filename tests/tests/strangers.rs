@@ -1,0 +1,397 @@
+//! Only members join (issue 42): a process that is no member of a group gets no frame, no
+//! byte of a contribution and no file descriptor, and does not stop the members from
+//! forming the group.
+//!
+//! Ranks are processes of this test binary started by `bootstrap::unix::spawn` (see
+//! `symmem_tests::processes`); the attacks come from this process (same user, no secret)
+//! or, where the tests run as root, from a child dropped to uid 65534 (`nobody`). Every
+//! attack records what it received, as [`Got`], and each test asserts it equal to what a
+//! stranger may see: nothing, or the hub's challenge alone (24 random bytes).
+
+use std::io::{IoSliceMut, Write};
+use std::mem::MaybeUninit;
+use std::os::fd::AsFd;
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use symmem::backend::cpu::Cpu;
+use symmem::bootstrap::auth::Secret;
+use symmem::bootstrap::unix::{self, UnixBootstrap};
+use symmem::{Config, Error, World};
+use symmem_tests::processes::{CHILD, child_mode};
+
+/// What a stranger received over a connection: bytes, file descriptors, and whether the
+/// bytes were exactly one handshake challenge.
+#[derive(Debug, PartialEq, Eq)]
+struct Got {
+    bytes: usize,
+    fds: usize,
+    challenge_only: bool,
+}
+
+/// A stranger may receive the hub's challenge and nothing else.
+const CHALLENGE_ONLY: Got = Got {
+    bytes: 24,
+    fds: 0,
+    challenge_only: true,
+};
+
+/// A stranger of another user receives nothing.
+const NOTHING: Got = Got {
+    bytes: 0,
+    fds: 0,
+    challenge_only: false,
+};
+
+fn address(group: &str) -> SocketAddr {
+    SocketAddr::from_abstract_name(format!("symmem-{group}")).expect("socket name")
+}
+
+/// Everything `stream` delivers until its end or `for_at_most`, writing `answer` once a
+/// challenge has arrived (a stranger's attempt to pass as a rank).
+fn receive_all(stream: &UnixStream, answer: &[u8], for_at_most: Duration) -> Got {
+    stream
+        .set_read_timeout(Some(Duration::from_millis(50)))
+        .expect("timeout");
+    let start = Instant::now();
+    let (mut bytes, mut fds, mut answered) = (Vec::new(), 0, false);
+    while start.elapsed() < for_at_most {
+        let mut buf = [0u8; 4096];
+        let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(4))];
+        let mut control = rustix::net::RecvAncillaryBuffer::new(&mut space);
+        match rustix::net::recvmsg(
+            stream.as_fd(),
+            &mut [IoSliceMut::new(&mut buf)],
+            &mut control,
+            rustix::net::RecvFlags::empty(),
+        ) {
+            Ok(got) if got.bytes == 0 => break,
+            Ok(got) => {
+                bytes.extend_from_slice(&buf[..got.bytes]);
+                for message in control.drain() {
+                    if let rustix::net::RecvAncillaryMessage::ScmRights(received) = message {
+                        fds += received.count();
+                    }
+                }
+            }
+            Err(rustix::io::Errno::AGAIN | rustix::io::Errno::INTR) => {}
+            Err(_) => break,
+        }
+        if !answered && bytes.len() >= 24 && !answer.is_empty() {
+            answered = true;
+            let _ = (&*stream).write_all(answer);
+        }
+    }
+    Got {
+        bytes: bytes.len(),
+        fds,
+        challenge_only: bytes.len() == 24 && bytes.starts_with(b"symmem1C"),
+    }
+}
+
+/// A handshake answer claiming rank 1, with a MAC made without the secret.
+fn forged_answer() -> Vec<u8> {
+    let mut answer = b"symmem1A".to_vec();
+    answer.extend_from_slice(&1u64.to_le_bytes());
+    answer.extend_from_slice(&[0x5a; 16 + 32]);
+    answer
+}
+
+/// Whether the tests run as root, so that a child can drop to another user.
+fn root() -> bool {
+    rustix::process::getuid().is_root()
+}
+
+/// `command` run as uid and gid 65534 (`nobody`).
+fn as_nobody(command: &mut Command) -> &mut Command {
+    command.uid(65534).gid(65534)
+}
+
+// ---------------------------------------------------------------------------------------
+// Children.
+
+/// Environment variable: the path whose existence lets rank 1 join (so that the stranger
+/// reaches the hub first).
+const RANK1_AFTER: &str = "SYMMEM_TEST_RANK1_AFTER";
+/// Environment variable: the group a stranger child attacks, and how.
+const ATTACK: &str = "SYMMEM_TEST_ATTACK";
+
+/// A member: joins (rank 1 once [`RANK1_AFTER`] exists), forms a CPU world and checks an
+/// all-gather of every rank's number; exits 0 only if all of it held.
+fn member() -> ! {
+    let result = (|| -> symmem::Result<()> {
+        if std::env::var(unix::ENV_RANK).as_deref() == Ok("1")
+            && let Ok(path) = std::env::var(RANK1_AFTER)
+        {
+            let start = Instant::now();
+            while !Path::new(&path).exists() && start.elapsed() < Duration::from_secs(20) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        let bootstrap = Box::new(UnixBootstrap::from_env()?);
+        let world = World::new(bootstrap, Cpu::new(), &Config::default())?;
+        let me = world.rank() as u64;
+        let all = world.all_gather_bytes(&me.to_le_bytes())?;
+        let want: Vec<Vec<u8>> = (0..world.world_size() as u64)
+            .map(|r| r.to_le_bytes().to_vec())
+            .collect();
+        assert_eq!(all, want, "rank {me}: all-gather");
+        world.barrier()?;
+        Ok(())
+    })();
+    match result {
+        Ok(()) => std::process::exit(0),
+        Err(e) => {
+            eprintln!("member: {e}");
+            std::process::exit(4)
+        }
+    }
+}
+
+/// A stranger (run as another user): connects to the group's hub, tries to pass as rank 1,
+/// and prints what it received as `got <bytes> <fds> <challenge_only>`.
+fn stranger() -> ! {
+    let group = std::env::var(ATTACK).expect("group");
+    let stream = UnixStream::connect_addr(&address(&group)).expect("connect to the hub");
+    let got = receive_all(&stream, &forged_answer(), Duration::from_secs(2));
+    println!("got {} {} {}", got.bytes, got.fds, got.challenge_only);
+    std::process::exit(0)
+}
+
+/// A squatter (run as another user): binds the group's name first, accepts one
+/// connection, and prints what it received.
+fn squatter() -> ! {
+    let group = std::env::var(ATTACK).expect("group");
+    let listener = UnixListener::bind_addr(&address(&group)).expect("bind the name first");
+    println!("bound");
+    // Gone after 10 s whatever happens, so that a failed test leaves no process behind.
+    listener.set_nonblocking(true).expect("non-blocking");
+    let start = Instant::now();
+    let stream = loop {
+        match listener.accept() {
+            Ok((stream, _)) => break stream,
+            Err(_) if start.elapsed() < Duration::from_secs(10) => {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            Err(e) => panic!("no spoke came: {e}"),
+        }
+    };
+    stream.set_nonblocking(false).expect("blocking");
+    // A squatter's own challenge: a member that checked the squatter's user sends no byte.
+    let _ = (&stream).write_all(b"symmem1C0123456789abcdef");
+    let got = receive_all(&stream, &[], Duration::from_secs(2));
+    println!("got {} {} {}", got.bytes, got.fds, got.challenge_only);
+    std::process::exit(0)
+}
+
+fn run_child_if_any() {
+    match child_mode().as_deref() {
+        Some("member") => member(),
+        Some("stranger") => stranger(),
+        Some("squatter") => squatter(),
+        _ => {}
+    }
+}
+
+/// Parses a child's `got ...` line.
+fn parse_got(output: &str) -> Got {
+    // The child's test harness may have begun the line ("test name ... got ...").
+    let line = output
+        .lines()
+        .find_map(|l| l.split_once("got ").map(|(_, rest)| rest))
+        .unwrap_or_else(|| panic!("no report in {output:?}"));
+    let mut words = line.split(' ');
+    let mut next = || words.next().expect("a field");
+    Got {
+        bytes: next().parse().expect("bytes"),
+        fds: next().parse().expect("fds"),
+        challenge_only: next().parse().expect("challenge_only"),
+    }
+}
+
+/// This test binary as a child running `test` in `mode`.
+fn this_binary(test: &str, mode: &str) -> Command {
+    let mut command = Command::new(std::env::current_exe().expect("current_exe"));
+    command
+        .args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .env(CHILD, mode)
+        .stdin(Stdio::null());
+    command
+}
+
+// ---------------------------------------------------------------------------------------
+// Tests.
+
+/// A world of 3 member processes whose rank 1 joins only once `attack` (given the group's
+/// name) has run; returns what the attack returned, and asserts that every member exited
+/// 0 (the world formed and its all-gather held) within `within`.
+fn world_under_attack<T>(test: &str, within: Duration, attack: impl FnOnce(&str) -> T) -> T {
+    let flag = std::env::temp_dir().join(format!("symmem-strangers-{}-{test}", std::process::id()));
+    let _ = std::fs::remove_file(&flag);
+    let mut command = this_binary(test, "member");
+    command.env(RANK1_AFTER, &flag);
+    let start = Instant::now();
+    let ranks = unix::spawn(&mut command, 3, Duration::from_secs(10)).expect("spawn");
+    let group = ranks.group().to_owned();
+    // The hub is up once its name answers.
+    while UnixStream::connect_addr(&address(&group)).is_err() {
+        assert!(start.elapsed() < Duration::from_secs(10), "no hub");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let got = attack(&group);
+    std::fs::write(&flag, b"").expect("flag");
+    let statuses = ranks.wait().expect("wait");
+    let _ = std::fs::remove_file(&flag);
+    assert!(
+        statuses.iter().all(|s| s.success()),
+        "the members did not form the world: {statuses:?}"
+    );
+    assert!(
+        start.elapsed() < within,
+        "the world formed only after {:?}",
+        start.elapsed()
+    );
+    got
+}
+
+#[test]
+fn a_stranger_that_claims_a_rank_first_gets_nothing_and_the_world_forms() {
+    run_child_if_any();
+    let test = "a_stranger_that_claims_a_rank_first_gets_nothing_and_the_world_forms";
+    // Same user, no secret: the challenge, then nothing for its forged answer.
+    let got = world_under_attack(test, Duration::from_secs(10), |group| {
+        let stream = UnixStream::connect_addr(&address(group)).expect("connect");
+        receive_all(&stream, &forged_answer(), Duration::from_secs(1))
+    });
+    assert_eq!(got, CHALLENGE_ONLY);
+    if !root() {
+        println!("the other-user stranger is skipped: it needs root to drop to uid 65534");
+        return;
+    }
+    // Another user: not even a challenge.
+    let got = world_under_attack(test, Duration::from_secs(10), |group| {
+        let out = as_nobody(&mut this_binary(test, "stranger"))
+            .env(ATTACK, group)
+            .output()
+            .expect("the stranger");
+        assert!(out.status.success(), "{out:?}");
+        parse_got(&String::from_utf8_lossy(&out.stdout))
+    });
+    assert_eq!(got, NOTHING);
+}
+
+#[test]
+fn silent_garbage_and_trickling_connections_leave_the_world_forming_in_time() {
+    run_child_if_any();
+    let test = "silent_garbage_and_trickling_connections_leave_the_world_forming_in_time";
+    // The group's timeout is 10 s; each attack would hold a one-at-a-time hub for most of
+    // it. All three stay connected while rank 1 joins.
+    let mut held = Vec::new();
+    world_under_attack(test, Duration::from_secs(8), |group| {
+        let silent = UnixStream::connect_addr(&address(group)).expect("connect");
+        let mut garbage = UnixStream::connect_addr(&address(group)).expect("connect");
+        garbage.write_all(&[0xff; 200]).expect("garbage");
+        let trickle = UnixStream::connect_addr(&address(group)).expect("connect");
+        let answer = forged_answer();
+        let trickler = std::thread::spawn(move || {
+            // One byte a second, the first 5 of an answer: still going when rank 1 joins.
+            for b in &answer[..5] {
+                if (&trickle).write_all(&[*b]).is_err() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        });
+        held.extend([silent, garbage]);
+        held.push(UnixStream::connect_addr(&address(group)).expect("connect"));
+        trickler
+    })
+    .join()
+    .expect("trickler");
+}
+
+#[test]
+fn a_squatter_on_the_name_gets_no_descriptor_and_spokes_refuse_it() {
+    run_child_if_any();
+    let secret = Secret::random().expect("secret");
+    let timeout = Duration::from_secs(5);
+    // Same user, no secret: the spoke answers its challenge (which proves nothing) and
+    // refuses its garbage proof; the squatter got the answer alone (64 bytes), no frame
+    // and no descriptor.
+    let group = format!("strangers-squat-{}", Secret::random().unwrap().to_hex());
+    let listener = UnixListener::bind_addr(&address(&group)).expect("squat");
+    let spoke = {
+        let (group, secret) = (group.clone(), secret.clone());
+        std::thread::spawn(move || UnixBootstrap::connect(1, 2, &group, &secret, timeout).map(drop))
+    };
+    let (stream, _) = listener.accept().expect("the spoke");
+    (&stream)
+        .write_all(b"symmem1C0123456789abcdef")
+        .expect("challenge");
+    let mut proof = b"symmem1P".to_vec();
+    proof.extend_from_slice(&[7; 32]);
+    let got = {
+        let reading = stream.try_clone().expect("dup");
+        let reader = std::thread::spawn(move || receive_all(&reading, &[], Duration::from_secs(1)));
+        std::thread::sleep(Duration::from_millis(100));
+        (&stream).write_all(&proof).expect("proof");
+        reader.join().expect("reader")
+    };
+    assert_eq!(
+        got,
+        Got {
+            bytes: 64,
+            fds: 0,
+            challenge_only: false
+        }
+    );
+    let refused = spoke.join().expect("the spoke panicked");
+    assert!(
+        matches!(
+            refused,
+            Err(Error::StrangerRefused { what: "the hub", why, .. }) if why.contains("secret")
+        ),
+        "{refused:?}"
+    );
+    // The real hub cannot take the name while the squatter holds it.
+    let hub = UnixBootstrap::connect(0, 2, &group, &secret, timeout).map(drop);
+    assert!(
+        matches!(&hub, Err(Error::Os { what, .. }) if what.contains("another process holds")),
+        "{hub:?}"
+    );
+    drop(listener);
+    if !root() {
+        println!("the other-user squatter is skipped: it needs root to drop to uid 65534");
+        return;
+    }
+    // Another user: the spoke refuses it before it sends a byte.
+    let test = "a_squatter_on_the_name_gets_no_descriptor_and_spokes_refuse_it";
+    let group = format!("strangers-squat-{}", Secret::random().unwrap().to_hex());
+    let mut squatter = as_nobody(&mut this_binary(test, "squatter"))
+        .env(ATTACK, &group)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("the squatter");
+    let mut output = std::io::BufReader::new(squatter.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    while !line.contains("bound") {
+        line.clear();
+        let n = std::io::BufRead::read_line(&mut output, &mut line).expect("squatter");
+        assert!(n > 0, "the squatter ended before it bound the name");
+    }
+    let refused = UnixBootstrap::connect(1, 2, &group, &secret, timeout).map(drop);
+    assert!(
+        matches!(
+            &refused,
+            Err(Error::StrangerRefused { uid: Some(65534), why, .. }) if why.contains("another user")
+        ),
+        "{refused:?}"
+    );
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut output, &mut rest).expect("squatter");
+    assert!(squatter.wait().expect("the squatter").success());
+    assert_eq!(parse_got(&rest), NOTHING);
+}
