@@ -629,14 +629,13 @@ pub enum Error {
     /// half of the handshake (no contribution, no file descriptor). On a spoke, the hub's
     /// name is held by a stranger (a squatter); the real hub cannot bind it and fails too.
     #[error(
-        "{what} at the group's socket is no member of the group ({}): {why}; it got no \
-         data and no descriptor. Start every rank with the same launcher (bootstrap::unix::spawn, \
+        "{what} is no member of the group ({}): {why}; it got no data and no descriptor. Start every rank with the same launcher (bootstrap::unix::spawn, \
          or mpirun) and, with UnixBootstrap::connect, the same secret; find the process that \
          holds the name (ss -xlp) if a stranger took it",
         process(*.pid, *.uid)
     )]
     StrangerRefused {
-        /// Who it was meant to be ("the hub", "rank 2's socket").
+        /// Who it was meant to be ("the process at the hub's socket").
         what: &'static str,
         /// Its process id, where the kernel gave its credentials.
         pid: Option<u32>,
@@ -998,11 +997,11 @@ mod tests {
         lock_poisoned_names_a_new_world: Error::LockPoisoned { what: "the CUDA staging ring" }
             => ["the CUDA staging ring", "drop this world and make a new one"];
         stranger_refused_names_the_process: Error::StrangerRefused {
-            what: "the hub",
+            what: "the process at the hub's socket",
             pid: Some(77),
             uid: Some(65534),
             why: "it runs as another user",
-        } => ["the hub at the group's socket", "pid 77 uid 65534", "another user", "no descriptor", "ss -xlp"];
+        } => ["the process at the hub's socket is no member", "pid 77 uid 65534", "another user", "no descriptor", "ss -xlp"];
         never_joined_names_the_launch_and_timeout: Error::NeverJoined {
             ranks: vec![2],
             waited: Duration::from_secs(10),

@@ -3,7 +3,8 @@
 //! forming the group.
 //!
 //! Ranks are processes of this test binary started by `bootstrap::unix::spawn` (see
-//! `symmem_tests::processes`); the attacks come from this process (same user, no secret)
+//! `symmem_tests::processes`), or `mpi-members` under `mpirun`; the attacks come from this
+//! process (same user, no secret)
 //! or, where the tests run as root, from a child dropped to uid 65534 (`nobody`). Every
 //! attack records what it received, as [`Got`], and each test asserts it equal to what a
 //! stranger may see: nothing, or the hub's challenge alone (24 random bytes).
@@ -21,6 +22,7 @@ use symmem::backend::cpu::Cpu;
 use symmem::bootstrap::auth::Secret;
 use symmem::bootstrap::unix::{self, UnixBootstrap};
 use symmem::{Config, Error, World};
+use symmem_tests::mpi::{self, mpirun_available};
 use symmem_tests::processes::{CHILD, child_mode};
 
 /// What a stranger received over a connection: bytes, file descriptors, and whether the
@@ -352,7 +354,7 @@ fn a_squatter_on_the_name_gets_no_descriptor_and_spokes_refuse_it() {
     assert!(
         matches!(
             refused,
-            Err(Error::StrangerRefused { what: "the hub", why, .. }) if why.contains("secret")
+            Err(Error::StrangerRefused { what, why, .. }) if what.contains("hub") && why.contains("secret")
         ),
         "{refused:?}"
     );
@@ -394,4 +396,76 @@ fn a_squatter_on_the_name_gets_no_descriptor_and_spokes_refuse_it() {
     std::io::Read::read_to_string(&mut output, &mut rest).expect("squatter");
     assert!(squatter.wait().expect("the squatter").success());
     assert_eq!(parse_got(&rest), NOTHING);
+}
+
+/// The abstract socket names (without the `@`) that `/proc/net/unix` lists and that start
+/// with `prefix`.
+fn abstract_names(prefix: &str) -> Vec<String> {
+    let table = std::fs::read_to_string("/proc/net/unix").expect("/proc/net/unix");
+    let mut names: Vec<String> = table
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(7))
+        .filter_map(|n| n.strip_prefix('@'))
+        .filter(|n| n.starts_with(prefix))
+        .map(str::to_owned)
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+#[test]
+fn under_mpirun_a_stranger_at_a_ranks_socket_gets_nothing_and_the_world_forms() {
+    if !mpirun_available() {
+        return;
+    }
+    let exe = mpi::build("symmem-tests", "mpi", "mpi-members");
+    let flag = std::env::temp_dir().join(format!("symmem-strangers-mpi-{}", std::process::id()));
+    let _ = std::fs::remove_file(&flag);
+    let before = abstract_names("symmem-mpi-");
+    let run = {
+        let (exe, flag) = (exe.clone(), flag.clone());
+        std::thread::spawn(move || {
+            let flag = flag.to_str().expect("a UTF-8 path").to_owned();
+            mpi::mpirun(2, &[], &exe, &["--after", &flag], Duration::from_secs(60))
+        })
+    };
+    // Both ranks' sockets, once bound: each rank waits for the flag before it forms the
+    // world, so the stranger is first at both.
+    let start = Instant::now();
+    let names = loop {
+        let names: Vec<String> = abstract_names("symmem-mpi-")
+            .into_iter()
+            .filter(|n| !before.contains(n))
+            .collect();
+        if names.len() == 2 {
+            break names;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "no rank sockets: {names:?}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let strangers: Vec<_> = names
+        .iter()
+        .map(|name| {
+            let addr = SocketAddr::from_abstract_name(name).expect("name");
+            let stream = UnixStream::connect_addr(&addr).expect("connect to a rank's socket");
+            std::thread::spawn(move || {
+                receive_all(&stream, &forged_answer(), Duration::from_secs(3))
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    std::fs::write(&flag, b"").expect("flag");
+    let got: Vec<Got> = strangers
+        .into_iter()
+        .map(|s| s.join().expect("stranger"))
+        .collect();
+    let run = run.join().expect("mpirun");
+    let _ = std::fs::remove_file(&flag);
+    assert!(run.status.success(), "{}", run.all());
+    assert_eq!(run.stdout.matches(": ok").count(), 2, "{}", run.all());
+    assert_eq!(got, [CHALLENGE_ONLY, CHALLENGE_ONLY]);
 }

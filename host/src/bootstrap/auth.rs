@@ -384,7 +384,7 @@ pub fn join(
         world,
     };
     connect_as(stream, secret, &context, rank, deadline)
-        .map_err(|refusal| stranger_error("the listener", refusal))
+        .map_err(|refusal| stranger_error("the process at the listening socket", refusal))
 }
 
 /// The listening end's handshake with one connection, `stream`, to the socket of group

@@ -284,26 +284,47 @@ impl MpiBootstrap {
         };
         let mut out: Vec<Option<std::os::fd::OwnedFd>> = (0..n).map(|_| None).collect();
         if let Some(fd) = &fd {
-            for peer in (0..n).filter(|&p| p != me && self.same_machine[p]) {
-                let addr = socket_name(&self.job, peer).map_err(os("socket name"))?;
-                let mut stream = UnixStream::connect_addr(&addr).map_err(|_| lost(peer))?;
-                // The descriptor goes to the process MPI named for `peer`, once it has
-                // proved that it holds the job's secret; nothing goes to anyone else.
-                let listener = auth::connect_as(&mut stream, &self.secret, &context, me, deadline)
-                    .map_err(|refusal| auth::stranger_error("a rank's socket", refusal))?;
-                if listener.pid != self.pids[peer] {
-                    return Err(auth::stranger_error(
-                        "a rank's socket",
-                        (auth::Refusal::NotTheRank, Some(listener)),
-                    ));
-                }
-                let dup = fd.try_clone().map_err(os("dup of own fd"))?;
-                let item = Shareable {
-                    bytes: (me as u64).to_le_bytes().to_vec(),
-                    fd: Some(dup),
-                };
-                scm::send(&mut stream, Kind::Data, &item).map_err(|_| lost(peer))?;
-            }
+            // Every rank sends and receives at once: a rank's handshake with a peer's
+            // socket needs that peer to serve its own socket meanwhile.
+            let sender = FdSender {
+                me,
+                job: &self.job,
+                secret: &self.secret,
+                pids: &self.pids,
+                same_machine: &self.same_machine,
+                context,
+                deadline,
+            };
+            let (sent, received) = std::thread::scope(|scope| {
+                let sending = scope.spawn(|| sender.send(fd));
+                let received = self.receive_fds(&mut out, context, deadline, &lost);
+                (sending.join(), received)
+            });
+            received?;
+            sent.map_err(|_| Error::LockPoisoned {
+                what: "the descriptor exchange (its sending thread panicked)",
+            })?
+            .map_err(|peer| match peer {
+                Ok(peer) => lost(peer),
+                Err(e) => e,
+            })?;
+            out[me] = Some(fd.try_clone().map_err(os("dup of own fd"))?);
+        }
+        self.world.barrier();
+        Ok(out)
+    }
+
+    /// Receives a descriptor from every other rank on this machine into `out`, through
+    /// this rank's socket: only from the process MPI named for the rank each proves.
+    fn receive_fds(
+        &self,
+        out: &mut [Option<std::os::fd::OwnedFd>],
+        context: Context<'_>,
+        deadline: Instant,
+        lost: &dyn Fn(usize) -> Error,
+    ) -> Result<()> {
+        let (me, n) = (self.rank(), self.world_size());
+        {
             let expected = self.same_machine.iter().filter(|&&s| s).count() - 1;
             let mut doorman = Doorman::new(&self.secret, context, self.timeout);
             let mut received = 0;
@@ -358,12 +379,64 @@ impl MpiBootstrap {
                     received += 1;
                 }
             }
-            out[me] = Some(fd.try_clone().map_err(os("dup of own fd"))?);
         }
-        self.world.barrier();
-        Ok(out)
+        Ok(())
     }
 }
+
+/// The sending half of the descriptor exchange: what it needs of the bootstrap, so that it
+/// runs on a thread of its own beside the receiving half.
+struct FdSender<'a> {
+    me: usize,
+    job: &'a str,
+    secret: &'a Secret,
+    pids: &'a [u32],
+    same_machine: &'a [bool],
+    context: Context<'a>,
+    deadline: Instant,
+}
+
+impl FdSender<'_> {
+    /// Sends `fd` to every other rank on this machine, each once its socket has proved
+    /// that it holds the job's secret and is the process MPI named for it. Errors: the
+    /// rank that could not be reached (`Ok(rank)`: it is lost), or the error.
+    fn send(
+        &self,
+        fd: &std::os::fd::OwnedFd,
+    ) -> std::result::Result<(), std::result::Result<usize, Error>> {
+        let n = self.pids.len();
+        for peer in (0..n).filter(|&p| p != self.me && self.same_machine[p]) {
+            let addr = socket_name(self.job, peer).map_err(|e| Err(os("socket name")(e)))?;
+            let mut stream = UnixStream::connect_addr(&addr).map_err(|_| Ok(peer))?;
+            // The descriptor goes to the process MPI named for `peer`, once it has proved
+            // that it holds the job's secret; nothing goes to anyone else.
+            let listener = auth::connect_as(
+                &mut stream,
+                self.secret,
+                &self.context,
+                self.me,
+                self.deadline,
+            )
+            .map_err(|refusal| Err(auth::stranger_error(RANK_SOCKET, refusal)))?;
+            if listener.pid != self.pids[peer] {
+                return Err(Err(auth::stranger_error(
+                    RANK_SOCKET,
+                    (auth::Refusal::NotTheRank, Some(listener)),
+                )));
+            }
+            let dup = fd.try_clone().map_err(|e| Err(os("dup of own fd")(e)))?;
+            let item = Shareable {
+                bytes: (self.me as u64).to_le_bytes().to_vec(),
+                fd: Some(dup),
+            };
+            scm::send(&mut stream, Kind::Data, &item).map_err(|_| Ok(peer))?;
+        }
+        Ok(())
+    }
+}
+
+/// Who [`Error::StrangerRefused`] names when a rank's socket fails the handshake.
+const RANK_SOCKET: &str = "the process at a peer rank's socket";
 
 impl Bootstrap for MpiBootstrap {
     fn rank(&self) -> usize {

@@ -52,6 +52,9 @@ use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 use std::process::{Child, Command, ExitStatus};
 use std::time::{Duration, Instant};
 
+/// Who [`Error::StrangerRefused`] names when the hub's socket fails the handshake.
+const HUB_SOCKET: &str = "the process at the hub's socket";
+
 /// Environment variable naming this process's rank.
 pub const ENV_RANK: &str = "SYMMEM_RANK";
 /// Environment variable naming the world size.
@@ -284,7 +287,7 @@ impl UnixBootstrap {
                     why = why.why(),
                     "the process at the hub's socket is no member: nothing sent to it"
                 );
-                auth::stranger_error("the hub", refusal)
+                auth::stranger_error(HUB_SOCKET, refusal)
             },
         )?;
         self.bound(&stream).map_err(os("rank socket"))?;
