@@ -433,6 +433,47 @@ pub(super) fn ipc_get_mem_handle(ptr: DevicePtr) -> Result<[u8; IPC_HANDLE_BYTES
     Ok(h.reserved.map(|c| c as u8))
 }
 
+/// The allocation that contains `ptr`, from the driver's records of this process
+/// (`cuPointerGetAttribute`: `RANGE_START_ADDR`, `RANGE_SIZE`, `DEVICE_ORDINAL`): its
+/// base, its length and its device's ordinal. Errors where `ptr` lies in no allocation of
+/// this process.
+pub(super) fn allocation_of(ptr: DevicePtr) -> Result<(DevicePtr, usize, usize)> {
+    use sys::CUpointer_attribute::{
+        CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+        CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+    };
+    let (mut base, mut size, mut ordinal): (DevicePtr, usize, c_int) = (0, 0, -1);
+    // SAFETY: each out-pointer is valid and of the type the driver writes for its
+    // attribute (a `CUdeviceptr`, a `size_t`, an `int`).
+    unsafe {
+        check(
+            "cuPointerGetAttribute(RANGE_START_ADDR)",
+            sys::cuPointerGetAttribute(
+                (&raw mut base).cast(),
+                CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+                ptr,
+            ),
+        )?;
+        check(
+            "cuPointerGetAttribute(RANGE_SIZE)",
+            sys::cuPointerGetAttribute(
+                (&raw mut size).cast(),
+                CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+                ptr,
+            ),
+        )?;
+        check(
+            "cuPointerGetAttribute(DEVICE_ORDINAL)",
+            sys::cuPointerGetAttribute(
+                (&raw mut ordinal).cast(),
+                CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                ptr,
+            ),
+        )?;
+    }
+    Ok((base, size, usize::try_from(ordinal).unwrap_or(usize::MAX)))
+}
+
 /// `cuIpcOpenMemHandle(CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)`.
 pub(super) fn ipc_open_mem_handle(handle: &[u8; IPC_HANDLE_BYTES]) -> Result<DevicePtr> {
     let h = sys::CUipcMemHandle {

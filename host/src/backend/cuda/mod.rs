@@ -610,7 +610,22 @@ impl gpu::GpuBackend for Cuda {
             // cuIpcOpenMemHandle fails with CUDA_ERROR_INVALID_CONTEXT in the exporting
             // process. All ranks of this process on one device share its primary context,
             // so the exporter's pointer is valid here as it is; another device's
-            // allocation needs peer access from this context first.
+            // allocation needs peer access from this context first. A pid is only a
+            // claim: the pointer is aliased only if it is the base of an allocation of
+            // this process, on the device named, covering what is mapped.
+            let owned = driver::allocation_of(export.ptr)
+                .ok()
+                .filter(|&(base, size, ordinal)| {
+                    base == export.ptr && size >= bytes && ordinal == export.ordinal as usize
+                });
+            if owned.is_none() {
+                return Err(Error::BadPeerMemory {
+                    needed: bytes,
+                    size: export.len,
+                    why: "the export names this process, but its pointer is the base of no \
+                          allocation of this process on the device it names",
+                });
+            }
             let peer = if export.ordinal as usize == self.rank.ordinal() {
                 None
             } else {

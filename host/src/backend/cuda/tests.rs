@@ -517,6 +517,56 @@ fn cuda_gpu_device_memory_ipc_alias_and_child_process() {
     assert_no_drop_errors(&[r0.drop_errors(), r1.drop_errors()]);
 }
 
+/// An export that names this process but not one of its allocations (a pointer inside
+/// one, a pointer past it, another device's ordinal) is refused, never aliased.
+#[test]
+fn cuda_gpu_an_export_naming_this_process_aliases_only_its_own_allocations() {
+    let Some(r0) = device_or_skip() else { return };
+    let r1 = Cuda::new(0).unwrap();
+    let len = 1 << 20;
+    let mem = r0.alloc_device(len).unwrap();
+    let genuine = r0.export_device_memory(&mem).unwrap();
+    let export = IpcExport::decode(&genuine.bytes, "test").unwrap();
+    for (what, forged) in [
+        (
+            "inside",
+            IpcExport {
+                ptr: export.ptr + 4096,
+                len: export.len - 4096,
+                ..export
+            },
+        ),
+        (
+            "past the end",
+            IpcExport {
+                ptr: export.ptr + (4 << 20),
+                ..export
+            },
+        ),
+        (
+            "another device",
+            IpcExport {
+                ordinal: export.ordinal + 7,
+                ..export
+            },
+        ),
+    ] {
+        let handle = Shareable {
+            bytes: forged.encode(),
+            fd: None,
+        };
+        let got = r1.import_device_memory(handle, 4096);
+        assert!(
+            matches!(got, Err(Error::BadPeerMemory { .. })),
+            "{what}: {got:?}"
+        );
+    }
+    let alias = r1.import_device_memory(genuine, len).unwrap();
+    assert_eq!(alias.base(), mem.base());
+    drop((alias, mem));
+    assert_no_drop_errors(&[r0.drop_errors(), r1.drop_errors()]);
+}
+
 /// The child half of the test above: opens the parent's IPC handle, checks the
 /// parent's data, writes 0xa5 over the first 4 KiB.
 #[test]
