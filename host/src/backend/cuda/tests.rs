@@ -537,9 +537,9 @@ fn cuda_gpu_an_export_naming_this_process_aliases_only_its_own_allocations() {
             },
         ),
         (
-            "past the end",
+            "far past it",
             IpcExport {
-                ptr: export.ptr + (4 << 20),
+                ptr: export.ptr + (1 << 40),
                 ..export
             },
         ),
