@@ -643,7 +643,14 @@ pub(super) fn export_fd(handle: MemHandle) -> Result<OwnedFd> {
         });
     }
     // SAFETY: on success `fd` is a new open descriptor that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // The driver does not say whether its descriptor is close-on-exec: make it so, so that
+    // a program this process starts does not inherit the heap.
+    rustix::io::fcntl_setfd(&fd, rustix::io::FdFlags::CLOEXEC).map_err(|e| Error::Os {
+        what: "making an exported heap's descriptor close-on-exec",
+        source: e.into(),
+    })?;
+    Ok(fd)
 }
 
 /// `cuMemImportFromShareableHandle(POSIX_FILE_DESCRIPTOR)`. The fd stays the caller's.

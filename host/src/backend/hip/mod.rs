@@ -269,7 +269,20 @@ impl Hip {
         if export.is_from_this_process() {
             // HIP cannot open an IPC handle in the exporting process. Ranks of one
             // process share one address space, so the exporter's pointer is valid here
-            // once this device may access the exporter's.
+            // once this device may access the exporter's. A pid is only a claim: the
+            // pointer is aliased only if it is the base of an allocation of this process
+            // covering what is mapped.
+            let owned = runtime::allocation_of(export.ptr)
+                .ok()
+                .filter(|&(base, size)| base == export.ptr && size >= bytes);
+            if owned.is_none() {
+                return Err(Error::BadPeerMemory {
+                    needed: bytes,
+                    size: export.len,
+                    why: "the export names this process, but its pointer is the base of no \
+                          allocation of this process",
+                });
+            }
             if export.ordinal as usize != self.rank.ordinal() {
                 let peer = c_int::try_from(export.ordinal).map_err(|_| Error::BadMessage {
                     from: None,

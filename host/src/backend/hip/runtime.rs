@@ -234,6 +234,7 @@ hip_entry_points! {
     hipIpcGetMemHandle(*mut sys::hipIpcMemHandle_t, *mut c_void);
     hipIpcOpenMemHandle(*mut *mut c_void, sys::hipIpcMemHandle_t, c_uint);
     hipIpcCloseMemHandle(*mut c_void);
+    hipMemGetAddressRange(*mut sys::hipDeviceptr_t, *mut usize, sys::hipDeviceptr_t);
     hipModuleLoadData(*mut sys::hipModule_t, *const c_void);
     hipModuleUnload(sys::hipModule_t);
     hipModuleGetFunction(*mut sys::hipFunction_t, sys::hipModule_t, *const c_char);
@@ -750,6 +751,18 @@ pub(super) fn ipc_get_mem_handle(ptr: DevicePtr) -> Result<[u8; IPC_HANDLE_BYTES
     // SAFETY: written by the runtime on success.
     let h = unsafe { h.assume_init() };
     Ok(h.reserved.map(|c| c as u8))
+}
+
+/// The allocation of this process that contains `ptr` (`hipMemGetAddressRange`): its
+/// base and length. Errors where `ptr` lies in no allocation of this process.
+pub(super) fn allocation_of(ptr: DevicePtr) -> Result<(DevicePtr, usize)> {
+    let lib = lib()?;
+    let (mut base, mut size): (sys::hipDeviceptr_t, usize) = (std::ptr::null_mut(), 0);
+    // SAFETY: both out-pointers are valid; the runtime only reads `ptr` as an address.
+    check(lib, "hipMemGetAddressRange", unsafe {
+        (lib.hipMemGetAddressRange)(&raw mut base, &raw mut size, ptr as sys::hipDeviceptr_t)
+    })?;
+    Ok((base as DevicePtr, size))
 }
 
 /// `hipIpcOpenMemHandle(hipIpcMemLazyEnablePeerAccess)`.
