@@ -1,5 +1,6 @@
 //! The bootstraps' decoders: a UNIX-socket peer's stream of frames, the hub's verdicts,
-//! and the layout of an MPI gather from the lengths ranks announce.
+//! the layout of an MPI gather from the lengths ranks announce, and the handshake's
+//! messages from a connection to a group's socket.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -10,4 +11,5 @@ fuzz_target!(|input: (Vec<u8>, usize, Vec<u8>, u8, Vec<u64>)| {
     fuzzing::scm_stream(&stream, max);
     fuzzing::unix_verdict(&verdict, usize::from(world));
     fuzzing::gather_layout(&announced, max);
+    fuzzing::handshake(&stream);
 });

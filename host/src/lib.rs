@@ -125,6 +125,12 @@ pub mod fuzzing {
         crate::bootstrap::check_stream(stream, max);
     }
 
+    /// A handshake message from a connection to a group's socket (a challenge, an answer,
+    /// a proof).
+    pub fn handshake(bytes: &[u8]) {
+        crate::bootstrap::auth::check_handshake(bytes);
+    }
+
     /// A UNIX-socket hub's (or spoke's) verdict about a group of `world` ranks.
     pub fn unix_verdict(bytes: &[u8], world: usize) {
         crate::bootstrap::unix::check_verdict(bytes, world);
