@@ -260,6 +260,28 @@ pub mod llvm {
             .collect()
     }
 
+    /// The body of the PTX function (`.func`) whose name contains `name` (a mangled
+    /// Rust name's tail), one trimmed line each, comments cut. Panics if no function of
+    /// the PTX defines it.
+    pub fn ptx_function(ptx: &[u8], name: &str) -> Vec<String> {
+        let text = std::str::from_utf8(ptx).expect("PTX is text");
+        // A definition's header ends with its parameter list's "("; a declaration's
+        // (`.extern`, or a prototype) ends with ";" on a later line and has no body.
+        let mut lines = text
+            .lines()
+            .skip_while(|l| !(l.starts_with(".func") && l.contains(name) && l.ends_with('(')));
+        assert!(
+            lines.next().is_some(),
+            "no function of the PTX is named like {name}"
+        );
+        lines
+            .skip_while(|l| *l != "{")
+            .take_while(|l| *l != "}")
+            .map(|l| l.split("//").next().unwrap_or("").trim().to_owned())
+            .filter(|l| !l.is_empty())
+            .collect()
+    }
+
     /// The body of PTX entry `name`, one trimmed line each, comments cut. Panics if it
     /// is not a visible entry.
     pub fn ptx_entry(ptx: &[u8], name: &str) -> Vec<String> {

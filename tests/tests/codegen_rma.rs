@@ -409,6 +409,67 @@ fn engine_requests_read_the_ring_from_a_module_global() {
     }
 }
 
+/// The one symbol of AMD code object `bytes` whose (mangled) name contains `fragment`.
+fn amd_symbol(bytes: &[u8], fragment: &str) -> String {
+    let symbols = llvm::run_on("llvm-nm", &[], bytes);
+    let mut named = symbols
+        .lines()
+        .filter_map(|l| l.split_whitespace().last())
+        .filter(|s| s.contains(fragment));
+    let symbol = named
+        .next()
+        .unwrap_or_else(|| panic!("no symbol like {fragment} in:\n{symbols}"));
+    assert!(named.next().is_none(), "several symbols like {fragment}");
+    symbol.to_owned()
+}
+
+/// A warp's staged put (`symmem_rma::engine::post_by`): the first lane takes the ticket,
+/// the warp learns it from that lane, every lane releases its share of the staged bytes at
+/// system scope before the warp's barrier, and only then does the first lane publish the
+/// request with its release store of the slot's turn. In PTX: the ticket's `atom.add`,
+/// two `shfl.sync.idx`, `fence.acq_rel.sys`, `bar.warp.sync`, then `st.release.sys`. On
+/// AMD: the ticket's atomic add, `v_readfirstlane` of it, then a release fence at system
+/// scope by the wave (a cache write-back and a wait for every lane's stores) before the
+/// first lane's own release fence and store.
+#[test]
+fn a_warps_staged_put_releases_every_lane_before_the_first_publishes() {
+    let name = "put_through_ring";
+    for cpu in ptx_targets() {
+        let body = llvm::ptx_function(engine_object(cpu), name);
+        let found = in_order(
+            &body,
+            &[
+                &|l| l.contains("atom.relaxed.gpu.global.add.u64"),
+                &|l| l.starts_with("shfl.sync.idx.b32"),
+                &|l| l.starts_with("shfl.sync.idx.b32"),
+                &|l| l == "fence.acq_rel.sys;",
+                &|l| l.starts_with("bar.warp.sync"),
+                &|l| l.contains("st.release.sys.global.b64"),
+            ],
+            &format!("{cpu} {name}"),
+        );
+        println!("{cpu}: {found:?}");
+    }
+    for cpu in amd_targets() {
+        let symbol = amd_symbol(engine_object(cpu), name);
+        let body = llvm::amd_function(engine_object(cpu), cpu, &symbol);
+        let found = in_order(
+            &body,
+            &[
+                &|l| l.contains("atomic_add_x2"),
+                &|l| l.starts_with("v_readfirstlane_b32"),
+                &|l| l.starts_with("buffer_wbl2"),
+                &|l| l.starts_with("s_waitcnt vmcnt(0)"),
+                &|l| l.starts_with("buffer_wbl2"),
+                &|l| l.starts_with("s_waitcnt vmcnt(0)"),
+                &|l| l.contains("store_dwordx2"),
+            ],
+            &format!("{cpu} {name}"),
+        );
+        println!("{cpu}: {found:?}");
+    }
+}
+
 /// The barrier-free all-reduce (`symmem_rma::lamport`) publishes its data and polls for
 /// it in 16 bytes at system scope, without going through the flat address space: in PTX
 /// one volatile (relaxed, system) 16-byte global store per peer and 16-byte volatile

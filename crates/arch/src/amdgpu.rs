@@ -102,3 +102,18 @@ unsafe impl Arch for Gpu {
         }
     }
 }
+
+/// The wave releases every lane's accesses at `scope`, then a wave barrier: the
+/// wavefront's half of [`crate::LaneGroup::sync_release`] (its counters cover all its lanes).
+#[inline(always)]
+pub(crate) fn sync_wave_release(scope: Scope) {
+    // SAFETY: fences only order memory.
+    unsafe {
+        match scope {
+            Scope::Block => symmem_amdgpu_fence_release_workgroup(),
+            Scope::Device => symmem_amdgpu_fence_release_agent(),
+            Scope::System => symmem_amdgpu_fence_release_system(),
+        }
+    }
+    amdgpu::wave_barrier();
+}

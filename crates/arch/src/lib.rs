@@ -13,6 +13,9 @@ pub mod amdgpu;
 pub mod host;
 #[cfg(target_arch = "nvptx64")]
 pub mod nvptx;
+pub mod warp;
+
+pub use warp::LaneGroup;
 
 /// How far a fence or an atomic's ordering reaches, and which threads an atomic is
 /// atomic with.

@@ -54,3 +54,44 @@ unsafe impl Arch for Gpu {
         }
     }
 }
+
+/// Lane 0's `v` on every lane of `mask` (two `shfl.sync.idx.b32`, one per half).
+///
+/// # Safety
+/// Every lane of `mask` calls it from converged control flow, `mask` includes lane 0.
+#[inline(always)]
+pub(crate) unsafe fn broadcast_first(v: u64, mask: u32) -> u64 {
+    let (lo, hi): (u32, u32);
+    // SAFETY: the caller's contract; `shfl.sync` only exchanges registers.
+    unsafe {
+        asm!(
+            "shfl.sync.idx.b32 {lo}, {vlo}, 0, 31, {mask};",
+            "shfl.sync.idx.b32 {hi}, {vhi}, 0, 31, {mask};",
+            lo = out(reg32) lo,
+            hi = out(reg32) hi,
+            vlo = in(reg32) v as u32,
+            vhi = in(reg32) (v >> 32) as u32,
+            mask = in(reg32) mask,
+        );
+    }
+    lo as u64 | (hi as u64) << 32
+}
+
+/// Each lane of `mask` releases its accesses at `scope` (`fence.acq_rel`), then
+/// `bar.warp.sync` over `mask`.
+///
+/// # Safety
+/// As [`broadcast_first`].
+#[inline(always)]
+pub(crate) unsafe fn sync_warp_release(mask: u32, scope: Scope) {
+    // SAFETY: fences only order memory; the barrier's lanes all arrive (the caller's
+    // contract).
+    unsafe {
+        match scope {
+            Scope::Block => asm!("fence.acq_rel.cta;"),
+            Scope::Device => asm!("fence.acq_rel.gpu;"),
+            Scope::System => asm!("fence.acq_rel.sys;"),
+        }
+        asm!("bar.warp.sync {mask};", mask = in(reg32) mask);
+    }
+}

@@ -52,8 +52,9 @@ const ALONE_DEPTH: usize = 16;
 
 /// One thread copies `n` bytes from `src` to `dst`, `ALONE_DEPTH` (16) loads in flight
 /// before their stores (where the pointers' relative alignment allows 16-byte vectors;
-/// otherwise as [`copy_lanes`] with one lane). The off-node engine's staging, where one
-/// thread moves a request's bytes between kernel memory and the ring's host memory: each
+/// otherwise as [`copy_lanes`] with one lane). The off-node engine's staging where one
+/// thread alone moves a request's bytes between kernel memory and the ring's host memory
+/// (a get's reply, a single thread's put; a block's put is staged by warps): each
 /// round costs a memory latency, so with four loads in flight a 4 KiB put's copy took
 /// about 21 us of its 49 on an H100.
 ///

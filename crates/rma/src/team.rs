@@ -5,7 +5,8 @@ use crate::copy;
 use crate::engine;
 use crate::signal::{Cmp, SignalOp};
 use crate::{Order, Scope};
-use symmem_arch::Arch;
+use symmem_arch::warp::warp_size;
+use symmem_arch::{Arch, LaneGroup};
 use symmem_translate::PeerBases;
 
 /// An element of at most 16 bytes as four 32-bit lanes, so that it stays in registers
@@ -202,6 +203,7 @@ impl<'a> Team<'a> {
                     size_of::<T>(),
                     to,
                     true,
+                    LaneGroup::ALONE,
                 )
             },
         }
@@ -209,7 +211,7 @@ impl<'a> Team<'a> {
 
     /// The engine's part of a block's put to off-node rank `to`: one request by thread 0
     /// where the proxy reads `src` itself (then, with `wait`, thread 0 waits until `src`
-    /// may be reused), else each thread stages its share.
+    /// may be reused), else each warp stages its share, its lanes together.
     ///
     /// # Safety
     /// As [`Team::put_nbi_block`].
@@ -223,19 +225,25 @@ impl<'a> Team<'a> {
         to: usize,
         wait: bool,
     ) {
-        let (start, len) = if engine::staged() {
-            // A thread stages each of its requests alone (`copy::copy_alone`), from
-            // kernel memory: shares of at least `PUT_PIECE` keep the requests few, whose
+        let ((start, len), lanes) = if engine::staged() {
+            // A warp stages each of its requests (`engine::post_by`), from kernel
+            // memory: shares of at least `PUT_PIECE` keep the requests few, whose
             // per-request cost (the proxy's, the wire's, the target's copy) is what a
             // staged put pays (4 KiB pieces made a 1 MiB put 256 requests: 2.1 ms on an
-            // H100), and a large share goes in requests of a whole slot's staging.
-            engine_share(arch, n, PUT_PIECE)
+            // H100), and a large share goes in requests of a whole slot's staging. A
+            // warp's lanes store a request's bytes into host memory together: one
+            // thread alone took about 5 us of a 4 KiB put's 24-26 on an H100.
+            (
+                engine_share(arch, n, PUT_PIECE, warp_size()),
+                LaneGroup::of_warp(arch),
+            )
         } else if arch.thread_id() == 0 {
-            (0, n)
+            ((0, n), LaneGroup::ALONE)
         } else {
-            (0, 0)
+            ((0, 0), LaneGroup::ALONE)
         };
-        // SAFETY: forwarded; the share is inside the range.
+        // SAFETY: forwarded; the share is inside the range and the same for every lane
+        // of a warp, which all call (the block's threads all do, from converged flow).
         unsafe {
             engine::put(
                 dst.addr() as u64 + start as u64,
@@ -243,6 +251,7 @@ impl<'a> Team<'a> {
                 len,
                 to,
                 wait,
+                lanes,
             )
         }
     }
@@ -264,7 +273,7 @@ impl<'a> Team<'a> {
         // Smaller pieces than a put's: a thread copies its reply out of the ring's host
         // memory, over the bus, at far less than it reads kernel memory, so more threads
         // share the bytes.
-        let (start, len) = engine_share(arch, n, GET_PIECE);
+        let (start, len) = engine_share(arch, n, GET_PIECE, 1);
         // SAFETY: forwarded; the share is inside the range.
         unsafe { engine::get(dst.add(start), src.addr() as u64 + start as u64, len, from) }
     }
@@ -432,7 +441,7 @@ impl<'a> Team<'a> {
         from: usize,
         to: usize,
     ) {
-        let (start, len) = engine_share(arch, n, GET_PIECE);
+        let (start, len) = engine_share(arch, n, GET_PIECE, 1);
         let mut done = 0;
         while done < len {
             let piece = (len - done).min(8);
@@ -946,22 +955,25 @@ impl Team<'_> {
 /// takes.
 const GET_PIECE: usize = 4 << 10;
 
-/// The smallest share of a block's staged put a thread takes: a 1 MiB put is 16 threads'
-/// requests (0.49 ms on an H200, against 0.53 ms as 4 threads' whole slots).
+/// The smallest share of a block's staged put a warp takes (a thread, where a warp is one
+/// thread): as threads' shares, a 1 MiB put was 16 threads' requests (0.49 ms on an H200,
+/// against 0.53 ms as 4 threads' whole slots).
 const PUT_PIECE: usize = 64 << 10;
 
-/// This thread's share of `n` bytes moved through the engine: contiguous pieces of at
-/// least `min_piece` bytes (fewer, larger requests), 16-byte aligned starts, taken by at
-/// most the ring's slots' worth of the grid's threads: a thread with no slot waits for
+/// This thread's share of `n` bytes moved through the engine, as one of groups of `group`
+/// consecutive threads (1: each thread alone; [`warp_size`]: each warp, whose lanes get
+/// the same share): contiguous pieces of at least `min_piece` bytes (fewer, larger
+/// requests), 16-byte aligned starts, taken by at most the ring's slots' worth of the
+/// grid's groups: a thread with no slot waits for
 /// one reading the ring in host memory over the bus, and a thousand such threads per rank
 /// (a 4 MiB all-reduce's gets at 2 nodes x 2) took 444 ms on an H100, 9.8 ms with the cap.
 #[inline(always)]
-fn engine_share<A: Arch>(arch: &A, n: usize, min_piece: usize) -> (usize, usize) {
+fn engine_share<A: Arch>(arch: &A, n: usize, min_piece: usize, group: u32) -> (usize, usize) {
     let parts = n
         .div_ceil(min_piece)
-        .clamp(1, arch.block_dim() as usize)
+        .clamp(1, arch.block_dim().div_ceil(group) as usize)
         .min((engine::slots() / arch.grid_dim() as usize).max(1));
-    let part = arch.thread_id() as usize;
+    let part = (arch.thread_id() / group) as usize;
     if part < parts {
         copy::share(n, copy::VECTOR_BYTES, part, parts)
     } else {
