@@ -81,7 +81,7 @@ impl Secret {
             return None;
         }
         let mut out = [0u8; SECRET_BYTES];
-        for (byte, pair) in out.iter_mut().zip(digits.chunks_exact(2)) {
+        for (byte, pair) in out.iter_mut().zip(digits.as_chunks::<2>().0) {
             let pair = std::str::from_utf8(pair).ok()?;
             *byte = u8::from_str_radix(pair, 16).ok()?;
         }
