@@ -11,17 +11,17 @@
 //!    (`SO_PEERCRED`) name this process's user: a process of another user gets nothing,
 //!    not even a challenge, whichever end it holds.
 //! 2. **Both ends hold the secret, and neither sends it.** The listening end sends a fresh
-//!    random nonce (a [`Challenge`]); the connecting end answers with the rank it claims, a
+//!    random nonce (a `Challenge`); the connecting end answers with the rank it claims, a
 //!    nonce of its own and a MAC (keyed BLAKE3, the crate made for keyed hashing) over both
-//!    nonces, the rank, the world size and the group's name (an [`Answer`]); the listening
+//!    nonces, the rank, the world size and the group's name (an `Answer`); the listening
 //!    end checks it, in constant time, and answers with a MAC of its own over the same
-//!    (a [`Proof`]), which the connecting end checks before it sends anything else. A
+//!    (a `Proof`), which the connecting end checks before it sends anything else. A
 //!    recorded answer is worth nothing against another nonce, and a squatter on a group's
 //!    name learns nothing it could replay.
 //!
 //! Every message of the handshake has a fixed length, and the whole handshake one deadline
 //! (not one per read): a peer that trickles a byte at a time cannot hold a rank past it.
-//! A listener ([`Doorman`]) runs the handshakes of all its pending connections at once,
+//! A listener (`Doorman`) runs the handshakes of all its pending connections at once,
 //! so a silent or slow stranger never delays a member; every refusal is a tracing `warn`
 //! naming the process (pid, uid) and why.
 

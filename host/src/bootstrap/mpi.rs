@@ -24,7 +24,7 @@
 //! **Only the communicator's ranks connect.** Rank 0 makes the job's socket names (128
 //! random bits) and a [`Secret`], and broadcasts both over MPI, whose launcher admits only
 //! its job's processes; the ranks' process ids travel over MPI too. Every connection to a
-//! rank's socket passes [`auth`](super::auth)'s handshake (same user, proof of the secret,
+//! rank's socket passes [`auth`]'s handshake (same user, proof of the secret,
 //! in both directions) and must come from the process id MPI gave for the rank it proves;
 //! anything else is dropped and logged, and the rank keeps accepting. A rank sends its
 //! descriptor only to a listener that proved itself and is the process MPI named.

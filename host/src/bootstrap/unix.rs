@@ -26,7 +26,7 @@
 //! [`spawn`] starts the ranks as child processes of a command and hands them back as
 //! [`Ranks`], which reaps every one; each child joins with [`UnixBootstrap::from_env`].
 //!
-//! **Only members join.** Every connection to the hub passes [`auth`](super::auth)'s
+//! **Only members join.** Every connection to the hub passes [`auth`]'s
 //! handshake before anything else crosses it: the process at the other end must run as
 //! this user (`SO_PEERCRED`, checked by both ends) and prove that it holds the group's
 //! [`Secret`] (which never crosses the socket). `spawn` makes a new secret and a new
