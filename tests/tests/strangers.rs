@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use symmem::backend::cpu::Cpu;
 use symmem::bootstrap::auth::Secret;
 use symmem::bootstrap::unix::{self, UnixBootstrap};
+use symmem::collectives::{Algorithm, Collectives, ReduceOp};
 use symmem::{Config, Error, World};
 use symmem_tests::mpi::{self, mpirun_available};
 use symmem_tests::processes::{CHILD, child_mode};
@@ -189,9 +190,65 @@ fn squatter() -> ! {
     std::process::exit(0)
 }
 
+/// A member of a world of 3 that forges: once the world has formed, rank 0 sends "rank 1
+/// left" through every datagram socket it holds (every peer's departure sender among
+/// them, as any member holds them), then every rank all-reduces, rank 1 last, after 300 ms.
+/// Had a peer believed the notice, its wait for rank 1 would end in `PeerLost`. Exits 0
+/// only if the all-reduce held on every rank; rank 0 prints `forged N`.
+fn forger() -> ! {
+    let result = (|| -> symmem::Result<()> {
+        let bootstrap = Box::new(UnixBootstrap::from_env()?);
+        let world = World::new(bootstrap, Cpu::new(), &Config::default())?;
+        let collectives = Collectives::new(&world)?;
+        let src = world.full::<f32>(64, world.rank() as f32)?;
+        let dst = world.zeros::<f32>(64)?;
+        world.barrier()?;
+        if world.rank() == 0 {
+            println!("forged {}", forge_departure_of(1));
+        }
+        world.barrier()?;
+        if world.rank() == 1 {
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        collectives.all_reduce(&dst, &src, 64, ReduceOp::Sum, Algorithm::OneShot)?;
+        assert_eq!(world.read(&dst)?, vec![3.0; 64], "rank {}", world.rank());
+        world.barrier()?;
+        collectives.finalize()
+    })();
+    match result {
+        Ok(()) => std::process::exit(0),
+        Err(e) => {
+            eprintln!("forger's world: {e}");
+            std::process::exit(4)
+        }
+    }
+}
+
+/// Sends a departure notice in `rank`'s name (left, no cause: 12 bytes) through every
+/// datagram socket of this process; returns how many took it.
+fn forge_departure_of(rank: u32) -> usize {
+    let mut notice = rank.to_le_bytes().to_vec();
+    notice.extend_from_slice(&0u32.to_le_bytes());
+    notice.extend_from_slice(&u32::MAX.to_le_bytes());
+    let fds: Vec<i32> = std::fs::read_dir("/proc/self/fd")
+        .expect("/proc/self/fd")
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    fds.into_iter()
+        .filter(|&fd| {
+            // SAFETY: `fd` is one of this process's open descriptors, and nothing closes
+            // descriptors while the world's threads are idle between its barriers.
+            let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+            rustix::net::sockopt::socket_type(fd) == Ok(rustix::net::SocketType::DGRAM)
+                && rustix::net::send(fd, &notice, rustix::net::SendFlags::DONTWAIT).is_ok()
+        })
+        .count()
+}
+
 fn run_child_if_any() {
     match child_mode().as_deref() {
         Some("member") => member(),
+        Some("forger") => forger(),
         Some("stranger") => stranger(),
         Some("squatter") => squatter(),
         _ => {}
@@ -468,4 +525,30 @@ fn under_mpirun_a_stranger_at_a_ranks_socket_gets_nothing_and_the_world_forms() 
     assert!(run.status.success(), "{}", run.all());
     assert_eq!(run.stdout.matches(": ok").count(), 2, "{}", run.all());
     assert_eq!(got, [CHALLENGE_ONLY, CHALLENGE_ONLY]);
+}
+
+#[test]
+fn a_departure_forged_by_a_member_in_another_ranks_name_is_not_believed() {
+    run_child_if_any();
+    let test = "a_departure_forged_by_a_member_in_another_ranks_name_is_not_believed";
+    let mut command = this_binary(test, "forger");
+    command.stdout(Stdio::piped());
+    let mut ranks = unix::spawn(&mut command, 3, Duration::from_secs(10)).expect("spawn");
+    let mut out = String::new();
+    std::io::Read::read_to_string(
+        ranks.children_mut()[0].stdout.as_mut().expect("stdout"),
+        &mut out,
+    )
+    .expect("rank 0's output");
+    let statuses = ranks.wait().expect("wait");
+    // Rank 0 holds ranks 1's and 2's senders (and its own socket pair's two ends).
+    let forged: usize = out
+        .split_once("forged ")
+        .and_then(|(_, n)| n.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no forgery reported: {out:?}"));
+    assert!(forged >= 2, "{out}");
+    assert!(
+        statuses.iter().all(|s| s.success()),
+        "a rank believed the forged departure: {statuses:?}"
+    );
 }
