@@ -473,6 +473,7 @@ fn abstract_names(prefix: &str) -> Vec<String> {
 
 #[test]
 fn under_mpirun_a_stranger_at_a_ranks_socket_gets_nothing_and_the_world_forms() {
+    run_child_if_any();
     if !mpirun_available() {
         return;
     }
@@ -514,6 +515,16 @@ fn under_mpirun_a_stranger_at_a_ranks_socket_gets_nothing_and_the_world_forms() 
             })
         })
         .collect();
+    // Where the tests run as root, a stranger of another user at rank 0's socket too.
+    let test = "under_mpirun_a_stranger_at_a_ranks_socket_gets_nothing_and_the_world_forms";
+    let other_user = root().then(|| {
+        let group = names[0].strip_prefix("symmem-").expect("a symmem socket");
+        as_nobody(&mut this_binary(test, "stranger"))
+            .env(ATTACK, group)
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("the stranger")
+    });
     std::thread::sleep(Duration::from_millis(200));
     std::fs::write(&flag, b"").expect("flag");
     let got: Vec<Got> = strangers
@@ -525,6 +536,14 @@ fn under_mpirun_a_stranger_at_a_ranks_socket_gets_nothing_and_the_world_forms() 
     assert!(run.status.success(), "{}", run.all());
     assert_eq!(run.stdout.matches(": ok").count(), 2, "{}", run.all());
     assert_eq!(got, [CHALLENGE_ONLY, CHALLENGE_ONLY]);
+    match other_user {
+        Some(child) => {
+            let out = child.wait_with_output().expect("the stranger");
+            assert!(out.status.success(), "{out:?}");
+            assert_eq!(parse_got(&String::from_utf8_lossy(&out.stdout)), NOTHING);
+        }
+        None => println!("the other-user stranger is skipped: it needs root to drop to uid 65534"),
+    }
 }
 
 #[test]
