@@ -142,7 +142,7 @@ fn sweep_rows(timer: &Timer, size: usize, ops: &[(&'static str, Op<'_>)]) -> Res
 /// Rank 0's half of the in-process run: the put/copy/memcpy sweep and the checks.
 fn in_process_rank0(
     world: &World<Cuda>,
-    buffer: &SymmetricBuffer<'_, u8, Cuda>,
+    buffer: &SymmetricBuffer<u8, Cuda>,
     sizes: &[usize],
     pat: &[u8],
 ) -> Result<Vec<Row>> {
@@ -306,7 +306,7 @@ fn alloc_latency(world: &World<Cuda>) -> Result<Vec<Row>> {
 /// Rank 1 reads its own copy and checks what rank 0 put there last (64 MiB).
 fn check_own_copy(
     world: &World<Cuda>,
-    buffer: &SymmetricBuffer<'_, u8, Cuda>,
+    buffer: &SymmetricBuffer<u8, Cuda>,
     pat: &[u8],
 ) -> Result<()> {
     let got = world.read(&buffer.slice(..64 * MIB)?)?;

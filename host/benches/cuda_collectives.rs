@@ -89,9 +89,9 @@ fn time_us(timer: &Timer<'_>, op: &dyn Fn() -> Result<()>) -> Result<f64> {
 
 /// An all-reduce of `n` bytes of `T` from `src` into `dst` (sum), as one line's op.
 fn all_reduce_bytes<T: Element>(
-    coll: &Collectives<'_, Cuda>,
-    dst: &SymmetricBuffer<'_, T, Cuda>,
-    src: &SymmetricBuffer<'_, T, Cuda>,
+    coll: &Collectives<Cuda>,
+    dst: &SymmetricBuffer<T, Cuda>,
+    src: &SymmetricBuffer<T, Cuda>,
     n: usize,
     algorithm: Algorithm,
 ) -> Result<()> {
@@ -101,7 +101,7 @@ fn all_reduce_bytes<T: Element>(
 /// Asserts that the first `n` bytes of `dst` hold `want` in every element.
 fn check_sum<T: Element + PartialEq + std::fmt::Debug>(
     world: &World<Cuda>,
-    dst: &SymmetricBuffer<'_, T, Cuda>,
+    dst: &SymmetricBuffer<T, Cuda>,
     n: usize,
     want: T,
 ) -> Result<()> {

@@ -117,7 +117,7 @@ fn rank1_view(world: &World<Cuda>, ptr: u64) -> Result<PeerView> {
 /// Part 1 on rank 0: put/get through the symmetric buffer against `cuMemcpyPeerAsync`.
 fn point_to_point_rank0(
     world: &World<Cuda>,
-    buffer: &SymmetricBuffer<'_, u8, Cuda>,
+    buffer: &SymmetricBuffer<u8, Cuda>,
     peer: &PeerView,
     sizes: &[usize],
     max: usize,
@@ -295,16 +295,16 @@ fn time_collective(timer: &Timer, batch: usize, op: &dyn Fn() -> Result<()>) -> 
 }
 
 /// The collectives' buffers of one rank, sized for the largest size.
-struct CollectiveBuffers<'w> {
-    gathered: symmem::SymmetricBuffer<'w, u8, Cuda>,
-    reduce_src: symmem::SymmetricBuffer<'w, f32, Cuda>,
-    reduce_dst: symmem::SymmetricBuffer<'w, f32, Cuda>,
-    gather_src: DeviceBuffer<'w, u8, Cuda>,
-    scatter_dst: DeviceBuffer<'w, f32, Cuda>,
+struct CollectiveBuffers {
+    gathered: symmem::SymmetricBuffer<u8, Cuda>,
+    reduce_src: symmem::SymmetricBuffer<f32, Cuda>,
+    reduce_dst: symmem::SymmetricBuffer<f32, Cuda>,
+    gather_src: DeviceBuffer<u8, Cuda>,
+    scatter_dst: DeviceBuffer<f32, Cuda>,
 }
 
 /// Checks this rank's results of `op` at `size` (inputs are constant per rank).
-fn check(world: &World<Cuda>, b: &CollectiveBuffers<'_>, op: &str, size: usize) -> Result<()> {
+fn check(world: &World<Cuda>, b: &CollectiveBuffers, op: &str, size: usize) -> Result<()> {
     let n = world.world_size();
     let sum: f32 = (0..n).map(|r| r as f32 + 0.5).sum();
     let bad = match op {

@@ -172,26 +172,26 @@ impl<T: bytemuck::Pod + symmem_kernels::ReductionKernels> Element for T {}
 /// .unwrap();
 /// assert!(sums.iter().all(|sum| sum.as_ref().unwrap() == &[3.0; 4]));
 /// ```
-pub struct Collectives<'w, B: Backend> {
-    world: &'w World<B>,
+pub struct Collectives<B: Backend> {
+    world: World<B>,
     grid: Grid,
-    signals: SymmetricBuffer<'w, u64, B>,
+    signals: SymmetricBuffer<u64, B>,
     /// The barrier-free all-reduce's workspace
     /// (`symmem_rma::lamport::workspace_bytes(world, lamport_capacity)` bytes).
-    lamport: SymmetricBuffer<'w, u8, B>,
+    lamport: SymmetricBuffer<u8, B>,
     lamport_capacity: usize,
     /// The all-reduce across nodes' local copies of off-node ranks' data, and the table
     /// its kernel reads them through; made by the first such all-reduce, grown as needed.
-    gathered: std::sync::Mutex<Gathered<'w, B>>,
+    gathered: std::sync::Mutex<Gathered<B>>,
 }
 
 /// See [`Collectives::all_reduce`] across nodes.
-struct Gathered<'w, B: Backend> {
-    copies: Option<DeviceBuffer<'w, u8, B>>,
-    table: Option<DeviceBuffer<'w, u64, B>>,
+struct Gathered<B: Backend> {
+    copies: Option<DeviceBuffer<u8, B>>,
+    table: Option<DeviceBuffer<u64, B>>,
 }
 
-impl<B: Backend> std::fmt::Debug for Collectives<'_, B> {
+impl<B: Backend> std::fmt::Debug for Collectives<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Collectives")
             .field("rank", &self.world.rank())
@@ -202,12 +202,12 @@ impl<B: Backend> std::fmt::Debug for Collectives<'_, B> {
     }
 }
 
-impl<'w, B: Backend> Collectives<'w, B> {
+impl<B: Backend> Collectives<B> {
     /// A handle with the backend's launch shape for collectives
     /// ([`Backend::collective_grid`]: one thread per rank on a CPU, where threads of one
     /// rank would share cache lines; 8 blocks of 256 threads on a GPU, few enough that
     /// several ranks' grids fit on one GPU at once). Collective: every rank calls it.
-    pub fn new(world: &'w World<B>) -> Result<Self> {
+    pub fn new(world: &World<B>) -> Result<Self> {
         Self::with_grid(world, world.backend().collective_grid())
     }
 
@@ -221,7 +221,7 @@ impl<'w, B: Backend> Collectives<'w, B> {
     /// Errors: [`Error::EmptyGrid`] for an empty grid, [`Error::TooManyBlocks`] for more
     /// than [`MAX_BLOCKS`] blocks, [`Error::CollectiveMismatch`] if ranks chose different
     /// block counts (or made different heap calls before), and the allocation's errors.
-    pub fn with_grid(world: &'w World<B>, grid: Grid) -> Result<Self> {
+    pub fn with_grid(world: &World<B>, grid: Grid) -> Result<Self> {
         Self::with_lamport_capacity(world, grid, LAMPORT_MAX_BYTES)
     }
 
@@ -231,7 +231,7 @@ impl<'w, B: Backend> Collectives<'w, B> {
     ///
     /// Errors: as [`Collectives::with_grid`], and [`Error::TooLarge`] for a workspace
     /// whose size overflows.
-    pub fn with_lamport_capacity(world: &'w World<B>, grid: Grid, capacity: usize) -> Result<Self> {
+    pub fn with_lamport_capacity(world: &World<B>, grid: Grid, capacity: usize) -> Result<Self> {
         let too_large = || Error::TooLarge {
             requested: capacity,
             capacity: world.heap_len(),
@@ -265,7 +265,7 @@ impl<'w, B: Backend> Collectives<'w, B> {
         // No peer writes into the workspace before every rank has reset its own.
         world.barrier()?;
         Ok(Self {
-            world,
+            world: world.clone(),
             grid,
             signals,
             lamport,
@@ -278,8 +278,8 @@ impl<'w, B: Backend> Collectives<'w, B> {
     }
 
     /// The world this handle launches on.
-    pub fn world(&self) -> &'w World<B> {
-        self.world
+    pub fn world(&self) -> &World<B> {
+        &self.world
     }
 
     /// The launch shape of every kernel of this handle.
@@ -323,7 +323,7 @@ impl<'w, B: Backend> Collectives<'w, B> {
     /// ([`Error::OutOfBounds`]), `dst` not in this world's heap ([`Error::NotSymmetric`]).
     pub fn all_gather<T: bytemuck::Pod + 'static>(
         &self,
-        dst: &SymmetricBuffer<'_, T, B>,
+        dst: &SymmetricBuffer<T, B>,
         src: &impl AsDeviceSlice<T, B>,
         count: usize,
     ) -> Result<()> {
@@ -345,7 +345,7 @@ impl<'w, B: Backend> Collectives<'w, B> {
     /// Errors: as [`Collectives::all_gather`].
     pub fn all_to_all<T: bytemuck::Pod + 'static>(
         &self,
-        dst: &SymmetricBuffer<'_, T, B>,
+        dst: &SymmetricBuffer<T, B>,
         src: &impl AsDeviceSlice<T, B>,
         count: usize,
     ) -> Result<()> {
@@ -369,7 +369,7 @@ impl<'w, B: Backend> Collectives<'w, B> {
     pub fn broadcast<T: bytemuck::Pod + 'static>(
         &self,
         dst: &impl AsDeviceSlice<T, B>,
-        src: &SymmetricBuffer<'_, T, B>,
+        src: &SymmetricBuffer<T, B>,
         count: usize,
         root: usize,
     ) -> Result<()> {
@@ -405,8 +405,8 @@ impl<'w, B: Backend> Collectives<'w, B> {
     /// (the hierarchical path uploads its table of copies on every call).
     pub fn all_reduce<T: Element>(
         &self,
-        dst: &SymmetricBuffer<'_, T, B>,
-        src: &SymmetricBuffer<'_, T, B>,
+        dst: &SymmetricBuffer<T, B>,
+        src: &SymmetricBuffer<T, B>,
         count: usize,
         op: ReduceOp,
         algorithm: Algorithm,
@@ -513,7 +513,7 @@ impl<'w, B: Backend> Collectives<'w, B> {
         count: usize,
         op: ReduceOp,
     ) -> Result<()> {
-        let w = self.world;
+        let w = &self.world;
         // It allocates its copies on first use and uploads their table on every call,
         // neither of which a graph can record: refused as such, not as the allocation or
         // the write a user did not make (the soak's graphs across emulated nodes).
@@ -626,7 +626,7 @@ impl<'w, B: Backend> Collectives<'w, B> {
     pub fn reduce_scatter<T: Element>(
         &self,
         dst: &impl AsDeviceSlice<T, B>,
-        src: &SymmetricBuffer<'_, T, B>,
+        src: &SymmetricBuffer<T, B>,
         count: usize,
         op: ReduceOp,
     ) -> Result<()> {
@@ -660,7 +660,7 @@ impl<'w, B: Backend> Collectives<'w, B> {
     /// heap or not agreed yet ([`Error::NotAgreed`]).
     pub fn put<T: bytemuck::Pod + 'static>(
         &self,
-        dst: &SymmetricBuffer<'_, T, B>,
+        dst: &SymmetricBuffer<T, B>,
         at: usize,
         src: &impl AsDeviceSlice<T, B>,
         to: usize,
@@ -683,7 +683,7 @@ impl<'w, B: Backend> Collectives<'w, B> {
     pub fn get<T: bytemuck::Pod + 'static>(
         &self,
         dst: &impl AsDeviceSlice<T, B>,
-        src: &SymmetricBuffer<'_, T, B>,
+        src: &SymmetricBuffer<T, B>,
         at: usize,
         from: usize,
     ) -> Result<()> {
@@ -707,10 +707,10 @@ impl<'w, B: Backend> Collectives<'w, B> {
     #[allow(clippy::too_many_arguments)]
     pub fn put_with_signal<T: bytemuck::Pod + 'static>(
         &self,
-        dst: &SymmetricBuffer<'_, T, B>,
+        dst: &SymmetricBuffer<T, B>,
         at: usize,
         src: &impl AsDeviceSlice<T, B>,
-        signal: &SymmetricBuffer<'_, u64, B>,
+        signal: &SymmetricBuffer<u64, B>,
         index: usize,
         value: u64,
         to: usize,
@@ -759,7 +759,7 @@ impl<'w, B: Backend> Collectives<'w, B> {
     /// Errors: `index` outside `signal`, `signal` not in the heap.
     pub fn signal_wait_until(
         &self,
-        signal: &SymmetricBuffer<'_, u64, B>,
+        signal: &SymmetricBuffer<u64, B>,
         index: usize,
         cmp: Cmp,
         value: u64,
@@ -776,7 +776,7 @@ impl<'w, B: Backend> Collectives<'w, B> {
     /// Errors: as [`Collectives::signal_wait_until`], and `from` outside the world.
     pub fn signal_wait_until_from(
         &self,
-        signal: &SymmetricBuffer<'_, u64, B>,
+        signal: &SymmetricBuffer<u64, B>,
         index: usize,
         from: usize,
         cmp: Cmp,
@@ -788,7 +788,7 @@ impl<'w, B: Backend> Collectives<'w, B> {
 
     fn wait_until(
         &self,
-        signal: &SymmetricBuffer<'_, u64, B>,
+        signal: &SymmetricBuffer<u64, B>,
         index: usize,
         cmp: Cmp,
         value: u64,
@@ -819,7 +819,7 @@ impl<'w, B: Backend> Collectives<'w, B> {
     /// Errors: `index` outside `counter`, `counter` not in the heap.
     pub fn atomic_add_all(
         &self,
-        counter: &SymmetricBuffer<'_, u64, B>,
+        counter: &SymmetricBuffer<u64, B>,
         index: usize,
         iters: u32,
     ) -> Result<u64> {
@@ -847,7 +847,7 @@ impl<'w, B: Backend> Collectives<'w, B> {
         self.world.kernels().launch(kernel, self.grid, args)
     }
 
-    fn bases(&self) -> &'w crate::table::PeerBases {
+    fn bases(&self) -> &crate::table::PeerBases {
         self.world.heap_bases()
     }
 
@@ -870,11 +870,11 @@ impl<'w, B: Backend> Collectives<'w, B> {
     ) -> (
         DeviceSlice<'a, u8, B>,
         DeviceSlice<'a, u8, B>,
-        &'w crate::table::PeerBases,
+        &'a crate::table::PeerBases,
         u32,
         u32,
         u64,
-        &'a SymmetricBuffer<'w, u64, B>,
+        &'a SymmetricBuffer<u64, B>,
     ) {
         (
             dst.as_bytes(),
@@ -897,11 +897,11 @@ impl<'w, B: Backend> Collectives<'w, B> {
     ) -> (
         &'a DeviceSlice<'a, T, B>,
         &'a DeviceSlice<'a, T, B>,
-        &'w crate::table::PeerBases,
+        &'a crate::table::PeerBases,
         u32,
         u32,
         u64,
-        &'a SymmetricBuffer<'w, u64, B>,
+        &'a SymmetricBuffer<u64, B>,
     ) {
         (
             dst,
@@ -918,13 +918,13 @@ impl<'w, B: Backend> Collectives<'w, B> {
     /// heap table, `world`, `rank`.
     #[allow(clippy::type_complexity)]
     fn point<'a, T>(
-        &self,
+        &'a self,
         dst: &DeviceSlice<'a, T, B>,
         src: &DeviceSlice<'a, T, B>,
     ) -> (
         DeviceSlice<'a, u8, B>,
         DeviceSlice<'a, u8, B>,
-        &'w crate::table::PeerBases,
+        &'a crate::table::PeerBases,
         u32,
         u32,
     ) {
@@ -959,7 +959,7 @@ impl<'w, B: Backend> Collectives<'w, B> {
     /// As [`Collectives::symmetric`], for a one-sided call: the buffer must be agreed.
     fn one_sided<'a, T>(
         &self,
-        buffer: &'a SymmetricBuffer<'_, T, B>,
+        buffer: &'a SymmetricBuffer<T, B>,
         at: usize,
         len: usize,
     ) -> Result<DeviceSlice<'a, T, B>> {
@@ -978,7 +978,7 @@ impl<'w, B: Backend> Collectives<'w, B> {
     /// it and that it lies in this world's heap (so the heap-base table translates it).
     fn symmetric<'a, T>(
         &self,
-        buffer: &'a SymmetricBuffer<'_, T, B>,
+        buffer: &'a SymmetricBuffer<T, B>,
         at: usize,
         len: usize,
     ) -> Result<DeviceSlice<'a, T, B>> {

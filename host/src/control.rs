@@ -17,6 +17,8 @@ pub struct AbortWord(*mut u64);
 // SAFETY: it is only accessed with atomic operations, and the world keeps the block alive
 // for as long as any copy is used (see the type's documentation).
 unsafe impl Send for AbortWord {}
+// SAFETY: as for `Send`: every access through `&self` is atomic.
+unsafe impl Sync for AbortWord {}
 
 impl AbortWord {
     /// The abort word at `word`.
@@ -67,6 +69,8 @@ pub struct DepartedMask {
 // SAFETY: only accessed with atomic operations, while the world keeps the region alive
 // (see the type's documentation).
 unsafe impl Send for DepartedMask {}
+// SAFETY: as for `Send`: every access through `&self` is atomic.
+unsafe impl Sync for DepartedMask {}
 
 impl DepartedMask {
     /// The bitmask of `ranks` bits at `words`.
@@ -127,6 +131,8 @@ pub struct Causes {
 
 // SAFETY: only accessed with atomic operations, while the world keeps the region alive.
 unsafe impl Send for Causes {}
+// SAFETY: as for `Send`: every access through `&self` is atomic.
+unsafe impl Sync for Causes {}
 
 impl Causes {
     /// The table of `ranks` words at `words`.

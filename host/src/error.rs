@@ -644,6 +644,20 @@ pub enum Error {
         /// Why it is no member.
         why: &'static str,
     },
+    /// [`World::finalize`](crate::World::finalize) while other handles of the world are
+    /// alive (clones of the `World`, its buffers, collectives, modules, graphs or
+    /// providers): the world leaves only with its last handle, so it is still alive.
+    #[error(
+        "rank {rank}: World::finalize while {others} other handle(s) of the world are alive \
+         (clones, buffers, collectives, modules, graphs, providers): drop them first; the \
+         world leaves when its last handle is dropped"
+    )]
+    WorldInUse {
+        /// This rank.
+        rank: usize,
+        /// How many other handles hold the world.
+        others: usize,
+    },
     /// Ranks that never joined the bootstrap group: it stopped waiting for them after
     /// `waited`. Every rank that did join gets this error, naming the same ranks.
     #[error(
@@ -1002,6 +1016,8 @@ mod tests {
             uid: Some(65534),
             why: "it runs as another user",
         } => ["the process at the hub's socket is no member", "pid 77 uid 65534", "another user", "no descriptor", "ss -xlp"];
+        world_in_use_names_the_handles: Error::WorldInUse { rank: 1, others: 2 }
+            => ["rank 1: ", "2 other handle(s)", "drop them first"];
         never_joined_names_the_launch_and_timeout: Error::NeverJoined {
             ranks: vec![2],
             waited: Duration::from_secs(10),

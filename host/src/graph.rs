@@ -22,13 +22,13 @@ use crate::world::World;
 use std::sync::atomic::Ordering;
 
 /// A rank's recorded launches ([`World::capture`]), replayable with [`Graph::replay`].
-pub struct Graph<'w, B: Backend> {
-    world: &'w World<B>,
+pub struct Graph<B: Backend> {
+    world: World<B>,
     /// Dropped (before the world unpins) only by `drop`.
     graph: std::mem::ManuallyDrop<B::Graph>,
 }
 
-impl<B: Backend> std::fmt::Debug for Graph<'_, B> {
+impl<B: Backend> std::fmt::Debug for Graph<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Graph")
             .field("rank", &self.world.rank())
@@ -44,9 +44,9 @@ impl<B: Backend> World<B> {
     /// Errors: the world's failed device wait, [`Error::Capturing`] for a capture inside
     /// a capture (and whatever `record` returns, for instance `Capturing` for a call that
     /// cannot be recorded), and the backend's capture errors.
-    pub fn capture(&self, record: impl FnOnce() -> Result<()>) -> Result<Graph<'_, B>> {
+    pub fn capture(&self, record: impl FnOnce() -> Result<()>) -> Result<Graph<B>> {
         self.check_waits()?;
-        if self.capturing.swap(true, Ordering::AcqRel) {
+        if self.shared.capturing.swap(true, Ordering::AcqRel) {
             return Err(Error::Capturing { call: "a capture" });
         }
         self.lock_pins().graphs += 1;
@@ -56,10 +56,10 @@ impl<B: Backend> World<B> {
             let graph = self.backend().end_capture();
             recorded.and(graph)
         });
-        self.capturing.store(false, Ordering::Release);
+        self.shared.capturing.store(false, Ordering::Release);
         match captured {
             Ok(graph) => Ok(Graph {
-                world: self,
+                world: self.clone(),
                 graph: std::mem::ManuallyDrop::new(graph),
             }),
             Err(e) => {
@@ -88,7 +88,7 @@ impl<B: Backend> World<B> {
     }
 }
 
-impl<B: Backend> Graph<'_, B> {
+impl<B: Backend> Graph<B> {
     /// Enqueues every recorded launch again, in order, on this rank's stream (the CPU
     /// backend runs them and returns when they are done). Wait for the results as after
     /// the launches themselves (a read, a [`World::barrier`]).
@@ -104,7 +104,7 @@ impl<B: Backend> Graph<'_, B> {
     }
 }
 
-impl<B: Backend> Drop for Graph<'_, B> {
+impl<B: Backend> Drop for Graph<B> {
     fn drop(&mut self) {
         // SAFETY: dropped once, here, and not used after.
         unsafe { std::mem::ManuallyDrop::drop(&mut self.graph) };

@@ -23,14 +23,14 @@
 //!
 //! ```no_run
 //! # use symmem::{World, Grid, backend::cpu::Cpu};
-//! # fn f(world: &World<Cpu>, buffer: &symmem::SymmetricBuffer<'_, u8, Cpu>) -> symmem::Result<()> {
+//! # fn f(world: &World<Cpu>, buffer: &symmem::SymmetricBuffer<u8, Cpu>) -> symmem::Result<()> {
 //! world.kernels().launch(symmem_kernels::symmem_copy, Grid::new(1, 1), (buffer, buffer, 4u64))
 //! # }
 //! ```
 //!
 //! ```compile_fail,E0277
 //! # use symmem::{World, Grid, backend::cpu::Cpu};
-//! # fn f(world: &World<Cpu>, buffer: &symmem::SymmetricBuffer<'_, u8, Cpu>) -> symmem::Result<()> {
+//! # fn f(world: &World<Cpu>, buffer: &symmem::SymmetricBuffer<u8, Cpu>) -> symmem::Result<()> {
 //! // symmem_copy takes (dst: *mut u8, src: *const u8, n: u64): a u32 for `n` does not compile.
 //! world.kernels().launch(symmem_kernels::symmem_copy, Grid::new(1, 1), (buffer, buffer, 4u32))
 //! # }
@@ -38,7 +38,7 @@
 //!
 //! ```compile_fail,E0277
 //! # use symmem::{World, Grid, backend::cpu::Cpu};
-//! # fn f(world: &World<Cpu>, buffer: &symmem::SymmetricBuffer<'_, u8, Cpu>) -> symmem::Result<()> {
+//! # fn f(world: &World<Cpu>, buffer: &symmem::SymmetricBuffer<u8, Cpu>) -> symmem::Result<()> {
 //! // One argument missing does not compile.
 //! world.kernels().launch(symmem_kernels::symmem_copy, Grid::new(1, 1), (buffer, buffer))
 //! # }
@@ -46,7 +46,7 @@
 //!
 //! ```compile_fail,E0277
 //! # use symmem::{World, Grid, backend::cpu::Cpu};
-//! # fn f(world: &World<Cpu>, buffer: &symmem::SymmetricBuffer<'_, f32, Cpu>) -> symmem::Result<()> {
+//! # fn f(world: &World<Cpu>, buffer: &symmem::SymmetricBuffer<f32, Cpu>) -> symmem::Result<()> {
 //! // A buffer of f32 for a `*mut u8` parameter does not compile.
 //! world.kernels().launch(symmem_kernels::symmem_copy, Grid::new(1, 1), (buffer, buffer, 4u64))
 //! # }
@@ -54,7 +54,7 @@
 //!
 //! ```compile_fail,E0277
 //! # use symmem::{World, Grid, backend::cpu::Cpu};
-//! # fn f(world: &World<Cpu>, buffer: &symmem::SymmetricBuffer<'_, u8, Cpu>) -> symmem::Result<()> {
+//! # fn f(world: &World<Cpu>, buffer: &symmem::SymmetricBuffer<u8, Cpu>) -> symmem::Result<()> {
 //! // A raw address is no buffer.
 //! world.kernels().launch(symmem_kernels::symmem_copy, Grid::new(1, 1), (buffer, 0x1000u64, 4u64))
 //! # }
@@ -83,13 +83,13 @@ use symmem_device::{Cmp, Kernel, Param, Params, PeerTable};
 /// })
 /// .unwrap();
 /// ```
-pub struct Module<'w, B: Backend> {
-    world: &'w World<B>,
+pub struct Module<B: Backend> {
+    world: World<B>,
     loaded: Arc<Loaded<B>>,
 }
 
-impl<'w, B: Backend> Module<'w, B> {
-    pub(crate) fn new(world: &'w World<B>, loaded: Arc<Loaded<B>>) -> Self {
+impl<B: Backend> Module<B> {
+    pub(crate) fn new(world: World<B>, loaded: Arc<Loaded<B>>) -> Self {
         Self { world, loaded }
     }
 
@@ -132,7 +132,7 @@ impl<'w, B: Backend> Module<'w, B> {
         }
         self.world.check_waits()?;
         let mut lowering = Lowering {
-            world: self.world,
+            world: &self.world,
             tables: Vec::new(),
         };
         let abi = args.lower(&mut lowering)?;
@@ -153,7 +153,7 @@ impl<B: Backend> World<B> {
     /// Errors: the world's failed device wait ([`World::check_waits`]),
     /// [`Error::NoCodeObject`] naming the crate and the device's architecture when none
     /// of the objects runs here; the backend's load errors.
-    pub fn load(&self, objects: &'static CodeObjects) -> Result<Module<'_, B>> {
+    pub fn load(&self, objects: &'static CodeObjects) -> Result<Module<B>> {
         self.ready_for("a load")?;
         if std::ptr::eq(objects, self.own_kernels().objects) {
             return Ok(self.kernels());
@@ -175,13 +175,13 @@ impl<B: Backend> World<B> {
                 loaded
             }
         };
-        Ok(Module::new(self, loaded))
+        Ok(Module::new(self.clone(), loaded))
     }
 
     /// symmem's own kernels (`symmem-kernels`), launched through the same checked path
     /// as a user's.
-    pub fn kernels(&self) -> Module<'_, B> {
-        Module::new(self, Arc::clone(self.own_kernels()))
+    pub fn kernels(&self) -> Module<B> {
+        Module::new(self.clone(), Arc::clone(self.own_kernels()))
     }
 }
 

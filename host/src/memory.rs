@@ -43,15 +43,15 @@ fn bounds(range: impl RangeBounds<usize>, len: usize) -> Result<(usize, usize)> 
 /// on the CPU backend). Its contents start undefined unless made by
 /// [`World::device_zeros`] or [`World::device_from_slice`]. Share it with the other
 /// ranks through a [`crate::Rendezvous`].
-pub struct DeviceBuffer<'w, T, B: Backend> {
-    world: &'w World<B>,
+pub struct DeviceBuffer<T, B: Backend> {
+    world: World<B>,
     /// Taken only by `into_parts` and `drop`.
     memory: std::mem::ManuallyDrop<B::DeviceMemory>,
     len: usize,
     _t: PhantomData<T>,
 }
 
-impl<T, B: Backend> Drop for DeviceBuffer<'_, T, B> {
+impl<T, B: Backend> Drop for DeviceBuffer<T, B> {
     fn drop(&mut self) {
         // SAFETY: taken once, here; `into_parts` forgets the buffer instead of dropping it.
         let memory = unsafe { std::mem::ManuallyDrop::take(&mut self.memory) };
@@ -59,8 +59,8 @@ impl<T, B: Backend> Drop for DeviceBuffer<'_, T, B> {
     }
 }
 
-impl<'w, T: bytemuck::Pod, B: Backend> DeviceBuffer<'w, T, B> {
-    pub(crate) fn new(world: &'w World<B>, len: usize) -> Result<Self> {
+impl<T: bytemuck::Pod, B: Backend> DeviceBuffer<T, B> {
+    pub(crate) fn new(world: World<B>, len: usize) -> Result<Self> {
         let bytes = len.checked_mul(size_of::<T>()).ok_or(Error::TooLarge {
             requested: usize::MAX,
             capacity: isize::MAX as usize,
@@ -68,9 +68,10 @@ impl<'w, T: bytemuck::Pod, B: Backend> DeviceBuffer<'w, T, B> {
         if bytes == 0 {
             return Err(Error::ZeroSize);
         }
+        let memory = std::mem::ManuallyDrop::new(world.backend().alloc_device(bytes)?);
         Ok(Self {
             world,
-            memory: std::mem::ManuallyDrop::new(world.backend().alloc_device(bytes)?),
+            memory,
             len,
             _t: PhantomData,
         })
@@ -79,7 +80,7 @@ impl<'w, T: bytemuck::Pod, B: Backend> DeviceBuffer<'w, T, B> {
     /// The whole buffer as a view.
     pub fn as_slice(&self) -> DeviceSlice<'_, T, B> {
         DeviceSlice {
-            world: self.world,
+            world: &self.world,
             ptr: self.memory.base(),
             len: self.len,
             _t: PhantomData,
@@ -107,15 +108,21 @@ impl<'w, T: bytemuck::Pod, B: Backend> DeviceBuffer<'w, T, B> {
     }
 
     /// The world it belongs to.
-    pub fn world(&self) -> &'w World<B> {
-        self.world
+    pub fn world(&self) -> &World<B> {
+        &self.world
     }
 
-    pub(crate) fn into_parts(self) -> (&'w World<B>, B::DeviceMemory, usize) {
+    pub(crate) fn into_parts(self) -> (World<B>, B::DeviceMemory, usize) {
         let mut this = std::mem::ManuallyDrop::new(self);
-        // SAFETY: `this` is never dropped, so the memory is taken once.
-        let memory = unsafe { std::mem::ManuallyDrop::take(&mut this.memory) };
-        (this.world, memory, this.len)
+        // SAFETY: `this` is never dropped, so the memory and the world's handle are each
+        // taken once.
+        let (memory, world) = unsafe {
+            (
+                std::mem::ManuallyDrop::take(&mut this.memory),
+                std::ptr::read(&this.world),
+            )
+        };
+        (world, memory, this.len)
     }
 }
 
@@ -325,7 +332,7 @@ pub trait AsSymSlice<T, B: Backend> {
     fn as_sym_slice(&self) -> SymSlice<'_, T, B>;
 }
 
-impl<T: bytemuck::Pod, B: Backend> AsDeviceSlice<T, B> for DeviceBuffer<'_, T, B> {
+impl<T: bytemuck::Pod, B: Backend> AsDeviceSlice<T, B> for DeviceBuffer<T, B> {
     fn as_device_slice(&self) -> DeviceSlice<'_, T, B> {
         self.as_slice()
     }
@@ -356,7 +363,7 @@ macro_rules! local_copy_is_a_device_slice {
     )*};
 }
 
-local_copy_is_a_device_slice!(SymSlice<'_, T, B>, SymmetricBuffer<'_, T, B>);
+local_copy_is_a_device_slice!(SymSlice<'_, T, B>, SymmetricBuffer<T, B>);
 
 // SAFETY: a view's memory is live device memory of this rank holding `T`s, kept for as
 // long as enqueued work can run: a `DeviceBuffer` frees only after the device is done
@@ -404,7 +411,7 @@ impl<B: Backend> World<B> {
     pub fn allocate_symmetric<T: bytemuck::Pod>(
         &self,
         len: usize,
-    ) -> Result<(SymmetricBuffer<'_, T, B>, PeerBases)> {
+    ) -> Result<(SymmetricBuffer<T, B>, PeerBases)> {
         self.allocate_aligned(len, MIN_ALIGN)
     }
 
@@ -414,7 +421,7 @@ impl<B: Backend> World<B> {
         &self,
         len: usize,
         align: usize,
-    ) -> Result<(SymmetricBuffer<'_, T, B>, PeerBases)> {
+    ) -> Result<(SymmetricBuffer<T, B>, PeerBases)> {
         self.ready_for("an allocation")?;
         if !align.is_power_of_two() {
             return Err(Error::BadAlignment { align });
@@ -432,7 +439,7 @@ impl<B: Backend> World<B> {
         let allocation = self.allocate_raw(bytes, align.max(align_of::<T>()))?;
         let table = allocation.table;
         let buffer = SymmetricBuffer {
-            world: self,
+            world: self.clone(),
             serial: allocation.serial,
             id: allocation.id,
             offset: allocation.offset,
@@ -444,58 +451,51 @@ impl<B: Backend> World<B> {
     }
 
     /// `empty`: [`World::allocate_symmetric`] without its table in the result.
-    pub fn empty<T: bytemuck::Pod>(&self, len: usize) -> Result<SymmetricBuffer<'_, T, B>> {
+    pub fn empty<T: bytemuck::Pod>(&self, len: usize) -> Result<SymmetricBuffer<T, B>> {
         self.allocate_symmetric(len).map(|(buffer, _)| buffer)
     }
 
     /// A symmetric buffer of `len` zeroed elements (zeroed on the device, asynchronously).
-    pub fn zeros<T: bytemuck::Pod>(&self, len: usize) -> Result<SymmetricBuffer<'_, T, B>> {
+    pub fn zeros<T: bytemuck::Pod>(&self, len: usize) -> Result<SymmetricBuffer<T, B>> {
         let buffer = self.empty(len)?;
         self.fill_zero(&buffer)?;
         Ok(buffer)
     }
 
     /// A symmetric buffer of `len` copies of `value`.
-    pub fn full<T: bytemuck::Pod>(
-        &self,
-        len: usize,
-        value: T,
-    ) -> Result<SymmetricBuffer<'_, T, B>> {
+    pub fn full<T: bytemuck::Pod>(&self, len: usize, value: T) -> Result<SymmetricBuffer<T, B>> {
         self.from_slice(&vec![value; len])
     }
 
     /// A symmetric buffer holding a copy of `data` on this rank (each rank passes its own).
-    pub fn from_slice<T: bytemuck::Pod>(&self, data: &[T]) -> Result<SymmetricBuffer<'_, T, B>> {
+    pub fn from_slice<T: bytemuck::Pod>(&self, data: &[T]) -> Result<SymmetricBuffer<T, B>> {
         let buffer = self.empty(data.len())?;
         self.write(&buffer, 0, data)?;
         Ok(buffer)
     }
 
     /// The peer table of `buffer`.
-    pub fn peer_bases<T: bytemuck::Pod>(&self, buffer: &SymmetricBuffer<'_, T, B>) -> PeerBases {
+    pub fn peer_bases<T: bytemuck::Pod>(&self, buffer: &SymmetricBuffer<T, B>) -> PeerBases {
         buffer.table.clone()
     }
 
     /// Allocates plain device memory for `len` elements of `T` on this rank (not
     /// collective, not symmetric; share it with [`crate::Rendezvous`]). Its contents are
     /// undefined. Errors: [`Error::ZeroSize`], the backend's out-of-memory error.
-    pub fn alloc<T: bytemuck::Pod>(&self, len: usize) -> Result<DeviceBuffer<'_, T, B>> {
+    pub fn alloc<T: bytemuck::Pod>(&self, len: usize) -> Result<DeviceBuffer<T, B>> {
         self.not_capturing("an allocation")?;
-        DeviceBuffer::new(self, len)
+        DeviceBuffer::new(self.clone(), len)
     }
 
     /// [`World::alloc`], zeroed (asynchronously).
-    pub fn device_zeros<T: bytemuck::Pod>(&self, len: usize) -> Result<DeviceBuffer<'_, T, B>> {
+    pub fn device_zeros<T: bytemuck::Pod>(&self, len: usize) -> Result<DeviceBuffer<T, B>> {
         let buffer = self.alloc(len)?;
         self.fill_zero(&buffer)?;
         Ok(buffer)
     }
 
     /// [`World::alloc`] holding a copy of `data` (uploaded asynchronously).
-    pub fn device_from_slice<T: bytemuck::Pod>(
-        &self,
-        data: &[T],
-    ) -> Result<DeviceBuffer<'_, T, B>> {
+    pub fn device_from_slice<T: bytemuck::Pod>(&self, data: &[T]) -> Result<DeviceBuffer<T, B>> {
         let buffer = self.alloc(data.len())?;
         self.write(&buffer, 0, data)?;
         Ok(buffer)
@@ -522,8 +522,8 @@ pub struct RawSymmetric {
 /// `len` elements of `T` at the same heap offset on every rank. Dropping it lets go of
 /// it; its memory is reused after a barrier at which every rank has (see the module
 /// documentation).
-pub struct SymmetricBuffer<'w, T, B: Backend> {
-    world: &'w World<B>,
+pub struct SymmetricBuffer<T, B: Backend> {
+    world: World<B>,
     serial: u64,
     id: u64,
     offset: usize,
@@ -532,10 +532,10 @@ pub struct SymmetricBuffer<'w, T, B: Backend> {
     _t: PhantomData<T>,
 }
 
-impl<'w, T, B: Backend> SymmetricBuffer<'w, T, B> {
+impl<T, B: Backend> SymmetricBuffer<T, B> {
     /// The world it belongs to.
-    pub fn world(&self) -> &'w World<B> {
-        self.world
+    pub fn world(&self) -> &World<B> {
+        &self.world
     }
     /// Device address of this rank's copy.
     pub fn ptr(&self) -> u64 {
@@ -567,7 +567,7 @@ impl<'w, T, B: Backend> SymmetricBuffer<'w, T, B> {
     }
     /// The whole buffer as a view (this rank's copy and the table).
     pub fn as_slice(&self) -> SymSlice<'_, T, B> {
-        SymSlice::new(self.world, self.ptr(), self.len, &self.table)
+        SymSlice::new(&self.world, self.ptr(), self.len, &self.table)
     }
 
     /// Elements `range` of the buffer, on every rank. Errors: [`Error::OutOfBounds`].
@@ -587,13 +587,13 @@ impl<'w, T, B: Backend> SymmetricBuffer<'w, T, B> {
     }
 }
 
-impl<T, B: Backend> AsSymSlice<T, B> for SymmetricBuffer<'_, T, B> {
+impl<T, B: Backend> AsSymSlice<T, B> for SymmetricBuffer<T, B> {
     fn as_sym_slice(&self) -> SymSlice<'_, T, B> {
         self.as_slice()
     }
 }
 
-impl<T, B: Backend> PeerBaseProvider for SymmetricBuffer<'_, T, B> {
+impl<T, B: Backend> PeerBaseProvider for SymmetricBuffer<T, B> {
     fn table(&self) -> &PeerBases {
         &self.table
     }
@@ -605,7 +605,7 @@ impl<T, B: Backend> PeerBaseProvider for SymmetricBuffer<'_, T, B> {
     }
 }
 
-impl<T, B: Backend> Drop for SymmetricBuffer<'_, T, B> {
+impl<T, B: Backend> Drop for SymmetricBuffer<T, B> {
     fn drop(&mut self) {
         self.table.mark_dropped();
         // The offset came from this world's allocator and is let go of once: cannot fail.

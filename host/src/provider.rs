@@ -26,15 +26,15 @@ use crate::world::{Call, World};
 use std::marker::PhantomData;
 
 /// What a provider holds for its world, let go of as one collective object on drop.
-struct Held<'w, B: Backend> {
-    world: &'w World<B>,
+struct Held<B: Backend> {
+    world: World<B>,
     id: u64,
     mappings: Vec<B::Mapping>,
     memories: Vec<B::DeviceMemory>,
     exported: bool,
 }
 
-impl<B: Backend> Drop for Held<'_, B> {
+impl<B: Backend> Drop for Held<B> {
     fn drop(&mut self) {
         self.world.retire_object(
             self.id,
@@ -64,11 +64,11 @@ impl<B: Backend> Drop for Held<'_, B> {
 /// })
 /// .unwrap();
 /// ```
-pub struct Rendezvous<'w, T, B: Backend> {
-    table: ExternalTable<'w, T, B>,
+pub struct Rendezvous<T, B: Backend> {
+    table: ExternalTable<T, B>,
 }
 
-impl<'w, T: bytemuck::Pod, B: Backend> Rendezvous<'w, T, B> {
+impl<T: bytemuck::Pod, B: Backend> Rendezvous<T, B> {
     /// Collective: shares `buffer` (this rank's allocation, of the same length on every
     /// rank) with every rank of its world, and keeps it until every rank has let go (see
     /// the module documentation). On an error the allocation is dropped as the
@@ -77,7 +77,7 @@ impl<'w, T: bytemuck::Pod, B: Backend> Rendezvous<'w, T, B> {
     /// Errors: [`Error::CollectiveMismatch`] if ranks pass different lengths (the
     /// differing ranks named), [`Error::PeerFailed`] if another rank's part failed,
     /// [`Error::PeerLost`], and the backend's export and mapping errors.
-    pub fn new(buffer: DeviceBuffer<'w, T, B>) -> Result<Self> {
+    pub fn new(buffer: DeviceBuffer<T, B>) -> Result<Self> {
         let (world, memory, elements) = buffer.into_parts();
         let len = elements * size_of::<T>();
         let id = world.create_object(Record::Rendezvous);
@@ -88,7 +88,7 @@ impl<'w, T: bytemuck::Pod, B: Backend> Rendezvous<'w, T, B> {
         let handles = world.all_gather_shareable(handle)?;
         // From here on peers may map `memory`: every path out releases it collectively.
         let mut held = Held {
-            world,
+            world: world.clone(),
             id,
             mappings: Vec::new(),
             memories: vec![memory],
@@ -134,13 +134,13 @@ impl<'w, T: bytemuck::Pod, B: Backend> Rendezvous<'w, T, B> {
     }
 }
 
-impl<T, B: Backend> AsSymSlice<T, B> for Rendezvous<'_, T, B> {
+impl<T, B: Backend> AsSymSlice<T, B> for Rendezvous<T, B> {
     fn as_sym_slice(&self) -> SymSlice<'_, T, B> {
         self.table.as_sym_slice()
     }
 }
 
-impl<T, B: Backend> PeerBaseProvider for Rendezvous<'_, T, B> {
+impl<T, B: Backend> PeerBaseProvider for Rendezvous<T, B> {
     fn table(&self) -> &PeerBases {
         self.table.table()
     }
@@ -170,15 +170,15 @@ impl<T, B: Backend> PeerBaseProvider for Rendezvous<'_, T, B> {
 /// })
 /// .unwrap();
 /// ```
-pub struct ExternalTable<'w, T, B: Backend> {
+pub struct ExternalTable<T, B: Backend> {
     table: PeerBases,
     local: u64,
     len: usize,
-    held: Held<'w, B>,
+    held: Held<B>,
     _t: PhantomData<T>,
 }
 
-impl<'w, T, B: Backend> ExternalTable<'w, T, B> {
+impl<T, B: Backend> ExternalTable<T, B> {
     /// Collective: uploads `entries` (entry `r` = the allocation's address on rank `r` as
     /// mapped in this process, each holding `len` elements of `T`) as this rank's device-resident
     /// table, after checking the contract: one entry per rank, `entries[rank] == local`,
@@ -199,12 +199,7 @@ impl<'w, T, B: Backend> ExternalTable<'w, T, B> {
     /// elements of `T` (the own entry of this rank's device), aligned for `T`, that stays
     /// allocated while this value lives and until a barrier after it is dropped; kernels
     /// write through these addresses.
-    pub unsafe fn new(
-        world: &'w World<B>,
-        local: u64,
-        len: usize,
-        entries: &[u64],
-    ) -> Result<Self> {
+    pub unsafe fn new(world: &World<B>, local: u64, len: usize, entries: &[u64]) -> Result<Self> {
         let id = world.create_object(Record::ExternalTable);
         // Bytes no allocation can hold are refused (and agreed on as the most there are).
         let bytes = len
@@ -221,7 +216,7 @@ impl<'w, T, B: Backend> ExternalTable<'w, T, B> {
             checked,
         )?;
         let held = Held {
-            world,
+            world: world.clone(),
             id,
             mappings: Vec::new(),
             memories: Vec::new(),
@@ -232,8 +227,8 @@ impl<'w, T, B: Backend> ExternalTable<'w, T, B> {
 
     /// Uploads `entries` (checked by the caller) as the table of what `held` holds
     /// (`len` elements of `T` on every rank).
-    fn upload(mut held: Held<'w, B>, local: u64, len: usize, entries: Vec<u64>) -> Result<Self> {
-        let world = held.world;
+    fn upload(mut held: Held<B>, local: u64, len: usize, entries: Vec<u64>) -> Result<Self> {
+        let world = held.world.clone();
         let backend = world.backend();
         let memory = backend.alloc_device(entries.len() * 8)?;
         let device = memory.base();
@@ -266,15 +261,15 @@ impl<'w, T, B: Backend> ExternalTable<'w, T, B> {
     }
 }
 
-impl<T, B: Backend> Drop for ExternalTable<'_, T, B> {
+impl<T, B: Backend> Drop for ExternalTable<T, B> {
     fn drop(&mut self) {
         self.table.mark_dropped();
     }
 }
 
-impl<T, B: Backend> AsSymSlice<T, B> for ExternalTable<'_, T, B> {
+impl<T, B: Backend> AsSymSlice<T, B> for ExternalTable<T, B> {
     fn as_sym_slice(&self) -> SymSlice<'_, T, B> {
-        SymSlice::new(self.held.world, self.local, self.len, &self.table)
+        SymSlice::new(&self.held.world, self.local, self.len, &self.table)
     }
 }
 
@@ -348,9 +343,9 @@ fn congruent(local: u64, entries: &[u64]) -> Result<()> {
     }
 }
 
-crate::local_copy_is_a_device_slice!(Rendezvous<'_, T, B>, ExternalTable<'_, T, B>);
+crate::local_copy_is_a_device_slice!(Rendezvous<T, B>, ExternalTable<T, B>);
 
-impl<T, B: Backend> PeerBaseProvider for ExternalTable<'_, T, B> {
+impl<T, B: Backend> PeerBaseProvider for ExternalTable<T, B> {
     fn table(&self) -> &PeerBases {
         &self.table
     }

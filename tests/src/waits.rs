@@ -16,15 +16,15 @@ const HIDDEN: usize = 32;
 /// collective).
 pub struct DeviceWaits<'w, B: Backend> {
     world: &'w World<B>,
-    coll: Collectives<'w, B>,
-    src: SymmetricBuffer<'w, f32, B>,
-    dst: SymmetricBuffer<'w, f32, B>,
-    signal: SymmetricBuffer<'w, u64, B>,
-    fused_signals: SymmetricBuffer<'w, u64, B>,
-    residual: DeviceBuffer<'w, f32, B>,
-    weight: DeviceBuffer<'w, f32, B>,
-    out: DeviceBuffer<'w, f32, B>,
-    module: Module<'w, B>,
+    coll: Collectives<B>,
+    src: SymmetricBuffer<f32, B>,
+    dst: SymmetricBuffer<f32, B>,
+    signal: SymmetricBuffer<u64, B>,
+    fused_signals: SymmetricBuffer<u64, B>,
+    residual: DeviceBuffer<f32, B>,
+    weight: DeviceBuffer<f32, B>,
+    out: DeviceBuffer<f32, B>,
+    module: Module<B>,
 }
 
 impl<'w, B: Backend> DeviceWaits<'w, B> {
@@ -89,7 +89,7 @@ impl<'w, B: Backend> DeviceWaits<'w, B> {
     }
 
     /// The all-reduce's destination: a read of it waits for the device.
-    pub fn dst(&self) -> &SymmetricBuffer<'w, f32, B> {
+    pub fn dst(&self) -> &SymmetricBuffer<f32, B> {
         &self.dst
     }
 }

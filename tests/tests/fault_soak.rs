@@ -1265,13 +1265,13 @@ fn collective(g: &mut Gen, m: &Model, refusals: bool) -> Option<Op> {
 // ---------------------------------------------------------------------------------------
 // Running a program.
 
-enum AnyBuf<'w, B: Backend> {
-    I32(SymmetricBuffer<'w, i32, B>),
-    F32(SymmetricBuffer<'w, f32, B>),
-    F64(SymmetricBuffer<'w, f64, B>),
-    Bf16(SymmetricBuffer<'w, bf16, B>),
-    F16(SymmetricBuffer<'w, f16, B>),
-    U64(SymmetricBuffer<'w, u64, B>),
+enum AnyBuf<B: Backend> {
+    I32(SymmetricBuffer<i32, B>),
+    F32(SymmetricBuffer<f32, B>),
+    F64(SymmetricBuffer<f64, B>),
+    Bf16(SymmetricBuffer<bf16, B>),
+    F16(SymmetricBuffer<f16, B>),
+    U64(SymmetricBuffer<u64, B>),
 }
 
 /// `$body` with `$b` bound to the buffer, whatever its element type.
@@ -1321,8 +1321,8 @@ macro_rules! pair_reducible {
 struct Rank<'w, B: Backend> {
     seed: u64,
     world: &'w World<B>,
-    coll: Collectives<'w, B>,
-    bufs: Vec<Option<AnyBuf<'w, B>>>,
+    coll: Collectives<B>,
+    bufs: Vec<Option<AnyBuf<B>>>,
     /// Each slot's length in the model (a mismatched allocation is longer here).
     lens: Vec<usize>,
 }
@@ -1341,7 +1341,7 @@ fn vals<T: El>(seed: u64, tag: u64, rank: usize, len: usize, ty: Ty) -> Vec<T> {
         .collect()
 }
 
-fn ty_of<B: Backend>(buf: &AnyBuf<'_, B>) -> Ty {
+fn ty_of<B: Backend>(buf: &AnyBuf<B>) -> Ty {
     match buf {
         AnyBuf::I32(_) => Ty::I32,
         AnyBuf::F32(_) => Ty::F32,
@@ -1373,7 +1373,7 @@ impl<'w, B: Backend> Rank<'w, B> {
         self.world.world_size()
     }
 
-    fn buf(&self, slot: usize) -> &AnyBuf<'w, B> {
+    fn buf(&self, slot: usize) -> &AnyBuf<B> {
         self.bufs[slot].as_ref().expect("a live slot")
     }
 
@@ -1391,7 +1391,7 @@ impl<'w, B: Backend> Rank<'w, B> {
             len: usize,
             fill: bool,
             tag: u64,
-        ) -> symmem::Result<SymmetricBuffer<'w, T, B>> {
+        ) -> symmem::Result<SymmetricBuffer<T, B>> {
             if fill {
                 r.world.from_slice(&vals::<T>(r.seed, tag, r.me(), len, ty))
             } else {

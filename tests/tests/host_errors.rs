@@ -1157,7 +1157,7 @@ fn foreign_handles(mine: &W, theirs: &W) -> symmem::Result<()> {
 fn put_through(
     world: &W,
     dst: &SymSlice<'_, u8, Cpu>,
-    source: &DeviceBuffer<'_, u8, Cpu>,
+    source: &DeviceBuffer<u8, Cpu>,
     table: &PeerBases,
     to: usize,
 ) -> symmem::Result<()> {
@@ -1351,7 +1351,7 @@ fn world_load_of_symmem_kernels_on_the_cpu() {
         assert_eq!(module.crate_name(), "symmem_kernels");
         assert_eq!(world.kernels().crate_name(), "symmem_kernels");
         let dst = world.zeros::<u8>(32)?;
-        let src: DeviceBuffer<'_, u8, Cpu> = world.device_from_slice(&[5u8; 32])?;
+        let src: DeviceBuffer<u8, Cpu> = world.device_from_slice(&[5u8; 32])?;
         module.launch(
             symmem_kernels::symmem_copy,
             Grid::new(1, 8),

@@ -31,7 +31,7 @@ fn pattern(from: usize, to: usize, tag: usize, i: usize) -> u8 {
 
 /// Every rank puts a distinct pattern into its region of every peer's copy, barrier,
 /// checks every received byte, gets every peer's copy and checks it, barrier.
-fn exchange(world: &W, buffer: &SymmetricBuffer<'_, u8, Cpu>, tag: usize) -> symmem::Result<u64> {
+fn exchange(world: &W, buffer: &SymmetricBuffer<u8, Cpu>, tag: usize) -> symmem::Result<u64> {
     let (me, n) = (world.rank(), world.world_size());
     let region = buffer.len() / n;
     let bases = buffer.peer_bases();

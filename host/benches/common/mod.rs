@@ -187,7 +187,7 @@ pub fn sweep_size(
 pub fn fill_source(
     world: &World<Cuda>,
     timer: &Timer,
-    src: &DeviceBuffer<'_, u8, Cuda>,
+    src: &DeviceBuffer<u8, Cuda>,
     pat: &[u8],
 ) -> Result<()> {
     world.write(src, 0, pat)?;

@@ -67,13 +67,17 @@ impl<B: Backend> World<B> {
             };
             state.ledger.propose(call, failed, &dropped)
         };
-        let mut bootstrap = self.bootstrap.lock().unwrap_or_else(|p| p.into_inner());
+        let mut bootstrap = self
+            .shared
+            .bootstrap
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         let started = std::time::Instant::now();
         let all = self.noting_loss(bootstrap.all_gather(&proposal.encode()))?;
         let waited = started.elapsed();
         if waited > SLOW_AGREEMENT {
             tracing::warn!(
-                rank = self.rank,
+                rank = self.shared.rank,
                 waited_ms = waited.as_millis() as u64,
                 "slow agreement: this rank waited for the others (a rank reached the barrier or \
                  collective late, or is busy elsewhere)"
@@ -86,9 +90,9 @@ impl<B: Backend> World<B> {
             .collect::<Result<Vec<_>>>()?;
         let verdict = ledger::decide(&proposals);
         let mut state = self.lock_state();
-        let outcome = state.ledger.apply(&verdict, self.rank);
+        let outcome = state.ledger.apply(&verdict, self.shared.rank);
         tracing::debug!(
-            rank = self.rank,
+            rank = self.shared.rank,
             call = ?call,
             failed,
             released = verdict.released.len(),
@@ -117,7 +121,7 @@ impl<B: Backend> World<B> {
         }
         drop(state);
         tracing::debug!(
-            rank = self.rank,
+            rank = self.shared.rank,
             objects = verdict.released.len(),
             exported = exported.len(),
             "released retired memory every rank let go of"
@@ -139,7 +143,7 @@ impl<B: Backend> World<B> {
         state.ledger.check()?;
         match ids.iter().find(|(id, _)| !state.ledger.is_agreed(*id)) {
             Some(&(_, offset)) => Err(Error::NotAgreed {
-                rank: self.rank,
+                rank: self.shared.rank,
                 offset,
             }),
             None => Ok(()),

@@ -1,7 +1,7 @@
 //! Faults: a device wait that gave up, an abort after a peer was lost, a failed
 //! transport. The first one seen poisons the world, and every later call reports it.
 
-use super::World;
+use super::{Shared, World};
 use crate::backend::{Backend, SharedRegion};
 use crate::error::{Error, Result};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,6 +19,19 @@ impl<B: Backend> World<B> {
     /// Errors: [`Error::WaitTimedOut`], [`Error::PeerLost`] (an abort: a peer lost; or a
     /// wait on a peer that had left).
     pub fn check_waits(&self) -> Result<()> {
+        self.shared.check_waits()
+    }
+
+    /// Waits until the off-node transport has completed every request this rank's
+    /// kernels posted (the device is idle): nothing without a transport.
+    pub(super) fn quiet_transport(&self) -> Result<()> {
+        self.shared.quiet_transport()
+    }
+}
+
+impl<B: Backend> Shared<B> {
+    /// [`World::check_waits`].
+    pub(crate) fn check_waits(&self) -> Result<()> {
         let control = self.control.host_ptr().cast::<Control>();
         // SAFETY: the live control block; words are read atomically (the device writes
         // each with one system-scope store).
@@ -95,7 +108,7 @@ impl<B: Backend> World<B> {
 
     /// Waits until the off-node transport has completed every request this rank's
     /// kernels posted (the device is idle): nothing without a transport.
-    pub(super) fn quiet_transport(&self) -> Result<()> {
+    pub(crate) fn quiet_transport(&self) -> Result<()> {
         if let Some(transport) = &self.transport {
             // SAFETY: the live control block's deadline word, written once at creation.
             let deadline = unsafe { (*self.control.host_ptr().cast::<Control>()).deadline_ns };

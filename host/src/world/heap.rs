@@ -121,7 +121,7 @@ pub(crate) struct Allocation {
 
 impl<B: Backend> World<B> {
     pub(super) fn lock_state(&self) -> MutexGuard<'_, HeapState<B>> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.shared.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Allocates `bytes` at alignment `align` (checked by the caller) in every rank's
@@ -132,8 +132,8 @@ impl<B: Backend> World<B> {
         let offset = match state.allocator.alloc(bytes, align) {
             Ok(offset) => offset,
             Err(e) => {
-                let e = alloc_error(e, self.rank, state.pending_bytes());
-                tracing::debug!(rank = self.rank, bytes, align, error = %e, "symmetric allocation refused");
+                let e = alloc_error(e, self.shared.rank, state.pending_bytes());
+                tracing::debug!(rank = self.shared.rank, bytes, align, error = %e, "symmetric allocation refused");
                 return Err(e);
             }
         };
@@ -143,6 +143,7 @@ impl<B: Backend> World<B> {
             &[bytes as u64, align as u64, offset as u64],
         );
         let entries: Arc<[u64]> = self
+            .shared
             .heap_bases
             .entries()
             .iter()
@@ -161,15 +162,24 @@ impl<B: Backend> World<B> {
         state.live.insert(offset, Live { serial, id, bytes });
         drop(state);
         tracing::debug!(
-            rank = self.rank,
+            rank = self.shared.rank,
             bytes,
             align,
             offset,
             "symmetric allocation"
         );
         // SAFETY: a table slot holds `world_size` u64s, and no launch uses it before this.
-        unsafe { self.backend.upload(slot, bytemuck::cast_slice(&entries))? };
-        let table = PeerBases::new(slot, entries, self.serial, Some(ObjectTag::new(id, offset)));
+        unsafe {
+            self.shared
+                .backend
+                .upload(slot, bytemuck::cast_slice(&entries))?
+        };
+        let table = PeerBases::new(
+            slot,
+            entries,
+            self.shared.serial,
+            Some(ObjectTag::new(id, offset)),
+        );
         Ok(Allocation {
             serial,
             id,
@@ -180,8 +190,11 @@ impl<B: Backend> World<B> {
 
     fn table_slot(&self, state: &mut HeapState<B>) -> Result<u64> {
         if state.tables.free.is_empty() {
-            let stride = (self.world_size * 8).next_multiple_of(64);
-            let chunk = self.backend.alloc_device(stride * TABLES_PER_CHUNK)?;
+            let stride = (self.shared.world_size * 8).next_multiple_of(64);
+            let chunk = self
+                .shared
+                .backend
+                .alloc_device(stride * TABLES_PER_CHUNK)?;
             state.tables.free.extend(
                 (0..TABLES_PER_CHUNK)
                     .rev()
@@ -196,7 +209,7 @@ impl<B: Backend> World<B> {
     /// it is agreed at once (there is nobody to disagree with).
     fn create(&self, ledger: &mut Ledger, record: Record, words: &[u64]) -> u64 {
         let id = ledger.create(record, words);
-        if self.world_size == 1 {
+        if self.shared.world_size == 1 {
             ledger.agree_alone();
         }
         id
@@ -254,10 +267,10 @@ impl<B: Backend> World<B> {
 
     /// The live allocation (heap offset, length) that holds `ptr`.
     fn locate(&self, ptr: u64) -> Result<(usize, usize)> {
-        let base = self.heap.base();
+        let base = self.shared.heap.base();
         let offset = ptr
             .checked_sub(base)
-            .filter(|&o| o < self.heap.len() as u64);
+            .filter(|&o| o < self.shared.heap.len() as u64);
         let state = self.lock_state();
         offset
             .and_then(|o| {
@@ -275,14 +288,20 @@ impl<B: Backend> World<B> {
     /// (not mapped here), [`Error::NotSymmetric`].
     pub fn translate(&self, ptr: u64, to: usize) -> Result<u64> {
         self.check_rank(to)?;
-        if !self.topology.reaches(to) {
+        if !self.shared.topology.reaches(to) {
             return Err(Error::OffNode { rank: to });
         }
         self.locate(ptr)?;
-        let bases = symmem_translate::PeerBases::new(self.heap_bases.entries());
+        let bases = symmem_translate::PeerBases::new(self.shared.heap_bases.entries());
         let local = std::ptr::without_provenance_mut::<u8>(ptr as usize);
         bases
-            .remote(local, self.heap.len(), self.world_size, self.rank, to)
+            .remote(
+                local,
+                self.shared.heap.len(),
+                self.shared.world_size,
+                self.shared.rank,
+                to,
+            )
             .map(|p| p.addr() as u64)
             .map_err(|_| Error::NotSymmetric { addr: ptr })
     }

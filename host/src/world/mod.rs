@@ -24,7 +24,7 @@
 //! device first, as `shmem_barrier_all` does); exported memory is freed only after every
 //! peer has unmapped it. Ranks may drop in any order: the barrier agrees on the *set* of
 //! dropped objects and releases them in creation order, so the heap stays the same on
-//! every rank. Dropping the `World` (or [`World::finalize`]) is the last barrier: it
+//! every rank. Dropping the world's last handle (or [`World::finalize`]) is the last barrier: it
 //! waits for this rank's device, unmaps its peers' memory, waits for every rank to do
 //! the same, and frees, so nothing leaks and nothing is freed under a peer's mapping.
 
@@ -104,7 +104,26 @@ impl Default for Config {
 /// .unwrap();
 /// assert!(sizes.into_iter().all(|size| size.unwrap() == 3));
 /// ```
+///
+/// A `World` is a handle: cloning it is cheap (a reference count), every clone is the
+/// same rank's world, and every handle made from it (buffers, collectives, modules,
+/// graphs, providers) holds one, so a model layer can keep them in a struct of its own.
+/// The world leaves its group (a collective step: see [`World::finalize`]) when the
+/// last of them is dropped. `Send` and `Sync` where the backend is.
 pub struct World<B: Backend> {
+    pub(crate) shared: Arc<Shared<B>>,
+}
+
+impl<B: Backend> Clone for World<B> {
+    fn clone(&self) -> Self {
+        Self {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+/// What every handle of one rank's world shares.
+pub(crate) struct Shared<B: Backend> {
     /// The off-node transport (see [`crate::transport`]), when the world spans several
     /// nodes; stopped when the world leaves, before the heap it reaches is freed.
     transport: Option<Box<dyn Link>>,
@@ -240,7 +259,7 @@ impl<B: Backend> World<B> {
             (*block).ranks = world_size as u64;
         }
         // SAFETY: the block's first word, 8-aligned; `control` outlives the watchdog (the
-        // field order of `World`, and `leave` stops it first), and words are accessed
+        // field order of `Shared`, and `leave` stops it first), and words are accessed
         // atomically.
         let abort =
             unsafe { AbortWord::new(&raw mut (*control.host_ptr().cast::<Control>()).abort) };
@@ -289,71 +308,73 @@ impl<B: Backend> World<B> {
             "symmem world formed"
         );
         Ok(Self {
-            transport,
-            serial,
-            kernels,
-            modules: Mutex::new(Vec::new()),
-            watchdog,
-            abort,
-            departures,
-            control,
-            fault: Mutex::new(None),
-            rank,
-            world_size,
-            topology,
-            backend,
-            bootstrap: Mutex::new(bootstrap),
-            heap,
-            peer_heaps,
-            heap_bases,
-            max_align,
-            _heap_bases_memory: heap_bases_memory,
-            state: Mutex::new(HeapState::new(heap_len)),
-            left: false,
-            capturing: AtomicBool::new(false),
-            pins: Mutex::new(Pins {
-                graphs: 0,
-                kept: Vec::new(),
-                deferred: Vec::new(),
-                defer_frees: backend_defers_frees,
+            shared: Arc::new(Shared {
+                transport,
+                serial,
+                kernels,
+                modules: Mutex::new(Vec::new()),
+                watchdog,
+                abort,
+                departures,
+                control,
+                fault: Mutex::new(None),
+                rank,
+                world_size,
+                topology,
+                backend,
+                bootstrap: Mutex::new(bootstrap),
+                heap,
+                peer_heaps,
+                heap_bases,
+                max_align,
+                _heap_bases_memory: heap_bases_memory,
+                state: Mutex::new(HeapState::new(heap_len)),
+                left: false,
+                capturing: AtomicBool::new(false),
+                pins: Mutex::new(Pins {
+                    graphs: 0,
+                    kept: Vec::new(),
+                    deferred: Vec::new(),
+                    defer_frees: backend_defers_frees,
+                }),
             }),
         })
     }
 
     /// This rank.
     pub fn rank(&self) -> usize {
-        self.rank
+        self.shared.rank
     }
 
     /// Ranks in the world.
     pub fn world_size(&self) -> usize {
-        self.world_size
+        self.shared.world_size
     }
 
     /// Which ranks share this rank's node (see [`crate::topology`]).
     pub fn topology(&self) -> &Topology {
-        &self.topology
+        &self.shared.topology
     }
 
     /// How this rank's off-node engine moves data; `None` where the world runs no engine
     /// (it is on one node).
     pub fn engine_path(&self) -> Option<EnginePath> {
-        self.transport.as_ref().map(|t| t.path())
+        self.shared.transport.as_ref().map(|t| t.path())
     }
 
     /// This rank's backend.
     pub fn backend(&self) -> &B {
-        &self.backend
+        &self.shared.backend
     }
 
     /// Bytes of symmetric heap per rank.
     pub fn heap_len(&self) -> usize {
-        self.heap.len()
+        self.shared.heap.len()
     }
 
     /// The device-resident heap-base table: entry `r` is rank `r`'s heap as mapped here.
     pub fn heap_bases(&self) -> &PeerBases {
-        &self.heap_bases
+        &self.shared.heap_bases
     }
 
     /// Free bytes left in this rank's heap.
@@ -363,36 +384,36 @@ impl<B: Backend> World<B> {
 
     /// Device address of this rank's heap.
     pub(crate) fn heap_base(&self) -> u64 {
-        self.heap.base()
+        self.shared.heap.base()
     }
     /// The largest alignment every heap base has: what an allocation may ask for.
     pub(crate) fn max_align(&self) -> usize {
-        self.max_align
+        self.shared.max_align
     }
     /// symmem's own kernels, as loaded for this world.
     pub(crate) fn own_kernels(&self) -> &Arc<Loaded<B>> {
-        &self.kernels
+        &self.shared.kernels
     }
     /// Kernel crates loaded with `World::load`.
     pub(crate) fn loaded_modules(&self) -> &Mutex<Vec<Arc<Loaded<B>>>> {
-        &self.modules
+        &self.shared.modules
     }
     /// This rank's control block of bounded device waits.
     pub(crate) fn control(&self) -> &B::Shared {
-        &self.control
+        &self.shared.control
     }
     /// The off-node transport's ring, which loaded modules get a copy of.
     pub(crate) fn engine_ring(&self) -> Option<Ring> {
-        self.transport.as_ref().and_then(|t| t.ring())
+        self.shared.transport.as_ref().and_then(|t| t.ring())
     }
 
     /// [`Error::RankOutOfRange`] unless `rank` is a rank of this world (kernels reach a
     /// peer on another node through the engine).
     pub(crate) fn check_rank(&self, rank: usize) -> Result<()> {
-        if rank >= self.world_size {
+        if rank >= self.shared.world_size {
             Err(Error::RankOutOfRange {
                 rank,
-                world: self.world_size,
+                world: self.shared.world_size,
             })
         } else {
             Ok(())
@@ -409,7 +430,7 @@ impl<B: Backend> World<B> {
 
     /// [`Error::Capturing`] naming `call` while [`World::capture`] records.
     pub(crate) fn not_capturing(&self, call: &'static str) -> Result<()> {
-        if self.capturing.load(Ordering::Acquire) {
+        if self.shared.capturing.load(Ordering::Acquire) {
             Err(Error::Capturing { call })
         } else {
             Ok(())
@@ -417,7 +438,12 @@ impl<B: Backend> World<B> {
     }
 
     pub(crate) fn lock_pins(&self) -> MutexGuard<'_, Pins<B>> {
-        self.pins.lock().unwrap_or_else(|p| p.into_inner())
+        self.shared.lock_pins()
+    }
+
+    /// Frees what [`World::free_device_memory`] deferred (see [`Shared::free_deferred`]).
+    fn free_deferred(&self) {
+        self.shared.free_deferred();
     }
 
     /// Frees `memory` of a dropped [`DeviceBuffer`], or keeps it while a graph lives.
@@ -429,10 +455,10 @@ impl<B: Backend> World<B> {
     /// kernels run on the device, the device is synchronised first, so a kernel still
     /// running has ended (and recorded its wait) before the check.
     pub(crate) fn free_device_memory(&self, memory: B::DeviceMemory) {
-        if let Some(transport) = &self.transport {
-            if transport.path() == EnginePath::Window && !self.backend.kernels_on_host() {
+        if let Some(transport) = &self.shared.transport {
+            if transport.path() == EnginePath::Window && !self.shared.backend.kernels_on_host() {
                 // Its error is the device's, reported by the next call that synchronises.
-                let _ = self.backend.synchronize();
+                let _ = self.shared.backend.synchronize();
             }
             // Its error is reported by the next call; here it only disowns.
             let _ = self.check_waits();
@@ -451,28 +477,14 @@ impl<B: Backend> World<B> {
         }
     }
 
-    /// Frees what [`World::free_device_memory`] deferred: at a point where no peer's
-    /// kernel waits for this rank (inside a barrier, or after the departure).
-    fn free_deferred(&self) {
-        let deferred = std::mem::take(&mut self.lock_pins().deferred);
-        if !deferred.is_empty() {
-            tracing::debug!(
-                rank = self.rank,
-                count = deferred.len(),
-                "freeing deferred device memory"
-            );
-        }
-        drop(deferred);
-    }
-
     /// Unique in this process: what handles name their world by.
     pub(crate) fn serial(&self) -> u64 {
-        self.serial
+        self.shared.serial
     }
 
-    /// [`Error::ForeignHandle`] unless `owner` is this world.
+    /// [`Error::ForeignHandle`] unless `owner` is this world (a handle of it).
     pub(crate) fn check_own(&self, owner: &World<B>) -> Result<()> {
-        if std::ptr::eq(owner, self) {
+        if Arc::ptr_eq(&owner.shared, &self.shared) {
             Ok(())
         } else {
             Err(Error::ForeignHandle)
@@ -496,6 +508,7 @@ impl<B: Backend> World<B> {
     pub fn barrier(&self) -> Result<()> {
         self.not_capturing("a barrier")?;
         let synced = self
+            .shared
             .backend
             .synchronize()
             .and_then(|()| self.quiet_transport());
@@ -513,19 +526,26 @@ impl<B: Backend> World<B> {
     /// peer's memory, leaves the group (a peer still waiting for this rank in a
     /// collective gets [`Error::PeerLost`] naming it) and waits until every rank has
     /// left, then frees this rank's memory, which no peer maps any more. Dropping the
-    /// world does the same and ignores the errors.
+    /// last handle of the world (this `World`, its clones, the buffers and other handles
+    /// made from it) does the same and ignores the errors.
     ///
-    /// Errors: this rank's synchronisation error, [`Error::PeerLost`] if a rank did not
+    /// Errors: [`Error::WorldInUse`] while other handles of the world are alive (nothing
+    /// is done: the world leaves with the last of them); this rank's synchronisation
+    /// error, [`Error::PeerLost`] if a rank did not
     /// leave in time (everything is freed anyway), [`Error::Teardown`] if runtime calls
     /// failed while this rank's memory, modules and backend were released (the backend's
     /// [`Backend::drop_record`]).
-    pub fn finalize(mut self) -> Result<()> {
-        let rank = self.rank;
-        let record = self.backend.drop_record();
+    pub fn finalize(self) -> Result<()> {
+        let mut shared = Arc::try_unwrap(self.shared).map_err(|shared| Error::WorldInUse {
+            rank: shared.rank,
+            others: Arc::strong_count(&shared) - 1,
+        })?;
+        let rank = shared.rank;
+        let record = shared.backend.drop_record();
         let before = record.as_ref().map_or(0, |r| r.count());
-        let left = self.leave();
+        let left = shared.leave();
         // Everything the world holds goes now, the backend included.
-        drop(self);
+        drop(shared);
         let failed = record.map(|r| (r.count() - before, r.last()));
         left?;
         match failed {
@@ -536,6 +556,69 @@ impl<B: Backend> World<B> {
             }),
             _ => Ok(()),
         }
+    }
+
+    /// All-gathers `mine` over the bootstrap (a host-side collective).
+    pub fn all_gather_bytes(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
+        let mut bootstrap = self
+            .shared
+            .bootstrap
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        self.noting_loss(bootstrap.all_gather(mine))
+    }
+
+    pub(crate) fn all_gather_shareable(&self, mine: Shareable) -> Result<Vec<Shareable>> {
+        let mut bootstrap = self
+            .shared
+            .bootstrap
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        self.noting_loss(bootstrap.all_gather_shareable(mine))
+    }
+
+    /// Passes on the result of a bootstrap call; a peer it found lost also aborts this
+    /// rank's device waits (their kernels finish instead of waiting for it).
+    fn noting_loss<R>(&self, result: Result<R>) -> Result<R> {
+        if let Err(Error::PeerLost { rank, waited }) = &result {
+            tracing::error!(
+                rank = self.shared.rank,
+                lost = ?rank,
+                waited_ms = waited.as_millis() as u64,
+                "a peer was lost: this rank's device waits are aborted"
+            );
+            self.shared.abort.abort(*rank);
+        }
+        result
+    }
+}
+
+impl<B: Backend> Drop for Shared<B> {
+    fn drop(&mut self) {
+        if !self.left {
+            // Errors are ignored here: `finalize` returns them.
+            let _ = self.leave();
+        }
+    }
+}
+
+impl<B: Backend> Shared<B> {
+    pub(crate) fn lock_pins(&self) -> MutexGuard<'_, Pins<B>> {
+        self.pins.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Frees what [`World::free_device_memory`] deferred: at a point where no peer's
+    /// kernel waits for this rank (inside a barrier, or after the departure).
+    fn free_deferred(&self) {
+        let deferred = std::mem::take(&mut self.lock_pins().deferred);
+        if !deferred.is_empty() {
+            tracing::debug!(
+                rank = self.rank,
+                count = deferred.len(),
+                "freeing deferred device memory"
+            );
+        }
+        drop(deferred);
     }
 
     fn leave(&mut self) -> Result<()> {
@@ -610,41 +693,6 @@ impl<B: Backend> World<B> {
             .unwrap_or_else(|p| p.into_inner())
             .leave();
         synced.and(left)
-    }
-
-    /// All-gathers `mine` over the bootstrap (a host-side collective).
-    pub fn all_gather_bytes(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
-        let mut bootstrap = self.bootstrap.lock().unwrap_or_else(|p| p.into_inner());
-        self.noting_loss(bootstrap.all_gather(mine))
-    }
-
-    pub(crate) fn all_gather_shareable(&self, mine: Shareable) -> Result<Vec<Shareable>> {
-        let mut bootstrap = self.bootstrap.lock().unwrap_or_else(|p| p.into_inner());
-        self.noting_loss(bootstrap.all_gather_shareable(mine))
-    }
-
-    /// Passes on the result of a bootstrap call; a peer it found lost also aborts this
-    /// rank's device waits (their kernels finish instead of waiting for it).
-    fn noting_loss<R>(&self, result: Result<R>) -> Result<R> {
-        if let Err(Error::PeerLost { rank, waited }) = &result {
-            tracing::error!(
-                rank = self.rank,
-                lost = ?rank,
-                waited_ms = waited.as_millis() as u64,
-                "a peer was lost: this rank's device waits are aborted"
-            );
-            self.abort.abort(*rank);
-        }
-        result
-    }
-}
-
-impl<B: Backend> Drop for World<B> {
-    fn drop(&mut self) {
-        if !self.left {
-            // Errors are ignored here: `finalize` returns them.
-            let _ = self.leave();
-        }
     }
 }
 

@@ -18,7 +18,7 @@ const SIZES: [usize; 5] = [1, 2, 3, 4, 8];
 const HEAP: usize = 4 << 20;
 
 type W = World<TestBackend>;
-type Buf<'w, T> = SymmetricBuffer<'w, T, TestBackend>;
+type Buf<T> = SymmetricBuffer<T, TestBackend>;
 
 fn config() -> Config {
     Config {
@@ -72,7 +72,7 @@ fn assert_pairwise_distinct(what: &str, entries: &[u64]) {
 
 /// Every invariant of one allocation's table, checked on this rank; then checks with
 /// the peers that the offset is the same everywhere.
-fn check_table<T: Pod>(world: &W, buffer: &Buf<'_, T>, bases: &PeerBases) -> symmem::Result<()> {
+fn check_table<T: Pod>(world: &W, buffer: &Buf<T>, bases: &PeerBases) -> symmem::Result<()> {
     let (rank, n) = (world.rank(), world.world_size());
     let heap = world.heap_bases().entries();
     let offset = buffer.offset() as u64;
@@ -116,7 +116,7 @@ fn check_table<T: Pod>(world: &W, buffer: &Buf<'_, T>, bases: &PeerBases) -> sym
 /// `buffer` (`world` regions of `buffer.len() / world` elements), barrier, checks every
 /// byte it received; then every rank gets every peer's whole copy and checks every byte
 /// of it; barrier. `tag` distinguishes allocations.
-fn exchange<T: Pod>(world: &W, buffer: &Buf<'_, T>, tag: usize) -> symmem::Result<()> {
+fn exchange<T: Pod>(world: &W, buffer: &Buf<T>, tag: usize) -> symmem::Result<()> {
     let (me, n) = (world.rank(), world.world_size());
     let elems = buffer.len() / n;
     assert!(elems > 0, "buffer too small for {n} regions");
@@ -699,7 +699,7 @@ fn put_source(
     world: &W,
     tag: usize,
     region: usize,
-) -> symmem::Result<DeviceBuffer<'_, u8, TestBackend>> {
+) -> symmem::Result<DeviceBuffer<u8, TestBackend>> {
     let (me, bytes) = (world.rank(), world.world_size() * region);
     let staged: Vec<u8> = (0..bytes)
         .map(|i| pattern(me, i / region, tag, i % region))
@@ -721,7 +721,7 @@ fn assert_received(world: &W, got: &[u8], tag: usize, region: usize) {
 fn put_through(
     world: &W,
     provider: &(impl AsSymSlice<u8, TestBackend> + PeerBaseProvider),
-    source: &DeviceBuffer<'_, u8, TestBackend>,
+    source: &DeviceBuffer<u8, TestBackend>,
     region: usize,
 ) -> symmem::Result<()> {
     let (me, n) = (world.rank(), world.world_size());

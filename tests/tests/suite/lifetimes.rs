@@ -39,7 +39,7 @@ const WRITER: u8 = 0xAA;
 const OWNER: u8 = 0x55;
 
 /// A device allocation of `BYTES` bytes of `value` on this rank.
-fn filled_source(world: &W, value: u8) -> symmem::Result<DeviceBuffer<'_, u8, TestBackend>> {
+fn filled_source(world: &W, value: u8) -> symmem::Result<DeviceBuffer<u8, TestBackend>> {
     world.device_from_slice(&vec![value; BYTES])
 }
 

@@ -44,7 +44,7 @@ const COUNTS: [usize; 6] = [0, 1, 15, 16, 17, 4095];
 const HEAP: usize = 32 << 20;
 
 type W = World<TestBackend>;
-type C<'w> = Collectives<'w, TestBackend>;
+type C<'w> = Collectives<TestBackend>;
 
 fn gpu() -> bool {
     super::KIND != BackendKind::Cpu

@@ -29,7 +29,7 @@ pub fn second_grid(gpu: bool) -> Grid {
 }
 
 /// The two handles of a world (collective).
-pub fn handles<B: Backend>(w: &World<B>) -> symmem::Result<[Collectives<'_, B>; 2]> {
+pub fn handles<B: Backend>(w: &World<B>) -> symmem::Result<[Collectives<B>; 2]> {
     Ok([
         Collectives::new(w)?,
         Collectives::with_grid(w, second_grid(on_gpu(w)))?,
@@ -86,13 +86,13 @@ pub fn from_bytes<T: Pod>(bytes: &[u8]) -> Vec<T> {
 
 /// Plain device memory of this rank: `data` at element `mis`, [`FILL`] bytes around it
 /// (at least [`GUARD`] bytes after).
-pub struct Local<'w, T, B: Backend> {
-    mem: DeviceBuffer<'w, T, B>,
+pub struct Local<T, B: Backend> {
+    mem: DeviceBuffer<T, B>,
     at: usize,
     len: usize,
 }
 
-impl<T: Pod, B: Backend> Local<'_, T, B> {
+impl<T: Pod, B: Backend> Local<T, B> {
     /// The data.
     pub fn view(&self) -> DeviceSlice<'_, T, B> {
         self.mem.slice(self.at..self.at + self.len).expect("inside")
@@ -113,11 +113,11 @@ impl<T: Pod, B: Backend> Local<'_, T, B> {
 /// and make them between host barriers: after this rank's previous collective has
 /// completed (so no peer's kernel still waits for it) and before any rank launches the
 /// next one.
-pub fn local<'w, T: Pod, B: Backend>(
-    w: &'w World<B>,
+pub fn local<T: Pod, B: Backend>(
+    w: &World<B>,
     data: &[T],
     mis: usize,
-) -> symmem::Result<Local<'w, T, B>> {
+) -> symmem::Result<Local<T, B>> {
     let guard = GUARD.div_ceil(size_of::<T>());
     let filled = vec![FILL; (mis + data.len() + guard) * size_of::<T>()];
     let mem = w.device_from_slice::<T>(&from_bytes(&filled))?;
@@ -130,7 +130,7 @@ pub fn local<'w, T: Pod, B: Backend>(
 }
 
 /// A symmetric byte buffer of `n` bytes plus 16 guard bytes, all [`FILL`].
-pub fn filled<B: Backend>(w: &World<B>, n: usize) -> symmem::Result<SymmetricBuffer<'_, u8, B>> {
+pub fn filled<B: Backend>(w: &World<B>, n: usize) -> symmem::Result<SymmetricBuffer<u8, B>> {
     w.full(n + 16, FILL)
 }
 

@@ -125,7 +125,7 @@ fn counts<T>() -> Vec<usize> {
 /// result is the one-shot's.
 fn both<T: Elem>(
     w: &W,
-    c: &Collectives<'_, TestBackend>,
+    c: &Collectives<TestBackend>,
     count: usize,
     k: usize,
 ) -> symmem::Result<[Vec<u64>; 4]> {
