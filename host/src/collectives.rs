@@ -172,6 +172,37 @@ impl<T: bytemuck::Pod + symmem_kernels::ReductionKernels> Element for T {}
 /// .unwrap();
 /// assert!(sums.iter().all(|sum| sum.as_ref().unwrap() == &[3.0; 4]));
 /// ```
+///
+/// # Memory the application owns
+///
+/// Every collective takes any device memory of this rank ([`AsDeviceSlice`]: symmetric
+/// buffers, plain [`DeviceBuffer`]s, views of either), and an all-reduce may run in place
+/// ([`Collectives::all_reduce_in_place`]). Where an algorithm must reach a buffer on
+/// every peer (a source peers read, a destination peers write) and the buffer is not
+/// symmetric memory of this world's heap, the handle stages it through a symmetric
+/// scratch of its own, as vLLM's and TensorRT-LLM's custom all-reduces do: the source is
+/// copied in before the kernel, the destination copied out after, on this rank's stream.
+/// The barrier-free all-reduce reads and writes only this rank's memory and stages
+/// nothing; symmetric buffers are never staged. The scratch is made by the first call
+/// that needs it and grows with the largest (twice its bytes at most, rounded up to a
+/// power of two): it takes heap, and growing it cannot be captured in a graph
+/// ([`Collectives::reserve_staging`] sizes it beforehand). Every rank must pass the same
+/// kind of memory (symmetric or not) for each argument of a call.
+///
+/// ```
+/// use symmem::collectives::{Algorithm, Collectives, ReduceOp};
+/// use symmem::{Config, backend::cpu::Cpu};
+/// let sums = symmem::spawn_ranks(2, &Config::default(), |_| Ok(Cpu::new()), |world| {
+///     let coll = Collectives::new(&world)?;
+///     // Plain device memory of this rank (not symmetric), reduced where it is.
+///     let x = world.device_from_slice(&[world.rank() as f32 + 1.0; 4])?;
+///     coll.all_reduce_in_place(&x, 4, ReduceOp::Sum, Algorithm::OneShot)?; // staged
+///     coll.all_reduce_in_place(&x, 4, ReduceOp::Sum, Algorithm::Auto)?; // barrier-free
+///     world.read(&x)
+/// })
+/// .unwrap();
+/// assert!(sums.iter().all(|sum| sum.as_ref().unwrap() == &[6.0; 4]));
+/// ```
 pub struct Collectives<B: Backend> {
     world: World<B>,
     grid: Grid,
@@ -183,6 +214,10 @@ pub struct Collectives<B: Backend> {
     /// The all-reduce across nodes' local copies of off-node ranks' data, and the table
     /// its kernel reads them through; made by the first such all-reduce, grown as needed.
     gathered: std::sync::Mutex<Gathered<B>>,
+    /// Symmetric scratch through which a collective stages memory that is not symmetric
+    /// (the application's own, or an in-place all-reduce's): made by the first call that
+    /// needs it, grown as needed, collectively (every rank is in the same call).
+    staging: std::sync::Mutex<Option<SymmetricBuffer<u8, B>>>,
 }
 
 /// See [`Collectives::all_reduce`] across nodes.
@@ -274,6 +309,7 @@ impl<B: Backend> Collectives<B> {
                 copies: None,
                 table: None,
             }),
+            staging: std::sync::Mutex::new(None),
         })
     }
 
@@ -316,114 +352,125 @@ impl<B: Backend> Collectives<B> {
         )
     }
 
-    /// All-gather: this rank's local `src[0..count]` lands in every rank's symmetric
-    /// `dst`, at elements `rank*count..(rank+1)*count`. Collective.
+    /// All-gather: this rank's `src[0..count]` lands in every rank's `dst`, at elements
+    /// `rank*count..(rank+1)*count`. Both are any device memory of this rank; where `dst`
+    /// is not symmetric memory of this world's heap, the ranks write into this handle's
+    /// staging scratch and each copies its result out ([`Collectives` staging](Collectives#memory-the-application-owns)).
+    /// Collective.
     ///
     /// Errors: `dst` shorter than `world * count` or `src` shorter than `count`
-    /// ([`Error::OutOfBounds`]), `dst` not in this world's heap ([`Error::NotSymmetric`]).
+    /// ([`Error::OutOfBounds`]), and the staging scratch's allocation errors.
     pub fn all_gather<T: bytemuck::Pod + 'static>(
         &self,
-        dst: &SymmetricBuffer<T, B>,
-        src: &impl AsDeviceSlice<T, B>,
-        count: usize,
-    ) -> Result<()> {
-        let checked = self
-            .symmetric(dst, 0, self.times_world(count))
-            .and_then(|d| Ok((d, local(src, count)?)));
-        let call = [Call::AllGather as u64, count as u64, element::<T>()];
-        let (d, s) = self.agreed(&call, &[dst.id()], checked)?;
-        self.launch(
-            symmem_kernels::symmem_all_gather,
-            self.moving(&d, &s, bytes_of::<T>(count)),
-        )
-    }
-
-    /// All-to-all: chunk `j` (elements `j*count..(j+1)*count`) of this rank's local
-    /// `src` lands in chunk `rank` of rank `j`'s symmetric `dst`. `src` holds
-    /// `world * count` elements. Collective.
-    ///
-    /// Errors: as [`Collectives::all_gather`].
-    pub fn all_to_all<T: bytemuck::Pod + 'static>(
-        &self,
-        dst: &SymmetricBuffer<T, B>,
+        dst: &impl AsDeviceSlice<T, B>,
         src: &impl AsDeviceSlice<T, B>,
         count: usize,
     ) -> Result<()> {
         let total = self.times_world(count);
-        let checked = self
-            .symmetric(dst, 0, total)
-            .and_then(|d| Ok((d, local(src, total)?)));
-        let call = [Call::AllToAll as u64, count as u64, element::<T>()];
-        let (d, s) = self.agreed(&call, &[dst.id()], checked)?;
-        self.launch(
-            symmem_kernels::symmem_all_to_all,
-            self.moving(&d, &s, bytes_of::<T>(count)),
-        )
+        let checked = local(dst, total).and_then(|d| Ok((d, local(src, count)?)));
+        let call = [Call::AllGather as u64, count as u64, element::<T>()];
+        self.staged(&call, checked, &[Need::Dst], |d, s| {
+            self.launch(
+                symmem_kernels::symmem_all_gather,
+                self.moving(d, s, bytes_of::<T>(count)),
+            )
+        })
     }
 
-    /// Broadcast: rank `root`'s symmetric `src[0..count]` lands in every rank's local
-    /// `dst` (the root's included; every rank pulls from the root). Collective.
+    /// All-to-all: chunk `j` (elements `j*count..(j+1)*count`) of this rank's `src` lands
+    /// in chunk `rank` of rank `j`'s `dst`. Both hold `world * count` elements, any device
+    /// memory of this rank (a `dst` that is not symmetric is staged, as for
+    /// [`Collectives::all_gather`]). Collective.
+    ///
+    /// Errors: as [`Collectives::all_gather`].
+    pub fn all_to_all<T: bytemuck::Pod + 'static>(
+        &self,
+        dst: &impl AsDeviceSlice<T, B>,
+        src: &impl AsDeviceSlice<T, B>,
+        count: usize,
+    ) -> Result<()> {
+        let total = self.times_world(count);
+        let checked = local(dst, total).and_then(|d| Ok((d, local(src, total)?)));
+        let call = [Call::AllToAll as u64, count as u64, element::<T>()];
+        self.staged(&call, checked, &[Need::Dst], |d, s| {
+            self.launch(
+                symmem_kernels::symmem_all_to_all,
+                self.moving(d, s, bytes_of::<T>(count)),
+            )
+        })
+    }
+
+    /// Broadcast: rank `root`'s `src[0..count]` lands in every rank's `dst` (the root's
+    /// included; every rank pulls from the root). Both are any device memory of this rank;
+    /// where `src` is not symmetric memory of this world's heap, the root copies it into
+    /// this handle's staging scratch first. Collective.
     ///
     /// Errors: `root` out of range ([`Error::RankOutOfRange`]), `src` or `dst` shorter
-    /// than `count`, `src` not in this world's heap.
+    /// than `count`, and the staging scratch's allocation errors.
     pub fn broadcast<T: bytemuck::Pod + 'static>(
         &self,
         dst: &impl AsDeviceSlice<T, B>,
-        src: &SymmetricBuffer<T, B>,
+        src: &impl AsDeviceSlice<T, B>,
         count: usize,
         root: usize,
     ) -> Result<()> {
         let checked = self
             .check_rank(root)
-            .and_then(|()| self.symmetric(src, 0, count))
-            .and_then(|s| Ok((local(dst, count)?, s)));
+            .and_then(|()| Ok((local(dst, count)?, local(src, count)?)));
         let call = [
             Call::Broadcast as u64,
             count as u64,
             element::<T>(),
             root as u64,
         ];
-        let (d, s) = self.agreed(&call, &[src.id()], checked)?;
-        let (d, s, bases, world, rank, n, sig) = self.moving(&d, &s, bytes_of::<T>(count));
-        self.launch(
-            symmem_kernels::symmem_broadcast,
-            (d, s, bases, world, rank, n, sig, root as u32),
-        )
+        let need = Need::Src {
+            copy: self.world.rank() == root,
+        };
+        self.staged(&call, checked, &[need], |d, s| {
+            let (d, s, bases, world, rank, n, sig) = self.moving(d, s, bytes_of::<T>(count));
+            self.launch(
+                symmem_kernels::symmem_broadcast,
+                (d, s, bases, world, rank, n, sig, root as u32),
+            )
+        })
     }
 
     /// All-reduce: every rank's `dst[0..count]` gets `op` folded over every rank's
     /// `src[0..count]`, in rank order (so all ranks get bit-identical results; integer
-    /// sums wrap; `bf16` and `f16` are accumulated in `f32` and rounded once). Both buffers are
-    /// symmetric: one-shot reads every peer's `src`, two-shot also writes every peer's
-    /// `dst`. Collective.
+    /// sums wrap; `bf16` and `f16` are accumulated in `f32` and rounded once). Both are any
+    /// device memory of this rank, and may be the same memory (in place:
+    /// [`Collectives::all_reduce_in_place`]). The barrier-free path reads and writes this
+    /// rank's memory only and copies nothing; the one-shot, two-shot and across-nodes
+    /// paths read peers' `src` (and the two-shot writes peers' `dst`), so a `src` that is
+    /// not symmetric memory of this world's heap, or is `dst`, is first copied into this
+    /// handle's staging scratch, and a two-shot `dst` that is not symmetric is reduced in
+    /// the scratch and copied out (see [memory the application owns](Collectives#memory-the-application-owns)).
+    /// Collective.
     ///
-    /// Errors: either buffer shorter than `count` or not in this world's heap, and
-    /// [`Error::OverlappingBuffers`] for `dst` and `src` that overlap (in place is not
-    /// supported: peers still read `src` while `dst` is written), and
-    /// [`Error::LamportUnavailable`] for [`Algorithm::Lamport`] where its kernel cannot
-    /// serve the call, and [`Error::Capturing`] inside [`World::capture`] across nodes
-    /// (the hierarchical path uploads its table of copies on every call).
+    /// Errors: either view shorter than `count`, [`Error::OverlappingBuffers`] for `dst`
+    /// and `src` that partly overlap, [`Error::LamportUnavailable`] for
+    /// [`Algorithm::Lamport`] where its kernel cannot serve the call,
+    /// [`Error::Capturing`] inside [`World::capture`] across nodes (the hierarchical path
+    /// uploads its table of copies on every call) or where the staging scratch must grow,
+    /// and the scratch's allocation errors.
     pub fn all_reduce<T: Element>(
         &self,
-        dst: &SymmetricBuffer<T, B>,
-        src: &SymmetricBuffer<T, B>,
+        dst: &impl AsDeviceSlice<T, B>,
+        src: &impl AsDeviceSlice<T, B>,
         count: usize,
         op: ReduceOp,
         algorithm: Algorithm,
     ) -> Result<()> {
+        let bytes = count * size_of::<T>();
         let checked = (|| {
-            let (d, s) = (
-                self.symmetric(dst, 0, count)?,
-                self.symmetric(src, 0, count)?,
-            );
-            let len = bytes_of::<T>(count);
-            let (dp, sp) = (d.ptr(), s.ptr());
-            if count > 0 && dp < sp + len && sp < dp + len {
+            let (d, s) = (local(dst, count)?, local(src, count)?);
+            let (dp, sp, len) = (d.ptr(), s.ptr(), bytes as u64);
+            if count > 0 && dp != sp && dp < sp + len && sp < dp + len {
                 return Err(Error::OverlappingBuffers {
                     rank: self.world.rank(),
                     dst: dp,
                     src: sp,
-                    bytes: count * size_of::<T>(),
+                    bytes,
                 });
             }
             Ok((d, s))
@@ -435,8 +482,6 @@ impl<B: Backend> Collectives<B> {
             op as u64,
             algorithm as u64,
         ];
-        let (d, s) = self.agreed(&call, &[dst.id(), src.id()], checked)?;
-        let bytes = count * size_of::<T>();
         let chosen = |chose: &str| {
             tracing::debug!(
                 rank = self.world.rank(),
@@ -448,25 +493,82 @@ impl<B: Backend> Collectives<B> {
                 "all_reduce"
             );
         };
-        if self.world.topology().nodes() > 1 && algorithm != Algorithm::Lamport {
-            chosen("hierarchical (across nodes)");
-            return self.all_reduce_across_nodes(&d, &s, count, op);
+        let route = match self.reduce_route::<T>(algorithm, op, bytes) {
+            Ok(route) => route,
+            Err(e) => return self.agreed(&call, &[], checked.and(Err(e))),
+        };
+        match route {
+            Route::Lamport(kernel) => {
+                chosen("lamport");
+                // Local memory only: nothing is staged, and in place is safe (every word
+                // is read before the same thread writes it).
+                self.staged(&call, checked, &[], |d, s| {
+                    self.all_reduce_lamport(kernel, d, s, count)
+                })
+            }
+            Route::AcrossNodes => {
+                chosen("hierarchical (across nodes)");
+                let needs = [Need::Src { copy: true }];
+                self.staged(&call, checked, &needs, |d, s| {
+                    self.all_reduce_across_nodes(d, s, count, op)
+                })
+            }
+            Route::OneShot(kernel) => {
+                chosen("one-shot");
+                let needs = [Need::Src { copy: true }];
+                self.staged(&call, checked, &needs, |d, s| {
+                    self.launch(kernel, self.reducing(d, s, count))
+                })
+            }
+            Route::TwoShot(kernel) => {
+                chosen("two-shot");
+                let needs = [Need::Src { copy: true }, Need::Dst];
+                self.staged(&call, checked, &needs, |d, s| {
+                    self.launch(kernel, self.reducing(d, s, count))
+                })
+            }
+        }
+    }
+
+    /// [`Collectives::all_reduce`] with `buffer` as both source and destination, like
+    /// cudarc's `Comm::all_reduce_in_place`: the barrier-free path reduces it where it is;
+    /// the others stage the source first. Collective.
+    ///
+    /// Errors: as [`Collectives::all_reduce`].
+    pub fn all_reduce_in_place<T: Element>(
+        &self,
+        buffer: &impl AsDeviceSlice<T, B>,
+        count: usize,
+        op: ReduceOp,
+        algorithm: Algorithm,
+    ) -> Result<()> {
+        self.all_reduce(buffer, buffer, count, op, algorithm)
+    }
+
+    /// Which all-reduce serves `bytes` of `T` under `op` for `algorithm` (the same on every
+    /// rank: it depends on the call and the world alone).
+    ///
+    /// Errors: [`Error::LamportUnavailable`].
+    fn reduce_route<T: Element>(
+        &self,
+        algorithm: Algorithm,
+        op: ReduceOp,
+        bytes: usize,
+    ) -> Result<Route<T>> {
+        let nodes = self.world.topology().nodes();
+        if nodes > 1 && algorithm != Algorithm::Lamport {
+            return Ok(Route::AcrossNodes);
         }
         // The barrier-free kernel stores into every peer's workspace directly: on one
         // node only.
-        let lamport = T::all_reduce_lamport(op)
-            .filter(|_| bytes <= self.lamport_capacity && self.world.topology().nodes() == 1);
-        let kernel = match (algorithm, lamport) {
-            (Algorithm::Lamport, Some(kernel)) => {
-                chosen("lamport");
-                return self.all_reduce_lamport(kernel, &d, &s, count);
-            }
+        let lamport =
+            T::all_reduce_lamport(op).filter(|_| bytes <= self.lamport_capacity && nodes == 1);
+        Ok(match (algorithm, lamport) {
+            (Algorithm::Lamport, Some(kernel)) => Route::Lamport(kernel),
             (Algorithm::Auto, Some(kernel)) if bytes <= LAMPORT_AUTO_BYTES => {
-                chosen("lamport");
-                return self.all_reduce_lamport(kernel, &d, &s, count);
+                Route::Lamport(kernel)
             }
             (Algorithm::Lamport, None) => {
-                let nodes = self.world.topology().nodes();
                 let why = if T::all_reduce_lamport(op).is_none() {
                     LamportRefusal::NoKernel
                 } else if nodes > 1 {
@@ -484,20 +586,12 @@ impl<B: Backend> Collectives<B> {
                     why,
                 });
             }
-            (Algorithm::OneShot, _) => {
-                chosen("one-shot");
-                T::all_reduce_one_shot(op)
-            }
+            (Algorithm::OneShot, _) => Route::OneShot(T::all_reduce_one_shot(op)),
             (Algorithm::Auto, _) if bytes <= ONE_SHOT_MAX_BYTES => {
-                chosen("one-shot");
-                T::all_reduce_one_shot(op)
+                Route::OneShot(T::all_reduce_one_shot(op))
             }
-            (Algorithm::TwoShot | Algorithm::Auto, _) => {
-                chosen("two-shot");
-                T::all_reduce_two_shot(op)
-            }
-        };
-        self.launch(kernel, self.reducing(&d, &s, count))
+            (Algorithm::TwoShot | Algorithm::Auto, _) => Route::TwoShot(T::all_reduce_two_shot(op)),
+        })
     }
 
     /// The all-reduce of a world that spans nodes, hierarchical: every rank fetches each
@@ -616,37 +710,40 @@ impl<B: Backend> Collectives<B> {
         )
     }
 
-    /// Reduce-scatter: this rank's local `dst[0..count]` gets `op` folded, in rank
-    /// order, over chunk `rank` (elements `rank*count..(rank+1)*count`) of every rank's
-    /// symmetric `src`. Collective.
+    /// Reduce-scatter: this rank's `dst[0..count]` gets `op` folded, in rank order, over
+    /// chunk `rank` (elements `rank*count..(rank+1)*count`) of every rank's `src`. Both are
+    /// any device memory of this rank; a `src` that is not symmetric memory of this
+    /// world's heap is first copied into this handle's staging scratch. Collective.
     ///
-    /// Errors: `src` shorter than `world * count` or not in this world's heap, `dst`
-    /// shorter than `count`, and [`Error::Capturing`] inside [`World::capture`] across
-    /// nodes (as [`Collectives::all_reduce`]).
+    /// Errors: `src` shorter than `world * count`, `dst` shorter than `count`,
+    /// [`Error::Capturing`] inside [`World::capture`] across nodes (as
+    /// [`Collectives::all_reduce`]) or where the staging scratch must grow, and the
+    /// scratch's allocation errors.
     pub fn reduce_scatter<T: Element>(
         &self,
         dst: &impl AsDeviceSlice<T, B>,
-        src: &SymmetricBuffer<T, B>,
+        src: &impl AsDeviceSlice<T, B>,
         count: usize,
         op: ReduceOp,
     ) -> Result<()> {
-        let checked = self
-            .symmetric(src, 0, self.times_world(count))
-            .and_then(|s| Ok((local(dst, count)?, s)));
+        let total = self.times_world(count);
+        let checked = local(src, total).and_then(|s| Ok((local(dst, count)?, s)));
         let call = [
             Call::ReduceScatter as u64,
             count as u64,
             element::<T>(),
             op as u64,
         ];
-        let (d, s) = self.agreed(&call, &[src.id()], checked)?;
-        if self.world.topology().nodes() > 1 {
-            // This rank's chunk, reduced over every rank: the all-reduce of that chunk.
-            let me = self.world.rank();
-            let chunk = s.slice(me * count..(me + 1) * count)?;
-            return self.all_reduce_across_nodes(&d, &chunk, count, op);
-        }
-        self.launch(T::reduce_scatter(op), self.reducing(&d, &s, count))
+        let needs = [Need::Src { copy: true }];
+        self.staged(&call, checked, &needs, |d, s| {
+            if self.world.topology().nodes() > 1 {
+                // This rank's chunk, reduced over every rank: the all-reduce of that chunk.
+                let me = self.world.rank();
+                let chunk = s.slice(me * count..(me + 1) * count)?;
+                return self.all_reduce_across_nodes(d, &chunk, count, op);
+            }
+            self.launch(T::reduce_scatter(op), self.reducing(d, s, count))
+        })
     }
 
     // ---- one-sided calls -----------------------------------------------------------
@@ -837,7 +934,113 @@ impl<B: Backend> Collectives<B> {
         Ok(u64::from(self.grid.blocks) * u64::from(self.grid.threads) * u64::from(iters))
     }
 
+    /// Makes this handle's staging scratch at least `bytes` long now (collective: every
+    /// rank passes the same `bytes`), so that a collective on memory that is not
+    /// symmetric can be captured into a graph ([`World::capture`] cannot record the
+    /// scratch's growth). A call stages at most its source's and destination's bytes.
+    ///
+    /// Errors: the allocation's ([`Error::OutOfHeap`]: raise
+    /// [`Config::heap_bytes`](crate::Config::heap_bytes)), [`Error::Capturing`].
+    pub fn reserve_staging(&self, bytes: usize) -> Result<()> {
+        let mut staging = self.staging.lock().unwrap_or_else(|p| p.into_inner());
+        self.staging_of(&mut staging, bytes).map(drop)
+    }
+
     // ---- helpers -------------------------------------------------------------------
+
+    /// Runs `run` on `(dst, src)` after the agreement of `call`, first staging through this
+    /// handle's scratch what `needs` must reach on peers and is not symmetric memory of
+    /// this world's heap (or, for a source, is the destination too): a staged source is
+    /// copied in before `run` (where `copy`), a staged destination copied out after.
+    /// `checked` is this rank's check of its arguments.
+    fn staged<T: bytemuck::Pod + 'static>(
+        &self,
+        call: &[u64],
+        checked: Result<(DeviceSlice<'_, T, B>, DeviceSlice<'_, T, B>)>,
+        needs: &[Need],
+        run: impl FnOnce(&DeviceSlice<'_, T, B>, &DeviceSlice<'_, T, B>) -> Result<()>,
+    ) -> Result<()> {
+        let (d, s) = match checked {
+            Ok(views) => views,
+            Err(e) => return self.agreed(call, &[], Err(e)),
+        };
+        let in_place = d.ptr() == s.ptr();
+        let mut ids = Vec::new();
+        let (mut stage_src, mut copy_src, mut stage_dst) = (false, false, false);
+        for need in needs {
+            match *need {
+                Need::Src { copy } => match self.world.heap_object(s.ptr(), s.byte_len()) {
+                    Some(id) if !in_place => ids.push(id),
+                    _ => (stage_src, copy_src) = (true, copy),
+                },
+                Need::Dst => match self.world.heap_object(d.ptr(), d.byte_len()) {
+                    Some(id) => ids.push(id),
+                    None => stage_dst = true,
+                },
+            }
+        }
+        // Every rank must stage alike (peers reach the same heap offsets): the ledger
+        // records which, so a rank that differs is named at the next agreement.
+        let mut words = call.to_vec();
+        words.push(u64::from(stage_src) | u64::from(stage_dst) << 1);
+        if !stage_src && !stage_dst {
+            self.agreed(&words, &ids, Ok(()))?;
+            return run(&d, &s);
+        }
+        let src_room = if stage_src {
+            s.byte_len().next_multiple_of(16)
+        } else {
+            0
+        };
+        let bytes = src_room + if stage_dst { d.byte_len() } else { 0 };
+        let mut staging = self.staging.lock().unwrap_or_else(|p| p.into_inner());
+        let scratch = self.staging_of(&mut staging, bytes)?;
+        ids.push(scratch.id());
+        self.agreed(&words, &ids, Ok(()))?;
+        let area = scratch.as_slice().local();
+        let s_used = if stage_src {
+            area.reinterpret::<T>(s.len())?
+        } else {
+            s
+        };
+        let d_used = if stage_dst {
+            area.slice(src_room..)?.reinterpret::<T>(d.len())?
+        } else {
+            d
+        };
+        if copy_src {
+            self.world.copy(&s_used, &s)?;
+        }
+        run(&d_used, &s_used)?;
+        if stage_dst {
+            self.world.copy(&d, &d_used)?;
+        }
+        Ok(())
+    }
+
+    /// The staging scratch in `slot`, made or grown (collectively) to at least `bytes`.
+    fn staging_of<'g>(
+        &self,
+        slot: &'g mut Option<SymmetricBuffer<u8, B>>,
+        bytes: usize,
+    ) -> Result<&'g SymmetricBuffer<u8, B>> {
+        if slot.as_ref().is_none_or(|b| b.len() < bytes) {
+            self.world.not_capturing(
+                "growing a collective's staging scratch (for memory that is not symmetric): \
+                 make the same call once before capturing, or Collectives::reserve_staging",
+            )?;
+            let size = bytes.max(4096).next_power_of_two();
+            tracing::debug!(
+                rank = self.world.rank(),
+                bytes = size,
+                "a collective's staging scratch, for memory that is not symmetric"
+            );
+            // The old one goes back to the heap at the next barrier.
+            *slot = None;
+            *slot = Some(self.world.allocate_symmetric::<u8>(size)?.0);
+        }
+        slot.as_ref().ok_or(Error::ZeroSize)
+    }
 
     fn launch<P: symmem_device::Params, A: crate::KernelArgs<B, P>>(
         &self,
@@ -1002,6 +1205,25 @@ impl<B: Backend> Collectives<B> {
         }
         Ok(view)
     }
+}
+
+/// What a collective must reach on every peer through the heap table, and so stages
+/// where it is not symmetric memory of the heap (see [`Collectives::staged`]).
+#[derive(Clone, Copy)]
+enum Need {
+    /// The source (peers read it); `copy`: this rank's data goes into the scratch (not so
+    /// for a broadcast's other ranks, whose source no peer reads).
+    Src { copy: bool },
+    /// The destination (peers write it); a staged one is copied out after the kernel.
+    Dst,
+}
+
+/// The all-reduce kernel that serves a call ([`Collectives::all_reduce`]).
+enum Route<T: Element> {
+    Lamport(Kernel<LamportParams<T>>),
+    OneShot(Kernel<ReductionParams<T>>),
+    TwoShot(Kernel<ReductionParams<T>>),
+    AcrossNodes,
 }
 
 /// The first `count` elements of the local view `view`. Errors: [`Error::OutOfBounds`].

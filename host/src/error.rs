@@ -485,11 +485,12 @@ pub enum Error {
         /// The limit.
         max: u64,
     },
-    /// An all-reduce whose destination and source overlap: peers still read `src` while
-    /// `dst` is written.
+    /// An all-reduce whose destination and source overlap without being the same memory:
+    /// the result of some elements would land on sources of others.
     #[error(
         "rank {rank}: an all-reduce of {bytes} bytes whose dst ({dst:#x}) and src ({src:#x}) \
-         overlap: in place is not supported, reduce into a second buffer"
+         partly overlap: reduce into a second buffer, or pass the same one for both (in \
+         place: Collectives::all_reduce_in_place)"
     )]
     OverlappingBuffers {
         /// The rank that made the call.
@@ -959,9 +960,9 @@ mod tests {
         overlapping_buffers_names_a_second_buffer: Error::OverlappingBuffers {
             rank: 1,
             dst: 0x100,
-            src: 0x100,
+            src: 0x110,
             bytes: 64,
-        } => ["rank 1: ", "64 bytes", "reduce into a second buffer"];
+        } => ["rank 1: ", "64 bytes", "reduce into a second buffer", "all_reduce_in_place"];
         lamport_without_a_kernel_names_auto: Error::LamportUnavailable {
             rank: 0,
             element: "i32",

@@ -207,6 +207,33 @@ impl<'a, T, B: Backend> DeviceSlice<'a, T, B> {
         Ok(self.ptr as usize)
     }
 
+    /// The first `count` elements of `U` of the same memory (a staging area's bytes as the
+    /// type of the data staged through it). Errors: [`Error::OutOfBounds`] where they do
+    /// not fit, [`Error::BadAlignment`] where the memory is not aligned for `U`.
+    pub(crate) fn reinterpret<U>(&self, count: usize) -> Result<DeviceSlice<'a, U, B>> {
+        let bytes = count
+            .checked_mul(size_of::<U>())
+            .filter(|&b| b <= self.byte_len());
+        if bytes.is_none() {
+            return Err(Error::OutOfBounds {
+                start: 0,
+                len: count,
+                capacity: self.byte_len() / size_of::<U>().max(1),
+            });
+        }
+        if !self.ptr.is_multiple_of(align_of::<U>() as u64) {
+            return Err(Error::BadAlignment {
+                align: align_of::<U>(),
+            });
+        }
+        Ok(DeviceSlice {
+            world: self.world,
+            ptr: self.ptr,
+            len: count,
+            _t: PhantomData,
+        })
+    }
+
     /// The same memory as bytes.
     pub fn as_bytes(&self) -> DeviceSlice<'a, u8, B> {
         DeviceSlice {

@@ -15,6 +15,8 @@ fn skip() -> bool {
     false
 }
 
+#[path = "suite/app_memory.rs"]
+mod app_memory;
 #[path = "suite/host_api.rs"]
 mod host_api;
 #[path = "suite/lifetimes.rs"]

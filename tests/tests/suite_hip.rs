@@ -24,6 +24,8 @@ fn skip() -> bool {
     why.is_some()
 }
 
+#[path = "suite/app_memory.rs"]
+mod app_memory;
 #[path = "suite/host_api.rs"]
 mod host_api;
 #[path = "suite/lifetimes.rs"]

@@ -265,6 +265,17 @@ impl<B: Backend> World<B> {
         self.locate(ptr).is_ok()
     }
 
+    /// The ledger id of the live symmetric allocation that holds all of `ptr..ptr+bytes`
+    /// (so every rank's copy of those bytes lies at the same heap offset), if one does.
+    pub(crate) fn heap_object(&self, ptr: u64, bytes: usize) -> Option<u64> {
+        let (start, len) = self.locate(ptr).ok()?;
+        let offset = (ptr - self.shared.heap.base()) as usize;
+        if offset - start + bytes > len {
+            return None;
+        }
+        self.lock_state().live.get(&start).map(|live| live.id)
+    }
+
     /// The live allocation (heap offset, length) that holds `ptr`.
     fn locate(&self, ptr: u64) -> Result<(usize, usize)> {
         let base = self.shared.heap.base();

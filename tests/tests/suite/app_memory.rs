@@ -1,0 +1,258 @@
+//! Collectives on memory the application owns (issue 43): every collective on plain
+//! device buffers (not symmetric) and on symmetric ones, in place and out of place, at
+//! world sizes 1 to 4, ranks as threads on the backend under test, each result against
+//! a host reference. The all-reduce runs every algorithm; its inputs are small integers,
+//! so every sum is exact and equal to the host's in any order.
+//!
+//! Also: the staging scratch is made once and reused (the heap's free bytes do not move
+//! on a second call), symmetric buffers are never staged, a staged call can be captured
+//! once the scratch is reserved, and partly overlapping buffers are refused.
+
+use super::TestBackend;
+use std::sync::{Mutex, MutexGuard};
+use symmem::backend::BackendKind;
+use symmem::collectives::{Algorithm, Collectives, ReduceOp};
+use symmem::{Config, Error, World};
+
+type W = World<TestBackend>;
+
+/// Element counts: one, odd, around a vector, and past the barrier-free default slot.
+const COUNTS: [usize; 5] = [1, 17, 64, 4099, 20_000];
+
+const ALGORITHMS: [Algorithm; 4] = [
+    Algorithm::Auto,
+    Algorithm::Lamport,
+    Algorithm::OneShot,
+    Algorithm::TwoShot,
+];
+
+fn gpu() -> bool {
+    super::KIND != BackendKind::Cpu
+}
+
+/// On a GPU, one test at a time (see `rma.rs`).
+fn exclusive() -> Option<MutexGuard<'static, ()>> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    gpu().then(|| LOCK.lock().unwrap_or_else(|p| p.into_inner()))
+}
+
+fn run(n: usize, body: impl Fn(W) -> symmem::Result<()> + Sync) {
+    let _one = exclusive();
+    let config = Config {
+        heap_bytes: 16 << 20,
+        ..Config::default()
+    };
+    let results = symmem::spawn_ranks(n, &config, super::make_backend, body).expect("launch");
+    for (rank, r) in results.into_iter().enumerate() {
+        r.unwrap_or_else(|e| panic!("world of {n}, rank {rank}: {e} ({e:?})"));
+    }
+}
+
+/// Rank `rank`'s element `i`: small integers, so sums are exact.
+fn value(rank: usize, i: usize) -> f32 {
+    ((rank * 7 + i * 3) % 11) as f32 - 5.0
+}
+
+fn data(rank: usize, count: usize) -> Vec<f32> {
+    (0..count).map(|i| value(rank, i)).collect()
+}
+
+fn all_reduce(n: usize) {
+    run(n, |w| {
+        let c = Collectives::new(&w)?;
+        let me = w.rank();
+        for &count in &COUNTS {
+            let want: Vec<f32> = (0..count)
+                .map(|i| (0..n).map(|r| value(r, i)).sum())
+                .collect();
+            for algorithm in ALGORITHMS {
+                if algorithm == Algorithm::Lamport && count * 4 > c.lamport_capacity() {
+                    continue;
+                }
+                let what = format!("world {n} rank {me} count {count} {algorithm:?}");
+                // Out of place, plain device memory both.
+                let src = w.device_from_slice(&data(me, count))?;
+                let dst = w.device_zeros::<f32>(count)?;
+                c.all_reduce(&dst, &src, count, ReduceOp::Sum, algorithm)?;
+                assert_eq!(w.read(&dst)?, want, "{what}: device -> device");
+                assert_eq!(w.read(&src)?, data(me, count), "{what}: src untouched");
+                // In place, plain device memory.
+                c.all_reduce_in_place(&src, count, ReduceOp::Sum, algorithm)?;
+                assert_eq!(w.read(&src)?, want, "{what}: in place");
+                // In place, a symmetric buffer (staged too: peers read it as it is written).
+                let sym = w.full::<f32>(count, 0.0)?;
+                w.write(&sym, 0, &data(me, count))?;
+                w.barrier()?;
+                c.all_reduce_in_place(&sym, count, ReduceOp::Sum, algorithm)?;
+                assert_eq!(w.read(&sym)?, want, "{what}: symmetric in place");
+                // Mixed: a symmetric source into plain memory, and the reverse.
+                let sym_src = w.full::<f32>(count, 0.0)?;
+                w.write(&sym_src, 0, &data(me, count))?;
+                w.barrier()?;
+                let plain_dst = w.device_zeros::<f32>(count)?;
+                c.all_reduce(&plain_dst, &sym_src, count, ReduceOp::Sum, algorithm)?;
+                assert_eq!(w.read(&plain_dst)?, want, "{what}: symmetric -> device");
+                let sym_dst = w.zeros::<f32>(count)?;
+                let plain_src = w.device_from_slice(&data(me, count))?;
+                w.barrier()?;
+                c.all_reduce(&sym_dst, &plain_src, count, ReduceOp::Sum, algorithm)?;
+                assert_eq!(w.read(&sym_dst)?, want, "{what}: device -> symmetric");
+            }
+        }
+        c.finalize()
+    });
+}
+
+fn byte_collectives(n: usize) {
+    run(n, |w| {
+        let c = Collectives::new(&w)?;
+        let me = w.rank();
+        for &count in &COUNTS {
+            let what = format!("world {n} rank {me} count {count}");
+            // All-gather into plain memory.
+            let src = w.device_from_slice(&data(me, count))?;
+            let dst = w.device_zeros::<f32>(n * count)?;
+            c.all_gather(&dst, &src, count)?;
+            let want: Vec<f32> = (0..n).flat_map(|r| data(r, count)).collect();
+            assert_eq!(w.read(&dst)?, want, "{what}: all_gather");
+            // All-to-all: chunk j of rank i is tagged i * n + j.
+            let chunks: Vec<f32> = (0..n).flat_map(|j| data(me * n + j, count)).collect();
+            let src = w.device_from_slice(&chunks)?;
+            let dst = w.device_zeros::<f32>(n * count)?;
+            c.all_to_all(&dst, &src, count)?;
+            let want: Vec<f32> = (0..n).flat_map(|i| data(i * n + me, count)).collect();
+            assert_eq!(w.read(&dst)?, want, "{what}: all_to_all");
+            // Broadcast from every root, plain memory both.
+            for root in 0..n {
+                let src = w.device_from_slice(&data(100 + me, count))?;
+                let dst = w.device_zeros::<f32>(count)?;
+                c.broadcast(&dst, &src, count, root)?;
+                assert_eq!(
+                    w.read(&dst)?,
+                    data(100 + root, count),
+                    "{what}: root {root}"
+                );
+            }
+            // Reduce-scatter from plain memory.
+            let src = w.device_from_slice(&data(me, n * count))?;
+            let dst = w.device_zeros::<f32>(count)?;
+            c.reduce_scatter(&dst, &src, count, ReduceOp::Sum)?;
+            let want: Vec<f32> = (0..count)
+                .map(|i| (0..n).map(|r| value(r, me * count + i)).sum())
+                .collect();
+            assert_eq!(w.read(&dst)?, want, "{what}: reduce_scatter");
+        }
+        c.finalize()
+    });
+}
+
+fn staging_is_made_once_and_symmetric_memory_never_staged(n: usize) {
+    run(n, |w| {
+        let c = Collectives::new(&w)?;
+        let me = w.rank();
+        let count = 4096;
+        let sym_src = w.full::<f32>(count, me as f32)?;
+        let sym_dst = w.zeros::<f32>(count)?;
+        w.barrier()?;
+        let before = w.heap_free();
+        // Symmetric both: no scratch.
+        c.all_reduce(&sym_dst, &sym_src, count, ReduceOp::Sum, Algorithm::TwoShot)?;
+        assert_eq!(
+            w.heap_free(),
+            before,
+            "rank {me}: symmetric memory was staged"
+        );
+        // Plain memory: the scratch is made on the first call, reused by the second.
+        let plain = w.device_from_slice(&vec![1.0f32; count])?;
+        c.all_reduce_in_place(&plain, count, ReduceOp::Sum, Algorithm::TwoShot)?;
+        let with_scratch = w.heap_free();
+        assert!(with_scratch < before, "rank {me}: no scratch was made");
+        c.all_reduce_in_place(&plain, count, ReduceOp::Sum, Algorithm::TwoShot)?;
+        assert_eq!(
+            w.heap_free(),
+            with_scratch,
+            "rank {me}: the scratch grew again"
+        );
+        assert_eq!(w.read(&plain)?, vec![(n * n) as f32; count], "rank {me}");
+        // Partly overlapping buffers are refused before anything is launched.
+        let wide = w.device_zeros::<f32>(2 * count)?;
+        let (front, back) = (wide.slice(..count)?, wide.slice(1..count + 1)?);
+        let refused = c.all_reduce(&front, &back, count, ReduceOp::Sum, Algorithm::OneShot);
+        assert!(
+            matches!(refused, Err(Error::OverlappingBuffers { .. })),
+            "rank {me}: {refused:?}"
+        );
+        c.barrier()?;
+        c.finalize()
+    });
+}
+
+fn captured_once_the_scratch_is_reserved(n: usize) {
+    run(n, |w| {
+        let c = Collectives::new(&w)?;
+        let me = w.rank();
+        let count = 1000;
+        let x = w.device_from_slice(&vec![me as f32 + 1.0; count])?;
+        // Growing the scratch inside a capture is refused; reserved first, it is not.
+        let refused =
+            w.capture(|| c.all_reduce_in_place(&x, count, ReduceOp::Sum, Algorithm::OneShot));
+        assert!(
+            matches!(refused, Err(Error::Capturing { .. })),
+            "rank {me}: {refused:?}"
+        );
+        c.barrier()?;
+        c.reserve_staging(count * 4)?;
+        w.write(&x, 0, &vec![me as f32 + 1.0; count])?;
+        w.barrier()?;
+        let graph =
+            w.capture(|| c.all_reduce_in_place(&x, count, ReduceOp::Sum, Algorithm::OneShot))?;
+        graph.replay()?;
+        let once: f32 = (1..=n).map(|r| r as f32).sum();
+        assert_eq!(w.read(&x)?, vec![once; count], "rank {me}: first replay");
+        graph.replay()?;
+        assert_eq!(
+            w.read(&x)?,
+            vec![once * n as f32; count],
+            "rank {me}: second replay"
+        );
+        drop(graph);
+        c.finalize()
+    });
+}
+
+/// One `#[test]` per world size, `<name>::world_<n>`.
+macro_rules! per_world {
+    ($($f:ident;)*) => {
+        $(
+            mod $f {
+                #[test]
+                fn world_1() {
+                    if super::super::skip() { return; }
+                    super::$f(1)
+                }
+                #[test]
+                fn world_2() {
+                    if super::super::skip() { return; }
+                    super::$f(2)
+                }
+                #[test]
+                fn world_3() {
+                    if super::super::skip() { return; }
+                    super::$f(3)
+                }
+                #[test]
+                fn world_4() {
+                    if super::super::skip() { return; }
+                    super::$f(4)
+                }
+            }
+        )*
+    };
+}
+
+per_world! {
+    all_reduce;
+    byte_collectives;
+    staging_is_made_once_and_symmetric_memory_never_staged;
+    captured_once_the_scratch_is_reserved;
+}
