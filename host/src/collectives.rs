@@ -368,8 +368,9 @@ impl<B: Backend> Collectives<B> {
     ) -> Result<()> {
         let total = self.times_world(count);
         let checked = local(dst, total).and_then(|d| Ok((d, local(src, count)?)));
+        let objects = self.objects(dst, src);
         let call = [Call::AllGather as u64, count as u64, element::<T>()];
-        self.staged(&call, checked, &[Need::Dst], |d, s| {
+        self.staged(&call, objects, checked, false, &[Need::Dst], |d, s| {
             self.launch(
                 symmem_kernels::symmem_all_gather,
                 self.moving(d, s, bytes_of::<T>(count)),
@@ -391,8 +392,9 @@ impl<B: Backend> Collectives<B> {
     ) -> Result<()> {
         let total = self.times_world(count);
         let checked = local(dst, total).and_then(|d| Ok((d, local(src, total)?)));
+        let objects = self.objects(dst, src);
         let call = [Call::AllToAll as u64, count as u64, element::<T>()];
-        self.staged(&call, checked, &[Need::Dst], |d, s| {
+        self.staged(&call, objects, checked, false, &[Need::Dst], |d, s| {
             self.launch(
                 symmem_kernels::symmem_all_to_all,
                 self.moving(d, s, bytes_of::<T>(count)),
@@ -417,6 +419,7 @@ impl<B: Backend> Collectives<B> {
         let checked = self
             .check_rank(root)
             .and_then(|()| Ok((local(dst, count)?, local(src, count)?)));
+        let objects = self.objects(dst, src);
         let call = [
             Call::Broadcast as u64,
             count as u64,
@@ -426,7 +429,7 @@ impl<B: Backend> Collectives<B> {
         let need = Need::Src {
             copy: self.world.rank() == root,
         };
-        self.staged(&call, checked, &[need], |d, s| {
+        self.staged(&call, objects, checked, false, &[need], |d, s| {
             let (d, s, bases, world, rank, n, sig) = self.moving(d, s, bytes_of::<T>(count));
             self.launch(
                 symmem_kernels::symmem_broadcast,
@@ -475,6 +478,7 @@ impl<B: Backend> Collectives<B> {
             }
             Ok((d, s))
         })();
+        let objects = self.objects(dst, src);
         let call = [
             Call::AllReduce as u64,
             count as u64,
@@ -495,35 +499,38 @@ impl<B: Backend> Collectives<B> {
         };
         let route = match self.reduce_route::<T>(algorithm, op, bytes) {
             Ok(route) => route,
-            Err(e) => return self.agreed(&call, &[], checked.and(Err(e))),
+            Err(e) => {
+                let ids: Vec<u64> = objects.0.into_iter().chain(objects.1).collect();
+                return self.agreed(&call, &ids, checked.and(Err(e)));
+            }
         };
         match route {
             Route::Lamport(kernel) => {
                 chosen("lamport");
                 // Local memory only: nothing is staged, and in place is safe (every word
                 // is read before the same thread writes it).
-                self.staged(&call, checked, &[], |d, s| {
+                self.staged(&call, objects, checked, true, &[], |d, s| {
                     self.all_reduce_lamport(kernel, d, s, count)
                 })
             }
             Route::AcrossNodes => {
                 chosen("hierarchical (across nodes)");
                 let needs = [Need::Src { copy: true }];
-                self.staged(&call, checked, &needs, |d, s| {
+                self.staged(&call, objects, checked, true, &needs, |d, s| {
                     self.all_reduce_across_nodes(d, s, count, op)
                 })
             }
             Route::OneShot(kernel) => {
                 chosen("one-shot");
                 let needs = [Need::Src { copy: true }];
-                self.staged(&call, checked, &needs, |d, s| {
+                self.staged(&call, objects, checked, true, &needs, |d, s| {
                     self.launch(kernel, self.reducing(d, s, count))
                 })
             }
             Route::TwoShot(kernel) => {
                 chosen("two-shot");
                 let needs = [Need::Src { copy: true }, Need::Dst];
-                self.staged(&call, checked, &needs, |d, s| {
+                self.staged(&call, objects, checked, true, &needs, |d, s| {
                     self.launch(kernel, self.reducing(d, s, count))
                 })
             }
@@ -728,6 +735,7 @@ impl<B: Backend> Collectives<B> {
     ) -> Result<()> {
         let total = self.times_world(count);
         let checked = local(src, total).and_then(|s| Ok((local(dst, count)?, s)));
+        let objects = self.objects(dst, src);
         let call = [
             Call::ReduceScatter as u64,
             count as u64,
@@ -735,7 +743,7 @@ impl<B: Backend> Collectives<B> {
             op as u64,
         ];
         let needs = [Need::Src { copy: true }];
-        self.staged(&call, checked, &needs, |d, s| {
+        self.staged(&call, objects, checked, false, &needs, |d, s| {
             if self.world.topology().nodes() > 1 {
                 // This rank's chunk, reduced over every rank: the all-reduce of that chunk.
                 let me = self.world.rank();
@@ -934,6 +942,17 @@ impl<B: Backend> Collectives<B> {
         Ok(u64::from(self.grid.blocks) * u64::from(self.grid.threads) * u64::from(iters))
     }
 
+    /// The ledger ids of the symmetric heap allocations that hold `dst` and `src` (each
+    /// `None` where it is not symmetric memory of this world's heap).
+    fn objects<T>(
+        &self,
+        dst: &impl AsDeviceSlice<T, B>,
+        src: &impl AsDeviceSlice<T, B>,
+    ) -> (Option<u64>, Option<u64>) {
+        let object = |v: DeviceSlice<'_, T, B>| self.world.heap_object(v.ptr(), v.byte_len());
+        (object(dst.as_device_slice()), object(src.as_device_slice()))
+    }
+
     /// Makes this handle's staging scratch at least `bytes` long now (collective: every
     /// rank passes the same `bytes`), so that a collective on memory that is not
     /// symmetric can be captured into a graph ([`World::capture`] cannot record the
@@ -952,31 +971,45 @@ impl<B: Backend> Collectives<B> {
     /// handle's scratch what `needs` must reach on peers and is not symmetric memory of
     /// this world's heap (or, for a source, is the destination too): a staged source is
     /// copied in before `run` (where `copy`), a staged destination copied out after.
-    /// `checked` is this rank's check of its arguments.
+    /// `checked` is this rank's check of its arguments; with `agree_both`, both arguments,
+    /// where symmetric, take part in the agreement (else those in `needs`).
+    #[allow(clippy::too_many_arguments)]
     fn staged<T: bytemuck::Pod + 'static>(
         &self,
         call: &[u64],
+        (d_id, s_id): (Option<u64>, Option<u64>),
         checked: Result<(DeviceSlice<'_, T, B>, DeviceSlice<'_, T, B>)>,
+        agree_both: bool,
         needs: &[Need],
         run: impl FnOnce(&DeviceSlice<'_, T, B>, &DeviceSlice<'_, T, B>) -> Result<()>,
     ) -> Result<()> {
+        // The symmetric arguments a peer reaches take part in the agreement (a
+        // collective's first use of an object agrees it, also when this rank's check of
+        // the call failed), and with `agree_both` both do, whether or not a peer reaches
+        // them (an all-reduce's, whatever its path).
+        let mut ids: Vec<u64> = Vec::new();
+        for need in needs.iter().filter(|_| !agree_both) {
+            ids.extend(match need {
+                Need::Src { .. } => s_id,
+                Need::Dst => d_id,
+            });
+        }
+        if agree_both {
+            ids.extend(d_id.into_iter().chain(s_id));
+        }
         let (d, s) = match checked {
             Ok(views) => views,
-            Err(e) => return self.agreed(call, &[], Err(e)),
+            Err(e) => return self.agreed(call, &ids, Err(e)),
         };
         let in_place = d.ptr() == s.ptr();
-        let mut ids = Vec::new();
         let (mut stage_src, mut copy_src, mut stage_dst) = (false, false, false);
         for need in needs {
             match *need {
-                Need::Src { copy } => match self.world.heap_object(s.ptr(), s.byte_len()) {
-                    Some(id) if !in_place => ids.push(id),
-                    _ => (stage_src, copy_src) = (true, copy),
-                },
-                Need::Dst => match self.world.heap_object(d.ptr(), d.byte_len()) {
-                    Some(id) => ids.push(id),
-                    None => stage_dst = true,
-                },
+                Need::Src { copy } if s_id.is_none() || in_place => {
+                    (stage_src, copy_src) = (true, copy);
+                }
+                Need::Dst if d_id.is_none() => stage_dst = true,
+                Need::Src { .. } | Need::Dst => {}
             }
         }
         // Every rank must stage alike (peers reach the same heap offsets): the ledger
