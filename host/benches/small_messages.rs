@@ -10,7 +10,14 @@
 //! - `one_shot`, `two_shot`: the all-reduces with an entry and an exit barrier;
 //! - `all_gather`: the all-gather of the same bytes per rank;
 //! - `lamport`: the barrier-free all-reduce (a handle with a 1 MiB workspace slot, so
-//!   every size runs it: the crossover against one-shot sets `LAMPORT_AUTO_BYTES`).
+//!   every size runs it: the crossover against one-shot sets `LAMPORT_AUTO_BYTES`);
+//! - `auto`: the all-reduce as an application calls it, `Algorithm::Auto` between two
+//!   symmetric buffers (a handle with the default 64 KiB barrier-free slot);
+//! - `plain_in_place`: the same handle's `all_reduce_in_place` on plain device memory (a
+//!   `DeviceBuffer`, not symmetric: the application's own): barrier-free as it is up to
+//!   64 KiB, staged through the handle's scratch above;
+//! - `copy_in_out`: the workaround without it: the plain buffer copied into a symmetric
+//!   one, `auto` into a second, and copied back.
 //!
 //! Method: each rank captures a graph of `CALLS` back-to-back calls, replays it `REPLAYS`
 //! times after a warm-up replay, and synchronises; a rank's time per call is the wall time
@@ -90,6 +97,10 @@ fn rank_rows(world: &World<Cuda>) -> Result<(Rows, Option<f64>)> {
     let src = &world.full::<f32>(MAX / 4, rank as f32 + 0.5)?;
     let dst = &world.zeros::<f32>(MAX / 4)?;
     let gathered = &world.zeros::<f32>(n * MAX / 4)?;
+    // As an application holds it: the default barrier-free slot, its own memory.
+    let app = &Collectives::with_grid(world, Grid::new(8, 256))?;
+    app.reserve_staging(MAX)?;
+    let plain = &world.device_zeros::<f32>(MAX / 4)?;
     world.barrier()?;
     let kernels = world.kernels();
     let mut rows: Rows = Vec::new();
@@ -103,6 +114,8 @@ fn rank_rows(world: &World<Cuda>) -> Result<(Rows, Option<f64>)> {
     rows.push(("barrier", 0, replayed_us(world, &|| floor.barrier())?));
     let want: f32 = (0..n).map(|r| r as f32 + 0.5).sum();
     for &bytes in &SIZES {
+        // The last size's `copy_in_out` replays left the plain buffer's data in `src`.
+        world.write(src, 0, &vec![rank as f32 + 0.5; MAX / 4])?;
         let count = bytes / 4;
         let reduce = |algorithm| move || coll.all_reduce(dst, src, count, ReduceOp::Sum, algorithm);
         let local = src.slice(..count)?.local();
@@ -115,8 +128,37 @@ fn rank_rows(world: &World<Cuda>) -> Result<(Rows, Option<f64>)> {
             ),
         ];
         lines.push(("lamport", Box::new(reduce(Algorithm::Lamport))));
+        let plain_view = plain.slice(..count)?;
+        let (src_view, dst_view) = (src.slice(..count)?.local(), dst.slice(..count)?.local());
+        lines.push((
+            "auto",
+            Box::new(move || app.all_reduce(dst, src, count, ReduceOp::Sum, Algorithm::Auto)),
+        ));
+        lines.push((
+            "plain_in_place",
+            Box::new(move || {
+                app.all_reduce_in_place(&plain_view, count, ReduceOp::Sum, Algorithm::Auto)
+            }),
+        ));
+        lines.push((
+            "copy_in_out",
+            Box::new(move || {
+                world.copy(&src_view, &plain_view)?;
+                app.all_reduce(dst, src, count, ReduceOp::Sum, Algorithm::Auto)?;
+                world.copy(&plain_view, &dst_view)
+            }),
+        ));
         for (line, call) in lines {
-            if line != "all_gather" {
+            if line == "plain_in_place" || line == "copy_in_out" {
+                world.write(&plain_view, 0, &vec![rank as f32 + 0.5; count])?;
+                world.barrier()?;
+                call()?;
+                let got = world.read(&plain_view)?;
+                assert!(
+                    got.iter().all(|&x| x == want),
+                    "rank {rank}: {line} of {bytes} B gave a wrong sum"
+                );
+            } else if line != "all_gather" {
                 world.fill_zero(dst)?;
                 call()?;
                 let got = world.read(&dst.slice(..count)?.local())?;
