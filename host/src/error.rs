@@ -659,6 +659,22 @@ pub enum Error {
         /// How many other handles hold the world.
         others: usize,
     },
+    /// The CUDA driver is older than what a call needs (versions as `cuDriverGetVersion`
+    /// gives them: 12040 is CUDA 12.4).
+    #[error(
+        "the CUDA driver is version {} ({found}); {what} needs {} ({needed}) or newer: \
+         update the NVIDIA driver",
+        cuda_version(*.found),
+        cuda_version(*.needed)
+    )]
+    DriverTooOld {
+        /// The driver's version.
+        found: i32,
+        /// The version needed.
+        needed: i32,
+        /// What needs it.
+        what: &'static str,
+    },
     /// Ranks that never joined the bootstrap group: it stopped waiting for them after
     /// `waited`. Every rank that did join gets this error, naming the same ranks.
     #[error(
@@ -802,6 +818,11 @@ fn process(pid: Option<u32>, uid: Option<u32>) -> String {
         (Some(pid), Some(uid)) => format!("pid {pid} uid {uid}"),
         _ => "its credentials unreadable".to_owned(),
     }
+}
+
+/// `12.4` for the driver version 12040.
+fn cuda_version(v: i32) -> String {
+    format!("{}.{}", v / 1000, v % 1000 / 10)
 }
 
 /// `is not set` or `is "VALUE"`.
@@ -1019,6 +1040,11 @@ mod tests {
         } => ["the process at the hub's socket is no member", "pid 77 uid 65534", "another user", "no descriptor", "ss -xlp"];
         world_in_use_names_the_handles: Error::WorldInUse { rank: 1, others: 2 }
             => ["rank 1: ", "2 other handle(s)", "drop them first"];
+        driver_too_old_names_both_versions: Error::DriverTooOld {
+            found: 11020,
+            needed: 11040,
+            what: "symmem's CUDA backend",
+        } => ["version 11.2 (11020)", "needs 11.4 (11040)", "update the NVIDIA driver"];
         never_joined_names_the_launch_and_timeout: Error::NeverJoined {
             ranks: vec![2],
             waited: Duration::from_secs(10),

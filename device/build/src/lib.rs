@@ -95,7 +95,8 @@ const DOCS_RS_ENV: &str = "DOCS_RS";
 /// code symmem's codegen checks (`tests/tests/codegen*.rs`) prove, each for a reason.
 ///
 /// * `sm_80`, PTX ISA 7.0: every NVIDIA GPU from the A100 on (sm_86, sm_89, sm_90,
-///   sm_100, sm_120 JIT it), on any driver from CUDA 11.0 (r450) on. No kernel needs
+///   sm_100, sm_120 JIT it); the PTX loads on any driver from CUDA 11.0 (r450) on, and
+///   symmem's CUDA backend needs CUDA 11.4 for its own calls (see the README). No kernel needs
 ///   more: the newest instructions in them are the scoped, ordered memory operations of
 ///   the atomics, signals and bounded waits (`atom`/`red`/`ld`/`st` with
 ///   `.relaxed`/`.acquire`/`.release` and `.cta`/`.gpu`/`.sys`, `fence.sc`,

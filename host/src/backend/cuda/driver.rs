@@ -14,7 +14,7 @@
 
 use crate::error::{Error, Result};
 use cudarc::driver::sys;
-use std::ffi::{CStr, c_int, c_uint, c_void};
+use std::ffi::{CStr, CString, c_int, c_uint, c_void};
 use std::mem::MaybeUninit;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
@@ -173,6 +173,33 @@ pub(super) fn init() -> Result<()> {
         });
     }
     check("cuInit", rc)
+}
+
+/// The oldest driver symmem's CUDA backend runs on (CUDA 11.4: `cuGraphInstantiateWithFlags`
+/// is the newest call it cannot do without); older is [`Error::DriverTooOld`] at
+/// [`super::Cuda::device_count`].
+pub(super) const DRIVER_FLOOR: i32 = 11040;
+
+/// The driver from which a module's kernels are enumerated and loaded at once
+/// (`cuModuleEnumerateFunctions`, `cuFuncLoad`: CUDA 12.4); before it they are looked up
+/// by the names in the PTX.
+const DRIVER_ENUMERATES: i32 = 12040;
+
+/// The driver from which CUDA events give elapsed times through `cuEventElapsedTime_v2`
+/// (CUDA 12.8), the only form the bindings symmem builds with have.
+const DRIVER_ELAPSED_V2: i32 = 12080;
+
+/// [`Error::DriverTooOld`] naming `what` unless the driver is `needed` or newer.
+pub(super) fn driver_at_least(needed: i32, what: &'static str) -> Result<()> {
+    let found = driver_version()?;
+    if found < needed {
+        return Err(Error::DriverTooOld {
+            found,
+            needed,
+            what,
+        });
+    }
+    Ok(())
 }
 
 /// `cuDriverGetVersion`.
@@ -342,7 +369,10 @@ pub(super) unsafe fn module_unload(module: Module) -> Result<()> {
 /// at once matters: under lazy loading (CUDA's default) a kernel loads at its first
 /// launch, and a load can wait for the device's running kernels, which may be waiting
 /// for a peer that is itself loading.
-pub(super) fn module_functions(module: Module) -> Result<Vec<(String, Function)>> {
+pub(super) fn module_functions(module: Module, ptx: &CStr) -> Result<Vec<(String, Function)>> {
+    if driver_version()? < DRIVER_ENUMERATES {
+        return module_functions_by_name(module, ptx);
+    }
     let mut count: std::ffi::c_uint = 0;
     // SAFETY: `module` is loaded; `count` is a valid out-pointer.
     check("cuModuleGetFunctionCount", unsafe {
@@ -369,6 +399,49 @@ pub(super) fn module_functions(module: Module) -> Result<Vec<(String, Function)>
             Ok((name, Function(f)))
         })
         .collect()
+}
+
+/// [`module_functions`] on a driver before CUDA 12.4: every kernel the PTX declares
+/// (`.entry NAME(`), looked up by name (`cuModuleGetFunction`). Such a kernel loads at its
+/// first launch where the driver loads lazily (`CUDA_MODULE_LOADING=LAZY`, its default from
+/// CUDA 12.2), which a tracing `warn` says: set `CUDA_MODULE_LOADING=EAGER` there.
+pub(super) fn module_functions_by_name(
+    module: Module,
+    ptx: &CStr,
+) -> Result<Vec<(String, Function)>> {
+    let text = ptx.to_string_lossy();
+    if std::env::var("CUDA_MODULE_LOADING").as_deref() != Ok("EAGER") {
+        tracing::warn!(
+            driver = driver_version()?,
+            "this driver cannot load a module's kernels at once (CUDA 12.4 can): set \
+             CUDA_MODULE_LOADING=EAGER, or a kernel's first launch may wait for running kernels"
+        );
+    }
+    ptx_entries(&text)
+        .map(|name| {
+            let c_name = CString::new(name).map_err(|_| Error::BadCodeObject {
+                module: "a loaded module",
+                target: String::new(),
+                why: "a PTX entry's name holds a NUL byte".to_owned(),
+            })?;
+            let mut f = std::ptr::null_mut();
+            // SAFETY: `module` is loaded; `f` a valid out-pointer; the name NUL-terminated.
+            check("cuModuleGetFunction", unsafe {
+                sys::cuModuleGetFunction(&mut f, module.0, c_name.as_ptr())
+            })?;
+            Ok((name.to_owned(), Function(f)))
+        })
+        .collect()
+}
+
+/// The kernel names a PTX module declares: the word before `(` on each `.entry` line.
+pub(super) fn ptx_entries(ptx: &str) -> impl Iterator<Item = &str> {
+    ptx.lines().filter_map(|line| {
+        let rest = line.trim().split_once(".entry")?.1.trim_start();
+        rest.split(['(', ' ', '\t'])
+            .next()
+            .filter(|n| !n.is_empty())
+    })
 }
 
 /// `cuLaunchKernel` with a 1-D grid and no dynamic shared memory.
@@ -811,6 +884,10 @@ pub(super) fn event_synchronize(event: Event) -> Result<()> {
 
 /// `cuEventElapsedTime` between two completed events, in milliseconds.
 pub(super) fn event_elapsed_ms(start: Event, stop: Event) -> Result<f32> {
+    driver_at_least(
+        DRIVER_ELAPSED_V2,
+        "timing with CUDA events (cuEventElapsedTime_v2)",
+    )?;
     let mut ms = 0f32;
     // SAFETY: both events were recorded and have completed; `ms` is a valid out-pointer.
     check("cuEventElapsedTime", unsafe {

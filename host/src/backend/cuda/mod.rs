@@ -300,6 +300,7 @@ impl Cuda {
         }
         gpu::configure_queues(&QUEUES);
         driver::init()?;
+        driver::driver_at_least(driver::DRIVER_FLOOR, "symmem's CUDA backend")?;
         driver::device_count()
     }
 
@@ -669,7 +670,7 @@ impl gpu::GpuBackend for Cuda {
             }
         })?;
         let loaded = self.rank.load_module(|| driver::module_load_data(&image))?;
-        let functions = driver::module_functions(loaded.module)?
+        let functions = driver::module_functions(loaded.module, &image)?
             .into_iter()
             .collect();
         Ok(CudaModule::new(objects, target, loaded, functions))

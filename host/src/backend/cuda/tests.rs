@@ -517,6 +517,39 @@ fn cuda_gpu_device_memory_ipc_alias_and_child_process() {
     assert_no_drop_errors(&[r0.drop_errors(), r1.drop_errors()]);
 }
 
+/// The kernel names a PTX declares, as the lookup before CUDA 12.4 reads them.
+#[test]
+fn cuda_ptx_entries_are_the_kernel_names() {
+    let ptx = "//\n.version 7.0\n.target sm_80\n\n\t// .globl\tsymmem_copy\n\
+               .visible .entry symmem_copy(\n\t.param .u64 a\n)\n{\n}\n\
+               .entry helper_kernel (\n)\n.func not_a_kernel(\n)\n";
+    let names: Vec<&str> = driver::ptx_entries(ptx).collect();
+    assert_eq!(names, ["symmem_copy", "helper_kernel"]);
+}
+
+/// Looked up by name (the path of drivers before CUDA 12.4), a module's kernels are the
+/// ones the driver enumerates.
+#[test]
+fn cuda_gpu_kernels_by_name_are_the_enumerated_ones() {
+    let Some(r0) = device_or_skip() else { return };
+    let (_, ptx) = code_object_for(&crate::backend::code_objects::KERNELS, r0.major, r0.minor)
+        .expect("symmem's own kernels have PTX for this device");
+    let image = CString::new(ptx.strip_suffix(&[0]).unwrap_or(ptx)).unwrap();
+    let loaded = r0
+        .rank
+        .load_module(|| driver::module_load_data(&image))
+        .unwrap();
+    let sorted = |mut v: Vec<(String, driver::Function)>| {
+        let mut names: Vec<String> = v.drain(..).map(|(n, _)| n).collect();
+        names.sort();
+        names
+    };
+    let enumerated = sorted(driver::module_functions(loaded.module, &image).unwrap());
+    let by_name = sorted(driver::module_functions_by_name(loaded.module, &image).unwrap());
+    assert!(enumerated.len() > 10, "{enumerated:?}");
+    assert_eq!(by_name, enumerated);
+}
+
 /// An export that names this process but not one of its allocations (a pointer inside
 /// one, a pointer past it, another device's ordinal) is refused, never aliased.
 #[test]
