@@ -158,10 +158,17 @@ impl From<cudarc::driver::DriverError> for Error {
 
 /// Whether `libcuda` can be loaded. Must be true before any other wrapper is called.
 pub(super) fn library_present() -> bool {
-    // SAFETY: tries `dlopen` on cudarc's candidate names and closes what it opened; it
-    // runs the library's initialisers but calls nothing in it.
-    unsafe { sys::is_culib_present() }
+    // Not cudarc's own probe, which exists only where cudarc loads the driver at run time
+    // (the application may link it instead).
+    // SAFETY: `dlopen` of the driver library, closed again at once; it runs the library's
+    // initialisers but calls nothing in it.
+    DRIVER_LIBRARIES
+        .iter()
+        .any(|&name| unsafe { libloading::Library::new(name) }.is_ok())
 }
+
+/// The names the driver library goes by (cudarc's candidates on Linux).
+const DRIVER_LIBRARIES: [&str; 2] = ["libcuda.so.1", "libcuda.so"];
 
 /// `cuInit(0)`. A stub `libcuda` (the toolkit's link stub) is `LibraryMissing`.
 pub(super) fn init() -> Result<()> {
@@ -186,8 +193,56 @@ pub(super) const DRIVER_FLOOR: i32 = 11040;
 const DRIVER_ENUMERATES: i32 = 12040;
 
 /// The driver from which CUDA events give elapsed times through `cuEventElapsedTime_v2`
-/// (CUDA 12.8), the only form the bindings symmem builds with have.
+/// (CUDA 12.8), the only form the bindings of CUDA 13 have.
 const DRIVER_ELAPSED_V2: i32 = 12080;
+
+/// The driver's entry points newer than the oldest bindings symmem builds with (CUDA
+/// 11.4; the application picks cudarc's CUDA version): looked up by name in the driver
+/// library this process has loaded, so symmem compiles against any bindings and calls
+/// them only where the driver has them. `None` where it has not.
+struct Newer {
+    /// Keeps the library (already loaded by the driver's first call) open.
+    _library: Option<libloading::Library>,
+    get_function_count: Option<unsafe extern "C" fn(*mut c_uint, sys::CUmodule) -> sys::CUresult>,
+    enumerate_functions:
+        Option<unsafe extern "C" fn(*mut sys::CUfunction, c_uint, sys::CUmodule) -> sys::CUresult>,
+    func_get_name: Option<
+        unsafe extern "C" fn(*mut *const std::ffi::c_char, sys::CUfunction) -> sys::CUresult,
+    >,
+    func_load: Option<unsafe extern "C" fn(sys::CUfunction) -> sys::CUresult>,
+}
+
+/// [`Newer`], looked up once.
+fn newer() -> &'static Newer {
+    static NEWER: std::sync::OnceLock<Newer> = std::sync::OnceLock::new();
+    NEWER.get_or_init(|| {
+        // SAFETY: the driver library, which this process has loaded already (`cuInit`
+        // ran): opening it again runs no initialiser.
+        let library = DRIVER_LIBRARIES
+            .into_iter()
+            .find_map(|name| unsafe { libloading::Library::new(name) }.ok());
+        // SAFETY: each symbol, where the driver has it, is the entry point of that name,
+        // whose C prototype (cuda.h) is the field's type.
+        let symbol = |name: &[u8]| unsafe {
+            library
+                .as_ref()
+                .and_then(|l| l.get::<*mut c_void>(name).ok().map(|p| *p))
+                .filter(|p| !p.is_null())
+        };
+        // SAFETY: a symbol of the prototype the field names (see above).
+        unsafe {
+            Newer {
+                get_function_count: symbol(b"cuModuleGetFunctionCount\0")
+                    .map(|p| std::mem::transmute(p)),
+                enumerate_functions: symbol(b"cuModuleEnumerateFunctions\0")
+                    .map(|p| std::mem::transmute(p)),
+                func_get_name: symbol(b"cuFuncGetName\0").map(|p| std::mem::transmute(p)),
+                func_load: symbol(b"cuFuncLoad\0").map(|p| std::mem::transmute(p)),
+                _library: library,
+            }
+        }
+    })
+}
 
 /// [`Error::DriverTooOld`] naming `what` unless the driver is `needed` or newer.
 pub(super) fn driver_at_least(needed: i32, what: &'static str) -> Result<()> {
@@ -370,32 +425,41 @@ pub(super) unsafe fn module_unload(module: Module) -> Result<()> {
 /// launch, and a load can wait for the device's running kernels, which may be waiting
 /// for a peer that is itself loading.
 pub(super) fn module_functions(module: Module, ptx: &CStr) -> Result<Vec<(String, Function)>> {
+    let n = newer();
+    let (Some(count_of), Some(enumerate), Some(name_of), Some(load)) = (
+        n.get_function_count,
+        n.enumerate_functions,
+        n.func_get_name,
+        n.func_load,
+    ) else {
+        return module_functions_by_name(module, ptx);
+    };
     if driver_version()? < DRIVER_ENUMERATES {
         return module_functions_by_name(module, ptx);
     }
-    let mut count: std::ffi::c_uint = 0;
+    let mut count: c_uint = 0;
     // SAFETY: `module` is loaded; `count` is a valid out-pointer.
     check("cuModuleGetFunctionCount", unsafe {
-        sys::cuModuleGetFunctionCount(&mut count, module.0)
+        count_of(&mut count, module.0)
     })?;
     let mut functions = vec![std::ptr::null_mut(); count as usize];
     // SAFETY: `functions` has room for `count` handles.
     check("cuModuleEnumerateFunctions", unsafe {
-        sys::cuModuleEnumerateFunctions(functions.as_mut_ptr(), count, module.0)
+        enumerate(functions.as_mut_ptr(), count, module.0)
     })?;
     functions
         .into_iter()
         .map(|f| {
             let mut name = std::ptr::null();
             // SAFETY: `f` is a function of the loaded module; `name` a valid out-pointer.
-            check("cuFuncGetName", unsafe { sys::cuFuncGetName(&mut name, f) })?;
+            check("cuFuncGetName", unsafe { name_of(&mut name, f) })?;
             // SAFETY: on success the driver returns a NUL-terminated name that lives as
             // long as the module.
             let name = unsafe { CStr::from_ptr(name) }
                 .to_string_lossy()
                 .into_owned();
             // SAFETY: `f` is a function of the loaded module.
-            check("cuFuncLoad", unsafe { sys::cuFuncLoad(f) })?;
+            check("cuFuncLoad", unsafe { load(f) })?;
             Ok((name, Function(f)))
         })
         .collect()
@@ -576,22 +640,36 @@ pub(super) unsafe fn ipc_close_mem_handle(ptr: DevicePtr) -> Result<()> {
 /// Allocation properties of a heap on device `ordinal`: pinned device memory that can be
 /// exported as a POSIX file descriptor.
 fn heap_prop(ordinal: c_int) -> sys::CUmemAllocationProp {
-    sys::CUmemAllocationProp {
-        type_: sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED,
-        requestedHandleTypes:
-            sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
-        location: sys::CUmemLocation {
-            type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
-            id: ordinal,
-        },
-        win32HandleMetaData: std::ptr::null_mut(),
-        allocFlags: sys::CUmemAllocationProp_st__bindgen_ty_1 {
-            compressionType: 0,
-            gpuDirectRDMACapable: 0,
-            usage: 0,
-            reserved: [0; 4],
-        },
-    }
+    // SAFETY: the C struct, all zero: valid (every enum of it has a 0 value, the pointer
+    // is null); its fields and their shapes vary with the bindings' CUDA version, so it
+    // is filled field by field.
+    let mut prop: sys::CUmemAllocationProp = unsafe { std::mem::zeroed() };
+    prop.type_ = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.requestedHandleTypes =
+        sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    prop.location = device_location(ordinal);
+    prop
+}
+
+/// The C layout of a `CUmemLocation` in every CUDA version: its type, then a 32-bit id
+/// (the bindings of CUDA 13.2 and later hold the id in a union).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct MemLocation {
+    type_: sys::CUmemLocationType,
+    id: c_int,
+}
+
+const _: () = assert!(size_of::<MemLocation>() == size_of::<sys::CUmemLocation>());
+
+/// The location of device `ordinal`, whatever shape the bindings give `CUmemLocation`.
+fn device_location(ordinal: c_int) -> sys::CUmemLocation {
+    let location = MemLocation {
+        type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+        id: ordinal,
+    };
+    // SAFETY: both are `repr(C)`, of the same size, the type then the 32-bit id.
+    unsafe { std::mem::transmute::<MemLocation, sys::CUmemLocation>(location) }
 }
 
 /// `cuMemGetAllocationGranularity(MINIMUM)` for heap allocations on device `ordinal`.
@@ -629,7 +707,8 @@ pub(super) fn mem_handle_device(handle: MemHandle) -> Result<c_int> {
     })?;
     // SAFETY: written by the driver on success.
     let prop = unsafe { prop.assume_init() };
-    Ok(prop.location.id)
+    // SAFETY: as in `device_location`: the same C layout.
+    Ok(unsafe { std::mem::transmute::<sys::CUmemLocation, MemLocation>(prop.location) }.id)
 }
 
 /// `cuMemRelease`.
@@ -688,10 +767,7 @@ pub(super) unsafe fn mem_unmap(ptr: DevicePtr, bytes: usize) -> Result<()> {
 /// `cuMemSetAccess`: read/write for device `ordinal` on `(ptr, bytes)`.
 pub(super) fn mem_set_access_rw(ptr: DevicePtr, bytes: usize, ordinal: c_int) -> Result<()> {
     let desc = sys::CUmemAccessDesc {
-        location: sys::CUmemLocation {
-            type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
-            id: ordinal,
-        },
+        location: device_location(ordinal),
         flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
     };
     // SAFETY: `desc` is one valid descriptor; the driver validates the range.
@@ -882,18 +958,18 @@ pub(super) fn event_synchronize(event: Event) -> Result<()> {
     })
 }
 
-/// `cuEventElapsedTime` between two completed events, in milliseconds.
+/// `cuEventElapsedTime` between two completed events, in milliseconds (through cudarc,
+/// which calls the form its bindings have: `_v2` from CUDA 13, which needs a driver from
+/// 12.8).
 pub(super) fn event_elapsed_ms(start: Event, stop: Event) -> Result<f32> {
-    driver_at_least(
-        DRIVER_ELAPSED_V2,
-        "timing with CUDA events (cuEventElapsedTime_v2)",
-    )?;
-    let mut ms = 0f32;
-    // SAFETY: both events were recorded and have completed; `ms` is a valid out-pointer.
-    check("cuEventElapsedTime", unsafe {
-        sys::cuEventElapsedTime_v2(&mut ms, start.0, stop.0)
-    })?;
-    Ok(ms)
+    if sys::CUDA_VERSION >= 13000 {
+        driver_at_least(
+            DRIVER_ELAPSED_V2,
+            "timing with CUDA events (cuEventElapsedTime_v2)",
+        )?;
+    }
+    // SAFETY: both events were recorded and have completed.
+    Ok(unsafe { cudarc::driver::result::event::elapsed(start.0, stop.0) }?)
 }
 
 /// `cuMemHostAlloc(CU_MEMHOSTALLOC_PORTABLE)`: `bytes` of page-locked host memory the
