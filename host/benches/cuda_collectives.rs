@@ -70,6 +70,20 @@ fn size_label(n: usize) -> String {
     }
 }
 
+/// A line's microseconds in `table` (rank 0's rows of every world), NaN where it is missing.
+fn time_of(
+    table: &[(usize, u32, &str, usize, f64)],
+    world: usize,
+    blocks: u32,
+    line: &str,
+    bytes: usize,
+) -> f64 {
+    table
+        .iter()
+        .find(|r| r.0 == world && r.1 == blocks && r.2 == line && r.3 == bytes)
+        .map_or(f64::NAN, |r| r.4)
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -283,12 +297,7 @@ fn main() -> ExitCode {
     for n_ranks in [2usize, 4] {
         for grid in grids(n_ranks) {
             for &n in &SIZES {
-                let t = |line: &str| {
-                    table
-                        .iter()
-                        .find(|r| r.0 == n_ranks && r.1 == grid.blocks && r.2 == line && r.3 == n)
-                        .map_or(f64::NAN, |r| r.4)
-                };
+                let t = |line: &str| time_of(&table, n_ranks, grid.blocks, line, n);
                 let (ag, mg, o, w, p) = (
                     t("all_gather"),
                     t("memcpy_all_gather"),
@@ -315,12 +324,7 @@ fn main() -> ExitCode {
     for n_ranks in [2usize, 4] {
         for grid in grids(n_ranks) {
             for &n in &SIZES {
-                let t = |line: &str| {
-                    table
-                        .iter()
-                        .find(|r| r.0 == n_ranks && r.1 == grid.blocks && r.2 == line && r.3 == n)
-                        .map_or(f64::NAN, |r| r.4)
-                };
+                let t = |line: &str| time_of(&table, n_ranks, grid.blocks, line, n);
                 println!(
                     "{n_ranks:>5} {:>6} {:>8} | {:>9.2}  {:>9.2}  {:>9.2} | {:>9.2}  {:>9.2}  {:>9.2}",
                     grid.blocks,

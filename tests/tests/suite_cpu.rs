@@ -15,6 +15,10 @@ fn skip() -> bool {
     false
 }
 
+#[macro_use]
+#[path = "suite/per_world.rs"]
+mod per_world;
+
 #[path = "suite/app_memory.rs"]
 mod app_memory;
 #[path = "suite/host_api.rs"]

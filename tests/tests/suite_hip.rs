@@ -24,6 +24,10 @@ fn skip() -> bool {
     why.is_some()
 }
 
+#[macro_use]
+#[path = "suite/per_world.rs"]
+mod per_world;
+
 #[path = "suite/app_memory.rs"]
 mod app_memory;
 #[path = "suite/host_api.rs"]

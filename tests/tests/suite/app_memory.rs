@@ -1,6 +1,6 @@
 //! Collectives on memory the application owns (issue 43): every collective on plain
 //! device buffers (not symmetric) and on symmetric ones, in place and out of place, at
-//! world sizes 1 to 4, ranks as threads on the backend under test, each result against
+//! world sizes 1 to 8, ranks as threads on the backend under test, each result against
 //! a host reference. The all-reduce runs every algorithm; its inputs are small integers,
 //! so every sum is exact and equal to the host's in any order.
 //!
@@ -218,36 +218,6 @@ fn captured_once_the_scratch_is_reserved(n: usize) {
         drop(graph);
         c.finalize()
     });
-}
-
-/// One `#[test]` per world size, `<name>::world_<n>`.
-macro_rules! per_world {
-    ($($f:ident;)*) => {
-        $(
-            mod $f {
-                #[test]
-                fn world_1() {
-                    if super::super::skip() { return; }
-                    super::$f(1)
-                }
-                #[test]
-                fn world_2() {
-                    if super::super::skip() { return; }
-                    super::$f(2)
-                }
-                #[test]
-                fn world_3() {
-                    if super::super::skip() { return; }
-                    super::$f(3)
-                }
-                #[test]
-                fn world_4() {
-                    if super::super::skip() { return; }
-                    super::$f(4)
-                }
-            }
-        )*
-    };
 }
 
 per_world! {

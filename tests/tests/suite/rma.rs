@@ -568,41 +568,6 @@ fn errors(n: usize) {
     });
 }
 
-/// One `#[test]` per world size, `<name>::world_<n>`, each calling `$f(n)`.
-macro_rules! per_world {
-    ($($f:ident;)*) => {
-        $(
-            mod $f {
-                #[test]
-                fn world_1() {
-                    if super::super::skip() { return; }
-                    super::$f(1)
-                }
-                #[test]
-                fn world_2() {
-                    if super::super::skip() { return; }
-                    super::$f(2)
-                }
-                #[test]
-                fn world_3() {
-                    if super::super::skip() { return; }
-                    super::$f(3)
-                }
-                #[test]
-                fn world_4() {
-                    if super::super::skip() { return; }
-                    super::$f(4)
-                }
-                #[test]
-                fn world_8() {
-                    if super::super::skip() { return; }
-                    super::$f(8)
-                }
-            }
-        )*
-    };
-}
-
 per_world! {
     all_gather;
     all_to_all;
