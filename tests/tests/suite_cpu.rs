@@ -25,6 +25,8 @@ mod app_memory;
 mod host_api;
 #[path = "suite/lifetimes.rs"]
 mod lifetimes;
+#[path = "suite/owned.rs"]
+mod owned;
 #[path = "suite/rma.rs"]
 mod rma;
 #[path = "suite/small.rs"]
