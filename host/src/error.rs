@@ -357,17 +357,25 @@ pub enum Error {
         /// The ordinal of the device that holds the peer's memory.
         peer_device: usize,
     },
-    /// No code object of the project's kernels for this device's architecture.
+    /// No code object of a kernel crate for this device's architecture: the program was
+    /// built for other GPUs (by default, symmem-build builds for the build machine's GPUs,
+    /// and none on a machine without one).
     #[error(
-        "the kernels of {module} have no code object for {arch}: add {arch} to \
-         SYMMEM_GPU_TARGETS (set but empty builds none) or to the build script's \
-         symmem_build::KernelCrate::targets, and rebuild"
+        "the kernels of {module} have no code object for {device} ({arch}); this program \
+         was built with {}: rebuild it with SYMMEM_GPU_TARGETS={arch} (or \
+         SYMMEM_GPU_TARGETS=default for every default target), or add {arch} to the build \
+         script's symmem_build::KernelCrate::targets",
+        built_targets(.built)
     )]
     NoCodeObject {
         /// The kernel crate.
         module: &'static str,
+        /// The device's name.
+        device: String,
         /// The device's architecture name.
         arch: String,
+        /// The targets the program has code objects for.
+        built: Vec<&'static str>,
     },
     /// An embedded code object that the backend cannot use: unreadable, or not what
     /// this version of symmem builds.
@@ -825,6 +833,15 @@ fn cuda_version(v: i32) -> String {
     format!("{}.{}", v / 1000, v % 1000 / 10)
 }
 
+/// The targets a program was built with, or that it has none.
+fn built_targets(built: &[&str]) -> String {
+    if built.is_empty() {
+        "no GPU target (built on a machine without a GPU)".to_owned()
+    } else {
+        format!("the targets {}", built.join(", "))
+    }
+}
+
 /// `is not set` or `is "VALUE"`.
 fn env_value(value: Option<&str>) -> String {
     value.map_or_else(|| "is not set".to_owned(), |v| format!("is {v:?}"))
@@ -948,12 +965,23 @@ mod tests {
             => ["device 0", "device 1", "nvidia-smi topo -p2p p"];
         no_code_object_names_the_targets: Error::NoCodeObject {
             module: "my_kernels",
+            device: "AMD Instinct MI210".into(),
             arch: "gfx90a".into(),
+            built: vec!["sm_90"],
         } => [
             "my_kernels",
-            "add gfx90a to SYMMEM_GPU_TARGETS",
+            "AMD Instinct MI210 (gfx90a)",
+            "built with the targets sm_90",
+            "SYMMEM_GPU_TARGETS=gfx90a",
+            "SYMMEM_GPU_TARGETS=default",
             "symmem_build::KernelCrate::targets",
         ];
+        no_code_object_built_on_a_cpu_machine: Error::NoCodeObject {
+            module: "symmem_kernels",
+            device: "NVIDIA H100".into(),
+            arch: "sm_90".into(),
+            built: vec![],
+        } => ["no GPU target (built on a machine without a GPU)", "SYMMEM_GPU_TARGETS=sm_90"];
         bad_code_object_names_the_rebuild: Error::BadCodeObject {
             module: "my_kernels",
             target: "sm_90".into(),

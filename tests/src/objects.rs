@@ -4,8 +4,9 @@
 //! as the examples' build scripts build them). A new example is found on disk.
 //!
 //! The targets the tests walk are the ones this build was asked for ([`targets`]):
-//! `SYMMEM_GPU_TARGETS` as it was when the tests were compiled, else symmem-build's
-//! `DEFAULT_TARGETS`. Every crate must have an object for each of them
+//! `SYMMEM_GPU_TARGETS` as it was when the tests were compiled (`default`: symmem-build's
+//! `DEFAULT_TARGETS`, as CI sets it), else the build machine's GPUs' (symmem-build's
+//! `detected_targets`). Every crate must have an object for each of them
 //! ([`object`] panics otherwise), so a default target that fails to build, or one the
 //! checks have no expectations for ([`AmdCaches::of`], [`ptx_isa`]), fails the tests.
 
@@ -43,11 +44,19 @@ pub fn object(crate_name: &str, cpu: &str) -> &'static [u8] {
 
 /// The GPU targets every kernel crate of this build was built for, in order, without
 /// repeats: `SYMMEM_GPU_TARGETS` when it was set as this crate was compiled (the build
-/// scripts saw the same value), else [`symmem_build::DEFAULT_TARGETS`].
+/// scripts saw the same value; `default` is [`symmem_build::DEFAULT_TARGETS`]), else the
+/// build machine's GPUs' ([`symmem_build::detected_targets`], which the build scripts
+/// ran on this machine too).
 pub fn targets() -> Vec<&'static str> {
     let names: Vec<&'static str> = match option_env!("SYMMEM_GPU_TARGETS") {
+        Some(list) if list.trim() == symmem_build::ALL_DEFAULTS => {
+            symmem_build::DEFAULT_TARGETS.to_vec()
+        }
         Some(list) => list.split(',').map(str::trim).collect(),
-        None => symmem_build::DEFAULT_TARGETS.to_vec(),
+        None => symmem_build::detected_targets()
+            .into_iter()
+            .map(|t| &*Box::leak(t.into_boxed_str()))
+            .collect(),
     };
     let mut targets: Vec<&'static str> = Vec::new();
     for name in names {

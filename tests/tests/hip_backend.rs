@@ -47,18 +47,24 @@ fn hip_arch_name_picks_code_object() {
         ],
     );
     assert_eq!(
-        code_object_for(&OBJECTS, "gfx942:sramecc+:xnack-").unwrap(),
+        code_object_for(&OBJECTS, "MI300X", "gfx942:sramecc+:xnack-").unwrap(),
         ("gfx942", &b"mi300"[..])
     );
     assert_eq!(
-        code_object_for(&OBJECTS, "gfx950").unwrap(),
+        code_object_for(&OBJECTS, "MI355X", "gfx950").unwrap(),
         ("gfx950", &b"mi350"[..])
     );
     // Exactly the device's processor: no older or newer one stands in.
     for arch in ["gfx90a:sramecc+:xnack-", "gfx941", "gfx1100", "sm_90", ""] {
-        match code_object_for(&OBJECTS, arch) {
-            Err(Error::NoCodeObject { module, arch: a }) => {
-                assert_eq!((module, a.as_str()), ("some_kernels", base_arch(arch)))
+        match code_object_for(&OBJECTS, "a GPU", arch) {
+            Err(Error::NoCodeObject {
+                module,
+                arch: a,
+                built,
+                ..
+            }) => {
+                assert_eq!((module, a.as_str()), ("some_kernels", base_arch(arch)));
+                assert_eq!(built, ["sm_90", "gfx942", "gfx950"]);
             }
             other => panic!("{arch}: expected NoCodeObject, got {other:?}"),
         }
@@ -71,7 +77,7 @@ fn hip_arch_name_picks_code_object() {
     }
     for target in symmem_tests::objects::amd_targets() {
         let (found, image) =
-            code_object_for(kernels, &format!("{target}:sramecc+:xnack-")).unwrap();
+            code_object_for(kernels, "a GPU", &format!("{target}:sramecc+:xnack-")).unwrap();
         assert_eq!(found, target);
         assert_eq!(&image[..4], b"\x7fELF", "{target}");
     }

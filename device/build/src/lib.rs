@@ -26,13 +26,24 @@
 //! capability or newer). The list is, in this order of precedence:
 //!
 //! 1. the environment variable [`SYMMEM_GPU_TARGETS`](TARGETS_ENV) of the build
-//!    (comma-separated, `SYMMEM_GPU_TARGETS=sm_80 cargo build`; set but empty, nothing
-//!    is built and the table is empty), which overrides every kernel crate of the build;
+//!    (comma-separated, `SYMMEM_GPU_TARGETS=sm_80 cargo build`; [`ALL_DEFAULTS`],
+//!    `SYMMEM_GPU_TARGETS=default`, for every one of [`DEFAULT_TARGETS`]; set but empty,
+//!    nothing is built and the table is empty), which overrides every kernel crate of the
+//!    build;
 //! 2. [`KernelCrate::targets`] in the build script
-//!    (`KernelCrate::new("kernels").targets(["gfx942", "sm_80"])`);
-//! 3. [`DEFAULT_TARGETS`]: `gfx90a`, `gfx942`, `gfx950` (MI200, MI300, MI350) and
-//!    `sm_80`, which covers every NVIDIA GPU from the A100 on (see there for why these
-//!    and what each needs).
+//!    (`KernelCrate::new("kernels").targets(["gfx942", "sm_80"])`, or
+//!    `.targets(DEFAULT_TARGETS)` for a binary shipped to other machines);
+//! 3. the GPUs of the build machine ([`detected_targets`]): `sm_XY` for each NVIDIA GPU
+//!    that `nvidia-smi` lists (compute capability X.Y, 8.0 or newer), each AMD processor of
+//!    [`DEFAULT_TARGETS`] that `rocm_agent_enumerator` lists, and nothing where neither
+//!    tool answers: a machine with no GPU builds no code object (the CPU backend runs the
+//!    kernels as host code, and needs none), a machine with one builds what it runs.
+//!
+//! A program built for other GPUs than the one it runs on fails at `World::new` with
+//! `Error::NoCodeObject`, which names the GPU, the targets the program has and this
+//! variable. [`DEFAULT_TARGETS`] are `gfx90a`, `gfx942`, `gfx950` (MI200, MI300, MI350)
+//! and `sm_80`, which covers every NVIDIA GPU from the A100 on (see there for why these
+//! and what each needs).
 //!
 //! A name that is neither is [`BuildError::UnknownTarget`], before anything is built.
 //! At run time the CUDA backend loads the newest `sm_NN` object not newer than the
@@ -76,9 +87,15 @@ use std::str::FromStr;
 use toolchain::{Toolchain, rustup_add};
 
 /// The environment variable that, when set, replaces the target list of every
-/// [`KernelCrate`]: comma-separated processor names (`gfx942,sm_80`). Set but empty, no
-/// code object is built (the table is empty). See [Targets](crate#targets).
+/// [`KernelCrate`]: comma-separated processor names (`gfx942,sm_80`), or [`ALL_DEFAULTS`]
+/// for [`DEFAULT_TARGETS`]. Set but empty, no code object is built (the table is empty).
+/// See [Targets](crate#targets).
 pub const TARGETS_ENV: &str = "SYMMEM_GPU_TARGETS";
+
+/// The value of [`TARGETS_ENV`] that builds every one of [`DEFAULT_TARGETS`], whatever
+/// GPUs the build machine has: for binaries shipped to other machines, and for symmem's
+/// own CI, which checks every default target's code.
+pub const ALL_DEFAULTS: &str = "default";
 
 /// The environment variable that, when set (and not empty), is the nested area of every
 /// [`KernelCrate`] that does not set [`KernelCrate::nested_dir`]: builds of several target
@@ -436,7 +453,8 @@ impl std::error::Error for BuildError {
 #[derive(Clone, Debug)]
 pub struct KernelCrate {
     path: PathBuf,
-    targets: Vec<String>,
+    /// `None`: the build machine's GPUs ([`detected_targets`]).
+    targets: Option<Vec<String>>,
     nested_dir: Option<PathBuf>,
     variant: Option<Variant>,
 }
@@ -452,11 +470,12 @@ struct Variant {
 impl KernelCrate {
     /// The kernel crate at `path`: relative to the calling crate's `CARGO_MANIFEST_DIR`
     /// (or, where that is unset, the current directory); absolute paths are taken as
-    /// they are. Its targets are [`DEFAULT_TARGETS`].
+    /// they are. Its targets are the build machine's GPUs' ([`detected_targets`]; see
+    /// [Targets](crate#targets)).
     pub fn new(path: impl AsRef<Path>) -> Self {
         Self {
             path: path.as_ref().to_owned(),
-            targets: DEFAULT_TARGETS.map(str::to_owned).to_vec(),
+            targets: None,
             nested_dir: None,
             variant: None,
         }
@@ -481,7 +500,8 @@ impl KernelCrate {
     }
 
     /// Builds for processors `cpus` (`gfx…` or `sm_…`, in this order, repeats
-    /// ignored) instead of the default list; [`TARGETS_ENV`], when set, still overrides.
+    /// ignored) instead of the build machine's GPUs' ([`DEFAULT_TARGETS`] for all of
+    /// them); [`TARGETS_ENV`], when set, still overrides.
     /// A name that is no target makes [`build`](Self::build) fail with
     /// [`BuildError::UnknownTarget`].
     pub fn targets<I, S>(mut self, cpus: I) -> Self
@@ -489,7 +509,7 @@ impl KernelCrate {
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        self.targets = cpus.into_iter().map(|c| c.as_ref().to_owned()).collect();
+        self.targets = Some(cpus.into_iter().map(|c| c.as_ref().to_owned()).collect());
         self
     }
 
@@ -531,8 +551,22 @@ impl KernelCrate {
             Vec::new()
         } else {
             match std::env::var(TARGETS_ENV) {
+                Ok(list) if list.trim() == ALL_DEFAULTS => {
+                    DEFAULT_TARGETS.map(str::to_owned).to_vec()
+                }
                 Ok(list) => split_targets(&list),
-                Err(_) => self.targets.clone(),
+                Err(_) => match &self.targets {
+                    Some(targets) => targets.clone(),
+                    None => {
+                        // Detection reads the tools on PATH and the GPUs the kernel has:
+                        // a change of either builds again.
+                        cargo_line("rerun-if-env-changed=PATH");
+                        for gpus in GPU_LISTS.iter().map(Path::new).filter(|p| p.exists()) {
+                            cargo_line(&format!("rerun-if-changed={}", gpus.display()));
+                        }
+                        detected_targets()
+                    }
+                },
             }
         };
         let mut targets: Vec<Target> = Vec::new();
@@ -651,6 +685,65 @@ impl KernelCrate {
         path.canonicalize()
             .map_err(|error| BuildError::Io { path, error })
     }
+}
+
+/// Where the kernel lists a machine's GPUs (NVIDIA's driver, AMD's KFD): a build that
+/// detected its targets runs again when one of them changes.
+const GPU_LISTS: [&str; 2] = [
+    "/proc/driver/nvidia/gpus",
+    "/sys/class/kfd/kfd/topology/nodes",
+];
+
+/// The targets the GPUs of this build machine need: `sm_XY` for each NVIDIA GPU of compute
+/// capability X.Y (8.0 or newer; older ones have no target) that `nvidia-smi` lists, each
+/// AMD processor of [`DEFAULT_TARGETS`] that `rocm_agent_enumerator` lists (others have
+/// no target whose memory model the codegen checks prove), in that order, each once; none
+/// where neither tool is on `PATH` or answers.
+pub fn detected_targets() -> Vec<String> {
+    detect_on(std::env::var_os("PATH"))
+}
+
+/// [`detected_targets`] with the tools looked up on `path` (the build's `PATH` when
+/// `None`).
+fn detect_on(path: Option<std::ffi::OsString>) -> Vec<String> {
+    let run = |tool: &str, args: &[&str]| -> Option<String> {
+        let mut command = Command::new(tool);
+        command.args(args);
+        if let Some(path) = &path {
+            command.env("PATH", path);
+        }
+        let output = command.output().ok().filter(|o| o.status.success())?;
+        Some(String::from_utf8_lossy(&output.stdout).into_owned())
+    };
+    let mut targets: Vec<String> = Vec::new();
+    let nvidia = run(
+        "nvidia-smi",
+        &["--query-gpu=compute_cap", "--format=csv,noheader"],
+    );
+    for cap in nvidia.iter().flat_map(|out| out.lines()) {
+        let sm = cap
+            .trim()
+            .split_once('.')
+            .and_then(|(major, minor)| {
+                Some(major.parse::<u32>().ok()? * 10 + minor.parse::<u32>().ok()?)
+            })
+            .filter(|&sm| sm >= 80);
+        targets.extend(sm.map(|sm| format!("sm_{sm}")));
+    }
+    let amd = run("rocm_agent_enumerator", &[]);
+    targets.extend(
+        amd.iter()
+            .flat_map(|out| out.split_whitespace())
+            .filter(|name| name.starts_with("gfx") && DEFAULT_TARGETS.contains(name))
+            .map(str::to_owned),
+    );
+    let mut seen = Vec::new();
+    targets.retain(|t| {
+        let new = !seen.contains(t);
+        seen.push(t.clone());
+        new
+    });
+    targets
 }
 
 /// The processor names in a [`TARGETS_ENV`] value: comma-separated, blanks ignored.
@@ -1241,11 +1334,60 @@ mod tests {
     #[allow(clippy::needless_borrows_for_generic_args)]
     fn defaults() {
         let k = KernelCrate::new("kernels");
-        assert_eq!(k.targets, DEFAULT_TARGETS);
+        assert_eq!(k.targets, None, "the build machine's GPUs by default");
         let k = k.targets(&["gfx942", "sm_90"]);
-        assert_eq!(k.targets, ["gfx942", "sm_90"]);
+        assert_eq!(
+            k.targets.as_deref(),
+            Some(&["gfx942".into(), "sm_90".into()][..])
+        );
         let k = k.targets(vec![String::from("gfx950")]);
-        assert_eq!(k.targets, ["gfx950"]);
+        assert_eq!(k.targets.as_deref(), Some(&["gfx950".into()][..]));
+        let k = k.targets(DEFAULT_TARGETS);
+        assert_eq!(k.targets.as_deref().map(<[String]>::len), Some(4));
+    }
+
+    /// A folder of stand-ins for the detection tools: `nvidia-smi` printing `nvidia`'s
+    /// lines, `rocm_agent_enumerator` printing `amd`'s (each left out where `None`).
+    fn fake_tools(name: &str, nvidia: Option<&str>, amd: Option<&str>) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("symmem-build-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        for (tool, lines) in [("nvidia-smi", nvidia), ("rocm_agent_enumerator", amd)] {
+            if let Some(lines) = lines {
+                let script = dir.join(tool);
+                std::fs::write(&script, format!("#!/bin/sh\nprintf '{lines}'\n")).unwrap();
+                std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+            }
+        }
+        dir
+    }
+
+    #[test]
+    fn detection_builds_what_the_machine_runs() {
+        // An H100 and an A100: their own PTX each.
+        let nvidia = fake_tools("nvidia", Some("9.0\\n8.0\\n9.0\\n"), None);
+        assert_eq!(
+            detect_on(Some(nvidia.clone().into_os_string())),
+            ["sm_90", "sm_80"]
+        );
+        // A V100 (7.0) has no target; an MI300X and the CPU agent (gfx000).
+        let mixed = fake_tools(
+            "mixed",
+            Some("7.0\\n"),
+            Some("gfx000\\ngfx942\\ngfx1100\\n"),
+        );
+        assert_eq!(detect_on(Some(mixed.clone().into_os_string())), ["gfx942"]);
+        // No tool answers: no GPU, no code object.
+        let none = fake_tools("none", None, None);
+        assert!(detect_on(Some(none.clone().into_os_string())).is_empty());
+        // A tool that fails (a driver not loaded) counts as none.
+        let failing = fake_tools("failing", Some("x"), None);
+        std::fs::write(failing.join("nvidia-smi"), "#!/bin/sh\nexit 9\n").unwrap();
+        assert!(detect_on(Some(failing.clone().into_os_string())).is_empty());
+        for dir in [nvidia, mixed, none, failing] {
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
 
     #[test]

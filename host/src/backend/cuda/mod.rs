@@ -209,6 +209,7 @@ fn pick_target<'a>(
 /// [`pick_target`]), with its processor name.
 fn code_object_for(
     objects: &'static CodeObjects,
+    device: &str,
     major: i32,
     minor: i32,
 ) -> Result<(&'static str, &'static [u8])> {
@@ -217,7 +218,9 @@ fn code_object_for(
         .and_then(|t| all.iter().copied().find(|(target, _)| *target == t))
         .ok_or_else(|| Error::NoCodeObject {
             module: objects.crate_name(),
+            device: device.to_owned(),
             arch: format!("sm_{major}{minor}"),
+            built: all.iter().map(|(target, _)| *target).collect(),
         })?;
     tracing::debug!(
         module = objects.crate_name(),
@@ -661,7 +664,7 @@ impl gpu::GpuBackend for Cuda {
     }
 
     fn load_module(&self, objects: &'static CodeObjects) -> Result<CudaModule> {
-        let (target, ptx) = code_object_for(objects, self.major, self.minor)?;
+        let (target, ptx) = code_object_for(objects, self.rank.name(), self.major, self.minor)?;
         let image = CString::new(ptx.strip_suffix(&[0]).unwrap_or(ptx)).map_err(|_| {
             Error::BadCodeObject {
                 module: objects.crate_name(),

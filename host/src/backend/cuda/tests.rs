@@ -143,19 +143,47 @@ fn cuda_code_object_pick_by_compute_capability() {
         ],
     );
     assert_eq!(
-        code_object_for(&OBJECTS, 9, 0).unwrap(),
+        code_object_for(&OBJECTS, "H200", 9, 0).unwrap(),
         ("sm_90", &b"hopper"[..])
     );
     assert_eq!(
-        code_object_for(&OBJECTS, 8, 9).unwrap(),
+        code_object_for(&OBJECTS, "L40S", 8, 9).unwrap(),
         ("sm_80", &b"ampere"[..])
     );
-    match code_object_for(&OBJECTS, 7, 0) {
-        Err(Error::NoCodeObject { module, arch }) => {
-            assert_eq!((module, arch.as_str()), ("some_kernels", "sm_70"))
+    match code_object_for(&OBJECTS, "Tesla V100", 7, 0) {
+        Err(e @ Error::NoCodeObject { .. }) => {
+            let Error::NoCodeObject {
+                module,
+                device,
+                arch,
+                built,
+            } = &e
+            else {
+                unreachable!()
+            };
+            assert_eq!(
+                (*module, device.as_str(), arch.as_str(), built.as_slice()),
+                (
+                    "some_kernels",
+                    "Tesla V100",
+                    "sm_70",
+                    &["gfx942", "sm_80", "sm_90"][..]
+                )
+            );
+            let message = e.to_string();
+            assert!(message.contains("SYMMEM_GPU_TARGETS=sm_70"), "{message}");
         }
         other => panic!("expected NoCodeObject, got {other:?}"),
     }
+    // A program built on a machine without a GPU has no code object at all: the error
+    // says so, on the first load (World::new loads symmem's own kernels).
+    static NONE: CodeObjects = CodeObjects::new("symmem_kernels", &[]);
+    let e = code_object_for(&NONE, "NVIDIA H100 80GB HBM3", 9, 0).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("no GPU target (built on a machine without a GPU)"),
+        "{e}"
+    );
     // symmem's own objects: the H200 (9.0) and an sm_89 GPU each get the newest PTX not
     // newer than the device (sm_80's, with the default targets), with every kernel.
     let kernels = &crate::backend::code_objects::KERNELS;
@@ -174,7 +202,7 @@ fn cuda_code_object_pick_by_compute_capability() {
     }
     for (major, minor) in [(9, 0), (8, 9)] {
         let newest = pick_target(ptx_targets.iter().copied(), major, minor);
-        let Ok((target, ptx)) = code_object_for(kernels, major, minor) else {
+        let Ok((target, ptx)) = code_object_for(kernels, "a GPU", major, minor) else {
             // Only where the build has no PTX that old (SYMMEM_GPU_TARGETS=sm_90).
             assert_eq!(newest, None, "{major}.{minor} of {ptx_targets:?}");
             continue;
@@ -532,8 +560,13 @@ fn cuda_ptx_entries_are_the_kernel_names() {
 #[test]
 fn cuda_gpu_kernels_by_name_are_the_enumerated_ones() {
     let Some(r0) = device_or_skip() else { return };
-    let (_, ptx) = code_object_for(&crate::backend::code_objects::KERNELS, r0.major, r0.minor)
-        .expect("symmem's own kernels have PTX for this device");
+    let (_, ptx) = code_object_for(
+        &crate::backend::code_objects::KERNELS,
+        "",
+        r0.major,
+        r0.minor,
+    )
+    .expect("symmem's own kernels have PTX for this device");
     let image = CString::new(ptx.strip_suffix(&[0]).unwrap_or(ptx)).unwrap();
     let loaded = r0
         .rank

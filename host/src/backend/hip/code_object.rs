@@ -21,17 +21,19 @@ pub fn base_arch(gcn_arch_name: &str) -> &str {
 /// processor.
 pub fn code_object_for(
     objects: &'static CodeObjects,
+    device: &str,
     gcn_arch_name: &str,
 ) -> Result<(&'static str, &'static [u8])> {
     let arch = base_arch(gcn_arch_name);
-    objects
-        .objects()
-        .iter()
+    let all = objects.objects();
+    all.iter()
         .copied()
         .find(|(processor, _)| processor.starts_with("gfx") && *processor == arch)
         .ok_or_else(|| Error::NoCodeObject {
             module: objects.crate_name(),
+            device: device.to_owned(),
             arch: arch.to_owned(),
+            built: all.iter().map(|(target, _)| *target).collect(),
         })
 }
 

@@ -388,7 +388,7 @@ impl gpu::GpuBackend for Hip {
     }
 
     fn load_module(&self, objects: &'static CodeObjects) -> Result<HipModule> {
-        let (target, image) = code_object_for(objects, self.rank.arch())?;
+        let (target, image) = code_object_for(objects, self.rank.name(), self.rank.arch())?;
         let names = code_object_kernels(image).map_err(|why| Error::BadCodeObject {
             module: objects.crate_name(),
             target: target.to_owned(),
