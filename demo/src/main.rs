@@ -312,12 +312,25 @@ fn run_processes(o: &Options) -> DemoResult {
 fn main() -> ExitCode {
     // `--help` prints to stdout and exits 0; a bad flag or value exits 2 naming it.
     let mut options = Options::parse();
-    // What symmem chose and why, on stderr: `SYMMEM_LOG=info` (RUST_LOG syntax; errors
-    // only when unset).
+    // What symmem chose and why, on stderr: `SYMMEM_LOG=info`, or per target
+    // (`SYMMEM_LOG=symmem::bootstrap=debug,info`: RUST_LOG's form without span or field
+    // filters, which would cost the first build a regex engine); errors only when unset.
+    use tracing_subscriber::filter::{LevelFilter, Targets};
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let filter = match std::env::var("SYMMEM_LOG").map(|v| v.parse::<Targets>()) {
+        Ok(Ok(filter)) => filter,
+        Ok(Err(e)) => {
+            eprintln!("SYMMEM_LOG: {e}: logging errors only");
+            Targets::new().with_default(LevelFilter::ERROR)
+        }
+        Err(_) => Targets::new().with_default(LevelFilter::ERROR),
+    };
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_env("SYMMEM_LOG"))
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .finish()
+        .with(filter)
         .init();
     // A rank process says nothing its launcher already said.
     options.resolve_backend(unix::UnixBootstrap::in_env());
