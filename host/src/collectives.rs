@@ -144,7 +144,7 @@ pub const LAMPORT_AUTO_BYTES: usize = 64 << 10;
 /// 64 KiB).
 pub const ONE_SHOT_MAX_BYTES: usize = 64 << 10;
 
-pub use symmem_kernels::{GatheredParams, LamportParams, ReductionParams};
+pub use symmem_kernels::{GatheredParams, LamportParams, ReductionParams, TablesParams};
 
 /// An element type of the reductions: `f32`, `f64`, [`bf16`], [`f16`](struct@f16), `i32`. Its
 /// kernels, one per (algorithm, operator, type), come from
@@ -504,7 +504,57 @@ impl<B: Backend> Collectives<B> {
                 return self.agreed(&call, &ids, checked.and(Err(e)));
             }
         };
+        let places = [self.place(dst), self.place(src)];
+        let in_place = dst.as_device_slice().ptr() == src.as_device_slice().ptr();
+        let registered = places.iter().any(|p| matches!(p, Place::Registered(..)));
         match route {
+            Route::OneShot(_) if !in_place && matches!(places[1], Place::Registered(..)) => {
+                chosen("one-shot (registered source, nothing staged)");
+                let sources = self.table_of(&places[1]).unwrap_or(self.bases());
+                self.unstaged(&call, [&places[0], &places[1]], checked, |d, s| {
+                    self.launch(
+                        T::all_reduce_gathered(op),
+                        (
+                            d,
+                            s,
+                            self.bases(),
+                            sources,
+                            self.world_u32(),
+                            self.rank_u32(),
+                            count as u64,
+                            &self.signals,
+                        ),
+                    )
+                })
+            }
+            Route::TwoShot(_) if registered || in_place => {
+                let (Some(destinations), Some(sources)) =
+                    (self.table_of(&places[0]), self.table_of(&places[1]))
+                else {
+                    chosen("two-shot (staged)");
+                    let needs = [Need::Src { copy: true }, Need::Dst];
+                    return self.staged(&call, objects, checked, true, &needs, |d, s| {
+                        self.launch(T::all_reduce_two_shot(op), self.reducing(d, s, count))
+                    });
+                };
+                chosen("two-shot (through each buffer's table, nothing staged)");
+                self.unstaged(&call, [&places[0], &places[1]], checked, |d, s| {
+                    self.launch(
+                        T::all_reduce_tables(op),
+                        (
+                            d,
+                            s,
+                            self.bases(),
+                            destinations,
+                            sources,
+                            self.world_u32(),
+                            self.rank_u32(),
+                            count as u64,
+                            &self.signals,
+                        ),
+                    )
+                })
+            }
             Route::Lamport(kernel) => {
                 chosen("lamport");
                 // Local memory only: nothing is staged, and in place is safe (every word
@@ -942,6 +992,50 @@ impl<B: Backend> Collectives<B> {
         Ok(u64::from(self.grid.blocks) * u64::from(self.grid.threads) * u64::from(iters))
     }
 
+    /// Where `view` lies: in a symmetric allocation of the heap, in a registration
+    /// ([`World::register`]), or neither.
+    fn place<T>(&self, view: &impl AsDeviceSlice<T, B>) -> Place {
+        let v = view.as_device_slice();
+        if let Some(id) = self.world.heap_object(v.ptr(), v.byte_len()) {
+            return Place::Heap(id);
+        }
+        match self.world.registration_of(v.ptr(), v.byte_len()) {
+            Some((id, table)) => Place::Registered(id, table),
+            None => Place::Local,
+        }
+    }
+
+    /// The table each of `places` is reached through on peers, if it needs no staging:
+    /// the heap's or its registration's.
+    fn table_of<'p>(&'p self, place: &'p Place) -> Option<&'p crate::table::PeerBases> {
+        match place {
+            Place::Heap(_) => Some(self.bases()),
+            Place::Registered(_, table) => Some(table),
+            Place::Local => None,
+        }
+    }
+
+    /// Runs `run` on `(dst, src)` after the agreement of `call` over `places`, staging
+    /// nothing: each argument is reached on peers through its own table. The ledger
+    /// records the places' kinds, so a rank that passed other kinds of memory is named
+    /// at the next agreement.
+    fn unstaged<T: bytemuck::Pod + 'static>(
+        &self,
+        call: &[u64],
+        places: [&Place; 2],
+        checked: Result<(DeviceSlice<'_, T, B>, DeviceSlice<'_, T, B>)>,
+        run: impl FnOnce(&DeviceSlice<'_, T, B>, &DeviceSlice<'_, T, B>) -> Result<()>,
+    ) -> Result<()> {
+        let ids: Vec<u64> = places.iter().filter_map(|p| p.id()).collect();
+        let mut words = call.to_vec();
+        // Above the staged path's bits: 4 and 8 say each argument is registered.
+        words.push(places.iter().enumerate().fold(0, |acc, (i, p)| {
+            acc | u64::from(matches!(p, Place::Registered(..))) << (2 + i)
+        }));
+        let (d, s) = self.agreed(&words, &ids, checked)?;
+        run(&d, &s)
+    }
+
     /// The ledger ids of the symmetric heap allocations that hold `dst` and `src` (each
     /// `None` where it is not symmetric memory of this world's heap).
     fn objects<T>(
@@ -963,6 +1057,13 @@ impl<B: Backend> Collectives<B> {
     pub fn reserve_staging(&self, bytes: usize) -> Result<()> {
         let mut staging = self.staging.lock().unwrap_or_else(|p| p.into_inner());
         self.staging_of(&mut staging, bytes).map(drop)
+    }
+
+    /// Bytes of staging scratch this handle holds: 0 until a call stages memory that
+    /// is not symmetric (see [memory the application owns](Collectives#memory-the-application-owns)).
+    pub fn staging_bytes(&self) -> usize {
+        let staging = self.staging.lock().unwrap_or_else(|p| p.into_inner());
+        staging.as_ref().map_or(0, |s| s.len())
     }
 
     // ---- helpers -------------------------------------------------------------------
@@ -1249,6 +1350,26 @@ enum Need {
     Src { copy: bool },
     /// The destination (peers write it); a staged one is copied out after the kernel.
     Dst,
+}
+
+/// Where an argument of a collective lies, which decides how peers reach it.
+enum Place {
+    /// In the symmetric allocation of the heap with this ledger id.
+    Heap(u64),
+    /// In the registration with this ledger id and table ([`World::register`]).
+    Registered(u64, crate::table::PeerBases),
+    /// Anywhere else: staged where peers must reach it.
+    Local,
+}
+
+impl Place {
+    /// Its ledger id, unless it is `Local`.
+    fn id(&self) -> Option<u64> {
+        match self {
+            Place::Heap(id) | Place::Registered(id, _) => Some(*id),
+            Place::Local => None,
+        }
+    }
 }
 
 /// The all-reduce kernel that serves a call ([`Collectives::all_reduce`]).

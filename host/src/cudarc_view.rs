@@ -1,11 +1,19 @@
-//! symmem's device memory lent to cudarc: [`CudarcView`], a typed view of this rank's
+//! symmem and cudarc's memory, both ways: [`CudarcView`], a typed view of this rank's
 //! memory on the CUDA backend that cudarc's copies, kernels (`launch_builder(..).arg(..)`)
-//! and libraries take as they take a `CudaView`.
+//! and libraries take as they take a `CudaView`; [`CudarcBorrow`], the application's
+//! cudarc memory lent to symmem's calls ([`World::borrow_cudarc`]); and cudarc's
+//! `CudaSlice` registered as symmetric memory ([`World::register`]).
 
 use crate::backend::cuda::Cuda;
+use crate::error::{Error, Result};
 use crate::memory::{AsDeviceSlice, DeviceSlice};
+use crate::provider::{Registrable, Sharing};
+use crate::world::World;
 use cudarc::driver::sys::CUdeviceptr;
-use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, LaunchArgs, PushKernelArg, SyncOnDrop};
+use cudarc::driver::{
+    CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, LaunchArgs, PushKernelArg,
+    SyncOnDrop,
+};
 use std::marker::PhantomData;
 use std::sync::Arc;
 
@@ -138,5 +146,97 @@ unsafe impl<'a, 'b: 'a, 'c: 'b, T> PushKernelArg<&'b mut CudarcView<'c, T>> for 
     #[inline(always)]
     fn arg(&mut self, arg: &'b mut CudarcView<'c, T>) -> &mut Self {
         <Self as PushKernelArg<&'b CUdeviceptr>>::arg(self, &arg.ptr)
+    }
+}
+
+/// The application's cudarc memory lent to symmem's calls (collectives, copies,
+/// launches) for as long as it is borrowed: made by [`World::borrow_cudarc`]. It is a
+/// [`DeviceSlice`] of this rank ([`AsDeviceSlice`]), ordered by cudarc's own protocol:
+/// the world's stream waits for the memory's earlier reads and writes when the borrow
+/// is made, and the borrow's drop records that stream's later work as the memory's
+/// last write, so cudarc work after it waits for symmem's.
+pub struct CudarcBorrow<'a, T> {
+    view: DeviceSlice<'a, T, Cuda>,
+    /// Records the write on the world's stream when dropped (cudarc's `SyncOnDrop`).
+    _recorded: SyncOnDrop<'a>,
+}
+
+impl<T> AsDeviceSlice<T, Cuda> for CudarcBorrow<'_, T> {
+    fn as_device_slice(&self) -> DeviceSlice<'_, T, Cuda> {
+        self.view
+    }
+}
+
+impl<T> std::fmt::Debug for CudarcBorrow<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CudarcBorrow")
+            .field("ptr", &self.view.ptr())
+            .field("len", &self.view.len())
+            .finish()
+    }
+}
+
+/// [`Error::NotShareable`] unless `stream` (a cudarc slice's) belongs to the context of
+/// `world`'s device: symmem's calls run on that device only.
+fn check_context(world: &World<Cuda>, stream: &CudaStream, ptr: u64, bytes: usize) -> Result<()> {
+    let ours = world.backend().cudarc_stream().context();
+    let theirs = stream.context();
+    if theirs.cu_ctx() == ours.cu_ctx() {
+        return Ok(());
+    }
+    Err(Error::NotShareable {
+        addr: ptr,
+        bytes,
+        why: format!(
+            "it is cudarc memory of another CUDA context (device {}) than this rank's \
+             (device {}): make the world's backend from the application's stream \
+             (Cuda::from_cudarc_stream) or allocate on the rank's device",
+            theirs.ordinal(),
+            ours.ordinal()
+        ),
+    })
+}
+
+impl World<Cuda> {
+    /// Lends the application's cudarc memory (a `CudaSlice`, a `CudaViewMut`: anything
+    /// with cudarc's `DevicePtrMut`) to this world's calls while the borrow lives:
+    /// every collective takes it as it takes symmem's memory (staged where an algorithm
+    /// needs a symmetric buffer; [`World::register`] makes it symmetric instead).
+    ///
+    /// Errors: [`Error::NotShareable`] for memory of another CUDA context than this
+    /// rank's.
+    pub fn borrow_cudarc<'a, T, S>(&'a self, slice: &'a mut S) -> Result<CudarcBorrow<'a, T>>
+    where
+        S: DevicePtrMut<T>,
+    {
+        let len = cudarc::driver::DeviceSlice::len(slice);
+        let stream = Arc::clone(cudarc::driver::DeviceSlice::stream(slice));
+        let (ptr, recorded) = slice.device_ptr_mut(self.backend().cudarc_stream());
+        check_context(self, &stream, ptr, len * size_of::<T>())?;
+        // SAFETY: cudarc's slice is `len` elements of `T` of this context's device (just
+        // checked), allocated while it is borrowed, which the borrow outlives not: `'a`.
+        let view = unsafe { DeviceSlice::from_raw_parts(self, ptr, len) };
+        Ok(CudarcBorrow {
+            view,
+            _recorded: recorded,
+        })
+    }
+}
+
+impl<T: DeviceRepr + bytemuck::Pod + Send> Registrable<T, Cuda> for CudaSlice<T> {
+    fn share(self, world: &World<Cuda>) -> Result<Sharing<Cuda>> {
+        let bytes = cudarc::driver::DeviceSlice::num_bytes(&self);
+        let (ptr, recorded) = self.device_ptr(world.backend().cudarc_stream());
+        // The world's stream now follows the slice's earlier writes.
+        drop(recorded);
+        check_context(
+            world,
+            cudarc::driver::DeviceSlice::stream(&self),
+            ptr,
+            bytes,
+        )?;
+        // SAFETY: the slice is `bytes` of this rank's device (just checked), and the box
+        // keeps it allocated until every peer has let go of the rendezvous.
+        Ok(unsafe { Sharing::application(world, ptr, bytes, Some(Box::new(self))) })
     }
 }

@@ -739,6 +739,18 @@ pub enum Error {
         /// The level the MPI library provides.
         provided: &'static str,
     },
+    /// Memory the application asked to share ([`crate::World::register`]) cannot be
+    /// shared with every rank: it is not one allocation of this rank's device, or a
+    /// peer in another process cannot map that kind of memory.
+    #[error("{bytes} bytes at {addr:#x} cannot be shared with the other ranks: {why}")]
+    NotShareable {
+        /// Where the range starts (in the process that owns it).
+        addr: u64,
+        /// Its length in bytes.
+        bytes: usize,
+        /// Why, and what to do instead.
+        why: String,
+    },
     /// Memory a peer shared cannot back the mapping asked for: it is smaller than
     /// needed, or the peer could still shrink it under the mapping (a CPU-backend memfd
     /// without `F_SEAL_SHRINK`), where touching it would kill this process with `SIGBUS`.
@@ -1086,6 +1098,11 @@ mod tests {
             required: "MPI_THREAD_MULTIPLE",
             provided: "MPI_THREAD_SINGLE",
         } => ["provides MPI_THREAD_SINGLE", "an MPI built with thread support"];
+        not_shareable_says_why: Error::NotShareable {
+            addr: 0x1000,
+            bytes: 64,
+            why: "plain host memory of another process".into(),
+        } => ["64 bytes at 0x1000", "plain host memory of another process"];
         bad_peer_memory_names_the_build: Error::BadPeerMemory { needed: 8, size: 4, why: "smaller" }
             => ["4 bytes", "8 bytes", "start every rank from the same build"];
         fd_limit_names_the_rlimit: Error::FdLimit { what: "memfd", limit: 1024 }

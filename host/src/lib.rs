@@ -45,14 +45,14 @@ mod world;
 pub use backend::{CodeObjects, Grid};
 /// The bound on every element type of device memory (plain old data).
 pub use bytemuck::Pod;
-pub use cudarc_view::CudarcView;
+pub use cudarc_view::{CudarcBorrow, CudarcView};
 pub use error::{Error, LamportRefusal, Result};
 pub use graph::Graph;
 pub use launch::{KernelArg, KernelArgs, Lowering, Module};
 pub use memory::{
     AsDeviceSlice, AsSymSlice, DeviceBuffer, DeviceSlice, RawSymmetric, SymSlice, SymmetricBuffer,
 };
-pub use provider::{ExternalTable, Rendezvous};
+pub use provider::{ExternalTable, RawRange, Registrable, Rendezvous};
 pub use symmem_device::{Kernel, Params, PeerTable};
 pub use table::{PeerBaseProvider, PeerBases};
 pub use world::{Config, DEFAULT_WAIT_DEADLINE, World};

@@ -22,7 +22,7 @@ use crate::error::{Error, Result};
 use crate::ledger::Record;
 use crate::memory::{AsSymSlice, DeviceBuffer, SymSlice};
 use crate::table::{ObjectTag, PeerBaseProvider, PeerBases};
-use crate::world::{Call, World};
+use crate::world::{Call, Registration, World};
 use std::marker::PhantomData;
 
 /// What a provider holds for its world, let go of as one collective object on drop.
@@ -31,6 +31,8 @@ struct Held<B: Backend> {
     id: u64,
     mappings: Vec<B::Mapping>,
     memories: Vec<B::DeviceMemory>,
+    /// The application's memory a registration shares, kept until every peer unmapped it.
+    kept: Vec<Box<dyn std::any::Any + Send>>,
     exported: bool,
 }
 
@@ -40,15 +42,146 @@ impl<B: Backend> Drop for Held<B> {
             self.id,
             std::mem::take(&mut self.mappings),
             std::mem::take(&mut self.memories),
+            std::mem::take(&mut self.kept),
             self.exported,
         );
     }
 }
 
-/// A rendezvous of one user allocation per rank: `len` elements of `T` each. It owns
-/// this rank's allocation, which peers map; dropping the rendezvous unmaps the peers'
-/// copies and frees the allocation at the first barrier at which every rank has dropped
-/// its rendezvous.
+/// Memory a [`Rendezvous`] can share ([`World::register`]): this rank's device memory
+/// of `T`s as the application holds it, which the rendezvous takes and keeps where it is
+/// until every rank has let go.
+///
+/// Implemented for symmem's [`DeviceBuffer`] (exported as the backend exports its own
+/// allocations: ranks as processes map it on every backend), for cudarc's `CudaSlice<T>`
+/// on the CUDA backend, and for [`RawRange`], any range of device memory the caller
+/// vouches for. The GPU backends share an application's range through the runtime's
+/// IPC handle of the allocation that holds it (`cuIpcGetMemHandle`,
+/// `hipIpcGetMemHandle`: `cuMemAlloc`/`cudaMalloc`/`hipMalloc` memory and caching
+/// allocators' blocks of it); memory the runtime gives no IPC handle (cuMemAllocAsync's
+/// stream-ordered pool, where cudarc allocates, and VMM memory) is shared only among
+/// ranks that are threads of one process, and a rank in another process gets
+/// [`Error::NotShareable`]. On the CPU backend the application's plain host memory
+/// ([`RawRange`]) is likewise shared among threads only.
+///
+/// Sealed: the trait's method is symmem's own.
+pub trait Registrable<T, B: Backend> {
+    /// Where the memory lies on `world`'s device, how peers map it and what keeps it
+    /// alive: symmem's own business.
+    #[doc(hidden)]
+    fn share(self, world: &World<B>) -> Result<Sharing<B>>;
+}
+
+/// What [`Registrable::share`] gives a rendezvous: the range, its export and what keeps
+/// the memory alive. Only symmem makes one.
+#[doc(hidden)]
+pub struct Sharing<B: Backend> {
+    ptr: u64,
+    bytes: usize,
+    export: Result<crate::backend::Shareable>,
+    keep: Keep<B>,
+}
+
+/// What keeps a registration's memory alive until every peer has unmapped it.
+enum Keep<B: Backend> {
+    /// symmem's own allocation.
+    Memory(B::DeviceMemory),
+    /// The application's memory (its drop frees it), or nothing for a [`RawRange`].
+    App(Option<Box<dyn std::any::Any + Send>>),
+}
+
+impl<B: Backend> Sharing<B> {
+    /// The application's `bytes` at `ptr`, exported through [`Backend::export_range`],
+    /// kept alive by `keep` (dropped once every peer has let go).
+    ///
+    /// # Safety
+    /// `ptr..ptr + bytes` is memory of `world`'s device that stays allocated while
+    /// `keep` lives.
+    pub(crate) unsafe fn application(
+        world: &World<B>,
+        ptr: u64,
+        bytes: usize,
+        keep: Option<Box<dyn std::any::Any + Send>>,
+    ) -> Self {
+        let export = if bytes == 0 {
+            Err(Error::ZeroSize)
+        } else {
+            // SAFETY: forwarded from the caller.
+            unsafe { world.backend().export_range(ptr, bytes) }
+        };
+        Self {
+            ptr,
+            bytes,
+            export,
+            keep: Keep::App(keep),
+        }
+    }
+}
+
+impl<T: bytemuck::Pod, B: Backend> Registrable<T, B> for DeviceBuffer<T, B> {
+    fn share(self, world: &World<B>) -> Result<Sharing<B>> {
+        world.check_own(self.world())?;
+        let (world, memory, elements) = self.into_parts();
+        let export = world.backend().export_device_memory(&memory);
+        Ok(Sharing {
+            ptr: memory.base(),
+            bytes: elements * size_of::<T>(),
+            export,
+            keep: Keep::Memory(memory),
+        })
+    }
+}
+
+/// `len` elements of `T` at a device address the caller vouches for, as
+/// [`World::register`] takes them: memory another allocator made (a framework's caching
+/// allocator, a C library), which stays the caller's to free after the rendezvous is
+/// gone.
+#[derive(Clone, Copy, Debug)]
+pub struct RawRange<T> {
+    ptr: u64,
+    len: usize,
+    _t: PhantomData<fn() -> T>,
+}
+
+impl<T> RawRange<T> {
+    /// The range of `len` elements of `T` at `ptr`.
+    ///
+    /// # Safety
+    /// `ptr` is the address of `len` elements of `T`, aligned for `T`, in memory of the
+    /// device of the world it is registered with, that stays allocated until the
+    /// rendezvous made of it has been dropped on every rank and a [`World::barrier`]
+    /// has passed after that; kernels of every rank write through it meanwhile.
+    pub unsafe fn new(ptr: u64, len: usize) -> Self {
+        Self {
+            ptr,
+            len,
+            _t: PhantomData,
+        }
+    }
+}
+
+impl<T: 'static, B: Backend> Registrable<T, B> for RawRange<T> {
+    fn share(self, world: &World<B>) -> Result<Sharing<B>> {
+        let bytes = self
+            .len
+            .checked_mul(size_of::<T>())
+            .ok_or(Error::TooLarge {
+                requested: usize::MAX,
+                capacity: isize::MAX as usize,
+            })?;
+        // SAFETY: `RawRange::new`'s contract.
+        Ok(unsafe { Sharing::application(world, self.ptr, bytes, None) })
+    }
+}
+
+/// A rendezvous of one allocation per rank: `len` elements of `T` each, this rank's
+/// own memory shared with every rank of the world. It keeps this rank's memory (a
+/// [`DeviceBuffer`], the application's cudarc slice, ...: [`Registrable`]); dropping the
+/// rendezvous unmaps the peers' copies and releases the memory at the first barrier at
+/// which every rank has dropped its rendezvous (and every peer has unmapped it).
+///
+/// The collectives ([`crate::collectives::Collectives`]) read and write a rendezvous
+/// through its table, as they do symmetric buffers: the all-reduce stages none of it.
 ///
 /// ```
 /// use symmem::{Config, Rendezvous, backend::cpu::Cpu};
@@ -70,31 +203,55 @@ pub struct Rendezvous<T, B: Backend> {
 
 impl<T: bytemuck::Pod, B: Backend> Rendezvous<T, B> {
     /// Collective: shares `buffer` (this rank's allocation, of the same length on every
-    /// rank) with every rank of its world, and keeps it until every rank has let go (see
-    /// the module documentation). On an error the allocation is dropped as the
-    /// rendezvous would be.
+    /// rank) with every rank of its world: [`World::register`] of the buffer.
     ///
-    /// Errors: [`Error::CollectiveMismatch`] if ranks pass different lengths (the
-    /// differing ranks named), [`Error::PeerFailed`] if another rank's part failed,
-    /// [`Error::PeerLost`], and the backend's export and mapping errors.
+    /// Errors: as [`World::register`].
     pub fn new(buffer: DeviceBuffer<T, B>) -> Result<Self> {
-        let (world, memory, elements) = buffer.into_parts();
-        let len = elements * size_of::<T>();
+        let world = buffer.world().clone();
+        world.register(buffer)
+    }
+
+    /// The rendezvous of what `sharing` shares, `elements` of `T` on every rank (see
+    /// [`World::register`]).
+    fn share(world: &World<B>, sharing: Result<Sharing<B>>) -> Result<Self> {
         let id = world.create_object(Record::Rendezvous);
-        let backend = world.backend();
-        let exported = backend.export_device_memory(&memory);
-        let handle = world.agree_on(Call::Rendezvous, &[len as u64], exported)?;
-        let local = memory.base();
-        let handles = world.all_gather_shareable(handle)?;
-        // From here on peers may map `memory`: every path out releases it collectively.
+        let (local, bytes, export, keep) = match sharing {
+            Ok(s) => (s.ptr, s.bytes, s.export, s.keep),
+            Err(e) => (0, 0, Err(e), Keep::App(None)),
+        };
         let mut held = Held {
             world: world.clone(),
             id,
             mappings: Vec::new(),
-            memories: vec![memory],
-            exported: true,
+            memories: Vec::new(),
+            kept: Vec::new(),
+            exported: false,
         };
+        match keep {
+            Keep::Memory(memory) => held.memories.push(memory),
+            Keep::App(app) => held.kept.extend(app),
+        }
+        let elements = bytes / size_of::<T>().max(1);
+        let checked = export.and_then(|handle| {
+            if bytes == 0 {
+                return Err(Error::ZeroSize);
+            }
+            if !local.is_multiple_of(align_of::<T>() as u64) {
+                return Err(Error::BadPeerTable {
+                    rank: world.rank(),
+                    addr: local,
+                    why: "this rank's memory is not aligned for its element type",
+                });
+            }
+            Ok(handle)
+        });
+        let handle = world.agree_on(Call::Rendezvous, &[bytes as u64], checked)?;
+        let handles = world.all_gather_shareable(handle)?;
+        // From here on peers may map this rank's memory: every path out releases it
+        // collectively.
+        held.exported = true;
         let mut entries = Vec::with_capacity(handles.len());
+        let mut mapped = Ok(());
         for (peer, handle) in handles.into_iter().enumerate() {
             if peer == world.rank() {
                 entries.push(local);
@@ -102,15 +259,38 @@ impl<T: bytemuck::Pod, B: Backend> Rendezvous<T, B> {
                 // Another node: not mapped, entry 0 (see `crate::topology`).
                 entries.push(0);
             } else {
-                let mapping = backend.import_device_memory(handle, len)?;
-                entries.push(mapping.base());
-                held.mappings.push(mapping);
+                match world.backend().import_device_memory(handle, bytes) {
+                    Ok(mapping) => {
+                        entries.push(mapping.base());
+                        held.mappings.push(mapping);
+                    }
+                    Err(e) => {
+                        mapped = Err(e);
+                        break;
+                    }
+                }
             }
         }
-        congruent(local, &entries)?;
-        Ok(Self {
-            table: ExternalTable::upload(held, local, elements, entries)?,
-        })
+        // Every rank learns whether every rank mapped every peer: a rank that could
+        // not gets its error, the others `PeerFailed`, and none keeps a table that
+        // points where a peer's kernels cannot reach.
+        let mapped = mapped.and_then(|()| congruent(local, &entries));
+        world.agree_on(Call::RendezvousMapped, &[bytes as u64], mapped)?;
+        let table = ExternalTable::upload(held, local, elements, entries)?;
+        world.add_registration(Registration {
+            id,
+            local,
+            bytes,
+            table: table.table.clone(),
+        });
+        tracing::debug!(
+            rank = world.rank(),
+            id,
+            bytes,
+            local,
+            "registered: collectives reach this memory through its own peer table"
+        );
+        Ok(Self { table })
     }
 
     /// Elements on every rank.
@@ -149,6 +329,31 @@ impl<T, B: Backend> PeerBaseProvider for Rendezvous<T, B> {
     }
     fn byte_len(&self) -> usize {
         self.table.byte_len()
+    }
+}
+
+impl<B: Backend> World<B> {
+    /// Collective: makes `memory` (this rank's device memory that the application
+    /// allocated, of the same length on every rank: a [`DeviceBuffer`], a cudarc
+    /// `CudaSlice` on CUDA, a [`RawRange`]) symmetric: every rank maps every other rank's,
+    /// and the [`Rendezvous`] returned holds the peer table, which the collectives and
+    /// kernels use as they use a symmetric buffer's. The rendezvous keeps the memory
+    /// until every rank has dropped it (see [`Rendezvous`]).
+    ///
+    /// Errors: [`Error::NotShareable`] for memory that cannot be shared (not one
+    /// allocation of this rank's device; a GPU allocation without an IPC handle or the
+    /// CPU backend's plain host memory, where ranks are processes),
+    /// [`Error::ForeignHandle`] for another world's buffer, [`Error::ZeroSize`],
+    /// [`Error::BadPeerTable`] for memory not aligned for `T`,
+    /// [`Error::CollectiveMismatch`] if ranks pass different lengths (the differing ranks
+    /// named), [`Error::PeerFailed`] where another rank's part failed (on every other
+    /// rank: none keeps a rendezvous), [`Error::PeerLost`], and the backend's mapping
+    /// errors.
+    pub fn register<T: bytemuck::Pod>(
+        &self,
+        memory: impl Registrable<T, B>,
+    ) -> Result<Rendezvous<T, B>> {
+        Rendezvous::share(self, memory.share(self))
     }
 }
 
@@ -220,6 +425,7 @@ impl<T, B: Backend> ExternalTable<T, B> {
             id,
             mappings: Vec::new(),
             memories: Vec::new(),
+            kept: Vec::new(),
             exported: false,
         };
         Self::upload(held, local, len, entries.to_vec())

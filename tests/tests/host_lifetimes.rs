@@ -206,6 +206,10 @@ impl Backend for Recording {
     fn import_device_memory(&self, handle: Shareable, bytes: usize) -> symmem::Result<Logged> {
         self.import(handle, |h| self.cpu.import_device_memory(h, bytes))
     }
+    unsafe fn export_range(&self, ptr: u64, bytes: usize) -> symmem::Result<Shareable> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.cpu.export_range(ptr, bytes) }
+    }
     unsafe fn upload(&self, dst: u64, src: &[u8]) -> symmem::Result<()> {
         // SAFETY: forwarded from the caller.
         unsafe { self.cpu.upload(dst, src) }

@@ -131,6 +131,34 @@ fn child_puts(world: &W) -> symmem::Result<()> {
     verified += got.len() as u64;
     world.barrier()?;
     drop(rendezvous);
+    // Registered memory across processes: a plain allocation (a memfd) is shared, and
+    // the all-reduce reduces it in place through its own table, staging nothing.
+    let coll = symmem::collectives::Collectives::new(world)?;
+    let x = world.register(world.device_from_slice(&vec![me as f32 + 1.0; 3000])?)?;
+    world.barrier()?;
+    coll.all_reduce_in_place(
+        &x,
+        3000,
+        symmem::collectives::ReduceOp::Sum,
+        symmem::collectives::Algorithm::TwoShot,
+    )?;
+    let sum = (1..=n).sum::<usize>() as f32;
+    assert_eq!(world.read(&x)?, vec![sum; 3000], "registered in place");
+    assert_eq!(coll.staging_bytes(), 0, "registered memory was staged");
+    verified += 3000 * 4;
+    // Plain host memory of a process is not: every rank gets NotShareable, saying why.
+    let host = vec![0.0f32; 64];
+    // SAFETY: `host` outlives the attempt, which is refused before any kernel runs.
+    let range = unsafe { symmem::RawRange::<f32>::new(host.as_ptr() as u64, host.len()) };
+    match world.register(range) {
+        Err(Error::NotShareable { why, .. }) => assert!(why.contains("another process"), "{why}"),
+        other => panic!(
+            "plain host memory across processes: {:?}",
+            other.map(|_| ())
+        ),
+    }
+    drop((x, coll));
+    world.barrier()?;
     // And the heap still works after the rendezvous.
     let (d, _) = world.allocate_symmetric::<u8>(n * 2048 + n)?;
     verified += exchange(world, &d, 4)?;

@@ -36,6 +36,8 @@ mod host_api;
 mod lifetimes;
 #[path = "suite/owned.rs"]
 mod owned;
+#[path = "suite/registered.rs"]
+mod registered;
 #[path = "suite/rma.rs"]
 mod rma;
 #[path = "suite/small.rs"]

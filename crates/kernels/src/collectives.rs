@@ -3,7 +3,8 @@
 //! `symmem_rma::collectives::signal_words(world, grid_dim)` `u64`s, zeroed once.
 //! Reductions have one kernel per (operator, type):
 //! `symmem_{all_reduce_one_shot,all_reduce_two_shot,reduce_scatter}_{sum,min,max}_{ty}`,
-//! the all-reduce across nodes, `symmem_all_reduce_gathered_{sum,min,max}_{ty}`, for `ty`
+//! the all-reduce across nodes, `symmem_all_reduce_gathered_{sum,min,max}_{ty}`, the
+//! all-reduce of registered memory, `symmem_all_reduce_tables_{sum,min,max}_{ty}`, for `ty`
 //! in `f32`, `bf16`, `i32`, `f16`, `f64`, and the barrier-free sum,
 //! `symmem_all_reduce_lamport_sum_{f32,bf16,f16}`: all generated
 //! from one list of element types (`reductions!` below), which also gives the host its
@@ -160,6 +161,56 @@ macro_rules! gathered {
     })*};
 }
 
+/// `symmem_all_reduce_tables_{sum,min,max}_{suffix}`: the two-shot all-reduce of memory
+/// with tables of its own (registered memory), nothing staged.
+macro_rules! tables {
+    ($suffix:ident, $t:ty) => {
+        tables!($suffix, $t, sum Sum, min Min, max Max);
+    };
+    ($suffix:ident, $t:ty, $($op:ident $variant:ident),*) => {$(paste_idents! {
+        /// The two-shot all-reduce reading every rank's `src` through `sources` and
+        /// writing every rank's `dst` through `destinations` (each the table of the
+        /// memory it lies in: the heap's, or a registration's), synchronising through
+        /// `bases` (the heap table); `dst` may be `src`. See
+        /// `symmem_rma::collectives::all_reduce_two_shot_through`.
+        ///
+        /// # Safety
+        /// See that function.
+        #[kernel]
+        #[allow(clippy::too_many_arguments)]
+        pub unsafe fn [<symmem_all_reduce_tables_ $op _ $suffix>](
+            arch: &impl Arch,
+            dst: *mut $t,
+            src: *const $t,
+            bases: PeerTable,
+            destinations: PeerTable,
+            sources: PeerTable,
+            world: u32,
+            rank: u32,
+            count: u64,
+            sig: *mut u64,
+        ) {
+            // SAFETY: forwarded from the host launch.
+            unsafe {
+                let team = bases.team(world, rank);
+                let destinations = destinations.team(world, rank);
+                let sources = sources.team(world, rank);
+                collectives::all_reduce_two_shot_through(
+                    arch,
+                    &team,
+                    &destinations,
+                    &sources,
+                    ReduceOp::$variant,
+                    dst,
+                    src,
+                    count as usize,
+                    sig,
+                )
+            }
+        }
+    })*};
+}
+
 /// `symmem_all_reduce_lamport_sum_{suffix}`: the barrier-free all-reduce, for a type
 /// listed with `lamport`.
 macro_rules! lamport {
@@ -213,6 +264,9 @@ macro_rules! table {
             fn all_reduce_gathered(op: ReduceOp) -> Kernel<GatheredParams<Self>> {
                 by_op!(op, symmem_all_reduce_gathered, $suffix)
             }
+            fn all_reduce_tables(op: ReduceOp) -> Kernel<TablesParams<Self>> {
+                by_op!(op, symmem_all_reduce_tables, $suffix)
+            }
             fn all_reduce_lamport(op: ReduceOp) -> Option<Kernel<LamportParams<Self>>> {
                 match op {
                     ReduceOp::Sum => lamport_sum!($suffix, $($lamport)?),
@@ -259,6 +313,7 @@ macro_rules! reductions {
         $(reduction!(all_reduce_two_shot, $suffix, $t);)*
         $(reduction!(reduce_scatter, $suffix, $t);)*
         $(gathered!($suffix, $t);)*
+        $(tables!($suffix, $t);)*
         $($(lamport!($lamport, $suffix, $t);)?)*
         $(table!($suffix, $t, $($lamport)?);)*
     };
@@ -293,6 +348,22 @@ pub type GatheredParams<T> = (
     *mut u64,
 );
 
+/// The parameters of the all-reduce of registered memory: `dst`, `src`, the heap table,
+/// the tables `dst` and `src` are reached through, `world`, `rank`, `count`, the signal
+/// array.
+#[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+pub type TablesParams<T> = (
+    *mut T,
+    *const T,
+    PeerTable,
+    PeerTable,
+    PeerTable,
+    u32,
+    u32,
+    u64,
+    *mut u64,
+);
+
 /// The parameters of the barrier-free all-reduce: `dst`, `src`, the heap table, `world`,
 /// `rank`, `count`, the workspace, its slot capacity in bytes.
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
@@ -312,6 +383,8 @@ pub trait ReductionKernels: Sized + 'static + sealed::Sealed {
     fn reduce_scatter(op: ReduceOp) -> Kernel<ReductionParams<Self>>;
     /// The all-reduce kernel across nodes for `op`.
     fn all_reduce_gathered(op: ReduceOp) -> Kernel<GatheredParams<Self>>;
+    /// The two-shot all-reduce kernel of registered memory for `op`.
+    fn all_reduce_tables(op: ReduceOp) -> Kernel<TablesParams<Self>>;
     /// The barrier-free all-reduce kernel for `op`, if there is one (sums of the types
     /// listed with `lamport`).
     fn all_reduce_lamport(op: ReduceOp) -> Option<Kernel<LamportParams<Self>>>;

@@ -737,6 +737,34 @@ pub unsafe fn all_reduce_two_shot<A: Arch, T: Reducible>(
     count: usize,
     sig: *mut u64,
 ) {
+    // SAFETY: forwarded; the team's own table translates `dst` and `src` for every rank.
+    unsafe { all_reduce_two_shot_through(arch, team, team, team, op, dst, src, count, sig) }
+}
+
+/// [`all_reduce_two_shot`] reading rank `r`'s `src` where table `sources` translates it
+/// and writing its `dst` where `destinations` does, while `team` synchronises: the
+/// all-reduce of memory outside the heap that has tables of its own (registered memory,
+/// `World::register` on the host), which no one stages. `dst` may be `src` (in place):
+/// each element is read, on every rank, only by the thread that then writes it there.
+///
+/// # Safety
+/// As [`all_reduce_two_shot`], but `dst` and `src` may be the same (not otherwise
+/// overlapping); `sources` and `destinations` have `team`'s rank and world size and
+/// translate `src` and `dst` to `count` elements for every rank, 16-byte aligned where
+/// they are.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn all_reduce_two_shot_through<A: Arch, T: Reducible>(
+    arch: &A,
+    team: &Team<'_>,
+    destinations: &Team<'_>,
+    sources: &Team<'_>,
+    op: ReduceOp,
+    dst: *mut T,
+    src: *const T,
+    count: usize,
+    sig: *mut u64,
+) {
     let (world, rank) = (team.world(), team.rank());
     let sig = block_sig(arch, team, sig);
     let (start, len) = block_share(arch, count, granule::<T>());
@@ -757,15 +785,15 @@ pub unsafe fn all_reduce_two_shot<A: Arch, T: Reducible>(
             plen,
             aligned,
             |i| {
-                let v = fold_vector(team, op, src.add(i));
+                let v = fold_vector(sources, op, src.add(i));
                 for k in 0..world {
-                    team.store(dst.add(i).cast::<U32x4>(), v, (rank + k) % world);
+                    destinations.store(dst.add(i).cast::<U32x4>(), v, (rank + k) % world);
                 }
             },
             |i| {
-                let v = fold(team, op, src.add(i));
+                let v = fold(sources, op, src.add(i));
                 for k in 0..world {
-                    team.store(dst.add(i), v, (rank + k) % world);
+                    destinations.store(dst.add(i), v, (rank + k) % world);
                 }
             },
         );

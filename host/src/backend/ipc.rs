@@ -2,7 +2,9 @@
 //! export (`cuIpcGetMemHandle`, `hipIpcGetMemHandle`): the 64-byte handle, and who made
 //! it (pid, device ordinal) and what it covers (pointer, length), so an importer in the
 //! exporting process can alias the pointer instead of opening its own handle, which
-//! both runtimes refuse.
+//! both runtimes refuse. A handle names a whole allocation; `offset` says where in it the
+//! exported range starts (0 for symmem's own allocations, the application's range
+//! otherwise: [`crate::World::register`]).
 
 use super::Shareable;
 use crate::error::{Error, Result};
@@ -23,11 +25,13 @@ pub(crate) struct IpcExport {
     pub ptr: u64,
     /// The allocation's length in bytes.
     pub len: u64,
+    /// Where the exported range starts in the allocation, in bytes.
+    pub offset: u64,
 }
 
 impl IpcExport {
-    /// Encoded size: handle, pid, ordinal, pointer, length (little-endian).
-    pub const BYTES: usize = HANDLE_BYTES + 4 + 4 + 8 + 8;
+    /// Encoded size: handle, pid, ordinal, pointer, length, offset (little-endian).
+    pub const BYTES: usize = HANDLE_BYTES + 4 + 4 + 8 + 8 + 8;
 
     /// The encoding.
     pub fn encode(&self) -> Vec<u8> {
@@ -37,16 +41,18 @@ impl IpcExport {
         out.extend_from_slice(&self.ordinal.to_le_bytes());
         out.extend_from_slice(&self.ptr.to_le_bytes());
         out.extend_from_slice(&self.len.to_le_bytes());
+        out.extend_from_slice(&self.offset.to_le_bytes());
         out
     }
 
-    /// What a peer needs to map `len` bytes at `ptr`, memory of device `ordinal` of this
-    /// process exported as `handle`.
+    /// What a peer needs to map the range from byte `offset` of the allocation of `len`
+    /// bytes at `ptr`, memory of device `ordinal` of this process exported as `handle`.
     pub fn shareable(
         handle: [u8; HANDLE_BYTES],
         ordinal: usize,
         ptr: u64,
         len: usize,
+        offset: u64,
     ) -> Shareable {
         let export = Self {
             handle,
@@ -54,6 +60,7 @@ impl IpcExport {
             ordinal: ordinal as u32,
             ptr,
             len: len as u64,
+            offset,
         };
         Shareable {
             bytes: export.encode(),
@@ -62,14 +69,16 @@ impl IpcExport {
     }
 
     /// Decodes a peer's export (`what`, named in errors: "CUDA IPC export") of which the
-    /// importer maps `bytes`: [`Error::BadPeerMemory`] unless it covers them.
+    /// importer maps `bytes` from its offset: [`Error::BadPeerMemory`] unless the
+    /// allocation covers them.
     pub fn decode_covering(
         shareable: &Shareable,
         what: &'static str,
         bytes: usize,
     ) -> Result<Self> {
         let export = Self::decode(&shareable.bytes, what)?;
-        if bytes == 0 || bytes as u64 > export.len {
+        let end = export.offset.checked_add(bytes as u64);
+        if bytes == 0 || end.is_none_or(|end| end > export.len) {
             return Err(Error::BadPeerMemory {
                 needed: bytes,
                 size: export.len,
@@ -77,6 +86,12 @@ impl IpcExport {
             });
         }
         Ok(export)
+    }
+
+    /// False for an export of memory the runtime gives no IPC handle (its handle bytes
+    /// are all zero, which no runtime's handle is): only the exporting process can map it.
+    pub fn has_handle(&self) -> bool {
+        self.handle != [0; HANDLE_BYTES]
     }
 
     /// True when this process made the export (where the runtimes refuse to open it).
@@ -91,14 +106,16 @@ impl IpcExport {
             let (handle, rest) = bytes.split_first_chunk::<HANDLE_BYTES>()?;
             let (pid, rest) = rest.split_first_chunk()?;
             let (ordinal, rest) = rest.split_first_chunk()?;
-            let (ptr, len) = rest.split_first_chunk()?;
+            let (ptr, rest) = rest.split_first_chunk()?;
+            let (len, offset) = rest.split_first_chunk()?;
             Some(Self {
                 handle: *handle,
                 pid: u32::from_le_bytes(*pid),
                 ordinal: u32::from_le_bytes(*ordinal),
                 ptr: u64::from_le_bytes(*ptr),
+                len: u64::from_le_bytes(*len),
                 // Exactly what is left: nothing may follow.
-                len: u64::from_le_bytes(len.try_into().ok()?),
+                offset: u64::from_le_bytes(offset.try_into().ok()?),
             })
         };
         fields().ok_or(Error::BadMessage { from: None, what })
@@ -124,9 +141,21 @@ pub(crate) fn check_handle_bytes(bytes: &[u8], covering: usize) {
         fd: None,
     };
     match IpcExport::decode_covering(&shareable, what, covering) {
-        Ok(export) => assert!(covering > 0 && covering as u64 <= export.len),
+        Ok(export) => assert!(
+            covering > 0
+                && export
+                    .offset
+                    .checked_add(covering as u64)
+                    .is_some_and(|end| end <= export.len)
+        ),
         Err(Error::BadPeerMemory { needed, size, .. }) => {
-            assert!(needed == covering && (covering == 0 || covering as u64 > size));
+            let fits = bytes
+                .get(HANDLE_BYTES + 24..)
+                .and_then(|o| o.try_into().ok())
+                .map(u64::from_le_bytes)
+                .and_then(|offset| offset.checked_add(covering as u64))
+                .is_some_and(|end| end <= size);
+            assert!(needed == covering && (covering == 0 || !fits));
         }
         Err(e) => assert!(matches!(e, Error::BadMessage { from: None, .. }), "{e:?}"),
     }
@@ -143,8 +172,8 @@ mod tests {
     use proptest::prelude::*;
 
     fn export() -> impl Strategy<Value = IpcExport> {
-        any::<([u8; 32], [u8; 32], u32, u32, u64, u64)>().prop_map(
-            |(a, b, pid, ordinal, ptr, len)| {
+        any::<([u8; 32], [u8; 32], u32, u32, u64, u64, u64)>().prop_map(
+            |(a, b, pid, ordinal, ptr, len, offset)| {
                 let mut handle = [0; HANDLE_BYTES];
                 handle[..32].copy_from_slice(&a);
                 handle[32..].copy_from_slice(&b);
@@ -154,6 +183,7 @@ mod tests {
                     ordinal,
                     ptr,
                     len,
+                    offset,
                 }
             },
         )
@@ -187,6 +217,7 @@ mod tests {
             ordinal: 3,
             ptr: 0x7f00_0000_1000,
             len: 4096,
+            offset: 256,
         };
         let bytes = e.encode();
         assert_eq!(bytes.len(), IpcExport::BYTES);

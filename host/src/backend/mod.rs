@@ -250,8 +250,23 @@ pub trait Backend: Send + Sync + 'static {
     fn alloc_device(&self, bytes: usize) -> Result<Self::DeviceMemory>;
     /// Exports a device allocation for the rendezvous provider (`cuIpcGetMemHandle`).
     fn export_device_memory(&self, memory: &Self::DeviceMemory) -> Result<Shareable>;
-    /// Maps a peer's exported device allocation of `bytes` (`cuIpcOpenMemHandle`).
+    /// Maps `bytes` of a peer's exported device memory (`cuIpcOpenMemHandle`): an
+    /// export of [`Backend::export_device_memory`] or [`Backend::export_range`].
     fn import_device_memory(&self, handle: Shareable, bytes: usize) -> Result<Self::Mapping>;
+    /// Exports `bytes` at `ptr`, this rank's memory that the application allocated (not
+    /// the backend), for peers to map with [`Backend::import_device_memory`]: a GPU
+    /// exports the IPC handle of the allocation that holds the range and the range's
+    /// offset in it; memory the runtime gives no IPC handle, and the CPU backend's plain
+    /// host memory, only ranks of this process can map (they alias the pointer; another
+    /// process's import is [`Error::NotShareable`]).
+    ///
+    /// Errors: [`Error::NotShareable`] for a range that is not in one allocation of this
+    /// rank's device.
+    ///
+    /// # Safety
+    /// `ptr..ptr + bytes` is memory of this rank's device, allocated and live while any
+    /// peer may map it.
+    unsafe fn export_range(&self, ptr: u64, bytes: usize) -> Result<Shareable>;
 
     /// Enqueues a host-to-device copy of `src` to device address `dst`. Returns once
     /// `src` may be reused; never waits for the device.

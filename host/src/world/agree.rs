@@ -24,6 +24,8 @@ pub(crate) enum Call {
     Rendezvous = 3,
     /// An [`crate::ExternalTable`]'s creation.
     ExternalTable = 4,
+    /// A [`crate::Rendezvous`]' mapping of every peer's memory, after its creation.
+    RendezvousMapped = 5,
 }
 
 impl<B: Backend> World<B> {
@@ -108,6 +110,7 @@ impl<B: Backend> World<B> {
             .partition(|r| verdict.released.binary_search(&r.id).is_ok());
         state.retired = kept;
         let mut exported = Vec::new();
+        let mut handed_over = Vec::new();
         for mut r in released {
             if let Some((offset, _, table)) = r.allocation {
                 // Allocated since its creation and released once: cannot fail.
@@ -117,6 +120,7 @@ impl<B: Backend> World<B> {
             r.mappings.clear();
             if r.exported {
                 exported.append(&mut r.memories);
+                handed_over.append(&mut r.kept);
             }
         }
         drop(state);
@@ -132,6 +136,7 @@ impl<B: Backend> World<B> {
             self.noting_loss(bootstrap.barrier())?;
         }
         drop(exported);
+        drop(handed_over);
         outcome
     }
 

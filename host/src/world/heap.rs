@@ -41,6 +41,23 @@ pub(super) struct Retired<B: Backend> {
     /// True if peers mapped `memories`: then they are freed only after a further
     /// barrier, once every rank has unmapped.
     pub(super) exported: bool,
+    /// Memory the application handed over with a registration, dropped (freed by its
+    /// owner's drop) as `memories` are.
+    pub(super) kept: Vec<Box<dyn std::any::Any + Send>>,
+}
+
+/// A live registration of memory outside the heap ([`crate::World::register`]): the
+/// range this rank shared and its peer table, which the collectives read it through
+/// instead of staging it.
+pub(crate) struct Registration {
+    /// Its ledger id.
+    pub(crate) id: u64,
+    /// This rank's address of the range.
+    pub(crate) local: u64,
+    /// Its length in bytes.
+    pub(crate) bytes: usize,
+    /// Its peer table.
+    pub(crate) table: PeerBases,
 }
 
 /// Serial numbers of allocations and worlds, unique across every world of the process,
@@ -58,6 +75,7 @@ pub(super) struct HeapState<B: Backend> {
     pub(super) tables: TableArena<B::DeviceMemory>,
     pub(super) ledger: Ledger,
     pub(super) retired: Vec<Retired<B>>,
+    pub(super) registered: Vec<Registration>,
 }
 
 impl<B: Backend> HeapState<B> {
@@ -72,6 +90,7 @@ impl<B: Backend> HeapState<B> {
             },
             ledger: Ledger::new(),
             retired: Vec::new(),
+            registered: Vec::new(),
         }
     }
 
@@ -237,27 +256,55 @@ impl<B: Backend> World<B> {
             mappings: Vec::new(),
             memories: Vec::new(),
             exported: false,
+            kept: Vec::new(),
         });
         Ok(())
     }
 
     /// Lets go of provider object `id` and what it holds: `mappings` of peers' memory,
-    /// and this rank's `memories` (peers mapped them if `exported`). They are released at
-    /// the first barrier at which every rank has let go of `id`.
+    /// and this rank's `memories` and the application's memory `kept` (peers mapped them
+    /// if `exported`). They are released at the first barrier at which every rank has
+    /// let go of `id`; a registration of `id` ends now.
     pub(crate) fn retire_object(
         &self,
         id: u64,
         mappings: Vec<B::Mapping>,
         memories: Vec<B::DeviceMemory>,
+        kept: Vec<Box<dyn std::any::Any + Send>>,
         exported: bool,
     ) {
-        self.lock_state().retired.push(Retired {
+        let mut state = self.lock_state();
+        state.registered.retain(|r| r.id != id);
+        state.retired.push(Retired {
             id,
             allocation: None,
             mappings,
             memories,
             exported,
+            kept,
         });
+    }
+
+    /// Records registration `registration`: collectives reach its range through its
+    /// table until its object is retired.
+    pub(crate) fn add_registration(&self, registration: Registration) {
+        self.lock_state().registered.push(registration);
+    }
+
+    /// The live registration that holds all of `ptr..ptr+bytes`, if one does: its
+    /// ledger id and its peer table.
+    pub(crate) fn registration_of(&self, ptr: u64, bytes: usize) -> Option<(u64, PeerBases)> {
+        let state = self.lock_state();
+        state
+            .registered
+            .iter()
+            .find(|r| {
+                ptr >= r.local
+                    && (ptr - r.local)
+                        .checked_add(bytes as u64)
+                        .is_some_and(|end| end <= r.bytes as u64)
+            })
+            .map(|r| (r.id, r.table.clone()))
     }
 
     /// True when `ptr` is inside a live symmetric allocation of this rank's heap.

@@ -33,6 +33,7 @@ mod faults;
 
 pub(crate) use agree::Call;
 mod heap;
+pub(crate) use heap::Registration;
 
 use crate::backend::code_objects::{KERNELS, KERNELS_ON_NODE, Loaded};
 use crate::backend::{Backend, DeviceRegion, Shareable, SharedRegion};

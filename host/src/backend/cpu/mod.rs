@@ -118,12 +118,15 @@ pub struct CpuModule {
     control: usize,
 }
 
-/// A shared mapping of a memfd (own memory, or a peer's). Drop unmaps it.
+/// A shared mapping of a memfd (own memory, or a peer's), unmapped on drop; or an alias
+/// of host memory of this process that another rank of it registered
+/// ([`Backend::export_range`]), which it leaves alone.
 #[derive(Debug)]
 pub struct CpuMemory {
     ptr: *mut u8,
     len: usize,
     fd: Option<OwnedFd>,
+    alias: bool,
 }
 
 // SAFETY: the mapping is plain shared memory; access to it is the kernels' business and
@@ -143,6 +146,9 @@ impl DeviceRegion for CpuMemory {
 
 impl Drop for CpuMemory {
     fn drop(&mut self) {
+        if self.alias {
+            return;
+        }
         // SAFETY: `ptr..ptr+len` is a mapping this value created and nobody else unmaps.
         // munmap of a valid mapping cannot fail.
         let _ = unsafe { rustix::mm::munmap(self.ptr.cast(), self.len) };
@@ -275,6 +281,7 @@ impl CpuMemory {
             ptr: ptr.cast(),
             len,
             fd: None,
+            alias: false,
         })
     }
 
@@ -289,7 +296,67 @@ impl CpuMemory {
         })
     }
 
+    /// An export of the application's `len` bytes at `ptr` (plain host memory, which no
+    /// descriptor carries): this process's id and the range. Recorded, so that an import
+    /// that names this process aliases only ranges it exported.
+    fn export_range(ptr: u64, len: usize) -> Shareable {
+        EXPORTED_RANGES
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert((ptr, len));
+        let mut bytes = std::process::id().to_le_bytes().to_vec();
+        bytes.extend_from_slice(&ptr.to_le_bytes());
+        bytes.extend_from_slice(&(len as u64).to_le_bytes());
+        Shareable { bytes, fd: None }
+    }
+
+    /// Maps `len` bytes of a peer's [`CpuMemory::export_range`]: an alias where the
+    /// peer is a thread of this process and exported that range, else
+    /// [`Error::NotShareable`] (plain host memory does not cross processes).
+    fn import_range(bytes: &[u8], len: usize) -> Result<Self> {
+        let bad = || Error::BadMessage {
+            from: None,
+            what: "CPU range export (expected a pid, an address and a length)",
+        };
+        let (pid, rest) = bytes.split_first_chunk::<4>().ok_or_else(bad)?;
+        let (ptr, rest) = rest.split_first_chunk::<8>().ok_or_else(bad)?;
+        let exported: [u8; 8] = rest.try_into().map_err(|_| bad())?;
+        let (pid, ptr) = (u32::from_le_bytes(*pid), u64::from_le_bytes(*ptr));
+        let exported = u64::from_le_bytes(exported);
+        if pid != std::process::id() {
+            return Err(Error::NotShareable {
+                addr: ptr,
+                bytes: len,
+                why: format!(
+                    "plain host memory of another process (pid {pid}): on the CPU backend \
+                     ranks as processes share only symmem's allocations (DeviceBuffer, \
+                     symmetric buffers); register one of those, or run the ranks as threads"
+                ),
+            });
+        }
+        let known = EXPORTED_RANGES
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&(ptr, exported as usize));
+        if !known || (len as u64) > exported {
+            return Err(Error::BadPeerMemory {
+                needed: len,
+                size: exported,
+                why: "the export names this process, but no rank of it exported that range",
+            });
+        }
+        Ok(Self {
+            ptr: ptr_at(ptr),
+            len,
+            fd: None,
+            alias: true,
+        })
+    }
+
     fn import(handle: Shareable, len: usize) -> Result<Self> {
+        if handle.fd.is_none() && handle.bytes.len() == 20 {
+            return Self::import_range(&handle.bytes, len);
+        }
         let fd = handle.fd.ok_or(Error::BadMessage {
             from: None,
             what: "CPU heap export without a file descriptor",
@@ -325,6 +392,13 @@ impl CpuMemory {
         Self::map(&fd, len)
     }
 }
+
+/// Every range of this process's host memory a rank exported with
+/// [`Backend::export_range`] (address, bytes): an import that names this process aliases
+/// only these, so a peer's claim cannot point this rank's kernels at other memory. Kept
+/// for the process's life (an entry is two words per registration).
+static EXPORTED_RANGES: Mutex<std::collections::BTreeSet<(u64, usize)>> =
+    Mutex::new(std::collections::BTreeSet::new());
 
 /// Alignment of every CPU-backend mapping (a GPU heap's granularity).
 const MAP_ALIGN: usize = 2 << 20;
@@ -371,6 +445,9 @@ impl Backend for Cpu {
     }
     fn import_device_memory(&self, handle: Shareable, bytes: usize) -> Result<CpuMemory> {
         CpuMemory::import(handle, bytes)
+    }
+    unsafe fn export_range(&self, ptr: u64, bytes: usize) -> Result<Shareable> {
+        Ok(CpuMemory::export_range(ptr, bytes))
     }
 
     unsafe fn upload(&self, dst: u64, src: &[u8]) -> Result<()> {

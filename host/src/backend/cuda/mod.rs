@@ -605,11 +605,13 @@ impl gpu::GpuBackend for Cuda {
     }
 
     fn export_device_memory(&self, memory: &CudaDeviceMemory) -> Result<Shareable> {
-        self.rank.export_ipc(memory.ptr, memory.len)
+        self.rank.export_ipc(memory.ptr, memory.len, 0)
     }
 
     fn import_device_memory(&self, handle: Shareable, bytes: usize) -> Result<CudaMapping> {
         let export = IpcExport::decode_covering(&handle, "CUDA IPC export", bytes)?;
+        // The mapped range: `bytes` from `offset` of the exported allocation.
+        let end = (export.offset + bytes as u64) as usize;
         if export.is_from_this_process() {
             // cuIpcOpenMemHandle fails with CUDA_ERROR_INVALID_CONTEXT in the exporting
             // process. All ranks of this process on one device share its primary context,
@@ -620,7 +622,7 @@ impl gpu::GpuBackend for Cuda {
             let owned = driver::allocation_of(export.ptr)
                 .ok()
                 .filter(|&(base, size, ordinal)| {
-                    base == export.ptr && size >= bytes && ordinal == export.ordinal as usize
+                    base == export.ptr && size >= end && ordinal == export.ordinal as usize
                 });
             if owned.is_none() {
                 return Err(Error::BadPeerMemory {
@@ -640,11 +642,54 @@ impl gpu::GpuBackend for Cuda {
                 driver::ctx_enable_peer_access(peer.ctx)?;
                 Some(DeviceContext(Arc::new(peer)))
             };
-            return Ok(CudaMapping::alias(export.ptr, bytes, peer));
+            return Ok(CudaMapping::alias(export.ptr + export.offset, bytes, peer));
+        }
+        if !export.has_handle() {
+            return Err(Error::NotShareable {
+                addr: export.ptr + export.offset,
+                bytes,
+                why: "a peer process's memory with no CUDA IPC handle (cuMemAllocAsync's \
+                      stream-ordered pool, which cudarc allocates from, or VMM memory): \
+                      ranks in other processes can map only cuMemAlloc/cudaMalloc memory; \
+                      allocate it so, or use a symmetric buffer, or run the ranks as \
+                      threads of one process"
+                    .into(),
+            });
         }
         self.ctx.make_current()?;
         let ptr = driver::ipc_open_mem_handle(&export.handle)?;
-        Ok(CudaMapping::opened(Arc::clone(&self.ctx), ptr, bytes))
+        Ok(CudaMapping::opened(Arc::clone(&self.ctx), ptr, end).range(export.offset, bytes))
+    }
+
+    unsafe fn export_range(&self, ptr: u64, bytes: usize) -> Result<Shareable> {
+        let refuse = |why: String| Error::NotShareable {
+            addr: ptr,
+            bytes,
+            why,
+        };
+        self.ctx.make_current()?;
+        let (base, size, ordinal) = driver::allocation_of(ptr).map_err(|e| {
+            refuse(format!(
+                "the CUDA driver knows no device allocation of this process there ({e})"
+            ))
+        })?;
+        if ordinal != self.rank.ordinal() {
+            return Err(refuse(format!(
+                "it is memory of device {ordinal}, not of this rank's device {}",
+                self.rank.ordinal()
+            )));
+        }
+        let offset = ptr - base;
+        if offset
+            .checked_add(bytes as u64)
+            .is_none_or(|end| end > size as u64)
+        {
+            return Err(refuse(format!(
+                "it runs past the end of its allocation ({size} bytes at {base:#x}): a \
+                 registered range lies in one allocation"
+            )));
+        }
+        self.rank.export_ipc_range(base, size, offset)
     }
 
     unsafe fn upload(&self, dst: u64, src: &[u8]) -> Result<()> {

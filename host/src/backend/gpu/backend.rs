@@ -45,6 +45,11 @@ pub trait GpuBackend: Send + Sync + 'static {
         handle: Shareable,
         bytes: usize,
     ) -> Result<Mapping<Self::Runtime>>;
+    /// See [`Backend::export_range`].
+    ///
+    /// # Safety
+    /// As [`Backend::export_range`].
+    unsafe fn export_range(&self, ptr: u64, bytes: usize) -> Result<Shareable>;
     /// See [`Backend::upload`]; `src` is not empty and the device is current.
     ///
     /// # Safety
@@ -124,6 +129,11 @@ impl<T: GpuBackend> Backend for T {
 
     fn import_device_memory(&self, handle: Shareable, bytes: usize) -> Result<Self::Mapping> {
         GpuBackend::import_device_memory(self, handle, bytes)
+    }
+
+    unsafe fn export_range(&self, ptr: u64, bytes: usize) -> Result<Shareable> {
+        // SAFETY: forwarded from the caller.
+        unsafe { GpuBackend::export_range(self, ptr, bytes) }
     }
 
     unsafe fn upload(&self, dst: u64, src: &[u8]) -> Result<()> {

@@ -139,6 +139,14 @@ impl<R: Runtime> Mapping<R> {
         }
     }
 
+    /// The `len` bytes from byte `offset` of this mapping (an application's range in the
+    /// allocation a peer exported), still owning the whole.
+    pub(in crate::backend) fn range(mut self, offset: u64, len: usize) -> Self {
+        self.base += offset;
+        self.len = len;
+        self
+    }
+
     /// True when this mapping is a non-owning alias of memory exported by this same
     /// process (the in-process IPC path).
     pub fn is_alias(&self) -> bool {

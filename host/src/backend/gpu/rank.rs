@@ -110,11 +110,49 @@ impl<R: Runtime> Rank<R> {
         synced
     }
 
-    /// What a peer needs to map `len` bytes of this rank's device memory at `ptr`.
-    pub(in crate::backend) fn export_ipc(&self, ptr: u64, len: usize) -> Result<Shareable> {
+    /// What a peer needs to map this rank's device allocation of `len` bytes at `ptr`
+    /// from byte `offset` on.
+    pub(in crate::backend) fn export_ipc(
+        &self,
+        ptr: u64,
+        len: usize,
+        offset: u64,
+    ) -> Result<Shareable> {
         self.scope().make_current()?;
         let handle = R::ipc_get_mem_handle(ptr)?;
-        Ok(IpcExport::shareable(handle, self.ordinal, ptr, len))
+        Ok(IpcExport::shareable(handle, self.ordinal, ptr, len, offset))
+    }
+
+    /// What a peer needs to map the application's range from byte `offset` of the
+    /// allocation of `len` bytes at `base` (on this rank's device): as
+    /// [`Rank::export_ipc`] where the runtime gives the allocation an IPC handle;
+    /// where it does not (a stream-ordered pool's memory, VMM memory), an export without
+    /// one ([`IpcExport::has_handle`]), which only ranks of this process can use: they
+    /// alias the pointer.
+    pub(in crate::backend) fn export_ipc_range(
+        &self,
+        base: u64,
+        len: usize,
+        offset: u64,
+    ) -> Result<Shareable> {
+        self.scope().make_current()?;
+        let handle = R::ipc_get_mem_handle(base).unwrap_or_else(|e| {
+            tracing::debug!(
+                base,
+                len,
+                error = %e,
+                "the runtime gives this allocation no IPC handle: only ranks of this process \
+                 can map it"
+            );
+            [0; crate::backend::ipc::HANDLE_BYTES]
+        });
+        Ok(IpcExport::shareable(
+            handle,
+            self.ordinal,
+            base,
+            len,
+            offset,
+        ))
     }
 
     /// The code object `load` loads with the device current, unloaded on drop.

@@ -259,12 +259,14 @@ impl Hip {
 
     /// Exports a HIP allocation of this rank.
     fn export(&self, memory: &Allocation) -> Result<Shareable> {
-        self.rank.export_ipc(memory.ptr, memory.len)
+        self.rank.export_ipc(memory.ptr, memory.len, 0)
     }
 
     /// Maps a peer's export of at least `bytes` bytes.
     fn import(&self, handle: &Shareable, bytes: usize) -> Result<HipMapping> {
         let export = IpcExport::decode_covering(handle, "HIP IPC export", bytes)?;
+        // The mapped range: `bytes` from `offset` of the exported allocation.
+        let end = (export.offset + bytes as u64) as usize;
         self.device.make_current()?;
         if export.is_from_this_process() {
             // HIP cannot open an IPC handle in the exporting process. Ranks of one
@@ -274,7 +276,7 @@ impl Hip {
             // covering what is mapped.
             let owned = runtime::allocation_of(export.ptr)
                 .ok()
-                .filter(|&(base, size)| base == export.ptr && size >= bytes);
+                .filter(|&(base, size)| base == export.ptr && size >= end);
             if owned.is_none() {
                 return Err(Error::BadPeerMemory {
                     needed: bytes,
@@ -296,10 +298,21 @@ impl Hip {
                 }
                 runtime::enable_peer_access(peer)?;
             }
-            return Ok(HipMapping::alias(export.ptr, bytes, None));
+            return Ok(HipMapping::alias(export.ptr + export.offset, bytes, None));
+        }
+        if !export.has_handle() {
+            return Err(Error::NotShareable {
+                addr: export.ptr + export.offset,
+                bytes,
+                why: "a peer process's memory with no HIP IPC handle (a stream-ordered \
+                      pool's or VMM memory): ranks in other processes can map only \
+                      hipMalloc memory; allocate it so, or use a symmetric buffer, or run \
+                      the ranks as threads of one process"
+                    .into(),
+            });
         }
         let ptr = runtime::ipc_open_mem_handle(&export.handle, self.runtime_version)?;
-        Ok(HipMapping::opened(Arc::clone(&self.device), ptr, bytes))
+        Ok(HipMapping::opened(Arc::clone(&self.device), ptr, end).range(export.offset, bytes))
     }
 
     /// Allocates `bytes` with `hipMalloc` or, with `fine_grained`,
@@ -367,6 +380,31 @@ impl gpu::GpuBackend for Hip {
 
     fn import_device_memory(&self, handle: Shareable, bytes: usize) -> Result<HipMapping> {
         self.import(&handle, bytes)
+    }
+
+    unsafe fn export_range(&self, ptr: u64, bytes: usize) -> Result<Shareable> {
+        let refuse = |why: String| Error::NotShareable {
+            addr: ptr,
+            bytes,
+            why,
+        };
+        self.device.make_current()?;
+        let (base, size) = runtime::allocation_of(ptr).map_err(|e| {
+            refuse(format!(
+                "the HIP runtime knows no device allocation of this process there ({e})"
+            ))
+        })?;
+        let offset = ptr - base;
+        if offset
+            .checked_add(bytes as u64)
+            .is_none_or(|end| end > size as u64)
+        {
+            return Err(refuse(format!(
+                "it runs past the end of its allocation ({size} bytes at {base:#x}): a \
+                 registered range lies in one allocation"
+            )));
+        }
+        self.rank.export_ipc_range(base, size, offset)
     }
 
     unsafe fn upload(&self, dst: u64, src: &[u8]) -> Result<()> {
