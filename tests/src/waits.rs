@@ -75,6 +75,7 @@ impl<'w, B: Backend> DeviceWaits<'w, B> {
                     &self.residual,
                     &self.src,
                     &self.weight,
+                    self.src.world().heap_bases(),
                     self.src.peer_bases(),
                     size as u32,
                     rank as u32,

@@ -54,11 +54,12 @@ fn rsqrt(v: f32) -> f32 {
 ///
 /// # Safety
 /// `x` is this rank's copy of a buffer of `rows * hidden` elements whose peer table is
-/// `bases` (`world` entries, `rank < world`); `out` and `residual` hold `rows * hidden`
-/// elements and `weight` `hidden`, all local; `sig` is a symmetric array of
-/// `signal_words(world, blocks)` zeroed words used only by launches of this grid; every
-/// rank launches the same grid with the same `rows` and `hidden`, and has written its
-/// `x` before.
+/// `sources` (a symmetric buffer's, or a registration's: memory the application owns);
+/// `bases` is the heap's table (`world` entries each, `rank < world`); `out` and
+/// `residual` hold `rows * hidden` elements and `weight` `hidden`, all local; `sig` is a
+/// symmetric array of the heap of `signal_words(world, blocks)` zeroed words used only
+/// by launches of this grid; every rank launches the same grid with the same `rows` and
+/// `hidden`, and has written its `x` before.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn fused<T: Real, A: Arch>(
@@ -68,6 +69,7 @@ unsafe fn fused<T: Real, A: Arch>(
     x: *const T,
     weight: *const T,
     bases: PeerTable,
+    sources: PeerTable,
     world: u32,
     rank: u32,
     rows: u32,
@@ -78,6 +80,7 @@ unsafe fn fused<T: Real, A: Arch>(
     // SAFETY: the caller's contract above.
     unsafe {
         let team = bases.team(world, rank);
+        let sources = sources.team(world, rank);
         // Every rank's `x` is written before any rank reads it (a barrier that gave up
         // says a peer may not be here: its `x` is not to be read)...
         if !barrier(arch, &team, sig) {
@@ -92,7 +95,7 @@ unsafe fn fused<T: Real, A: Arch>(
                 let i = line + j;
                 let mut sum = 0.0f32;
                 for r in 0..world as usize {
-                    sum += team.load(x.add(i), r).to_f32();
+                    sum += sources.load(x.add(i), r).to_f32();
                 }
                 let v = T::from_f32(sum + residual.add(i).read().to_f32());
                 residual.add(i).write(v);
@@ -125,6 +128,7 @@ pub unsafe fn fused_ar_rmsnorm_f32(
     x: *const f32,
     weight: *const f32,
     bases: PeerTable,
+    sources: PeerTable,
     world: u32,
     rank: u32,
     rows: u32,
@@ -135,7 +139,7 @@ pub unsafe fn fused_ar_rmsnorm_f32(
     // SAFETY: forwarded.
     unsafe {
         fused(
-            arch, out, residual, x, weight, bases, world, rank, rows, hidden, eps, sig,
+            arch, out, residual, x, weight, bases, sources, world, rank, rows, hidden, eps, sig,
         )
     }
 }
@@ -154,6 +158,7 @@ pub unsafe fn fused_ar_rmsnorm_bf16(
     x: *const bf16,
     weight: *const bf16,
     bases: PeerTable,
+    sources: PeerTable,
     world: u32,
     rank: u32,
     rows: u32,
@@ -164,7 +169,7 @@ pub unsafe fn fused_ar_rmsnorm_bf16(
     // SAFETY: forwarded.
     unsafe {
         fused(
-            arch, out, residual, x, weight, bases, world, rank, rows, hidden, eps, sig,
+            arch, out, residual, x, weight, bases, sources, world, rank, rows, hidden, eps, sig,
         )
     }
 }
