@@ -187,7 +187,15 @@ impl<T: bytemuck::Pod + symmem_kernels::ReductionKernels> Element for T {}
 /// that needs it and grows with the largest (twice its bytes at most, rounded up to a
 /// power of two): it takes heap, and growing it cannot be captured in a graph
 /// ([`Collectives::reserve_staging`] sizes it beforehand). Every rank must pass the same
-/// kind of memory (symmetric or not) for each argument of a call.
+/// kind of memory (symmetric, registered or neither) for each argument of a call.
+///
+/// Memory the application registered ([`World::register`]) is reached through its own
+/// peer table, as symmetric memory through the heap's, and the all-reduce stages none of
+/// it: the one-shot reads a registered source through its table, and the two-shot reads
+/// and writes registered (or symmetric) buffers through theirs, in place included (each
+/// element is read, on every rank, only by the thread that then writes it). A one-shot
+/// in place, a registered buffer paired with plain memory in a two-shot, and the other
+/// collectives still stage it.
 ///
 /// ```
 /// use symmem::collectives::{Algorithm, Collectives, ReduceOp};
