@@ -412,6 +412,51 @@ fn ranks_sharing_a_device_free_their_buffers_at_a_barrier_or_their_departure() {
     }
 }
 
+/// Where ranks share a device whose frees wait for it, what a barrier releases (a
+/// registration's exported memory and table) is freed at the next point where no peer
+/// waits for this rank (the next barrier, before its exchange), never past the exchange
+/// of the releasing barrier, where a peer may already wait in a kernel for this rank:
+/// the deadlock the H200 found (a collective launched right after the release).
+#[test]
+fn released_memory_of_ranks_sharing_a_device_is_freed_where_no_peer_waits() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    LOG.lock().expect("log").clear();
+    let freed = |rank: usize| {
+        let log = LOG.lock().unwrap_or_else(|p| p.into_inner());
+        log.iter()
+            .filter(|e| **e == Event::DeviceFree { rank })
+            .count()
+    };
+    let config = Config {
+        heap_bytes: 4 << 20,
+        ..Config::default()
+    };
+    let results = symmem::spawn_ranks(
+        2,
+        &config,
+        |rank| Ok(Recording::frees_waiting(rank)),
+        |w| {
+            let me = w.rank();
+            let registered = w.register(w.device_zeros::<u8>(64)?)?;
+            w.barrier()?;
+            drop(registered);
+            let before = freed(me);
+            w.barrier()?; // releases it
+            let at_the_release = freed(me) - before;
+            w.barrier()?; // frees it, before the exchange
+            Ok((at_the_release, freed(me) - before))
+        },
+    )
+    .expect("launch");
+    for (rank, r) in results.into_iter().enumerate() {
+        assert_eq!(
+            r.expect("rank"),
+            (0, 1),
+            "rank {rank}: the table's frees (at the releasing barrier, by the next)"
+        );
+    }
+}
+
 /// A release that fails while a world is torn down is reported by `World::finalize`
 /// (from the backend's own record), on every rank whose backend failed.
 #[test]

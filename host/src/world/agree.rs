@@ -111,6 +111,7 @@ impl<B: Backend> World<B> {
         state.retired = kept;
         let mut exported = Vec::new();
         let mut handed_over = Vec::new();
+        let mut unshared = Vec::new();
         for mut r in released {
             if let Some((offset, _, table)) = r.allocation {
                 // Allocated since its creation and released once: cannot fail.
@@ -120,6 +121,9 @@ impl<B: Backend> World<B> {
             r.mappings.clear();
             if r.exported {
                 exported.append(&mut r.memories);
+                handed_over.append(&mut r.kept);
+            } else {
+                unshared.append(&mut r.memories);
                 handed_over.append(&mut r.kept);
             }
         }
@@ -135,8 +139,20 @@ impl<B: Backend> World<B> {
             // after it, no peer maps this rank's exported memory any more.
             self.noting_loss(bootstrap.barrier())?;
         }
-        drop(exported);
-        drop(handed_over);
+        drop(bootstrap);
+        // Past the exchange, a peer may already have launched a kernel that waits for
+        // this rank, and where frees wait for the device (ranks of this process sharing
+        // it) a free here would wait for that kernel, which waits for this rank: found
+        // on the H200 (a registration released at a barrier, a collective at once after
+        // it). Those frees go to the next point where no peer waits for this rank.
+        let mut pins = self.lock_pins();
+        if pins.defer_frees {
+            pins.deferred.append(&mut exported);
+            pins.deferred.append(&mut unshared);
+            pins.deferred_kept.append(&mut handed_over);
+        }
+        drop(pins);
+        drop((exported, unshared, handed_over));
         outcome
     }
 

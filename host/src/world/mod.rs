@@ -177,6 +177,9 @@ pub(crate) struct Pins<B: Backend> {
     pub(crate) graphs: usize,
     pub(crate) kept: Vec<B::DeviceMemory>,
     pub(crate) deferred: Vec<B::DeviceMemory>,
+    /// The application's memory that registrations let go of, deferred as `deferred`
+    /// (its owner's drop frees it).
+    pub(crate) deferred_kept: Vec<Box<dyn std::any::Any + Send>>,
     /// Frees wait for the device and a peer is a rank of this process: freeing now
     /// could wait for a peer's kernel that waits for this rank.
     pub(crate) defer_frees: bool,
@@ -336,6 +339,7 @@ impl<B: Backend> World<B> {
                     graphs: 0,
                     kept: Vec::new(),
                     deferred: Vec::new(),
+                    deferred_kept: Vec::new(),
                     defer_frees: backend_defers_frees,
                 }),
             }),
@@ -611,15 +615,22 @@ impl<B: Backend> Shared<B> {
     /// Frees what [`World::free_device_memory`] deferred: at a point where no peer's
     /// kernel waits for this rank (inside a barrier, or after the departure).
     fn free_deferred(&self) {
-        let deferred = std::mem::take(&mut self.lock_pins().deferred);
-        if !deferred.is_empty() {
+        let (deferred, kept) = {
+            let mut pins = self.lock_pins();
+            (
+                std::mem::take(&mut pins.deferred),
+                std::mem::take(&mut pins.deferred_kept),
+            )
+        };
+        if !deferred.is_empty() || !kept.is_empty() {
             tracing::debug!(
                 rank = self.rank,
-                count = deferred.len(),
+                count = deferred.len() + kept.len(),
                 "freeing deferred device memory"
             );
         }
         drop(deferred);
+        drop(kept);
     }
 
     fn leave(&mut self) -> Result<()> {
