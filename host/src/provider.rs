@@ -15,7 +15,9 @@
 //! still completes the exchange, and the others get [`Error::PeerFailed`]), and dropping
 //! one frees nothing at once: the memory it holds is released at the first
 //! [`World::barrier`] at which every rank has dropped it (a rendezvous' own allocation
-//! only after every peer has unmapped it), as for symmetric buffers.
+//! only after every peer has unmapped it), as for symmetric buffers; where ranks of one
+//! process share a GPU (whose frees wait for every kernel on it), the frees themselves
+//! happen at the next barrier, before its exchange, where no peer waits for this rank.
 
 use crate::backend::{Backend, DeviceRegion};
 use crate::error::{Error, Result};
