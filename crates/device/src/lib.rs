@@ -34,6 +34,8 @@
 //! load, store, get, put, scoped atomics, signals, barrier, collectives).
 #![no_std]
 
+#[cfg(all(feature = "nvshmem", target_arch = "nvptx64"))]
+pub mod nvshmem;
 mod param;
 #[cfg(all(
     target_os = "linux",

@@ -74,6 +74,7 @@
 pub mod amdgpu_ir;
 mod depinfo;
 mod manifest;
+pub mod nvshmem;
 mod toolchain;
 
 pub use toolchain::{LLVM_TOOLS, PINNED_NIGHTLY, TOOLCHAIN_ENV};
@@ -332,6 +333,24 @@ pub enum BuildError {
         /// Its standard error (then standard output), unchanged.
         stderr: String,
     },
+    /// A kernel crate built with NVSHMEM ([`KernelCrate::nvshmem`]) found no NVSHMEM
+    /// device library.
+    NvshmemNotFound {
+        /// The bitcode looked for, or `None` where no install was named.
+        looked: Option<PathBuf>,
+    },
+    /// NVSHMEM's device bitcode is another version than its host library (the headers
+    /// of the same install).
+    NvshmemVersionMismatch {
+        /// The bitcode.
+        bitcode: PathBuf,
+        /// Its version (`nvshmemi_device_lib_version_d`).
+        bitcode_version: nvshmem::Version,
+        /// The header that gave the host library's version.
+        header: PathBuf,
+        /// That version.
+        host_version: nvshmem::Version,
+    },
     /// A file could not be read, written or copied.
     Io {
         /// The path.
@@ -427,6 +446,35 @@ impl fmt::Display for BuildError {
                     rustup_add("llvm-tools", t.as_deref())
                 )
             }
+            Self::NvshmemNotFound { looked: None } => write!(
+                f,
+                "this kernel crate is built with NVSHMEM, but no install is named: set {} \
+                 (or NVSHMEM_HOME) to NVSHMEM's folder with lib/libnvshmem_device.bc (an \
+                 NVSHMEM 3.2 or newer release, or the nvidia/nvshmem folder of the \
+                 nvidia-nvshmem Python wheel)",
+                nvshmem::NVSHMEM_HOME_ENV
+            ),
+            Self::NvshmemNotFound { looked: Some(path) } => write!(
+                f,
+                "this kernel crate is built with NVSHMEM, but {} does not exist: NVSHMEM \
+                 ships its device bitcode from 3.2 on; point {} (or NVSHMEM_HOME) at an \
+                 install that has it",
+                path.display(),
+                nvshmem::NVSHMEM_HOME_ENV
+            ),
+            Self::NvshmemVersionMismatch {
+                bitcode,
+                bitcode_version,
+                header,
+                host_version,
+            } => write!(
+                f,
+                "NVSHMEM's device bitcode {} is version {bitcode_version}, but its host \
+                 library is {host_version} ({}): nvshmemx_cumodule_init would refuse the \
+                 modules; use the bitcode and the host library of one release",
+                bitcode.display(),
+                header.display()
+            ),
             Self::Spawn { program, error } => write!(f, "cannot run {program}: {error}"),
             Self::Failed { what, stderr } => write!(f, "{what} failed:\n{stderr}"),
             Self::Io { path, error } => write!(f, "{}: {error}", path.display()),
@@ -457,6 +505,9 @@ pub struct KernelCrate {
     targets: Option<Vec<String>>,
     nested_dir: Option<PathBuf>,
     variant: Option<Variant>,
+    /// Linked with NVSHMEM's device library: `Some(None)` from the environment's install,
+    /// `Some(Some(home))` from `home`.
+    nvshmem: Option<Option<PathBuf>>,
 }
 
 /// A second build of a kernel crate: with cargo feature `feature` of the kernel crate
@@ -478,7 +529,30 @@ impl KernelCrate {
             targets: None,
             nested_dir: None,
             variant: None,
+            nvshmem: None,
         }
+    }
+
+    /// Links NVSHMEM's device library into the `sm_…` code objects, so the kernels can
+    /// call NVSHMEM's device functions (declared `extern "C"`; symmem-device's `nvshmem`
+    /// feature declares them): the install is the one [`nvshmem::NVSHMEM_HOME_ENV`]
+    /// (else `NVSHMEM_HOME`) names, its `lib/libnvshmem_device.bc` linked with
+    /// `llvm-link --only-needed` before `llc`, its device-state globals kept. The build
+    /// fails with [`BuildError::NvshmemNotFound`] without an install,
+    /// [`BuildError::NvshmemVersionMismatch`] where the bitcode's version is not the
+    /// host library's (its headers beside it), and [`BuildError::Failed`] naming every
+    /// function the PTX still declares but does not define. `gfx…` targets are built as
+    /// without it (rocSHMEM is not linked). Without this call, nothing changes.
+    pub fn nvshmem(mut self) -> Self {
+        self.nvshmem = Some(None);
+        self
+    }
+
+    /// [`nvshmem`](Self::nvshmem) from the install at `home` (the folder with `lib/`
+    /// and `include/`), whatever the environment says.
+    pub fn nvshmem_at(mut self, home: impl Into<PathBuf>) -> Self {
+        self.nvshmem = Some(Some(home.into()));
+        self
     }
 
     /// Builds a variant of the crate instead of the crate as it is: the kernel crate's
@@ -606,7 +680,13 @@ impl KernelCrate {
                     _ => nested_dir_for(&out_dir),
                 },
             };
-            let tools = Tools::install(&nested.join("tools"), &toolchain, &targets)?;
+            let mut tools = Tools::install(&nested.join("tools"), &toolchain, &targets)?;
+            if let Some(home) = &self.nvshmem
+                && targets.iter().any(|t| t.family == Family::Nvptx)
+            {
+                let install = nvshmem::find(home.as_deref(), &toolchain)?;
+                tools.nvshmem = Some(nvshmem::staged_copy(&nested.join("tools"), &install)?);
+            }
             let wrapper = Wrapper::write(
                 &nested.join("wrappers"),
                 &out_dir,
@@ -824,6 +904,8 @@ struct Tools {
     nvptx_link: PathBuf,
     /// The assembled IR library, if an amdgcn target is built.
     amdgpu_ir: Option<PathBuf>,
+    /// NVSHMEM's device bitcode, for crates built with it ([`KernelCrate::nvshmem`]).
+    nvshmem: Option<PathBuf>,
 }
 
 impl Tools {
@@ -860,6 +942,7 @@ impl Tools {
             amdgpu_lld,
             nvptx_link,
             amdgpu_ir,
+            nvshmem: None,
         })
     }
 }
@@ -996,6 +1079,16 @@ impl Wrapper {
             }
             Family::Nvptx => {
                 flags.push(format!("-Clinker={}", tools.nvptx_link.display()));
+                if let Some(bitcode) = &tools.nvshmem {
+                    flags.push(format!(
+                        "-Clink-arg=--nvshmem-bitcode={}",
+                        bitcode.display()
+                    ));
+                    flags.push(format!(
+                        "-Clink-arg=--nvshmem-keep={}",
+                        nvshmem::DEVICE_GLOBALS.join(",")
+                    ));
+                }
                 // rustc's own fat LTO hands nvptx-link one complete bitcode module.
                 // (amdgcn does its LTO in the linker, and must not get this.)
                 cargo.env("CARGO_PROFILE_RELEASE_LTO", "fat");

@@ -263,3 +263,153 @@ fn a_variant_enables_a_feature_and_shares_core() {
         "target directories of their own: {others:?}"
     );
 }
+
+/// A stand-in for NVSHMEM's install at `<dir>/nvshmem`: `lib/libnvshmem_device.bc`
+/// assembled from IR with the shapes of the real library's symbols (its three
+/// `__constant__` state globals, version `version`, and `nvshmem_quiet` and
+/// `nvshmem_putmem_nbi`, which use the state, plus `unused`, which nothing calls), and
+/// `include/non_abi/nvshmem_version.h` saying `host`.
+fn stand_in_nvshmem(dir: &Path, version: (u32, u32, u32), host: (u32, u32, u32)) -> PathBuf {
+    let home = dir.join("nvshmem");
+    let (major, minor, patch) = version;
+    let ll = format!(
+        "target triple = \"nvptx64-nvidia-cuda\"\n\
+         %struct.nvshmemi_version_t = type {{ i32, i32, i32 }}\n\
+         @nvshmemi_device_lib_version_d = addrspace(4) externally_initialized global \
+         %struct.nvshmemi_version_t {{ i32 {major}, i32 {minor}, i32 {patch} }}, align 4\n\
+         @nvshmemi_device_state_d = addrspace(4) externally_initialized global [64 x i8] \
+         zeroinitializer, align 8\n\
+         @nvshmemi_ibgda_device_state_d = addrspace(4) externally_initialized global \
+         [64 x i8] zeroinitializer, align 8\n\
+         define void @nvshmem_quiet() {{\n\
+           %s = load volatile i8, ptr addrspace(4) @nvshmemi_device_state_d\n\
+           fence seq_cst\n\
+           ret void\n\
+         }}\n\
+         define void @nvshmem_putmem_nbi(ptr %dest, ptr %src, i64 %n, i32 %pe) {{\n\
+           %s = load volatile i8, ptr addrspace(4) @nvshmemi_device_state_d\n\
+           call void @llvm.memcpy.p0.p0.i64(ptr %dest, ptr %src, i64 %n, i1 false)\n\
+           ret void\n\
+         }}\n\
+         define void @nvshmem_unused_by_the_kernels() {{\n\
+           ret void\n\
+         }}\n\
+         declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)\n"
+    );
+    put(&home.join("lib/libnvshmem_device.ll"), &ll);
+    let bin = symmem_build::llvm_tools_bin().unwrap();
+    let out = std::process::Command::new(bin.join("llvm-as"))
+        .arg(home.join("lib/libnvshmem_device.ll"))
+        .arg("-o")
+        .arg(home.join("lib/libnvshmem_device.bc"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (major, minor, patch) = host;
+    put(
+        &home.join("include/non_abi/nvshmem_version.h"),
+        &format!(
+            "#ifndef NVSHMEM_VERSION_H\n#define NVSHMEM_VERSION_H\n\
+             #define NVSHMEM_VENDOR_MAJOR_VERSION {major}\n\
+             #define NVSHMEM_VENDOR_MINOR_VERSION {minor}\n\
+             #define NVSHMEM_VENDOR_PATCH_VERSION {patch}\n#endif\n"
+        ),
+    );
+    home
+}
+
+/// Built with NVSHMEM (a stand-in for its device library: CI has none): the library's
+/// functions the kernel calls are linked in, its state globals are kept visible (what
+/// `nvshmemx_cumodule_init` looks up), nothing else of it comes along, and no `.extern`
+/// is left; a call the library does not define fails the build naming it, and so does a
+/// bitcode of another version than its host library. Built without it, the same crate's
+/// object is byte for byte what it was before this feature.
+#[test]
+fn nvshmem_device_library_is_linked_in_and_checked() {
+    if std::env::var_os(symmem_build::TARGETS_ENV).is_some() {
+        println!("skipped: {} is set", symmem_build::TARGETS_ENV);
+        return;
+    }
+    let body = |calls: &str| {
+        format!(
+            "    unsafe extern \"C\" {{\n\
+                     fn nvshmem_putmem_nbi(dest: *mut f32, src: *const f32, bytes: usize, pe: i32);\n\
+                     fn {calls}();\n\
+                 }}\n\
+                 unsafe {{ nvshmem_putmem_nbi(x, x.add(n as usize), 4, 1); {calls}() }}"
+        )
+    };
+    let dir = scratch("nvshmem");
+    let kernels = kernel_crate(&dir, "nvshmem-kernels", &body("nvshmem_quiet"));
+    let home = stand_in_nvshmem(&dir, (3, 4, 5), (3, 4, 1));
+    let built = KernelCrate::new(&kernels)
+        .targets(["sm_80"])
+        .nested_dir(nested_dir())
+        .nvshmem_at(&home)
+        .build_in(dir.join("out"))
+        .unwrap();
+    let ptx = std::fs::read_to_string(&built.objects[0].path).unwrap();
+    assert!(ptx.contains(".visible .entry scale("), "{ptx}");
+    assert!(!ptx.contains(".extern"), "{ptx}");
+    for global in [
+        "nvshmemi_device_state_d",
+        "nvshmemi_ibgda_device_state_d",
+        "nvshmemi_device_lib_version_d",
+    ] {
+        assert!(
+            ptx.lines()
+                .any(|l| l.starts_with(".visible .const") && l.contains(global)),
+            "{global} is not a visible constant:\n{ptx}"
+        );
+    }
+    assert!(!ptx.contains("nvshmem_unused_by_the_kernels"), "{ptx}");
+
+    // A function the library does not define: named, and no object is left behind.
+    let dir = scratch("nvshmem-missing");
+    let kernels = kernel_crate(&dir, "nvshmem-missing-kernels", &body("nvshmem_fence"));
+    let home = stand_in_nvshmem(&dir, (3, 4, 5), (3, 4, 5));
+    let e = KernelCrate::new(&kernels)
+        .targets(["sm_80"])
+        .nested_dir(nested_dir())
+        .nvshmem_at(&home)
+        .build_in(dir.join("out"))
+        .unwrap_err();
+    let text = e.to_string();
+    assert!(matches!(e, BuildError::Failed { .. }), "{text}");
+    assert!(
+        text.contains("does not define what the kernels call: nvshmem_fence"),
+        "{text}"
+    );
+
+    // A bitcode of another release than the host library's headers.
+    let home = stand_in_nvshmem(&scratch("nvshmem-old"), (3, 2, 0), (3, 4, 5));
+    let e = KernelCrate::new(&kernels)
+        .targets(["sm_80"])
+        .nested_dir(nested_dir())
+        .nvshmem_at(&home)
+        .build_in(dir.join("out"))
+        .unwrap_err();
+    assert!(
+        matches!(e, BuildError::NvshmemVersionMismatch { .. }),
+        "{e}"
+    );
+    assert!(
+        e.to_string()
+            .contains("version 3.2.0, but its host library is 3.4.5"),
+        "{e}"
+    );
+
+    // No install: the error names the variable.
+    let e = KernelCrate::new(&kernels)
+        .targets(["sm_80"])
+        .nested_dir(nested_dir())
+        .nvshmem_at(dir.join("nowhere"))
+        .build_in(dir.join("out"))
+        .unwrap_err();
+    assert!(matches!(e, BuildError::NvshmemNotFound { .. }), "{e}");
+    assert!(e.to_string().contains("SYMMEM_NVSHMEM_HOME"), "{e}");
+}
