@@ -258,9 +258,9 @@ pub trait Backend: Send + Sync + 'static {
     /// exports the IPC handle of the allocation that holds the range and the range's
     /// offset in it; memory the runtime gives no IPC handle, and the CPU backend's plain
     /// host memory, only ranks of this process can map (they alias the pointer; another
-    /// process's import is [`Error::NotShareable`]).
+    /// process's import is [`Error::NotShareable`](crate::Error::NotShareable)).
     ///
-    /// Errors: [`Error::NotShareable`] for a range that is not in one allocation of this
+    /// Errors: [`Error::NotShareable`](crate::Error::NotShareable) for a range that is not in one allocation of this
     /// rank's device.
     ///
     /// # Safety
