@@ -67,9 +67,14 @@
 //!   llvm-bitcode-linker rustc would want; the PTX ISA version is llc's oldest for the
 //!   processor, at least 7.0 (see [`DEFAULT_TARGETS`]).
 //!
-//! The toolchain is the outer build's own; it must be a nightly with the `rust-src` and
-//! `llvm-tools` components ([`PINNED_NIGHTLY`] is the one symmem is tested with), and
-//! [`KernelCrate::build`] says exactly what to install when something is missing.
+//! Device code builds with rustup's [`PINNED_NIGHTLY`], whatever toolchain builds the
+//! application (stable included; [`TOOLCHAIN_ENV`] names another nightly; without rustup,
+//! the outer build's own toolchain if it is a nightly), with its `rust-src` and
+//! `llvm-tools` components, and [`KernelCrate::build`] says exactly what to install when
+//! something is missing.
+//!
+//! A kernel crate can call NVSHMEM's device functions: [`KernelCrate::nvshmem`] links
+//! NVSHMEM's device bitcode into the `sm_…` objects (see [`nvshmem`]).
 
 pub mod amdgpu_ir;
 mod depinfo;
