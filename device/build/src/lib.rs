@@ -461,9 +461,10 @@ impl fmt::Display for BuildError {
             ),
             Self::NvshmemNotFound { looked: Some(path) } => write!(
                 f,
-                "this kernel crate is built with NVSHMEM, but {} does not exist: NVSHMEM \
-                 ships its device bitcode from 3.2 on; point {} (or NVSHMEM_HOME) at an \
-                 install that has it",
+                "this kernel crate is built with NVSHMEM, but {} does not exist (nor a \
+                 libnvshmem_device_sm_NN.bc for an older processor, nor \
+                 libnvshmem_device.bc): NVSHMEM ships its device bitcode from 3.2 on; point \
+                 {} (or NVSHMEM_HOME) at an install that has it",
                 path.display(),
                 nvshmem::NVSHMEM_HOME_ENV
             ),
@@ -541,8 +542,9 @@ impl KernelCrate {
     /// Links NVSHMEM's device library into the `sm_…` code objects, so the kernels can
     /// call NVSHMEM's device functions (declared `extern "C"`; symmem-device's `nvshmem`
     /// feature declares them): the install is the one [`nvshmem::NVSHMEM_HOME_ENV`]
-    /// (else `NVSHMEM_HOME`) names, its `lib/libnvshmem_device.bc` linked with
-    /// `llvm-link --only-needed` before `llc`, its device-state globals kept. The build
+    /// (else `NVSHMEM_HOME`) names, its device bitcode for each target
+    /// (`lib/libnvshmem_device_sm_NN.bc`, or `lib/libnvshmem_device.bc` before 3.5)
+    /// linked with `llvm-link --only-needed` before `llc`, its device-state globals kept. The build
     /// fails with [`BuildError::NvshmemNotFound`] without an install,
     /// [`BuildError::NvshmemVersionMismatch`] where the bitcode's version is not the
     /// host library's (its headers beside it), and [`BuildError::Failed`] naming every
@@ -689,8 +691,13 @@ impl KernelCrate {
             if let Some(home) = &self.nvshmem
                 && targets.iter().any(|t| t.family == Family::Nvptx)
             {
-                let install = nvshmem::find(home.as_deref(), &toolchain)?;
-                tools.nvshmem = Some(nvshmem::staged_copy(&nested.join("tools"), &install)?);
+                let install = nvshmem::find(home.as_deref())?;
+                for target in targets.iter().filter(|t| t.family == Family::Nvptx) {
+                    let (bitcode, version) =
+                        nvshmem::bitcode_for(&install, &target.cpu, &toolchain)?;
+                    let staged = nvshmem::staged_copy(&nested.join("tools"), &bitcode, version)?;
+                    tools.nvshmem.push((target.cpu.clone(), staged));
+                }
             }
             let wrapper = Wrapper::write(
                 &nested.join("wrappers"),
@@ -909,8 +916,9 @@ struct Tools {
     nvptx_link: PathBuf,
     /// The assembled IR library, if an amdgcn target is built.
     amdgpu_ir: Option<PathBuf>,
-    /// NVSHMEM's device bitcode, for crates built with it ([`KernelCrate::nvshmem`]).
-    nvshmem: Option<PathBuf>,
+    /// NVSHMEM's device bitcode per `sm_…` target, for crates built with it
+    /// ([`KernelCrate::nvshmem`]).
+    nvshmem: Vec<(String, PathBuf)>,
 }
 
 impl Tools {
@@ -947,7 +955,7 @@ impl Tools {
             amdgpu_lld,
             nvptx_link,
             amdgpu_ir,
-            nvshmem: None,
+            nvshmem: Vec::new(),
         })
     }
 }
@@ -1084,16 +1092,6 @@ impl Wrapper {
             }
             Family::Nvptx => {
                 flags.push(format!("-Clinker={}", tools.nvptx_link.display()));
-                if let Some(bitcode) = &tools.nvshmem {
-                    flags.push(format!(
-                        "-Clink-arg=--nvshmem-bitcode={}",
-                        bitcode.display()
-                    ));
-                    flags.push(format!(
-                        "-Clink-arg=--nvshmem-keep={}",
-                        nvshmem::DEVICE_GLOBALS.join(",")
-                    ));
-                }
                 // rustc's own fat LTO hands nvptx-link one complete bitcode module.
                 // (amdgcn does its LTO in the linker, and must not get this.)
                 cargo.env("CARGO_PROFILE_RELEASE_LTO", "fat");
@@ -1108,19 +1106,30 @@ impl Wrapper {
             )
             .env("CARGO_ENCODED_RUSTFLAGS", flags.join("\x1f"))
             .env("SYMMEM_LLVM_BIN", toolchain.llvm_bin())
-            .env("SYMMEM_PTX_CPU", &target.cpu)
-            .args([
-                "build",
-                "--release",
-                "--quiet",
-                "-Zbuild-std=core",
-                "--target",
-            ])
+            .env("SYMMEM_PTX_CPU", &target.cpu);
+        // NVSHMEM's library is the wrapper's link argument alone (`cargo rustc` passes
+        // flags after `--` to the final crate only): in RUSTFLAGS it would change every
+        // crate's hash, `core`'s included, and build them all again.
+        let library = tools.nvshmem.iter().find(|(cpu, _)| *cpu == target.cpu);
+        cargo.arg(if library.is_some() { "rustc" } else { "build" });
+        cargo
+            .args(["--release", "--quiet", "-Zbuild-std=core", "--target"])
             .arg(target.triple())
             .arg("--manifest-path")
             .arg(self.dir.join("Cargo.toml"))
             .arg("--target-dir")
             .arg(&target_dir);
+        if let Some((_, bitcode)) = library {
+            cargo.args([
+                "--lib".to_owned(),
+                "--".to_owned(),
+                format!("-Clink-arg=--nvshmem-bitcode={}", bitcode.display()),
+                format!(
+                    "-Clink-arg=--nvshmem-keep={}",
+                    nvshmem::DEVICE_GLOBALS.join(",")
+                ),
+            ]);
+        }
         run(
             cargo,
             &format!(

@@ -1,8 +1,9 @@
 //! NVSHMEM's device library for kernel crates built with it ([`KernelCrate::nvshmem`]):
 //! where it is, which version it is, and that it matches the host library's.
 //!
-//! NVSHMEM ships its device functions as LLVM bitcode, `lib/libnvshmem_device.bc` (since
-//! 3.2), for compilers other than nvcc. The nvptx linker links it into each `sm_…`
+//! NVSHMEM ships its device functions as LLVM bitcode for compilers other than nvcc: one
+//! `lib/libnvshmem_device.bc` in 3.2-3.4, one `lib/libnvshmem_device_sm_NN.bc` per
+//! processor from 3.5 on (3.8.0's wheel: sm_70, sm_80, sm_89, sm_90, sm_100). The nvptx linker links it into each `sm_…`
 //! object with `llvm-link --only-needed` before `llc`, keeps NVSHMEM's device-state
 //! globals (which `nvshmemx_cumodule_init` fills in at load time), and fails if the PTX
 //! still declares a function it does not define.
@@ -39,19 +40,17 @@ impl std::fmt::Display for Version {
     }
 }
 
-/// The install found: the device bitcode, its version, and the host library's version
-/// where its headers are there.
+/// The install found: its folder, and the host library's version where its headers
+/// are there (`include/non_abi/nvshmem_version.h`).
 #[derive(Debug)]
 pub(crate) struct Install {
-    pub(crate) bitcode: PathBuf,
-    pub(crate) version: Version,
+    home: PathBuf,
+    host: Option<(Version, PathBuf)>,
 }
 
 /// Finds NVSHMEM under `home` ([`NVSHMEM_HOME_ENV`], else `NVSHMEM_HOME`, where `home`
-/// is `None`), reads the version its bitcode carries and, where the install has its
-/// headers (`include/non_abi/nvshmem_version.h`), checks it against the host library's:
-/// the same major and minor version, as `nvshmemx_cumodule_init` requires at load time.
-pub(crate) fn find(home: Option<&Path>, toolchain: &Toolchain) -> Result<Install, BuildError> {
+/// is `None`) and reads the host library's version from its headers, if it has them.
+pub(crate) fn find(home: Option<&Path>) -> Result<Install, BuildError> {
     cargo_line(&format!("rerun-if-env-changed={NVSHMEM_HOME_ENV}"));
     cargo_line(&format!("rerun-if-env-changed={NVSHMEM_OWN_HOME_ENV}"));
     let home = match home {
@@ -62,41 +61,83 @@ pub(crate) fn find(home: Option<&Path>, toolchain: &Toolchain) -> Result<Install
             .map(PathBuf::from)
             .ok_or(BuildError::NvshmemNotFound { looked: None })?,
     };
-    let bitcode = home.join("lib").join("libnvshmem_device.bc");
-    if !bitcode.is_file() {
-        return Err(BuildError::NvshmemNotFound {
-            looked: Some(bitcode),
-        });
-    }
-    cargo_line(&format!("rerun-if-changed={}", bitcode.display()));
-    let version = bitcode_version(&bitcode, toolchain)?;
     let header = home
         .join("include")
         .join("non_abi")
         .join("nvshmem_version.h");
-    match std::fs::read_to_string(&header) {
+    let host = match std::fs::read_to_string(&header) {
         Ok(text) => {
             cargo_line(&format!("rerun-if-changed={}", header.display()));
-            let host = header_version(&text).ok_or_else(|| BuildError::Failed {
+            let version = header_version(&text).ok_or_else(|| BuildError::Failed {
                 what: format!("reading NVSHMEM's version from {}", header.display()),
                 stderr: "no NVSHMEM_VENDOR_{MAJOR,MINOR,PATCH}_VERSION defines".to_owned(),
             })?;
-            if (host.0, host.1) != (version.0, version.1) {
-                return Err(BuildError::NvshmemVersionMismatch {
-                    bitcode,
-                    bitcode_version: version,
-                    header,
-                    host_version: host,
-                });
-            }
+            Some((version, header))
         }
-        Err(_) => cargo_line(&format!(
-            "warning=NVSHMEM {version}'s device bitcode has no headers beside it ({}): its \
-             version is checked against the host library's only when a module is loaded",
-            header.display()
+        Err(_) => None,
+    };
+    Ok(Install { home, host })
+}
+
+/// The install's device bitcode for processor `cpu` (`sm_90`): the per-processor library
+/// NVSHMEM ships from 3.5 on (`lib/libnvshmem_device_sm_NN.bc`), the newest one not newer
+/// than `cpu`, else the single `lib/libnvshmem_device.bc` of 3.2-3.4; and its version,
+/// checked against the host library's (the same major and minor version, as
+/// `nvshmemx_cumodule_init` requires at load time).
+pub(crate) fn bitcode_for(
+    install: &Install,
+    cpu: &str,
+    toolchain: &Toolchain,
+) -> Result<(PathBuf, Version), BuildError> {
+    let lib = install.home.join("lib");
+    let arch = |name: &str| -> Option<u32> {
+        name.strip_prefix("libnvshmem_device_sm_")?
+            .strip_suffix(".bc")?
+            .parse()
+            .ok()
+    };
+    let wanted = cpu.strip_prefix("sm_").and_then(|a| {
+        a.trim_end_matches(|c: char| c.is_ascii_alphabetic())
+            .parse::<u32>()
+            .ok()
+    });
+    let per_processor = std::fs::read_dir(&lib)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok())
+        .filter_map(|e| Some((arch(e.file_name().to_str()?)?, e.path())))
+        .filter(|(a, _)| wanted.is_some_and(|w| *a <= w))
+        .max_by_key(|(a, _)| *a)
+        .map(|(_, path)| path);
+    let single = lib.join("libnvshmem_device.bc");
+    let bitcode = match per_processor {
+        Some(path) => path,
+        None if single.is_file() => single,
+        None => {
+            return Err(BuildError::NvshmemNotFound {
+                looked: Some(lib.join(format!("libnvshmem_device_{cpu}.bc"))),
+            });
+        }
+    };
+    cargo_line(&format!("rerun-if-changed={}", bitcode.display()));
+    let version = bitcode_version(&bitcode, toolchain)?;
+    match &install.host {
+        Some((host, header)) if (host.0, host.1) != (version.0, version.1) => {
+            return Err(BuildError::NvshmemVersionMismatch {
+                bitcode,
+                bitcode_version: version,
+                header: header.clone(),
+                host_version: *host,
+            });
+        }
+        Some(_) => {}
+        None => cargo_line(&format!(
+            "warning=NVSHMEM {version}'s device bitcode has no headers beside it (in {}): \
+             its version is checked against the host library's only when a module is loaded",
+            install.home.display()
         )),
     }
-    Ok(Install { bitcode, version })
+    Ok((bitcode, version))
 }
 
 /// The version in the bitcode's `nvshmemi_device_lib_version_d` initialiser
@@ -151,14 +192,17 @@ fn header_version(text: &str) -> Option<Version> {
 /// A copy of the install's bitcode in the tools folder `dir`, named by a hash of its
 /// bytes: the linker argument that names it changes with its contents, so cargo relinks
 /// the kernels when the library changes (it does not look at a named file's contents).
-pub(crate) fn staged_copy(dir: &Path, install: &Install) -> Result<PathBuf, BuildError> {
-    let bytes = std::fs::read(&install.bitcode).map_err(|error| BuildError::Io {
-        path: install.bitcode.clone(),
+pub(crate) fn staged_copy(
+    dir: &Path,
+    bitcode: &Path,
+    version: Version,
+) -> Result<PathBuf, BuildError> {
+    let bytes = std::fs::read(bitcode).map_err(|error| BuildError::Io {
+        path: bitcode.to_owned(),
         error,
     })?;
     let path = dir.join(format!(
-        "libnvshmem_device-{}-{:016x}.bc",
-        install.version,
+        "libnvshmem_device-{version}-{:016x}.bc",
         fnv1a(&bytes)
     ));
     if !path.is_file() {

@@ -403,6 +403,47 @@ fn nvshmem_device_library_is_linked_in_and_checked() {
         "{e}"
     );
 
+    // NVSHMEM 3.5 on: one library per processor, the newest not newer than the target
+    // taken (sm_70's for sm_80, beside sm_90's), where there is none (sm_90's alone for
+    // sm_80) refused, naming the one for the target.
+    let dir = scratch("nvshmem-per-processor");
+    let kernels = kernel_crate(&dir, "nvshmem-pp-kernels", &body("nvshmem_quiet"));
+    let home = stand_in_nvshmem(&dir, (3, 8, 0), (3, 8, 0));
+    let lib = home.join("lib");
+    std::fs::rename(
+        lib.join("libnvshmem_device.bc"),
+        lib.join("libnvshmem_device_sm_70.bc"),
+    )
+    .unwrap();
+    std::fs::copy(
+        lib.join("libnvshmem_device_sm_70.bc"),
+        lib.join("libnvshmem_device_sm_90.bc"),
+    )
+    .unwrap();
+    let built = KernelCrate::new(&kernels)
+        .targets(["sm_80"])
+        .nested_dir(nested_dir())
+        .nvshmem_at(&home)
+        .build_in(dir.join("out"))
+        .unwrap();
+    let ptx = std::fs::read_to_string(&built.objects[0].path).unwrap();
+    assert!(
+        ptx.contains("nvshmemi_device_state_d") && !ptx.contains(".extern"),
+        "{ptx}"
+    );
+    std::fs::remove_file(lib.join("libnvshmem_device_sm_70.bc")).unwrap();
+    let e = KernelCrate::new(&kernels)
+        .targets(["sm_80"])
+        .nested_dir(nested_dir())
+        .nvshmem_at(&home)
+        .build_in(dir.join("out"))
+        .unwrap_err();
+    assert!(
+        matches!(&e, BuildError::NvshmemNotFound { looked: Some(p) }
+            if p.ends_with("lib/libnvshmem_device_sm_80.bc")),
+        "{e}"
+    );
+
     // No install: the error names the variable.
     let e = KernelCrate::new(&kernels)
         .targets(["sm_80"])
@@ -412,4 +453,71 @@ fn nvshmem_device_library_is_linked_in_and_checked() {
         .unwrap_err();
     assert!(matches!(e, BuildError::NvshmemNotFound { .. }), "{e}");
     assert!(e.to_string().contains("SYMMEM_NVSHMEM_HOME"), "{e}");
+}
+
+/// The same against a real NVSHMEM install, where `SYMMEM_TEST_NVSHMEM_HOME` names one
+/// (NVSHMEM 3.8.0's `nvidia/nvshmem` folder of the `nvidia-nvshmem-cu12` wheel was; CI has
+/// none: the wheel is 280 MB): a kernel calling `nvshmem_putmem_nbi`,
+/// `nvshmem_uint64_atomic_fetch_add` and `nvshmem_quiet`, built for sm_80 and sm_90, links
+/// each processor's library with nothing left `.extern` and the state globals visible.
+#[test]
+fn nvshmem_real_device_library_links_where_installed() {
+    let Some(home) = std::env::var_os("SYMMEM_TEST_NVSHMEM_HOME") else {
+        println!("skipped: SYMMEM_TEST_NVSHMEM_HOME names no NVSHMEM install");
+        return;
+    };
+    if std::env::var_os(symmem_build::TARGETS_ENV).is_some() {
+        println!("skipped: {} is set", symmem_build::TARGETS_ENV);
+        return;
+    }
+    let dir = scratch("nvshmem-real");
+    let kernels = kernel_crate(
+        &dir,
+        "nvshmem-real-kernels",
+        "    unsafe extern \"C\" {\n\
+                 fn nvshmem_putmem_nbi(dest: *mut f32, src: *const f32, bytes: usize, pe: i32);\n\
+                 fn nvshmem_uint64_atomic_fetch_add(dest: *mut u64, value: u64, pe: i32) -> u64;\n\
+                 fn nvshmem_quiet();\n\
+             }\n\
+             unsafe {\n\
+                 nvshmem_putmem_nbi(x, x.add(n as usize), 64, 1);\n\
+                 let old = nvshmem_uint64_atomic_fetch_add(x.cast(), 1, 1);\n\
+                 *x = old as f32;\n\
+                 nvshmem_quiet();\n\
+             }",
+    );
+    let built = KernelCrate::new(&kernels)
+        .targets(["sm_80", "sm_90"])
+        .nested_dir(nested_dir())
+        .nvshmem_at(home)
+        .build_in(dir.join("out"))
+        .unwrap();
+    for object in &built.objects {
+        let ptx = std::fs::read_to_string(&object.path).unwrap();
+        assert!(
+            ptx.contains(".visible .entry scale("),
+            "{}",
+            object.path.display()
+        );
+        // Nothing `.extern` but PTX's system calls (the library's asserts and printf).
+        let externs: Vec<&str> = ptx
+            .lines()
+            .filter(|l| l.starts_with(".extern"))
+            .filter(|l| !l.contains("vprintf") && !l.contains("__assertfail"))
+            .collect();
+        assert!(
+            externs.is_empty(),
+            "{externs:?} in {}",
+            object.path.display()
+        );
+        for global in ["nvshmemi_device_state_d", "nvshmemi_device_lib_version_d"] {
+            assert!(
+                ptx.lines()
+                    .any(|l| l.starts_with(".visible .const") && l.contains(global)),
+                "{global} in {}",
+                object.path.display()
+            );
+        }
+        println!("{}: {} bytes of PTX", object.path.display(), ptx.len());
+    }
 }
