@@ -10,7 +10,7 @@
 //! off-node engine. `--help` lists the options.
 
 use clap::{Parser, ValueEnum};
-use fused_allreduce_rmsnorm_kernels as kernels;
+use fused_allreduce_rmsnorm::{KERNELS, kernels};
 use std::process::ExitCode;
 use symmem::backend::{Backend, cpu::Cpu, cuda::Cuda};
 use symmem::collectives::{bf16, signal_words};
@@ -18,8 +18,6 @@ use symmem::{Config, Grid, Kernel, PeerTable, World};
 
 /// Why a rank failed: symmem's error, or an element that differs from the host reference.
 type Failed = Box<dyn std::error::Error + Send + Sync>;
-
-static KERNELS: symmem::CodeObjects = symmem::include_kernels!("fused_allreduce_rmsnorm_kernels");
 
 /// Hidden size of the activations (tokens, the rows, are `--rows`).
 const HIDDEN: usize = 512;

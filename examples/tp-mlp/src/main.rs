@@ -37,7 +37,7 @@ use symmem::{AsDeviceSlice, Config, CudarcView, Grid, Rendezvous, World};
 /// Why a rank failed: symmem's or cudarc's error, or an element that differs.
 type Failed = Box<dyn std::error::Error + Send + Sync>;
 
-static KERNELS: symmem::CodeObjects = symmem::include_kernels!("fused_allreduce_rmsnorm_kernels");
+use fused_allreduce_rmsnorm::{KERNELS, kernels};
 
 /// The FFN's width is this many times the hidden size.
 const FFN_MULT: usize = 4;
@@ -386,7 +386,7 @@ fn check_block<B: Backend>(
     block.forward(world, y, shape.batch)?;
     world.barrier()?;
     module.launch(
-        fused_allreduce_rmsnorm_kernels::fused_ar_rmsnorm_f32,
+        kernels::fused_ar_rmsnorm_f32,
         FUSED_GRID,
         (
             &out,
