@@ -351,6 +351,23 @@ impl<B: Backend> World<B> {
     /// named), [`Error::PeerFailed`] where another rank's part failed (on every other
     /// rank: none keeps a rendezvous), [`Error::PeerLost`], and the backend's mapping
     /// errors.
+    ///
+    /// ```
+    /// use symmem::collectives::{Algorithm, Collectives, ReduceOp};
+    /// use symmem::{Config, backend::cpu::Cpu};
+    /// let sums = symmem::spawn_ranks(2, &Config::default(), |_| Ok(Cpu::new()), |world| {
+    ///     let coll = Collectives::new(&world)?;
+    ///     // The application's own buffer (here a plain allocation), made symmetric...
+    ///     let x = world.register(world.device_from_slice(&[world.rank() as f32 + 1.0; 64])?)?;
+    ///     world.barrier()?;
+    ///     // ...and reduced where it is, through its own peer table: nothing is staged.
+    ///     coll.all_reduce_in_place(&x, 64, ReduceOp::Sum, Algorithm::TwoShot)?;
+    ///     assert_eq!(coll.staging_bytes(), 0);
+    ///     world.read(&x)
+    /// })
+    /// .unwrap();
+    /// assert!(sums.iter().all(|sum| sum.as_ref().unwrap() == &[3.0; 64]));
+    /// ```
     pub fn register<T: bytemuck::Pod>(
         &self,
         memory: impl Registrable<T, B>,
