@@ -94,6 +94,20 @@ impl IpcExport {
         self.handle != [0; HANDLE_BYTES]
     }
 
+    /// The handle another process opens the export with, or [`Error::NotShareable`]
+    /// (`why`: which memory has none, and what to do) for an export without one
+    /// ([`IpcExport::has_handle`]), of which the importer maps `bytes`.
+    pub fn handle_to_open(&self, bytes: usize, why: &str) -> Result<&[u8; HANDLE_BYTES]> {
+        if self.has_handle() {
+            return Ok(&self.handle);
+        }
+        Err(Error::NotShareable {
+            addr: self.ptr.wrapping_add(self.offset),
+            bytes,
+            why: why.to_owned(),
+        })
+    }
+
     /// True when this process made the export (where the runtimes refuse to open it).
     pub fn is_from_this_process(&self) -> bool {
         self.pid == std::process::id()

@@ -121,11 +121,10 @@ impl<B: Backend> World<B> {
             r.mappings.clear();
             if r.exported {
                 exported.append(&mut r.memories);
-                handed_over.append(&mut r.kept);
             } else {
                 unshared.append(&mut r.memories);
-                handed_over.append(&mut r.kept);
             }
+            handed_over.append(&mut r.kept);
         }
         drop(state);
         tracing::debug!(

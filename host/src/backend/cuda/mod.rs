@@ -644,20 +644,16 @@ impl gpu::GpuBackend for Cuda {
             };
             return Ok(CudaMapping::alias(export.ptr + export.offset, bytes, peer));
         }
-        if !export.has_handle() {
-            return Err(Error::NotShareable {
-                addr: export.ptr + export.offset,
-                bytes,
-                why: "a peer process's memory with no CUDA IPC handle (cuMemAllocAsync's \
+        let handle = export.handle_to_open(
+            bytes,
+            "a peer process's memory with no CUDA IPC handle (cuMemAllocAsync's \
                       stream-ordered pool, which cudarc allocates from, or VMM memory): \
                       ranks in other processes can map only cuMemAlloc/cudaMalloc memory; \
                       allocate it so, or use a symmetric buffer, or run the ranks as \
-                      threads of one process"
-                    .into(),
-            });
-        }
+                      threads of one process",
+        )?;
         self.ctx.make_current()?;
-        let ptr = driver::ipc_open_mem_handle(&export.handle)?;
+        let ptr = driver::ipc_open_mem_handle(handle)?;
         Ok(CudaMapping::opened(Arc::clone(&self.ctx), ptr, end).range(export.offset, bytes))
     }
 
@@ -679,17 +675,7 @@ impl gpu::GpuBackend for Cuda {
                 self.rank.ordinal()
             )));
         }
-        let offset = ptr - base;
-        if offset
-            .checked_add(bytes as u64)
-            .is_none_or(|end| end > size as u64)
-        {
-            return Err(refuse(format!(
-                "it runs past the end of its allocation ({size} bytes at {base:#x}): a \
-                 registered range lies in one allocation"
-            )));
-        }
-        self.rank.export_ipc_range(base, size, offset)
+        self.rank.export_ipc_range(ptr, bytes, base, size)
     }
 
     unsafe fn upload(&self, dst: u64, src: &[u8]) -> Result<()> {

@@ -5,7 +5,7 @@
 use super::{DeviceScope, LoadedModule, OwnedStream, Runtime, StreamOwner};
 use crate::backend::ipc::IpcExport;
 use crate::backend::{Grid, Shareable};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -123,18 +123,34 @@ impl<R: Runtime> Rank<R> {
         Ok(IpcExport::shareable(handle, self.ordinal, ptr, len, offset))
     }
 
-    /// What a peer needs to map the application's range from byte `offset` of the
-    /// allocation of `len` bytes at `base` (on this rank's device): as
-    /// [`Rank::export_ipc`] where the runtime gives the allocation an IPC handle;
-    /// where it does not (a stream-ordered pool's memory, VMM memory), an export without
-    /// one ([`IpcExport::has_handle`]), which only ranks of this process can use: they
-    /// alias the pointer.
+    /// What a peer needs to map the application's `bytes` at `ptr`, inside the allocation
+    /// of `len` bytes at `base` (on this rank's device): as [`Rank::export_ipc`] where the
+    /// runtime gives the allocation an IPC handle; where it does not (a stream-ordered
+    /// pool's memory, VMM memory), an export without one ([`IpcExport::has_handle`]),
+    /// which only ranks of this process can use: they alias the pointer.
+    ///
+    /// Errors: [`Error::NotShareable`] for a range that runs past the allocation's end.
     pub(in crate::backend) fn export_ipc_range(
         &self,
+        ptr: u64,
+        bytes: usize,
         base: u64,
         len: usize,
-        offset: u64,
     ) -> Result<Shareable> {
+        let offset = ptr - base;
+        if offset
+            .checked_add(bytes as u64)
+            .is_none_or(|end| end > len as u64)
+        {
+            return Err(Error::NotShareable {
+                addr: ptr,
+                bytes,
+                why: format!(
+                    "it runs past the end of its allocation ({len} bytes at {base:#x}): a \
+                     registered range lies in one allocation"
+                ),
+            });
+        }
         self.scope().make_current()?;
         let handle = R::ipc_get_mem_handle(base).unwrap_or_else(|e| {
             tracing::debug!(

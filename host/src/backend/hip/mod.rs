@@ -300,18 +300,14 @@ impl Hip {
             }
             return Ok(HipMapping::alias(export.ptr + export.offset, bytes, None));
         }
-        if !export.has_handle() {
-            return Err(Error::NotShareable {
-                addr: export.ptr + export.offset,
-                bytes,
-                why: "a peer process's memory with no HIP IPC handle (a stream-ordered \
+        let handle = export.handle_to_open(
+            bytes,
+            "a peer process's memory with no HIP IPC handle (a stream-ordered \
                       pool's or VMM memory): ranks in other processes can map only \
                       hipMalloc memory; allocate it so, or use a symmetric buffer, or run \
-                      the ranks as threads of one process"
-                    .into(),
-            });
-        }
-        let ptr = runtime::ipc_open_mem_handle(&export.handle, self.runtime_version)?;
+                      the ranks as threads of one process",
+        )?;
+        let ptr = runtime::ipc_open_mem_handle(handle, self.runtime_version)?;
         Ok(HipMapping::opened(Arc::clone(&self.device), ptr, end).range(export.offset, bytes))
     }
 
@@ -394,17 +390,7 @@ impl gpu::GpuBackend for Hip {
                 "the HIP runtime knows no device allocation of this process there ({e})"
             ))
         })?;
-        let offset = ptr - base;
-        if offset
-            .checked_add(bytes as u64)
-            .is_none_or(|end| end > size as u64)
-        {
-            return Err(refuse(format!(
-                "it runs past the end of its allocation ({size} bytes at {base:#x}): a \
-                 registered range lies in one allocation"
-            )));
-        }
-        self.rank.export_ipc_range(base, size, offset)
+        self.rank.export_ipc_range(ptr, bytes, base, size)
     }
 
     unsafe fn upload(&self, dst: u64, src: &[u8]) -> Result<()> {
