@@ -372,16 +372,19 @@ fn exported_memory_outlives_every_peer_mapping() {
 /// at their departure, never while a peer's kernel may wait for them. Found on the H200
 /// (`waits_leave`): a thread-rank that returned early froze in `cuMemFree` of its
 /// buffers, waiting for its peers' collectives, which waited for its departure.
+/// How many plain device frees rank `rank` has made (logged where frees wait for the
+/// device).
+fn freed(rank: usize) -> usize {
+    let log = LOG.lock().unwrap_or_else(|p| p.into_inner());
+    log.iter()
+        .filter(|e| **e == Event::DeviceFree { rank })
+        .count()
+}
+
 #[test]
 fn ranks_sharing_a_device_free_their_buffers_at_a_barrier_or_their_departure() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     LOG.lock().expect("log").clear();
-    let freed = |rank: usize| {
-        let log = LOG.lock().unwrap_or_else(|p| p.into_inner());
-        log.iter()
-            .filter(|e| **e == Event::DeviceFree { rank })
-            .count()
-    };
     let config = Config {
         heap_bytes: 4 << 20,
         ..Config::default()
@@ -421,12 +424,6 @@ fn ranks_sharing_a_device_free_their_buffers_at_a_barrier_or_their_departure() {
 fn released_memory_of_ranks_sharing_a_device_is_freed_where_no_peer_waits() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     LOG.lock().expect("log").clear();
-    let freed = |rank: usize| {
-        let log = LOG.lock().unwrap_or_else(|p| p.into_inner());
-        log.iter()
-            .filter(|e| **e == Event::DeviceFree { rank })
-            .count()
-    };
     let config = Config {
         heap_bytes: 4 << 20,
         ..Config::default()

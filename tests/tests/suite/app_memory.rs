@@ -14,19 +14,21 @@ use symmem::backend::BackendKind;
 use symmem::collectives::{Algorithm, Collectives, ReduceOp};
 use symmem::{Config, Error, World};
 
-type W = World<TestBackend>;
+// The registered suite (`registered.rs`) runs on the same helpers: one lock for both.
+
+pub(super) type W = World<TestBackend>;
 
 /// Element counts: one, odd, around a vector, and past the barrier-free default slot.
-const COUNTS: [usize; 5] = [1, 17, 64, 4099, 20_000];
+pub(super) const COUNTS: [usize; 5] = [1, 17, 64, 4099, 20_000];
 
-const ALGORITHMS: [Algorithm; 4] = [
+pub(super) const ALGORITHMS: [Algorithm; 4] = [
     Algorithm::Auto,
     Algorithm::Lamport,
     Algorithm::OneShot,
     Algorithm::TwoShot,
 ];
 
-fn gpu() -> bool {
+pub(super) fn gpu() -> bool {
     super::KIND != BackendKind::Cpu
 }
 
@@ -36,7 +38,7 @@ fn exclusive() -> Option<MutexGuard<'static, ()>> {
     gpu().then(|| LOCK.lock().unwrap_or_else(|p| p.into_inner()))
 }
 
-fn run(n: usize, body: impl Fn(W) -> symmem::Result<()> + Sync) {
+pub(super) fn run(n: usize, body: impl Fn(W) -> symmem::Result<()> + Sync) {
     let _one = exclusive();
     let config = Config {
         heap_bytes: 16 << 20,
@@ -48,12 +50,12 @@ fn run(n: usize, body: impl Fn(W) -> symmem::Result<()> + Sync) {
     }
 }
 
-/// Rank `rank`'s element `i`: small integers, so sums are exact.
-fn value(rank: usize, i: usize) -> f32 {
+/// Rank `rank`'s element `i`: small integers, so sums are exact in any order.
+pub(super) fn value(rank: usize, i: usize) -> f32 {
     ((rank * 7 + i * 3) % 11) as f32 - 5.0
 }
 
-fn data(rank: usize, count: usize) -> Vec<f32> {
+pub(super) fn data(rank: usize, count: usize) -> Vec<f32> {
     (0..count).map(|i| value(rank, i)).collect()
 }
 

@@ -8,54 +8,9 @@
 //! that differ across ranks, and memory that is not shareable, are typed errors on every
 //! rank; a dropped registration frees nothing before a barrier.
 
-use super::TestBackend;
-use std::sync::{Mutex, MutexGuard};
-use symmem::backend::BackendKind;
+use super::app_memory::{ALGORITHMS, COUNTS, data, gpu, run, value};
 use symmem::collectives::{Algorithm, Collectives, ReduceOp};
-use symmem::{Config, Error, PeerBaseProvider, RawRange, World};
-
-type W = World<TestBackend>;
-
-/// Element counts: one, odd, around a vector, past the barrier-free default slot.
-const COUNTS: [usize; 5] = [1, 17, 64, 4099, 20_000];
-
-const ALGORITHMS: [Algorithm; 4] = [
-    Algorithm::Auto,
-    Algorithm::Lamport,
-    Algorithm::OneShot,
-    Algorithm::TwoShot,
-];
-
-fn gpu() -> bool {
-    super::KIND != BackendKind::Cpu
-}
-
-/// On a GPU, one test at a time (see `rma.rs`).
-fn exclusive() -> Option<MutexGuard<'static, ()>> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    gpu().then(|| LOCK.lock().unwrap_or_else(|p| p.into_inner()))
-}
-
-fn run(n: usize, body: impl Fn(W) -> symmem::Result<()> + Sync) {
-    let _one = exclusive();
-    let config = Config {
-        heap_bytes: 16 << 20,
-        ..Config::default()
-    };
-    let results = symmem::spawn_ranks(n, &config, super::make_backend, body).expect("launch");
-    for (rank, r) in results.into_iter().enumerate() {
-        r.unwrap_or_else(|e| panic!("world of {n}, rank {rank}: {e} ({e:?})"));
-    }
-}
-
-/// Rank `rank`'s element `i`: small integers, so sums are exact in any order.
-fn value(rank: usize, i: usize) -> f32 {
-    ((rank * 7 + i * 3) % 11) as f32 - 5.0
-}
-
-fn data(rank: usize, count: usize) -> Vec<f32> {
-    (0..count).map(|i| value(rank, i)).collect()
-}
+use symmem::{Error, PeerBaseProvider, RawRange};
 
 /// Whether `algorithm` on `count` elements of registered memory stages nothing: the
 /// barrier-free path never does, the one-shot does not from a registered source into
