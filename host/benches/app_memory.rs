@@ -21,12 +21,13 @@
 //! the line's time over `symmetric`'s at that size).
 
 mod cli;
+mod replay;
 
 use clap::Parser;
+use replay::{Rows, slowest_medians};
 use std::process::ExitCode;
-use std::time::Instant;
 use symmem::backend::cuda::Cuda;
-use symmem::backend::{Backend, Grid};
+use symmem::backend::Grid;
 use symmem::collectives::{Algorithm, Collectives, ReduceOp};
 use symmem::{Config, Result, World};
 
@@ -53,11 +54,6 @@ const LINES: [&str; 4] = [
     "copy_in_out",
 ];
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 /// Replays per trial at `bytes`: about 64 MiB per rank moved in a trial, 2 to 50.
 fn replays(bytes: usize) -> usize {
     (MAX / (bytes * CALLS)).clamp(2, 50)
@@ -69,27 +65,8 @@ fn replayed_us(
     bytes: usize,
     call: &dyn Fn() -> Result<()>,
 ) -> Result<Vec<f64>> {
-    let graph = world.capture(|| (0..CALLS).try_for_each(|_| call()))?;
-    graph.replay()?;
-    world.barrier()?;
-    let replays = replays(bytes);
-    let mut trials = Vec::with_capacity(TRIALS);
-    for _ in 0..TRIALS {
-        world.barrier()?;
-        let start = Instant::now();
-        for _ in 0..replays {
-            graph.replay()?;
-        }
-        world.backend().synchronize()?;
-        trials.push(start.elapsed().as_secs_f64() * 1e6 / (CALLS * replays) as f64);
-    }
-    drop(graph);
-    world.barrier()?;
-    Ok(trials)
+    replay::replayed_us(world, CALLS, replays(bytes), TRIALS, call)
 }
-
-/// One rank's rows: (line, bytes, microseconds per trial).
-type Rows = Vec<(&'static str, usize, Vec<f64>)>;
 
 /// Why a rank failed: symmem's error or cudarc's.
 type Failed = Box<dyn std::error::Error + Send + Sync>;
@@ -207,15 +184,7 @@ fn main() -> ExitCode {
             }
         }
         // The slowest rank of each trial, then the median over trials.
-        let rows: Vec<(&str, usize, f64)> = (0..per_rank[0].len())
-            .map(|i| {
-                let (line, bytes, _) = &per_rank[0][i];
-                let slowest: Vec<f64> = (0..TRIALS)
-                    .map(|t| per_rank.iter().map(|r| r[i].2[t]).fold(0.0, f64::max))
-                    .collect();
-                (*line, *bytes, median(slowest))
-            })
-            .collect();
+        let rows = slowest_medians(&per_rank, TRIALS);
         for &(line, bytes, us) in &rows {
             let symmetric = rows
                 .iter()

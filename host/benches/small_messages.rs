@@ -32,8 +32,10 @@
 //! "skipped" when no GPU answers). Prints CSV rows `world,line,bytes,us,floor_ratio`.
 
 mod cli;
+mod replay;
 
 use clap::Parser;
+use replay::{Rows, median, slowest_medians};
 use std::process::ExitCode;
 use std::time::Instant;
 use symmem::backend::cuda::Cuda;
@@ -58,37 +60,13 @@ const CALLS: usize = 50;
 const REPLAYS: usize = 20;
 const TRIALS: usize = 5;
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 /// This rank's microseconds per call of `call` graph-replayed, one value per trial.
 fn replayed_us(world: &World<Cuda>, call: &dyn Fn() -> Result<()>) -> Result<Vec<f64>> {
-    let graph = world.capture(|| (0..CALLS).try_for_each(|_| call()))?;
-    graph.replay()?;
-    world.barrier()?;
-    let mut trials = Vec::with_capacity(TRIALS);
-    for _ in 0..TRIALS {
-        world.barrier()?;
-        let start = Instant::now();
-        for _ in 0..REPLAYS {
-            graph.replay()?;
-        }
-        world.backend().synchronize()?;
-        trials.push(start.elapsed().as_secs_f64() * 1e6 / (CALLS * REPLAYS) as f64);
-    }
-    drop(graph);
-    world.barrier()?;
-    Ok(trials)
+    replay::replayed_us(world, CALLS, REPLAYS, TRIALS, call)
 }
 
 /// One timed line's call.
 type Call<'a> = Box<dyn Fn() -> Result<()> + 'a>;
-
-/// One rank's rows: (line, bytes, microseconds per trial), and rank 0's host time per
-/// call.
-type Rows = Vec<(&'static str, usize, Vec<f64>)>;
 
 fn rank_rows(world: &World<Cuda>) -> Result<(Rows, Option<f64>)> {
     let (rank, n) = (world.rank(), world.world_size());
@@ -223,26 +201,20 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
-        let mut per_rank = Vec::new();
+        let (mut per_rank, mut host) = (Vec::new(), None);
         for (rank, r) in results.into_iter().enumerate() {
             match r {
-                Ok(r) => per_rank.push(r),
+                Ok((rows, rank_host)) => {
+                    per_rank.push(rows);
+                    host = host.or(rank_host);
+                }
                 Err(e) => {
                     eprintln!("world {n}, rank {rank}: {e}");
                     return ExitCode::FAILURE;
                 }
             }
         }
-        // The slowest rank of each trial, then the median over trials.
-        let rows: Vec<(&str, usize, f64)> = (0..per_rank[0].0.len())
-            .map(|i| {
-                let (line, bytes, _) = &per_rank[0].0[i];
-                let slowest: Vec<f64> = (0..TRIALS)
-                    .map(|t| per_rank.iter().map(|(r, _)| r[i].2[t]).fold(0.0, f64::max))
-                    .collect();
-                (*line, *bytes, median(slowest))
-            })
-            .collect();
+        let rows = slowest_medians(&per_rank, TRIALS);
         let floor = rows
             .iter()
             .find(|r| r.0 == "barrier")
@@ -250,7 +222,7 @@ fn main() -> ExitCode {
         for (line, bytes, us) in rows {
             println!("{n},{line},{bytes},{us:.3},{:.2}", us / floor);
         }
-        if let Some(host) = per_rank[0].1 {
+        if let Some(host) = host {
             println!("{n},host_call_us,8,{host:.3},");
         }
     }
