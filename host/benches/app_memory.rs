@@ -26,8 +26,8 @@ mod replay;
 use clap::Parser;
 use replay::{Rows, slowest_medians};
 use std::process::ExitCode;
-use symmem::backend::cuda::Cuda;
 use symmem::backend::Grid;
+use symmem::backend::cuda::Cuda;
 use symmem::collectives::{Algorithm, Collectives, ReduceOp};
 use symmem::{Config, Result, World};
 

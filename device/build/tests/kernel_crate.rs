@@ -345,15 +345,18 @@ fn nvshmem_device_library_is_linked_in_and_checked() {
                  unsafe {{ nvshmem_putmem_nbi(x, x.add(n as usize), 4, 1); {calls}() }}"
         )
     };
+    // A kernel crate built for sm_80 with the NVSHMEM install at `home`, into `dir/out`.
+    let build = |kernels: &Path, home: &Path, dir: &Path| {
+        KernelCrate::new(kernels)
+            .targets(["sm_80"])
+            .nested_dir(nested_dir())
+            .nvshmem_at(home)
+            .build_in(dir.join("out"))
+    };
     let dir = scratch("nvshmem");
     let kernels = kernel_crate(&dir, "nvshmem-kernels", &body("nvshmem_quiet"));
     let home = stand_in_nvshmem(&dir, (3, 4, 5), (3, 4, 1));
-    let built = KernelCrate::new(&kernels)
-        .targets(["sm_80"])
-        .nested_dir(nested_dir())
-        .nvshmem_at(&home)
-        .build_in(dir.join("out"))
-        .unwrap();
+    let built = build(&kernels, &home, &dir).unwrap();
     let ptx = std::fs::read_to_string(&built.objects[0].path).unwrap();
     assert!(ptx.contains(".visible .entry scale("), "{ptx}");
     assert!(!ptx.contains(".extern"), "{ptx}");
@@ -374,12 +377,7 @@ fn nvshmem_device_library_is_linked_in_and_checked() {
     let dir = scratch("nvshmem-missing");
     let kernels = kernel_crate(&dir, "nvshmem-missing-kernels", &body("nvshmem_fence"));
     let home = stand_in_nvshmem(&dir, (3, 4, 5), (3, 4, 5));
-    let e = KernelCrate::new(&kernels)
-        .targets(["sm_80"])
-        .nested_dir(nested_dir())
-        .nvshmem_at(&home)
-        .build_in(dir.join("out"))
-        .unwrap_err();
+    let e = build(&kernels, &home, &dir).unwrap_err();
     let text = e.to_string();
     assert!(matches!(e, BuildError::Failed { .. }), "{text}");
     assert!(
@@ -389,12 +387,7 @@ fn nvshmem_device_library_is_linked_in_and_checked() {
 
     // A bitcode of another release than the host library's headers.
     let home = stand_in_nvshmem(&scratch("nvshmem-old"), (3, 2, 0), (3, 4, 5));
-    let e = KernelCrate::new(&kernels)
-        .targets(["sm_80"])
-        .nested_dir(nested_dir())
-        .nvshmem_at(&home)
-        .build_in(dir.join("out"))
-        .unwrap_err();
+    let e = build(&kernels, &home, &dir).unwrap_err();
     assert!(
         matches!(e, BuildError::NvshmemVersionMismatch { .. }),
         "{e}"
@@ -422,24 +415,14 @@ fn nvshmem_device_library_is_linked_in_and_checked() {
         lib.join("libnvshmem_device_sm_90.bc"),
     )
     .unwrap();
-    let built = KernelCrate::new(&kernels)
-        .targets(["sm_80"])
-        .nested_dir(nested_dir())
-        .nvshmem_at(&home)
-        .build_in(dir.join("out"))
-        .unwrap();
+    let built = build(&kernels, &home, &dir).unwrap();
     let ptx = std::fs::read_to_string(&built.objects[0].path).unwrap();
     assert!(
         ptx.contains("nvshmemi_device_state_d") && !ptx.contains(".extern"),
         "{ptx}"
     );
     std::fs::remove_file(lib.join("libnvshmem_device_sm_70.bc")).unwrap();
-    let e = KernelCrate::new(&kernels)
-        .targets(["sm_80"])
-        .nested_dir(nested_dir())
-        .nvshmem_at(&home)
-        .build_in(dir.join("out"))
-        .unwrap_err();
+    let e = build(&kernels, &home, &dir).unwrap_err();
     assert!(
         matches!(&e, BuildError::NvshmemNotFound { looked: Some(p) }
             if p.ends_with("lib/libnvshmem_device_sm_80.bc")),
@@ -447,12 +430,7 @@ fn nvshmem_device_library_is_linked_in_and_checked() {
     );
 
     // No install: the error names the variable.
-    let e = KernelCrate::new(&kernels)
-        .targets(["sm_80"])
-        .nested_dir(nested_dir())
-        .nvshmem_at(dir.join("nowhere"))
-        .build_in(dir.join("out"))
-        .unwrap_err();
+    let e = build(&kernels, &dir.join("nowhere"), &dir).unwrap_err();
     assert!(matches!(e, BuildError::NvshmemNotFound { .. }), "{e}");
     assert!(e.to_string().contains("SYMMEM_NVSHMEM_HOME"), "{e}");
 }
