@@ -486,7 +486,10 @@ impl<B: Backend> Collectives<B> {
             }
             Ok((d, s))
         })();
-        let objects = self.objects(dst, src);
+        // Where each lies, looked up once: the heap's ids the agreement names, and the
+        // registrations the unstaged paths reach.
+        let places = [self.place(dst), self.place(src)];
+        let objects = (places[0].heap_id(), places[1].heap_id());
         let call = [
             Call::AllReduce as u64,
             count as u64,
@@ -512,7 +515,6 @@ impl<B: Backend> Collectives<B> {
                 return self.agreed(&call, &ids, checked.and(Err(e)));
             }
         };
-        let places = [self.place(dst), self.place(src)];
         let in_place = dst.as_device_slice().ptr() == src.as_device_slice().ptr();
         let registered = places.iter().any(|p| matches!(p, Place::Registered(..)));
         match route {
@@ -1371,6 +1373,14 @@ enum Place {
 }
 
 impl Place {
+    /// Its ledger id where it is symmetric memory of the heap.
+    fn heap_id(&self) -> Option<u64> {
+        match self {
+            Place::Heap(id) => Some(*id),
+            Place::Registered(..) | Place::Local => None,
+        }
+    }
+
     /// Its ledger id, unless it is `Local`.
     fn id(&self) -> Option<u64> {
         match self {
