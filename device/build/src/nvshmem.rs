@@ -143,19 +143,38 @@ pub(crate) fn bitcode_for(
 /// The version in the bitcode's `nvshmemi_device_lib_version_d` initialiser
 /// (`{ i32 major, i32 minor, i32 patch }`), read with llvm-dis.
 fn bitcode_version(bitcode: &Path, toolchain: &Toolchain) -> Result<Version, BuildError> {
-    let mut dis = Command::new(toolchain.llvm_bin().join("llvm-dis"));
-    dis.arg(bitcode).arg("-o").arg("-");
+    use std::io::BufRead;
+    let program = toolchain.llvm_bin().join("llvm-dis");
     let what = format!("llvm-dis of {}", bitcode.display());
-    let text = crate::run(dis, &what)?;
-    text.lines()
-        .find(|l| l.starts_with("@nvshmemi_device_lib_version_d "))
-        .and_then(ir_version)
-        .ok_or_else(|| BuildError::Failed {
-            what,
-            stderr: "it defines no nvshmemi_device_lib_version_d = { i32, i32, i32 }: not \
-                     NVSHMEM's device library (lib/libnvshmem_device.bc)"
-                .to_owned(),
-        })
+    // Read as it comes and stopped at the global, which comes early (line 520 of 3.8.0's
+    // sm_90 library, whose whole text is 460 MB): not held in memory.
+    let mut dis = Command::new(&program)
+        .arg(bitcode)
+        .args(["-o", "-"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .map_err(|error| BuildError::Spawn {
+            program: program.display().to_string(),
+            error,
+        })?;
+    let version = dis.stdout.take().and_then(|out| {
+        std::io::BufReader::new(out)
+            .lines()
+            .map_while(|line| line.ok())
+            .find(|l| l.starts_with("@nvshmemi_device_lib_version_d "))
+            .and_then(|line| ir_version(&line))
+    });
+    // Done with it either way (it may still be writing the rest).
+    let _ = dis.kill();
+    let _ = dis.wait();
+    version.ok_or_else(|| BuildError::Failed {
+        what,
+        stderr: "it defines no nvshmemi_device_lib_version_d = { i32, i32, i32 }: not \
+                 NVSHMEM's device library (lib/libnvshmem_device.bc), or llvm-dis could not \
+                 read it"
+            .to_owned(),
+    })
 }
 
 /// The three `i32` constants of the global's initialiser in an IR line.
