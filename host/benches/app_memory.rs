@@ -3,6 +3,8 @@
 //! barrier-free slot, measured in the same run:
 //!
 //! - `symmetric`: today's all-reduce between two symmetric buffers (out of place);
+//! - `symmetric_in_place`: `all_reduce_in_place` on a symmetric buffer (the kernel the
+//!   registered line runs, on the heap's table: splits "in place" from "registered");
 //! - `registered_in_place`: `all_reduce_in_place` on a cudarc `CudaSlice` registered
 //!   with `World::register` (reached through its own peer table: nothing staged);
 //! - `unregistered_in_place`: `all_reduce_in_place` on a cudarc `CudaSlice` lent with
@@ -47,8 +49,9 @@ const SIZES: [usize; 11] = [
 const MAX: usize = 64 << 20;
 const CALLS: usize = 20;
 const TRIALS: usize = 3;
-const LINES: [&str; 4] = [
+const LINES: [&str; 5] = [
     "symmetric",
+    "symmetric_in_place",
     "registered_in_place",
     "unregistered_in_place",
     "copy_in_out",
@@ -91,8 +94,9 @@ fn rank_rows(world: &World<Cuda>) -> std::result::Result<Rows, Failed> {
         let lent_view = symmem::AsDeviceSlice::as_device_slice(lent).slice(..count)?;
         let reg_view = registered.slice(..count)?;
         let (src_view, dst_view) = (src.slice(..count)?.local(), dst.slice(..count)?.local());
-        let calls: [Box<dyn Fn() -> Result<()> + '_>; 4] = [
+        let calls: [Box<dyn Fn() -> Result<()> + '_>; 5] = [
             Box::new(move || app.all_reduce(dst, src, count, ReduceOp::Sum, Algorithm::Auto)),
+            Box::new(move || app.all_reduce_in_place(src, count, ReduceOp::Sum, Algorithm::Auto)),
             Box::new(move || {
                 app.all_reduce_in_place(&reg_view, count, ReduceOp::Sum, Algorithm::Auto)
             }),
@@ -112,6 +116,10 @@ fn rank_rows(world: &World<Cuda>) -> std::result::Result<Rows, Failed> {
                 "symmetric" => {
                     world.write(src, 0, &mine)?;
                     dst_view
+                }
+                "symmetric_in_place" => {
+                    world.write(src, 0, &mine)?;
+                    src_view
                 }
                 "registered_in_place" => {
                     world.write(&reg_view, 0, &mine)?;

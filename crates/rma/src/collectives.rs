@@ -600,44 +600,83 @@ const fn granule<T>() -> usize {
     16 / core::mem::size_of::<T>()
 }
 
-/// The [`granule`] elements at symmetric `src` (16-byte aligned on every rank) folded
-/// over every rank in rank order, as one vector: one 16-byte load per rank, the same
-/// result bit for bit as [`fold`] of each element.
+/// Vectors a thread folds at once: their loads from one rank are all in flight
+/// together. One at a time, a thread waits a whole load latency per rank and vector,
+/// which below a few MiB (a collective's few blocks) bounded the reductions' time.
+const IN_FLIGHT: usize = 8;
+
+/// `[f(0), f(1), .., f(IN_FLIGHT - 1)]` written out: straight-line code, where a loop
+/// (or `array::map`) over a batch of eight-lane `bf16`/`f16` accumulators stayed a loop
+/// and kept them in local memory (the PTX showed).
+macro_rules! batch {
+    ($f:expr) => {{
+        let f = $f;
+        [f(0), f(1), f(2), f(3), f(4), f(5), f(6), f(7)]
+    }};
+}
+const _: () = assert!(IN_FLIGHT == 8, "batch! writes out IN_FLIGHT places");
+
+/// The [`granule`] elements at each of `at` in symmetric `src` (16-byte aligned on
+/// every rank) folded over every rank in rank order, one vector each: per rank, one
+/// 16-byte load per vector, all issued before any is combined; the same result bit for
+/// bit as [`fold`] of each element.
 #[inline(always)]
-unsafe fn fold_vector<T: Reducible>(team: &Team<'_>, op: ReduceOp, src: *const T) -> U32x4 {
-    let src = src.cast::<U32x4>();
-    // SAFETY: the caller passes a symmetric, 16-byte aligned vector readable everywhere.
-    let mut acc = T::start_lanes(op, T::unpack(unsafe { team.load(src, 0) }));
+unsafe fn fold_vectors<T: Reducible>(
+    team: &Team<'_>,
+    op: ReduceOp,
+    src: *const T,
+    at: [usize; IN_FLIGHT],
+) -> [U32x4; IN_FLIGHT] {
+    // SAFETY: the caller passes symmetric, 16-byte aligned vectors readable everywhere.
+    let from = |r| unsafe { team.load_each::<T, U32x4, IN_FLIGHT>(src, &at, r) };
+    let first = from(0);
+    let mut acc = batch!(|u: usize| T::start_lanes(op, T::unpack(first[u])));
     for r in 1..team.world() {
-        // SAFETY: as above.
-        acc = T::combine_lanes(op, acc, T::unpack(unsafe { team.load(src, r) }));
+        let vs = from(r);
+        acc = batch!(|u: usize| T::combine_lanes(op, acc[u], T::unpack(vs[u])));
     }
-    T::pack(acc)
+    batch!(|u: usize| T::pack(acc[u]))
 }
 
-/// Calls `vector(i)` for this thread's 16-byte groups of `granule` elements of
-/// `start..start + len` (`start` a multiple of the granule) when `aligned`, and
-/// `scalar(i)` for the remaining elements, threads striding over both.
+/// Folds this thread's elements of `start..start + len` (`start` a multiple of the
+/// granule) over every rank's symmetric `src` and hands the results to `put`: when
+/// `aligned`, 16-byte groups of [`granule`] elements as vectors, [`IN_FLIGHT`] at a
+/// time, to `vectors((at, vs, real))` (element indices and their vectors, the first
+/// `real` of them this thread's: a last, partial round reloads its first vector in the
+/// other places; whole arrays, not slices, so that they stay in registers);
+/// the remaining elements one by one to `scalar(i, x)`. Threads stride over both.
+///
+/// # Safety
+/// `src.add(i)` symmetric and readable on every rank for every `i` in the range, 16-byte
+/// aligned everywhere when `aligned`.
 #[inline(always)]
-fn for_my_elements<T>(
-    tid: usize,
-    threads: usize,
-    start: usize,
-    len: usize,
+#[allow(clippy::too_many_arguments)]
+unsafe fn fold_my_elements<T: Reducible>(
+    (tid, threads): (usize, usize),
+    team: &Team<'_>,
+    op: ReduceOp,
+    src: *const T,
+    (start, len): (usize, usize),
     aligned: bool,
-    mut vector: impl FnMut(usize),
-    mut scalar: impl FnMut(usize),
+    mut vectors: impl FnMut((&[usize; IN_FLIGHT], &[U32x4; IN_FLIGHT], usize)),
+    mut scalar: impl FnMut(usize, T),
 ) {
     let g = granule::<T>();
     let whole = if aligned { len / g } else { 0 };
     let mut j = tid;
     while j < whole {
-        vector(start + j * g);
-        j += threads;
+        let real = (whole - j).div_ceil(threads).min(IN_FLIGHT);
+        let vector = |u| if u < real { j + u * threads } else { j };
+        let at = core::array::from_fn(|u| start + vector(u) * g);
+        // SAFETY: every index is one of this thread's whole vectors (forwarded).
+        let vs = unsafe { fold_vectors(team, op, src, at) };
+        vectors((&at, &vs, real));
+        j += IN_FLIGHT * threads;
     }
     let mut i = start + whole * g + tid;
     while i < start + len {
-        scalar(i);
+        // SAFETY: inside the range (forwarded).
+        scalar(i, unsafe { fold(team, op, src.add(i)) });
         i += threads;
     }
 }
@@ -701,17 +740,21 @@ pub unsafe fn all_reduce_one_shot_from<A: Arch, T: Reducible>(
             // Peers may not be in this call: nothing goes to them.
             return;
         }
-        for_my_elements::<T>(
-            tid,
-            threads,
-            start,
-            len,
+        fold_my_elements(
+            (tid, threads),
+            sources,
+            op,
+            src,
+            (start, len),
             aligned,
-            |i| {
-                let v = fold_vector(sources, op, src.add(i));
-                dst.add(i).cast::<U32x4>().write(v);
+            |(at, vs, real)| {
+                for u in 0..IN_FLIGHT {
+                    if u < real {
+                        dst.add(at[u]).cast::<U32x4>().write(vs[u]);
+                    }
+                }
             },
-            |i| dst.add(i).write(fold(sources, op, src.add(i))),
+            |i, x| dst.add(i).write(x),
         );
         // Its outcome reaches the host through the rank's control block.
         let _ = team.barrier_block(arch, sig);
@@ -778,20 +821,19 @@ pub unsafe fn all_reduce_two_shot_through<A: Arch, T: Reducible>(
             // Peers may not be in this call: nothing goes to them.
             return;
         }
-        for_my_elements::<T>(
-            tid,
-            threads,
-            start + piece,
-            plen,
+        fold_my_elements(
+            (tid, threads),
+            sources,
+            op,
+            src,
+            (start + piece, plen),
             aligned,
-            |i| {
-                let v = fold_vector(sources, op, src.add(i));
+            |batch| {
                 for k in 0..world {
-                    destinations.store(dst.add(i).cast::<U32x4>(), v, (rank + k) % world);
+                    destinations.store_each(dst, batch, (rank + k) % world);
                 }
             },
-            |i| {
-                let v = fold(sources, op, src.add(i));
+            |i, v| {
                 for k in 0..world {
                     destinations.store(dst.add(i), v, (rank + k) % world);
                 }
@@ -832,17 +874,21 @@ pub unsafe fn reduce_scatter<A: Arch, T: Reducible>(
             // Peers may not be in this call: nothing goes to them.
             return;
         }
-        for_my_elements::<T>(
-            tid,
-            threads,
-            start,
-            len,
+        fold_my_elements(
+            (tid, threads),
+            team,
+            op,
+            chunk,
+            (start, len),
             aligned,
-            |i| {
-                let v = fold_vector(team, op, chunk.add(i));
-                dst.add(i).cast::<U32x4>().write(v);
+            |(at, vs, real)| {
+                for u in 0..IN_FLIGHT {
+                    if u < real {
+                        dst.add(at[u]).cast::<U32x4>().write(vs[u]);
+                    }
+                }
             },
-            |i| dst.add(i).write(fold(team, op, chunk.add(i))),
+            |i, x| dst.add(i).write(x),
         );
         // Its outcome reaches the host through the rank's control block.
         let _ = team.barrier_block(arch, sig);

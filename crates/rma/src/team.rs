@@ -209,6 +209,56 @@ impl<'a> Team<'a> {
         }
     }
 
+    /// [`Team::load`] of the `V` at symmetric `p.add(at[u])` on rank `from` for every
+    /// `u`, translating `p` once: the loads of a batch are issued together, with one
+    /// check of the table entry instead of one branch each.
+    ///
+    /// # Safety
+    /// As [`Team::load`] for every `p.add(at[u])`.
+    #[inline(always)]
+    pub(crate) unsafe fn load_each<T: Copy, V: Copy, const N: usize>(
+        &self,
+        p: *const T,
+        at: &[usize; N],
+        from: usize,
+    ) -> [V; N] {
+        // SAFETY: forwarded from the caller.
+        match unsafe { self.reach(p.cast_mut(), from) } {
+            // SAFETY: forwarded from the caller.
+            Some(q) => core::array::from_fn(|u| unsafe { q.add(at[u]).cast::<V>().read() }),
+            // SAFETY: forwarded from the caller.
+            None => core::array::from_fn(|u| unsafe { self.load(p.add(at[u]).cast::<V>(), from) }),
+        }
+    }
+
+    /// [`Team::store`] of `vs[u]` at symmetric `p.add(at[u])` on rank `to` for each
+    /// `u < real`, translating `p` once: the stores of a batch do not each reload the
+    /// table (which the compiler must assume a store may have changed). Whole arrays
+    /// and a count, not slices, so that the batch stays in registers.
+    ///
+    /// # Safety
+    /// As [`Team::store`] for every `p.add(at[u])` with `u < real`.
+    #[inline(always)]
+    pub(crate) unsafe fn store_each<T: Copy, V: Copy, const N: usize>(
+        &self,
+        p: *mut T,
+        (at, vs, real): (&[usize; N], &[V; N], usize),
+        to: usize,
+    ) {
+        // SAFETY: forwarded from the caller.
+        let there = unsafe { self.reach(p, to) };
+        for u in 0..N {
+            if u < real {
+                match there {
+                    // SAFETY: forwarded from the caller.
+                    Some(q) => unsafe { q.add(at[u]).cast::<V>().write(vs[u]) },
+                    // SAFETY: forwarded from the caller.
+                    None => unsafe { self.store(p.add(at[u]).cast::<V>(), vs[u], to) },
+                }
+            }
+        }
+    }
+
     /// The engine's part of a block's put to off-node rank `to`: one request by thread 0
     /// where the proxy reads `src` itself (then, with `wait`, thread 0 waits until `src`
     /// may be reused), else each warp stages its share, its lanes together.
