@@ -144,7 +144,9 @@ pub const LAMPORT_AUTO_BYTES: usize = 64 << 10;
 /// 64 KiB).
 pub const ONE_SHOT_MAX_BYTES: usize = 64 << 10;
 
-pub use symmem_kernels::{GatheredParams, LamportParams, ReductionParams, TablesParams};
+pub use symmem_kernels::{
+    GatheredParams, LamportParams, ReductionParams, StagedParams, TablesParams,
+};
 
 /// An element type of the reductions: `f32`, `f64`, [`bf16`], [`f16`](struct@f16), `i32`. Its
 /// kernels, one per (algorithm, operator, type), come from
@@ -182,6 +184,10 @@ impl<T: bytemuck::Pod + symmem_kernels::ReductionKernels> Element for T {}
 /// symmetric memory of this world's heap, the handle stages it through a symmetric
 /// scratch of its own, as vLLM's and TensorRT-LLM's custom all-reduces do: the source is
 /// copied in before the kernel, the destination copied out after, on this rank's stream.
+/// The two-shot all-reduce does both inside its kernel
+/// (`symmem_all_reduce_staged_*`: each block copies its share of the source into the
+/// scratch, the two-shot runs there in place, and each block copies its share of the
+/// result out), so staging adds no launch and no barrier.
 /// The barrier-free all-reduce reads and writes only this rank's memory and stages
 /// nothing; symmetric buffers are never staged. The scratch is made by the first call
 /// that needs it and grows with the largest (twice its bytes at most, rounded up to a
@@ -454,8 +460,9 @@ impl<B: Backend> Collectives<B> {
     /// rank's memory only and copies nothing; the one-shot, two-shot and across-nodes
     /// paths read peers' `src` (and the two-shot writes peers' `dst`), so a `src` that is
     /// not symmetric memory of this world's heap, or is `dst`, is first copied into this
-    /// handle's staging scratch, and a two-shot `dst` that is not symmetric is reduced in
-    /// the scratch and copied out (see [memory the application owns](Collectives#memory-the-application-owns)).
+    /// handle's staging scratch; a two-shot where either is neither symmetric nor
+    /// registered copies `src` into the scratch, reduces there and copies the result out,
+    /// all in its one kernel (see [memory the application owns](Collectives#memory-the-application-owns)).
     /// Collective.
     ///
     /// Errors: either view shorter than `count`, [`Error::OverlappingBuffers`] for `dst`
@@ -537,33 +544,53 @@ impl<B: Backend> Collectives<B> {
                     )
                 })
             }
-            Route::TwoShot(_) if registered || in_place => {
-                let (Some(destinations), Some(sources)) =
-                    (self.table_of(&places[0]), self.table_of(&places[1]))
-                else {
-                    chosen("two-shot (staged)");
-                    let needs = [Need::Src { copy: true }, Need::Dst];
-                    return self.staged(&call, objects, checked, true, &needs, |d, s| {
-                        self.launch(T::all_reduce_two_shot(op), self.reducing(d, s, count))
-                    });
-                };
-                chosen("two-shot (through each buffer's table, nothing staged)");
-                self.unstaged(&call, [&places[0], &places[1]], checked, |d, s| {
-                    self.launch(
-                        T::all_reduce_tables(op),
-                        (
-                            d,
-                            s,
-                            self.bases(),
-                            destinations,
-                            sources,
-                            self.world_u32(),
-                            self.rank_u32(),
-                            count as u64,
-                            &self.signals,
-                        ),
-                    )
-                })
+            Route::TwoShot(kernel) => {
+                match (self.table_of(&places[0]), self.table_of(&places[1])) {
+                    (Some(destinations), Some(sources)) if registered || in_place => {
+                        chosen("two-shot (through each buffer's table, nothing staged)");
+                        self.unstaged(&call, [&places[0], &places[1]], checked, |d, s| {
+                            self.launch(
+                                T::all_reduce_tables(op),
+                                (
+                                    d,
+                                    s,
+                                    self.bases(),
+                                    destinations,
+                                    sources,
+                                    self.world_u32(),
+                                    self.rank_u32(),
+                                    count as u64,
+                                    &self.signals,
+                                ),
+                            )
+                        })
+                    }
+                    (Some(_), Some(_)) => {
+                        chosen("two-shot");
+                        // Both symmetric, apart: nothing to stage.
+                        self.staged(&call, objects, checked, true, &[], |d, s| {
+                            self.launch(kernel, self.reducing(d, s, count))
+                        })
+                    }
+                    _ => {
+                        chosen("two-shot (through scratch, copied in and out by the kernel)");
+                        self.through_scratch(&call, objects, checked, |d, s, stage| {
+                            self.launch(
+                                T::all_reduce_staged(op),
+                                (
+                                    d,
+                                    s,
+                                    self.bases(),
+                                    stage,
+                                    self.world_u32(),
+                                    self.rank_u32(),
+                                    count as u64,
+                                    &self.signals,
+                                ),
+                            )
+                        })
+                    }
+                }
             }
             Route::Lamport(kernel) => {
                 chosen("lamport");
@@ -583,13 +610,6 @@ impl<B: Backend> Collectives<B> {
             Route::OneShot(kernel) => {
                 chosen("one-shot");
                 let needs = [Need::Src { copy: true }];
-                self.staged(&call, objects, checked, true, &needs, |d, s| {
-                    self.launch(kernel, self.reducing(d, s, count))
-                })
-            }
-            Route::TwoShot(kernel) => {
-                chosen("two-shot");
-                let needs = [Need::Src { copy: true }, Need::Dst];
                 self.staged(&call, objects, checked, true, &needs, |d, s| {
                     self.launch(kernel, self.reducing(d, s, count))
                 })
@@ -1044,6 +1064,37 @@ impl<B: Backend> Collectives<B> {
         }));
         let (d, s) = self.agreed(&words, &ids, checked)?;
         run(&d, &s)
+    }
+
+    /// Runs `run` on `(dst, src, stage)` after the agreement of `call`, `stage` this
+    /// handle's staging scratch as `src.len()` elements of `T`, for a kernel that copies
+    /// through it itself (the staged two-shot). The ledger records the path, so a rank
+    /// that passed other kinds of memory is named at the next agreement.
+    fn through_scratch<T: bytemuck::Pod + 'static>(
+        &self,
+        call: &[u64],
+        (d_id, s_id): (Option<u64>, Option<u64>),
+        checked: Result<(DeviceSlice<'_, T, B>, DeviceSlice<'_, T, B>)>,
+        run: impl FnOnce(
+            &DeviceSlice<'_, T, B>,
+            &DeviceSlice<'_, T, B>,
+            &DeviceSlice<'_, T, B>,
+        ) -> Result<()>,
+    ) -> Result<()> {
+        let mut ids: Vec<u64> = d_id.into_iter().chain(s_id).collect();
+        let (d, s) = match checked {
+            Ok(views) => views,
+            Err(e) => return self.agreed(call, &ids, Err(e)),
+        };
+        let mut words = call.to_vec();
+        // Above the staged and unstaged paths' bits.
+        words.push(1 << 4);
+        let mut staging = self.staging.lock().unwrap_or_else(|p| p.into_inner());
+        let scratch = self.staging_of(&mut staging, s.byte_len())?;
+        ids.push(scratch.id());
+        self.agreed(&words, &ids, Ok(()))?;
+        let stage = scratch.as_slice().local().reinterpret::<T>(s.len())?;
+        run(&d, &s, &stage)
     }
 
     /// The ledger ids of the symmetric heap allocations that hold `dst` and `src` (each

@@ -4,8 +4,9 @@
 //! Reductions have one kernel per (operator, type):
 //! `symmem_{all_reduce_one_shot,all_reduce_two_shot,reduce_scatter}_{sum,min,max}_{ty}`,
 //! the all-reduce across nodes, `symmem_all_reduce_gathered_{sum,min,max}_{ty}`, the
-//! all-reduce of registered memory, `symmem_all_reduce_tables_{sum,min,max}_{ty}`, for `ty`
-//! in `f32`, `bf16`, `i32`, `f16`, `f64`, and the barrier-free sum,
+//! all-reduce of registered memory, `symmem_all_reduce_tables_{sum,min,max}_{ty}`, the
+//! all-reduce through symmetric scratch, `symmem_all_reduce_staged_{sum,min,max}_{ty}`, for
+//! `ty` in `f32`, `bf16`, `i32`, `f16`, `f64`, and the barrier-free sum,
 //! `symmem_all_reduce_lamport_sum_{f32,bf16,f16}`: all generated
 //! from one list of element types (`reductions!` below), which also gives the host its
 //! table of them, [`ReductionKernels`].
@@ -211,6 +212,51 @@ macro_rules! tables {
     })*};
 }
 
+/// `symmem_all_reduce_staged_{sum,min,max}_{suffix}`: the two-shot all-reduce of memory
+/// peers cannot reach, through the caller's symmetric scratch.
+macro_rules! staged {
+    ($suffix:ident, $t:ty) => {
+        staged!($suffix, $t, sum Sum, min Min, max Max);
+    };
+    ($suffix:ident, $t:ty, $($op:ident $variant:ident),*) => {$(paste_idents! {
+        /// The two-shot all-reduce of local `src` into local `dst` (`dst` may be `src`)
+        /// through `stage`, symmetric scratch of `count` elements: copied in, reduced
+        /// there in place, copied out, in one kernel. See
+        /// `symmem_rma::collectives::all_reduce_two_shot_staged`.
+        ///
+        /// # Safety
+        /// See that function.
+        #[kernel]
+        #[allow(clippy::too_many_arguments)]
+        pub unsafe fn [<symmem_all_reduce_staged_ $op _ $suffix>](
+            arch: &impl Arch,
+            dst: *mut $t,
+            src: *const $t,
+            bases: PeerTable,
+            stage: *mut $t,
+            world: u32,
+            rank: u32,
+            count: u64,
+            sig: *mut u64,
+        ) {
+            // SAFETY: forwarded from the host launch.
+            unsafe {
+                let team = bases.team(world, rank);
+                collectives::all_reduce_two_shot_staged(
+                    arch,
+                    &team,
+                    ReduceOp::$variant,
+                    dst,
+                    src,
+                    stage,
+                    count as usize,
+                    sig,
+                )
+            }
+        }
+    })*};
+}
+
 /// `symmem_all_reduce_lamport_sum_{suffix}`: the barrier-free all-reduce, for a type
 /// listed with `lamport`.
 macro_rules! lamport {
@@ -267,6 +313,9 @@ macro_rules! table {
             fn all_reduce_tables(op: ReduceOp) -> Kernel<TablesParams<Self>> {
                 by_op!(op, symmem_all_reduce_tables, $suffix)
             }
+            fn all_reduce_staged(op: ReduceOp) -> Kernel<StagedParams<Self>> {
+                by_op!(op, symmem_all_reduce_staged, $suffix)
+            }
             fn all_reduce_lamport(op: ReduceOp) -> Option<Kernel<LamportParams<Self>>> {
                 match op {
                     ReduceOp::Sum => lamport_sum!($suffix, $($lamport)?),
@@ -315,6 +364,7 @@ macro_rules! reductions {
         $(gathered!($suffix, $t);)*
         $(tables!($suffix, $t);)*
         $($(lamport!($lamport, $suffix, $t);)?)*
+        $(staged!($suffix, $t);)*
         $(table!($suffix, $t, $($lamport)?);)*
     };
 }
@@ -364,6 +414,11 @@ pub type TablesParams<T> = (
     *mut u64,
 );
 
+/// The parameters of the staged all-reduce: `dst`, `src`, the heap table, the scratch,
+/// `world`, `rank`, `count`, the signal array.
+#[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+pub type StagedParams<T> = (*mut T, *const T, PeerTable, *mut T, u32, u32, u64, *mut u64);
+
 /// The parameters of the barrier-free all-reduce: `dst`, `src`, the heap table, `world`,
 /// `rank`, `count`, the workspace, its slot capacity in bytes.
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
@@ -385,6 +440,8 @@ pub trait ReductionKernels: Sized + 'static + sealed::Sealed {
     fn all_reduce_gathered(op: ReduceOp) -> Kernel<GatheredParams<Self>>;
     /// The two-shot all-reduce kernel of registered memory for `op`.
     fn all_reduce_tables(op: ReduceOp) -> Kernel<TablesParams<Self>>;
+    /// The two-shot all-reduce kernel through symmetric scratch for `op`.
+    fn all_reduce_staged(op: ReduceOp) -> Kernel<StagedParams<Self>>;
     /// The barrier-free all-reduce kernel for `op`, if there is one (sums of the types
     /// listed with `lamport`).
     fn all_reduce_lamport(op: ReduceOp) -> Option<Kernel<LamportParams<Self>>>;

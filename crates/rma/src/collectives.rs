@@ -665,9 +665,7 @@ unsafe fn fold_my_elements<T: Reducible>(
     let whole = if aligned { len / g } else { 0 };
     let mut j = tid;
     while j < whole {
-        let real = (whole - j).div_ceil(threads).min(IN_FLIGHT);
-        let vector = |u| if u < real { j + u * threads } else { j };
-        let at = core::array::from_fn(|u| start + vector(u) * g);
+        let (at, real) = batch_at(j, threads, start, whole, g);
         // SAFETY: every index is one of this thread's whole vectors (forwarded).
         let vs = unsafe { fold_vectors(team, op, src, at) };
         vectors((&at, &vs, real));
@@ -678,6 +676,60 @@ unsafe fn fold_my_elements<T: Reducible>(
         // SAFETY: inside the range (forwarded).
         scalar(i, unsafe { fold(team, op, src.add(i)) });
         i += threads;
+    }
+}
+
+/// The element indices of the batch of whole vectors a thread starts at vector `j` of
+/// `whole` (`start + v * g` for vectors `j`, `j + threads`, ..), and how many of
+/// them are real: the places past the last are vector `j` again.
+#[inline(always)]
+fn batch_at(
+    j: usize,
+    threads: usize,
+    start: usize,
+    whole: usize,
+    g: usize,
+) -> ([usize; IN_FLIGHT], usize) {
+    let real = (whole - j).div_ceil(threads).min(IN_FLIGHT);
+    let vector = |u| if u < real { j + u * threads } else { j };
+    (batch!(|u: usize| start + vector(u) * g), real)
+}
+
+/// Copies this thread's elements of `start..start + len` from local `src` to local
+/// `dst`: when `aligned`, 16-byte vectors, [`IN_FLIGHT`] loads before their stores,
+/// then the rest element by element. Threads stride over both.
+///
+/// # Safety
+/// `src` readable and `dst` writable over the range, not overlapping, both 16-byte
+/// aligned when `aligned`.
+#[inline(always)]
+unsafe fn copy_my_elements<T: Copy>(
+    (tid, threads): (usize, usize),
+    dst: *mut T,
+    src: *const T,
+    (start, len): (usize, usize),
+    aligned: bool,
+) {
+    let g = granule::<T>();
+    let whole = if aligned { len / g } else { 0 };
+    let mut j = tid;
+    // SAFETY: every index lies in the range (forwarded).
+    unsafe {
+        while j < whole {
+            let (at, real) = batch_at(j, threads, start, whole, g);
+            let vs = batch!(|u: usize| src.add(at[u]).cast::<U32x4>().read());
+            for u in 0..IN_FLIGHT {
+                if u < real {
+                    dst.add(at[u]).cast::<U32x4>().write(vs[u]);
+                }
+            }
+            j += IN_FLIGHT * threads;
+        }
+        let mut i = start + whole * g + tid;
+        while i < start + len {
+            dst.add(i).write(src.add(i).read());
+            i += threads;
+        }
     }
 }
 
@@ -841,6 +893,73 @@ pub unsafe fn all_reduce_two_shot_through<A: Arch, T: Reducible>(
         );
         // Its outcome reaches the host through the rank's control block.
         let _ = team.barrier_block(arch, sig);
+    }
+}
+
+/// [`all_reduce_two_shot`] of memory peers cannot reach, through this rank's symmetric
+/// scratch `stage`: each block copies its share of local `src` into `stage`, the
+/// two-shot runs in place on `stage` (every rank's piece reduced and written into every
+/// rank's `stage`), and each block copies its share of the result out into local `dst`:
+/// one kernel, the same two barriers, instead of a copy in and a copy out around the
+/// two-shot. `dst` may be `src` (in place).
+///
+/// # Safety
+/// `src` local with `count` readable elements, `dst` local with `count` writable ones
+/// (the same as `src` or not overlapping it), `stage` symmetric with `count` elements
+/// that no one else uses during the call, all aligned for `T`; `sig` and launches as in
+/// the module docs.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn all_reduce_two_shot_staged<A: Arch, T: Reducible>(
+    arch: &A,
+    team: &Team<'_>,
+    op: ReduceOp,
+    dst: *mut T,
+    src: *const T,
+    stage: *mut T,
+    count: usize,
+    sig: *mut u64,
+) {
+    let (world, rank) = (team.world(), team.rank());
+    let sig = block_sig(arch, team, sig);
+    let (start, len) = block_share(arch, count, granule::<T>());
+    let (piece, plen) = share(len, granule::<T>(), rank, world);
+    let threads = (arch.thread_id() as usize, arch.block_dim() as usize);
+    let aligned = all_aligned([dst.addr(), src.addr(), stage.addr()]);
+    // SAFETY: forwarded from the caller; every index lies in this block's share, inside
+    // count, and vectors are used only when all three are 16-byte aligned. The block's
+    // copy in is complete and visible to its peers after the entry barrier; every
+    // rank's piece of this block's share has reached this rank's stage after the
+    // closing one, and no peer touches it again in this call.
+    unsafe {
+        copy_my_elements(threads, stage, src, (start, len), aligned);
+        if !team.barrier_block(arch, sig) {
+            // Peers may not be in this call: nothing goes to them.
+            return;
+        }
+        fold_my_elements(
+            threads,
+            team,
+            op,
+            stage,
+            (start + piece, plen),
+            aligned,
+            |batch| {
+                for k in 0..world {
+                    team.store_each(stage, batch, (rank + k) % world);
+                }
+            },
+            |i, v| {
+                for k in 0..world {
+                    team.store(stage.add(i), v, (rank + k) % world);
+                }
+            },
+        );
+        // Its outcome reaches the host through the rank's control block; after a
+        // barrier that gave up, the stage is not whole: `dst` keeps what it had.
+        if team.barrier_block(arch, sig) {
+            copy_my_elements(threads, dst, stage, (start, len), aligned);
+        }
     }
 }
 

@@ -81,6 +81,13 @@ fn all_reduce(n: usize) {
                 // In place, plain device memory.
                 c.all_reduce_in_place(&src, count, ReduceOp::Sum, algorithm)?;
                 assert_eq!(w.read(&src)?, want, "{what}: in place");
+                // In place on a view one element in: unaligned, so the staged copies and
+                // folds go element by element.
+                let wide = w.device_from_slice(&[&[0.5][..], &data(me, count)].concat())?;
+                let view = wide.slice(1..)?;
+                c.all_reduce_in_place(&view, count, ReduceOp::Sum, algorithm)?;
+                assert_eq!(w.read(&view)?, want, "{what}: in place, unaligned");
+                assert_eq!(w.read(&wide.slice(..1)?)?, [0.5], "{what}: before the view");
                 // In place, a symmetric buffer (staged too: peers read it as it is written).
                 let sym = w.full::<f32>(count, 0.0)?;
                 w.write(&sym, 0, &data(me, count))?;
