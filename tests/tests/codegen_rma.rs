@@ -286,6 +286,8 @@ fn reductions_read_16_byte_vectors_without_spills() {
     for shape in [
         "all_reduce_one_shot",
         "all_reduce_two_shot",
+        "all_reduce_tables",
+        "all_reduce_staged",
         "reduce_scatter",
     ] {
         for op in ["sum", "min", "max"] {

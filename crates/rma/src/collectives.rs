@@ -602,8 +602,10 @@ const fn granule<T>() -> usize {
 
 /// Vectors a thread folds at once: their loads from one rank are all in flight
 /// together. One at a time, a thread waits a whole load latency per rank and vector,
-/// which below a few MiB (a collective's few blocks) bounded the reductions' time.
-const IN_FLIGHT: usize = 8;
+/// which below a few MiB (a collective's few blocks) bounded the reductions' time. Four,
+/// not eight: eight `bf16` accumulators of eight `f32` lanes each spilled to scratch on
+/// gfx942 (the codegen test showed), and four keep every type in registers.
+const IN_FLIGHT: usize = 4;
 
 /// `[f(0), f(1), .., f(IN_FLIGHT - 1)]` written out: straight-line code, where a loop
 /// (or `array::map`) over a batch of eight-lane `bf16`/`f16` accumulators stayed a loop
@@ -611,10 +613,10 @@ const IN_FLIGHT: usize = 8;
 macro_rules! batch {
     ($f:expr) => {{
         let f = $f;
-        [f(0), f(1), f(2), f(3), f(4), f(5), f(6), f(7)]
+        [f(0), f(1), f(2), f(3)]
     }};
 }
-const _: () = assert!(IN_FLIGHT == 8, "batch! writes out IN_FLIGHT places");
+const _: () = assert!(IN_FLIGHT == 4, "batch! writes out IN_FLIGHT places");
 
 /// The [`granule`] elements at each of `at` in symmetric `src` (16-byte aligned on
 /// every rank) folded over every rank in rank order, one vector each: per rank, one
