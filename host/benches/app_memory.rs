@@ -7,6 +7,9 @@
 //!   registered line runs, on the heap's table: splits "in place" from "registered");
 //! - `registered_in_place`: `all_reduce_in_place` on a cudarc `CudaSlice` registered
 //!   with `World::register` (reached through its own peer table: nothing staged);
+//! - `registered_out_of_place`: from the symmetric source into that registered slice
+//!   (the same kernel as `registered_in_place`, apart: splits "registered" from "in
+//!   place");
 //! - `unregistered_in_place`: `all_reduce_in_place` on a cudarc `CudaSlice` lent with
 //!   `World::borrow_cudarc` (barrier-free as it is up to 64 KiB, staged above);
 //! - `copy_in_out`: the workaround without either: the cudarc slice copied into a
@@ -49,10 +52,11 @@ const SIZES: [usize; 11] = [
 const MAX: usize = 64 << 20;
 const CALLS: usize = 20;
 const TRIALS: usize = 3;
-const LINES: [&str; 5] = [
+const LINES: [&str; 6] = [
     "symmetric",
     "symmetric_in_place",
     "registered_in_place",
+    "registered_out_of_place",
     "unregistered_in_place",
     "copy_in_out",
 ];
@@ -94,12 +98,13 @@ fn rank_rows(world: &World<Cuda>) -> std::result::Result<Rows, Failed> {
         let lent_view = symmem::AsDeviceSlice::as_device_slice(lent).slice(..count)?;
         let reg_view = registered.slice(..count)?;
         let (src_view, dst_view) = (src.slice(..count)?.local(), dst.slice(..count)?.local());
-        let calls: [Box<dyn Fn() -> Result<()> + '_>; 5] = [
+        let calls: [Box<dyn Fn() -> Result<()> + '_>; 6] = [
             Box::new(move || app.all_reduce(dst, src, count, ReduceOp::Sum, Algorithm::Auto)),
             Box::new(move || app.all_reduce_in_place(src, count, ReduceOp::Sum, Algorithm::Auto)),
             Box::new(move || {
                 app.all_reduce_in_place(&reg_view, count, ReduceOp::Sum, Algorithm::Auto)
             }),
+            Box::new(move || app.all_reduce(&reg_view, src, count, ReduceOp::Sum, Algorithm::Auto)),
             Box::new(move || {
                 app.all_reduce_in_place(&lent_view, count, ReduceOp::Sum, Algorithm::Auto)
             }),
@@ -123,6 +128,10 @@ fn rank_rows(world: &World<Cuda>) -> std::result::Result<Rows, Failed> {
                 }
                 "registered_in_place" => {
                     world.write(&reg_view, 0, &mine)?;
+                    reg_view.local()
+                }
+                "registered_out_of_place" => {
+                    world.write(src, 0, &mine)?;
                     reg_view.local()
                 }
                 _ => {
