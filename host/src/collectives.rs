@@ -144,6 +144,14 @@ pub const LAMPORT_AUTO_BYTES: usize = 64 << 10;
 /// 64 KiB).
 pub const ONE_SHOT_MAX_BYTES: usize = 64 << 10;
 
+/// The largest two-shot all-reduce (bytes per rank) on memory peers cannot reach that
+/// stages inside its kernel (`symmem_all_reduce_staged_*`); above it the source is
+/// copied into the scratch and the result out with the backend's copies, which use the
+/// whole GPU where the kernel's copies use the handle's few blocks. On an H100 (ranks
+/// sharing it) the kernel staged 256 KiB in 0.85-0.92 of the copies' time at 2, 4 and 8
+/// ranks, and 1-4 MiB in 0.95-1.36 of it (`BENCHMARKS.md`, issue 43).
+pub const STAGED_KERNEL_MAX_BYTES: usize = 256 << 10;
+
 pub use symmem_kernels::{
     GatheredParams, LamportParams, ReductionParams, StagedParams, TablesParams,
 };
@@ -184,9 +192,9 @@ impl<T: bytemuck::Pod + symmem_kernels::ReductionKernels> Element for T {}
 /// symmetric memory of this world's heap, the handle stages it through a symmetric
 /// scratch of its own, as vLLM's and TensorRT-LLM's custom all-reduces do: the source is
 /// copied in before the kernel, the destination copied out after, on this rank's stream.
-/// The two-shot all-reduce does both inside its kernel
-/// (`symmem_all_reduce_staged_*`: each block copies its share of the source into the
-/// scratch, the two-shot runs there in place, and each block copies its share of the
+/// The two-shot all-reduce of up to [`STAGED_KERNEL_MAX_BYTES`] does both inside its
+/// kernel (`symmem_all_reduce_staged_*`: each block copies its share of the source into
+/// the scratch, the two-shot runs there in place, and each block copies its share of the
 /// result out), so staging adds no launch and no barrier.
 /// The barrier-free all-reduce reads and writes only this rank's memory and stages
 /// nothing; symmetric buffers are never staged. The scratch is made by the first call
@@ -461,8 +469,8 @@ impl<B: Backend> Collectives<B> {
     /// paths read peers' `src` (and the two-shot writes peers' `dst`), so a `src` that is
     /// not symmetric memory of this world's heap, or is `dst`, is first copied into this
     /// handle's staging scratch; a two-shot where either is neither symmetric nor
-    /// registered copies `src` into the scratch, reduces there and copies the result out,
-    /// all in its one kernel (see [memory the application owns](Collectives#memory-the-application-owns)).
+    /// registered copies `src` into the scratch, reduces there and copies the result out
+    /// (in its one kernel up to [`STAGED_KERNEL_MAX_BYTES`]; see [memory the application owns](Collectives#memory-the-application-owns)).
     /// Collective.
     ///
     /// Errors: either view shorter than `count`, [`Error::OverlappingBuffers`] for `dst`
@@ -569,6 +577,13 @@ impl<B: Backend> Collectives<B> {
                         chosen("two-shot");
                         // Both symmetric, apart: nothing to stage.
                         self.staged(&call, objects, checked, true, &[], |d, s| {
+                            self.launch(kernel, self.reducing(d, s, count))
+                        })
+                    }
+                    _ if bytes > STAGED_KERNEL_MAX_BYTES => {
+                        chosen("two-shot (staged: copied in and out around the kernel)");
+                        let needs = [Need::Src { copy: true }, Need::Dst];
+                        self.staged(&call, objects, checked, true, &needs, |d, s| {
                             self.launch(kernel, self.reducing(d, s, count))
                         })
                     }

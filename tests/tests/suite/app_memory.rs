@@ -112,6 +112,27 @@ fn all_reduce(n: usize) {
     });
 }
 
+/// The two-shot above [`symmem::collectives::STAGED_KERNEL_MAX_BYTES`] on plain memory:
+/// staged with the backend's copies instead of inside the kernel, in place and out of
+/// place (the other tests' counts stay below it).
+fn all_reduce_staged_by_copies(n: usize) {
+    run(n, |w| {
+        let c = Collectives::new(&w)?;
+        let me = w.rank();
+        let count = symmem::collectives::STAGED_KERNEL_MAX_BYTES / 4 + 3;
+        let want: Vec<f32> = (0..count)
+            .map(|i| (0..n).map(|r| value(r, i)).sum())
+            .collect();
+        let src = w.device_from_slice(&data(me, count))?;
+        let dst = w.device_zeros::<f32>(count)?;
+        c.all_reduce(&dst, &src, count, ReduceOp::Sum, Algorithm::Auto)?;
+        assert_eq!(w.read(&dst)?, want, "rank {me}: out of place");
+        c.all_reduce_in_place(&src, count, ReduceOp::Sum, Algorithm::TwoShot)?;
+        assert_eq!(w.read(&src)?, want, "rank {me}: in place");
+        c.finalize()
+    });
+}
+
 fn byte_collectives(n: usize) {
     run(n, |w| {
         let c = Collectives::new(&w)?;
@@ -231,6 +252,7 @@ fn captured_once_the_scratch_is_reserved(n: usize) {
 
 per_world! {
     all_reduce;
+    all_reduce_staged_by_copies;
     byte_collectives;
     staging_is_made_once_and_symmetric_memory_never_staged;
     captured_once_the_scratch_is_reserved;
