@@ -148,8 +148,9 @@ pub const ONE_SHOT_MAX_BYTES: usize = 64 << 10;
 /// stages inside its kernel (`symmem_all_reduce_staged_*`); above it the source is
 /// copied into the scratch and the result out with the backend's copies, which use the
 /// whole GPU where the kernel's copies use the handle's few blocks. On an H100 (ranks
-/// sharing it) the kernel staged 256 KiB in 0.85-0.92 of the copies' time at 2, 4 and 8
-/// ranks, and 1-4 MiB in 0.95-1.36 of it (`BENCHMARKS.md`, issue 43).
+/// sharing it) the kernel staged 256 KiB in 0.89-0.92 of the copies' time at 2, 4 and 8
+/// ranks, and 1-4 MiB in 0.85-1.36 of it, the most at 2 ranks, where each rank's copies
+/// have the GPU to themselves (`BENCHMARKS.md`, issue 43).
 pub const STAGED_KERNEL_MAX_BYTES: usize = 256 << 10;
 
 pub use symmem_kernels::{
