@@ -884,23 +884,14 @@ pub unsafe fn all_reduce_two_shot_through<A: Arch, T: Reducible>(
             // Peers may not be in this call: nothing goes to them.
             return;
         }
-        fold_my_elements(
+        reduce_to_every_rank(
             (tid, threads),
-            sources,
+            (destinations, sources),
             op,
+            dst,
             src,
             (start + piece, plen),
             aligned,
-            |batch| {
-                for k in 0..world {
-                    destinations.store_each(dst, batch, (rank + k) % world);
-                }
-            },
-            |i, v| {
-                for k in 0..world {
-                    destinations.store(dst.add(i), v, (rank + k) % world);
-                }
-            },
         );
         // Its outcome reaches the host through the rank's control block.
         let _ = team.barrier_block(arch, sig);
@@ -948,29 +939,64 @@ pub unsafe fn all_reduce_two_shot_staged<A: Arch, T: Reducible>(
             // Peers may not be in this call: nothing goes to them.
             return;
         }
-        fold_my_elements(
+        reduce_to_every_rank(
             threads,
-            team,
+            (team, team),
             op,
+            stage,
             stage,
             (start + piece, plen),
             aligned,
-            |batch| {
-                for k in 0..world {
-                    team.store_each(stage, batch, (rank + k) % world);
-                }
-            },
-            |i, v| {
-                for k in 0..world {
-                    team.store(stage.add(i), v, (rank + k) % world);
-                }
-            },
         );
         // Its outcome reaches the host through the rank's control block; after a
         // barrier that gave up, the stage is not whole: `dst` keeps what it had.
         if team.barrier_block(arch, sig) {
             copy_my_elements(threads, dst, stage, (start, len), aligned);
         }
+    }
+}
+
+/// The two-shot's step: this thread's elements of `start..start + len` folded over
+/// every rank's `src` (read through `sources`) and written into every rank's `dst`
+/// (through `destinations`), each rank's copy in turn from this rank's own on.
+///
+/// # Safety
+/// As [`fold_my_elements`] for `src` through `sources`; `dst` the same through
+/// `destinations`, writable on every rank, and no one else's over the range; `dst` may
+/// be `src` (each element is read, on every rank, only by the thread that then writes
+/// it).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn reduce_to_every_rank<T: Reducible>(
+    threads: (usize, usize),
+    (destinations, sources): (&Team<'_>, &Team<'_>),
+    op: ReduceOp,
+    dst: *mut T,
+    src: *const T,
+    range: (usize, usize),
+    aligned: bool,
+) {
+    let (world, rank) = (destinations.world(), destinations.rank());
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        fold_my_elements(
+            threads,
+            sources,
+            op,
+            src,
+            range,
+            aligned,
+            |batch| {
+                for k in 0..world {
+                    destinations.store_each(dst, batch, (rank + k) % world);
+                }
+            },
+            |i, v| {
+                for k in 0..world {
+                    destinations.store(dst.add(i), v, (rank + k) % world);
+                }
+            },
+        );
     }
 }
 
