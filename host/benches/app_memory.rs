@@ -3,6 +3,10 @@
 //! barrier-free slot, measured in the same run:
 //!
 //! - `symmetric`: today's all-reduce between two symmetric buffers (out of place);
+//! - `symmetric_ping_pong`: the same, the two buffers swapping roles on every call, so
+//!   that each call reads what the one before wrote (as in place, and as an application
+//!   whose input is new on every step), where `symmetric` reads the same source every
+//!   time;
 //! - `symmetric_in_place`: `all_reduce_in_place` on a symmetric buffer (the kernel the
 //!   registered line runs, on the heap's table: splits "in place" from "registered");
 //! - `registered_in_place`: `all_reduce_in_place` on a cudarc `CudaSlice` registered
@@ -52,8 +56,9 @@ const SIZES: [usize; 11] = [
 const MAX: usize = 64 << 20;
 const CALLS: usize = 20;
 const TRIALS: usize = 3;
-const LINES: [&str; 6] = [
+const LINES: [&str; 7] = [
     "symmetric",
+    "symmetric_ping_pong",
     "symmetric_in_place",
     "registered_in_place",
     "registered_out_of_place",
@@ -98,8 +103,18 @@ fn rank_rows(world: &World<Cuda>) -> std::result::Result<Rows, Failed> {
         let lent_view = symmem::AsDeviceSlice::as_device_slice(lent).slice(..count)?;
         let reg_view = registered.slice(..count)?;
         let (src_view, dst_view) = (src.slice(..count)?.local(), dst.slice(..count)?.local());
-        let calls: [Box<dyn Fn() -> Result<()> + '_>; 6] = [
+        // The ping-pong line's direction: from `src` first (its check), then alternating.
+        let back = std::cell::Cell::new(false);
+        let calls: [Box<dyn Fn() -> Result<()> + '_>; 7] = [
             Box::new(move || app.all_reduce(dst, src, count, ReduceOp::Sum, Algorithm::Auto)),
+            Box::new(move || {
+                let (to, from) = if back.replace(!back.get()) {
+                    (src, dst)
+                } else {
+                    (dst, src)
+                };
+                app.all_reduce(to, from, count, ReduceOp::Sum, Algorithm::Auto)
+            }),
             Box::new(move || app.all_reduce_in_place(src, count, ReduceOp::Sum, Algorithm::Auto)),
             Box::new(move || {
                 app.all_reduce_in_place(&reg_view, count, ReduceOp::Sum, Algorithm::Auto)
@@ -118,7 +133,7 @@ fn rank_rows(world: &World<Cuda>) -> std::result::Result<Rows, Failed> {
             // Checked once: every rank's (rank + 0.5) summed.
             let mine = vec![rank as f32 + 0.5; count];
             let out = match line {
-                "symmetric" => {
+                "symmetric" | "symmetric_ping_pong" => {
                     world.write(src, 0, &mine)?;
                     dst_view
                 }
