@@ -29,6 +29,7 @@
 //! arithmetic on the data), so every target serves every type: `f64` adds, mins and
 //! maxes are native on sm_90 and gfx942/gfx950; `bf16` and `f16` are widened to `f32`.
 
+use crate::team::write_each;
 use crate::{Team, U32x4, bf16, copy::share, f16, signal::barrier_words};
 use symmem_arch::Arch;
 
@@ -641,7 +642,7 @@ unsafe fn fold_vectors<T: Reducible>(
 }
 
 /// Folds this thread's elements of `start..start + len` (`start` a multiple of the
-/// granule) over every rank's symmetric `src` and hands the results to `put`: when
+/// granule) over every rank's symmetric `src` and hands the results on: when
 /// `aligned`, 16-byte groups of [`granule`] elements as vectors, [`IN_FLIGHT`] at a
 /// time, to `vectors((at, vs, real))` (element indices and their vectors, the first
 /// `real` of them this thread's: a last, partial round reloads its first vector in the
@@ -667,7 +668,7 @@ unsafe fn fold_my_elements<T: Reducible>(
     let whole = if aligned { len / g } else { 0 };
     let mut j = tid;
     while j < whole {
-        let (at, real) = batch_at(j, threads, start, whole, g);
+        let (at, real) = batch_at::<IN_FLIGHT>(j, threads, start, whole, g);
         // SAFETY: every index is one of this thread's whole vectors (forwarded).
         let vs = unsafe { fold_vectors(team, op, src, at) };
         vectors((&at, &vs, real));
@@ -681,25 +682,26 @@ unsafe fn fold_my_elements<T: Reducible>(
     }
 }
 
-/// The element indices of the batch of whole vectors a thread starts at vector `j` of
-/// `whole` (`start + v * g` for vectors `j`, `j + threads`, ..), and how many of
+/// The element indices of the batch of `N` whole vectors a thread starts at vector `j`
+/// of `whole` (`start + v * g` for vectors `j`, `j + threads`, ..), and how many of
 /// them are real: the places past the last are vector `j` again.
 #[inline(always)]
-fn batch_at(
+fn batch_at<const N: usize>(
     j: usize,
     threads: usize,
     start: usize,
     whole: usize,
     g: usize,
-) -> ([usize; IN_FLIGHT], usize) {
-    let real = (whole - j).div_ceil(threads).min(IN_FLIGHT);
+) -> ([usize; N], usize) {
+    let real = (whole - j).div_ceil(threads).min(N);
     let vector = |u| if u < real { j + u * threads } else { j };
-    (batch!(|u: usize| start + vector(u) * g), real)
+    (core::array::from_fn(|u| start + vector(u) * g), real)
 }
 
 /// Vectors a thread copies at once ([`copy_my_elements`]): a copy holds no accumulators,
-/// so more of its loads fit in registers than a fold's, and a collective's few blocks
-/// copy at four times the rate they did with [`IN_FLIGHT`].
+/// so more of its loads fit in registers than a fold's (against [`IN_FLIGHT`] on an
+/// H100, the staged all-reduce went from 18.3 to 16.8 us at 1 MiB on 2 ranks, and
+/// was unchanged at 256 KiB: `BENCHMARKS.md`, issue 43).
 const COPY_IN_FLIGHT: usize = 16;
 
 /// Copies this thread's elements of `start..start + len` from local `src` to local
@@ -723,17 +725,10 @@ unsafe fn copy_my_elements<T: Copy>(
     // SAFETY: every index lies in the range (forwarded).
     unsafe {
         while j < whole {
-            // As `batch_at`, wider: the places past the last real one reload vector `j`.
-            let real = (whole - j).div_ceil(threads).min(COPY_IN_FLIGHT);
-            let vector = |u| if u < real { j + u * threads } else { j };
-            let at: [usize; COPY_IN_FLIGHT] = core::array::from_fn(|u| start + vector(u) * g);
+            let (at, real) = batch_at::<COPY_IN_FLIGHT>(j, threads, start, whole, g);
             let vs: [U32x4; COPY_IN_FLIGHT] =
                 core::array::from_fn(|u| src.add(at[u]).cast::<U32x4>().read());
-            for u in 0..COPY_IN_FLIGHT {
-                if u < real {
-                    dst.add(at[u]).cast::<U32x4>().write(vs[u]);
-                }
-            }
+            write_each(dst, (&at, &vs, real));
             j += COPY_IN_FLIGHT * threads;
         }
         let mut i = start + whole * g + tid;
@@ -810,13 +805,7 @@ pub unsafe fn all_reduce_one_shot_from<A: Arch, T: Reducible>(
             src,
             (start, len),
             aligned,
-            |(at, vs, real)| {
-                for u in 0..IN_FLIGHT {
-                    if u < real {
-                        dst.add(at[u]).cast::<U32x4>().write(vs[u]);
-                    }
-                }
-            },
+            |batch| write_each(dst, batch),
             |i, x| dst.add(i).write(x),
         );
         // Its outcome reaches the host through the rank's control block.
@@ -1037,13 +1026,7 @@ pub unsafe fn reduce_scatter<A: Arch, T: Reducible>(
             chunk,
             (start, len),
             aligned,
-            |(at, vs, real)| {
-                for u in 0..IN_FLIGHT {
-                    if u < real {
-                        dst.add(at[u]).cast::<U32x4>().write(vs[u]);
-                    }
-                }
-            },
+            |batch| write_each(dst, batch),
             |i, x| dst.add(i).write(x),
         );
         // Its outcome reaches the host through the rank's control block.

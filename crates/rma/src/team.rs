@@ -246,14 +246,15 @@ impl<'a> Team<'a> {
         to: usize,
     ) {
         // SAFETY: forwarded from the caller.
-        let there = unsafe { self.reach(p, to) };
-        for u in 0..N {
-            if u < real {
-                match there {
-                    // SAFETY: forwarded from the caller.
-                    Some(q) => unsafe { q.add(at[u]).cast::<V>().write(vs[u]) },
-                    // SAFETY: forwarded from the caller.
-                    None => unsafe { self.store(p.add(at[u]).cast::<V>(), vs[u], to) },
+        match unsafe { self.reach(p, to) } {
+            // SAFETY: forwarded from the caller.
+            Some(q) => unsafe { write_each(q, (at, vs, real)) },
+            None => {
+                for u in 0..N {
+                    if u < real {
+                        // SAFETY: forwarded from the caller.
+                        unsafe { self.store(p.add(at[u]).cast::<V>(), vs[u], to) }
+                    }
                 }
             }
         }
@@ -1028,5 +1029,24 @@ fn engine_share<A: Arch>(arch: &A, n: usize, min_piece: usize, group: u32) -> (u
         copy::share(n, copy::VECTOR_BYTES, part, parts)
     } else {
         (0, 0)
+    }
+}
+
+/// Writes `vs[u]` at `p.add(at[u])` (plain stores of `V`) for each `u < real`: a batch
+/// of [`Team::store_each`] once translated, or of a thread's own memory. Whole arrays
+/// and a count, not slices, so that the batch stays in registers.
+///
+/// # Safety
+/// Every `p.add(at[u])` with `u < real` writable for a `V`, aligned for it.
+#[inline(always)]
+pub(crate) unsafe fn write_each<T, V: Copy, const N: usize>(
+    p: *mut T,
+    (at, vs, real): (&[usize; N], &[V; N], usize),
+) {
+    for u in 0..N {
+        if u < real {
+            // SAFETY: forwarded from the caller.
+            unsafe { p.add(at[u]).cast::<V>().write(vs[u]) }
+        }
     }
 }
