@@ -1,6 +1,7 @@
 //! Builds symmem's own kernel crate (`symmem-kernels`) into code objects with
 //! `symmem-build`, as any application's `build.rs` does, twice (with the off-node engine,
-//! and without it for worlds on one node); `code_objects.rs` embeds both.
+//! and without it for worlds on one node), and a third time with NVSHMEM's device library
+//! under feature `nvshmem`; `code_objects.rs` embeds them.
 
 fn main() {
     // Where cargo put symmem-kernels' sources (this workspace, or the registry's cache):
@@ -17,4 +18,14 @@ fn main() {
         .variant("symmem_kernels_on_node", "on-node")
         .build()
         .expect("building symmem's GPU kernels for one node");
+    // With symmem's feature `nvshmem`: the same kernels whose off-node path calls NVSHMEM's
+    // device library, linked in (the install `SYMMEM_NVSHMEM_HOME` or `NVSHMEM_HOME` names),
+    // for worlds whose transport is NVSHMEM (`transport::nvshmem`).
+    if std::env::var_os("CARGO_FEATURE_NVSHMEM").is_some() {
+        symmem_build::KernelCrate::new(&kernels)
+            .variant("symmem_kernels_nvshmem", "nvshmem")
+            .nvshmem()
+            .build()
+            .expect("building symmem's GPU kernels with NVSHMEM");
+    }
 }

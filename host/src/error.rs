@@ -289,6 +289,43 @@ pub enum Error {
         /// The backend.
         backend: &'static str,
     },
+    /// NVSHMEM's host library (for the NVSHMEM transport) cannot be loaded, or lacks an
+    /// entry point symmem calls.
+    #[error(
+        "cannot use NVSHMEM ({library}): {why}; install NVSHMEM 3.2 or later (a release, or \
+         the nvidia-nvshmem-cu12/cu13 wheel) and add its lib folder to LD_LIBRARY_PATH, or \
+         name the library in SYMMEM_NVSHMEM_LIB"
+    )]
+    NvshmemUnavailable {
+        /// The library (a path or name), or which rank's library.
+        library: String,
+        /// What went wrong (the loader's message).
+        why: String,
+    },
+    /// An NVSHMEM host call failed.
+    #[error(
+        "NVSHMEM's {call} failed (status {status}): run with NVSHMEM_DEBUG=INFO to see why \
+         (for PEs on one machine: NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME=lo; on one GPU, MPS)"
+    )]
+    NvshmemFailed {
+        /// The call.
+        call: &'static str,
+        /// What it returned.
+        status: i32,
+    },
+    /// Ranks chose different off-node transports ([`Config::off_node`](crate::Config::off_node)).
+    #[error(
+        "rank {rank} chose off-node transport {found}, rank 0 chose {expected}: set \
+         Config::off_node (or SYMMEM_OFF_NODE) alike on every rank"
+    )]
+    OffNodeMismatch {
+        /// The first rank whose choice differs from rank 0's.
+        rank: usize,
+        /// Rank 0's choice.
+        expected: &'static str,
+        /// That rank's.
+        found: &'static str,
+    },
     /// A backend whose runtime library cannot be loaded.
     #[error(
         "cannot load {library}: install the GPU driver (or ROCm), or add its folder to \
@@ -963,6 +1000,12 @@ mod tests {
             => ["device 0: 9 ranks", "8 hardware queues", "set CUDA_DEVICE_MAX_CONNECTIONS to at least 9", "run the ranks as processes"];
         no_device_names_the_cpu_backend: Error::NoDevice { backend: "cuda" }
             => ["cuda: no device", "use the CPU backend (backend::cpu::Cpu)"];
+        nvshmem_unavailable_names_the_library: Error::NvshmemUnavailable { library: "libnvshmem_host.so.3".into(), why: "not found".into() }
+            => ["libnvshmem_host.so.3", "not found", "LD_LIBRARY_PATH", "SYMMEM_NVSHMEM_LIB"];
+        nvshmem_failed_names_the_call: Error::NvshmemFailed { call: "nvshmemx_hostlib_init_attr", status: 7 }
+            => ["nvshmemx_hostlib_init_attr", "status 7", "NVSHMEM_DEBUG=INFO"];
+        off_node_mismatch_names_the_rank: Error::OffNodeMismatch { rank: 2, expected: "bootstrap", found: "nvshmem" }
+            => ["rank 2 chose off-node transport nvshmem", "rank 0 chose bootstrap", "SYMMEM_OFF_NODE"];
         library_missing_names_the_library_path: Error::LibraryMissing { library: "libcuda.so" }
             => ["libcuda.so", "LD_LIBRARY_PATH"];
         missing_symbol_names_the_runtime: Error::MissingSymbol { library: "libamdhip64", symbol: "hipMemcpy" }

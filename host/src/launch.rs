@@ -165,12 +165,8 @@ impl<B: Backend> World<B> {
         let loaded = match modules.iter().find(|m| std::ptr::eq(m.objects, objects)) {
             Some(loaded) => Arc::clone(loaded),
             None => {
-                let loaded = Loaded::new(
-                    self.backend(),
-                    objects,
-                    self.control(),
-                    self.engine_ring().as_ref(),
-                )?;
+                let loaded =
+                    Loaded::new(self.backend(), objects, self.control(), self.transport())?;
                 modules.push(Arc::clone(&loaded));
                 loaded
             }

@@ -35,7 +35,7 @@
 #![no_std]
 
 #[cfg(all(feature = "nvshmem", target_arch = "nvptx64"))]
-pub mod nvshmem;
+pub use symmem_rma::nvshmem;
 mod param;
 #[cfg(all(
     target_os = "linux",

@@ -115,6 +115,48 @@ impl Ring {
 #[unsafe(no_mangle)]
 pub static mut SYMMEM_ENGINE: Ring = Ring::NONE;
 
+/// Where NVSHMEM sees this rank's heap, for a world whose off-node transport is NVSHMEM:
+/// the heap registered with NVSHMEM as symmetric memory (`nvshmemx_buffer_register_symmetric`)
+/// is reached through NVSHMEM at `alias + (p - heap_base)` for every heap address `p`.
+/// Every word zero: no NVSHMEM (the module global [`SYMMEM_NVSHMEM`] until the host sets
+/// it).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NvshmemHeap {
+    /// This rank's heap, as kernels address it.
+    pub heap_base: u64,
+    /// The heap's length in bytes.
+    pub heap_len: u64,
+    /// The heap's address in NVSHMEM's symmetric space (non-zero while the world runs).
+    pub alias: u64,
+}
+
+// SAFETY: `repr(C)` of `u64`s only: no padding, and every bit pattern is a value.
+unsafe impl bytemuck::Zeroable for NvshmemHeap {}
+// SAFETY: as above; `Copy` and `'static`.
+unsafe impl bytemuck::Pod for NvshmemHeap {}
+
+impl NvshmemHeap {
+    /// No NVSHMEM: every word zero.
+    pub const NONE: NvshmemHeap = NvshmemHeap {
+        heap_base: 0,
+        heap_len: 0,
+        alias: 0,
+    };
+}
+
+/// This rank's heap as NVSHMEM sees it, as a module global of code objects built with
+/// NVSHMEM (feature `nvshmem`, `sm_…` targets): written by the host when it loads the
+/// module into a world whose transport is NVSHMEM, [`NvshmemHeap::NONE`] otherwise, so a
+/// module built with NVSHMEM still runs in a world without it (through the ring, or
+/// nowhere). Only such builds have it; the host's documentation shows it too.
+#[cfg(any(all(feature = "nvshmem", target_arch = "nvptx64"), doc))]
+#[unsafe(no_mangle)]
+pub static mut SYMMEM_NVSHMEM: NvshmemHeap = NvshmemHeap::NONE;
+
+#[cfg(all(feature = "nvshmem", target_arch = "nvptx64"))]
+mod via_nvshmem;
+
 /// One request. Field meanings per [`kind`]; see the module documentation for `turn`.
 #[repr(C, align(64))]
 #[derive(Debug, Default)]
@@ -336,7 +378,19 @@ pub(crate) struct Ticket {
 /// of a launch).
 #[inline(always)]
 pub(crate) fn running() -> bool {
-    !cfg!(feature = "on-node") && !ring().is_null()
+    !cfg!(feature = "on-node") && (!ring().is_null() || through_nvshmem())
+}
+
+/// Whether this rank's off-node requests go through NVSHMEM (a module built with it, in
+/// a world whose transport is NVSHMEM): then each thread completes its own in a quiet
+/// ([`quiet`] on every thread), where the ring's quiet waits for the whole rank's.
+#[inline(always)]
+pub(crate) fn through_nvshmem() -> bool {
+    #[cfg(all(feature = "nvshmem", target_arch = "nvptx64"))]
+    let nvshmem = via_nvshmem::heap().is_some();
+    #[cfg(not(all(feature = "nvshmem", target_arch = "nvptx64")))]
+    let nvshmem = false;
+    nvshmem
 }
 
 /// Slots in the ring (1 without an engine): how many requests a rank has posted at once,
@@ -358,6 +412,50 @@ pub(crate) fn staged() -> bool {
     let r = ring();
     // SAFETY: the live ring's constant word.
     !r.is_null() && unsafe { (*r).direct } == 0
+}
+
+/// The block's put of `n` bytes from local `src` to `addr` (this rank's copy) on
+/// off-node rank `to` through NVSHMEM, where the world's transport is NVSHMEM (with
+/// `wait`, complete on return); false, having done nothing, otherwise.
+///
+/// # Safety
+/// Every thread of the block calls it with the same arguments, from converged control
+/// flow; `src..+n` readable until complete; `addr..+n` in this rank's copy of a
+/// symmetric allocation.
+#[inline(always)]
+pub(crate) unsafe fn put_by_block(
+    addr: u64,
+    src: *const u8,
+    n: usize,
+    to: usize,
+    wait: bool,
+) -> bool {
+    #[cfg(all(feature = "nvshmem", target_arch = "nvptx64"))]
+    if let Some(h) = via_nvshmem::heap() {
+        // SAFETY: forwarded from the caller.
+        unsafe { via_nvshmem::put_block(h, addr, src, n, to, wait) };
+        return true;
+    }
+    let _ = (addr, src, n, to, wait);
+    false
+}
+
+/// The block's get of `n` bytes at `addr` (this rank's copy) on off-node rank `from`
+/// into local `dst` through NVSHMEM, in `dst` for the whole block on return, where the
+/// world's transport is NVSHMEM; false, having done nothing, otherwise.
+///
+/// # Safety
+/// As [`put_by_block`]; `dst..+n` writable.
+#[inline(always)]
+pub(crate) unsafe fn get_by_block(dst: *mut u8, addr: u64, n: usize, from: usize) -> bool {
+    #[cfg(all(feature = "nvshmem", target_arch = "nvptx64"))]
+    if let Some(h) = via_nvshmem::heap() {
+        // SAFETY: forwarded from the caller.
+        unsafe { via_nvshmem::get_block(h, dst, addr, n, from) };
+        return true;
+    }
+    let _ = (dst, addr, n, from);
+    false
 }
 
 /// Posts `req`, first copying `stage_len` bytes from `stage_src` into the slot's staging
@@ -573,6 +671,11 @@ pub(crate) fn quiet() {
 /// [`quiet`]'s body, out of line (see [`call_outlined`]; the arguments are unused).
 #[inline(never)]
 unsafe extern "C" fn quiet_ring(_: u64, _: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
+    #[cfg(all(feature = "nvshmem", target_arch = "nvptx64"))]
+    if via_nvshmem::heap().is_some() {
+        via_nvshmem::quiet();
+        return 0;
+    }
     let r = ring();
     if r.is_null() {
         return 0;
@@ -625,6 +728,13 @@ unsafe extern "C" fn atomic_through_ring<T: AtomicInt>(
     reply: u64,
 ) -> u64 {
     let reply = reply != 0;
+    #[cfg(all(feature = "nvshmem", target_arch = "nvptx64"))]
+    if let Some(h) = via_nvshmem::heap() {
+        // SAFETY: forwarded from the caller.
+        return unsafe {
+            via_nvshmem::apply_atomic::<T>(h, code, addr, operand, compare, to as usize, reply)
+        };
+    }
     let flags =
         if reply { request::REPLY } else { 0 } | if T::SIGNED { request::SIGNED } else { 0 };
     let req = Request {
@@ -671,6 +781,11 @@ unsafe extern "C" fn load_through_ring(
     _: u64,
     _: u64,
 ) -> u64 {
+    #[cfg(all(feature = "nvshmem", target_arch = "nvptx64"))]
+    if let Some(h) = via_nvshmem::heap() {
+        // SAFETY: forwarded from the caller.
+        return unsafe { via_nvshmem::load_word(h, addr, n as usize, from as usize) };
+    }
     get_inline(addr, n, from as usize).map_or(0, |w| w[0])
 }
 
@@ -701,6 +816,12 @@ unsafe extern "C" fn store_through_ring(
     to: u64,
     _: u64,
 ) -> u64 {
+    #[cfg(all(feature = "nvshmem", target_arch = "nvptx64"))]
+    if let Some(h) = via_nvshmem::heap() {
+        // SAFETY: forwarded from the caller.
+        unsafe { via_nvshmem::store_words(h, addr, [lo, hi], n as usize, to as usize) };
+        return 0;
+    }
     put_inline(addr, [lo, hi], n, to as usize);
     0
 }
@@ -832,6 +953,14 @@ unsafe extern "C" fn put_through_ring(
     if n == 0 {
         return 0;
     }
+    #[cfg(all(feature = "nvshmem", target_arch = "nvptx64"))]
+    if let Some(h) = via_nvshmem::heap() {
+        if lanes.is_first() {
+            // SAFETY: forwarded from the caller.
+            unsafe { via_nvshmem::put(h, addr, src, n, to, wait) };
+        }
+        return 0;
+    }
     let base = Request {
         request: request::pack(kind::PUT, 0, 0, 0),
         peer: to,
@@ -911,6 +1040,12 @@ unsafe extern "C" fn get_through_ring(
 ) -> u64 {
     let (dst, n, from) = (dst as *mut u8, n as usize, from as usize);
     if n == 0 {
+        return 0;
+    }
+    #[cfg(all(feature = "nvshmem", target_arch = "nvptx64"))]
+    if let Some(h) = via_nvshmem::heap() {
+        // SAFETY: forwarded from the caller.
+        unsafe { via_nvshmem::get(h, dst, addr, n, from) };
         return 0;
     }
     let base = Request {

@@ -39,6 +39,8 @@ pub mod collectives;
 pub mod copy;
 pub mod engine;
 pub mod lamport;
+#[cfg(all(feature = "nvshmem", target_arch = "nvptx64"))]
+pub mod nvshmem;
 pub mod signal;
 mod team;
 pub mod watch;

@@ -276,6 +276,10 @@ impl<'a> Team<'a> {
         to: usize,
         wait: bool,
     ) {
+        // SAFETY: forwarded from the caller (the whole block calls it alike).
+        if unsafe { engine::put_by_block(dst.addr() as u64, src, n, to, wait) } {
+            return;
+        }
         let ((start, len), lanes) = if engine::staged() {
             // A warp stages each of its requests (`engine::post_by`), from kernel
             // memory: shares of at least `PUT_PIECE` keep the requests few, whose
@@ -321,6 +325,10 @@ impl<'a> Team<'a> {
         n: usize,
         from: usize,
     ) {
+        // SAFETY: forwarded from the caller (the whole block calls it alike).
+        if unsafe { engine::get_by_block(dst, src.addr() as u64, n, from) } {
+            return;
+        }
         // Smaller pieces than a put's: a thread copies its reply out of the ring's host
         // memory, over the bus, at far less than it reads kernel memory, so more threads
         // share the bytes.
@@ -545,7 +553,9 @@ impl<'a> Team<'a> {
     /// own accesses before the barrier, as the block-level quiet of RCCL and rocSHMEM
     /// does). Where the world runs an off-node engine, thread 0 then waits until the
     /// engine has completed every request posted so far (every thread's, as they all
-    /// passed the barrier), and a second barrier hands that on to the block.
+    /// passed the barrier), and a second barrier hands that on to the block. Through
+    /// NVSHMEM every thread calls `nvshmem_quiet` instead (NVSHMEM completes a thread's
+    /// own operations), before that barrier.
     ///
     /// Block-cooperative: every thread of the block calls it.
     #[inline(always)]
@@ -554,7 +564,8 @@ impl<'a> Team<'a> {
         arch.sync_block();
         // The same for every thread of the launch: whether the world has an engine.
         if engine::running() {
-            if arch.thread_id() == 0 {
+            // NVSHMEM completes each thread's own operations; the ring, the rank's.
+            if arch.thread_id() == 0 || engine::through_nvshmem() {
                 engine::quiet();
             }
             arch.sync_block();

@@ -9,8 +9,8 @@
 
 use super::Backend;
 use crate::error::Result;
+use crate::transport::Link;
 use std::sync::Arc;
-use symmem_rma::engine::Ring;
 
 /// The code objects of one kernel crate, one per GPU target, embedded in the binary by
 /// [`include_kernels!`](crate::include_kernels).
@@ -87,6 +87,13 @@ pub static KERNELS: CodeObjects = crate::include_kernels!("symmem_kernels");
 pub static KERNELS_ON_NODE: CodeObjects =
     crate::include_kernels!("symmem_kernels", "symmem_kernels_on_node");
 
+/// The same kernels built with NVSHMEM's device library (symmem's feature `nvshmem`):
+/// what a world whose off-node transport is NVSHMEM loads. Their off-node requests call
+/// NVSHMEM; everything else is [`KERNELS`]'.
+#[cfg(feature = "nvshmem")]
+pub static KERNELS_NVSHMEM: CodeObjects =
+    crate::include_kernels!("symmem_kernels", "symmem_kernels_nvshmem");
+
 /// A kernel crate's code objects loaded on one rank's device, with its bounded waits
 /// pointed at the rank's control block. A world keeps it until it goes, as a loaded
 /// module's kernels may still run.
@@ -97,19 +104,20 @@ pub(crate) struct Loaded<B: Backend> {
 
 impl<B: Backend> Loaded<B> {
     /// Loads `objects` and points its kernels' bounded waits at `control`, the world's
-    /// control block, and their off-node requests at `engine`, the world's ring (which
-    /// the world keeps alive as long as the module).
+    /// control block, and their off-node requests at `transport`, the world's (which
+    /// the world keeps alive as long as the module, and stops before unloading it).
     pub(crate) fn new(
         backend: &B,
         objects: &'static CodeObjects,
         control: &B::Shared,
-        engine: Option<&Ring>,
+        transport: Option<&dyn Link>,
     ) -> Result<Arc<Self>> {
         let mut module = backend.load_module(objects)?;
-        // SAFETY: `control` is the world's control block, initialised by it, and `engine`
-        // its transport's ring; both are freed only after the world's last
-        // synchronisation, after every launch of the module.
-        unsafe { backend.watch(&mut module, control, engine)? };
+        // SAFETY: `control` is the world's control block, initialised by it, and
+        // `transport` its transport; both are freed only after the world's last
+        // synchronisation, after every launch of the module, and the transport stops
+        // before the world's modules are unloaded.
+        unsafe { backend.watch(&mut module, control, transport)? };
         Ok(Arc::new(Self { objects, module }))
     }
 }

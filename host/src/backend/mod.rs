@@ -306,6 +306,11 @@ pub trait Backend: Send + Sync + 'static {
     /// True where kernels run on this process's threads (the CPU backend): a kernel's
     /// wait for the off-node engine may then do the engine's work itself.
     fn kernels_on_host(&self) -> bool;
+    /// What makes this rank's device current on a thread, for a transport whose library
+    /// works on the current context; `None` (the default) where there is none (the CPU).
+    fn device_binding(&self) -> Option<std::sync::Arc<dyn crate::transport::Bind>> {
+        None
+    }
     /// True where freeing plain device memory waits for every kernel of the context it
     /// belongs to (`cuMemFree`, `hipFree`): ranks of one process that share a device then
     /// defer their frees to points where no peer's kernel can wait for them (see
@@ -320,20 +325,23 @@ pub trait Backend: Send + Sync + 'static {
     }
     /// Points the bounded waits of `module`'s kernels at the control block `control`
     /// (the module global `SYMMEM_CONTROL` on GPUs; the kernel threads' control on the
-    /// CPU) and, where the world runs an off-node engine, gives them its ring `engine`
-    /// (on GPUs a copy in the module global `SYMMEM_ENGINE`; kernel threads on the CPU
-    /// find the ring through the control block). A module without those globals has no
-    /// waits or no engine requests: nothing to do.
+    /// CPU) and, where the world runs an off-node transport, gives them what its device
+    /// code needs: a proxied transport's ring (on GPUs a copy in the module global
+    /// `SYMMEM_ENGINE`; kernel threads on the CPU find the ring through the control
+    /// block), NVSHMEM's heap alias (`SYMMEM_NVSHMEM`, in modules built with NVSHMEM,
+    /// which the transport then initialises: [`crate::transport::Link::init_cuda_module`]).
+    /// A module without those globals has no waits or no off-node requests: nothing to do.
     ///
     /// # Safety
     /// `control` holds a zeroed-or-host-initialised `symmem_rma::watch::Control` and
-    /// outlives every launch of `module`; `engine`'s memory (its `live` ring, slots,
-    /// staging and tickets) outlives them too.
+    /// outlives every launch of `module`; the transport's memory (a ring's `live` ring,
+    /// slots, staging and tickets) outlives them too, and the transport stops before
+    /// `module` is unloaded.
     unsafe fn watch(
         &self,
         module: &mut Self::Module,
         control: &Self::Shared,
-        engine: Option<&Ring>,
+        transport: Option<&dyn crate::transport::Link>,
     ) -> Result<()>;
     /// Enqueues `launch` from `module` with launch shape `grid` (a CPU backend runs
     /// `launch.host` on threads and returns when they are done).

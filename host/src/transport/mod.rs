@@ -16,14 +16,19 @@
 //!   [`local`] (between emulated nodes of one process, over the ranks' shared memory: the
 //!   whole off-node path in plain `cargo test`).
 //! * **Device-initiated** (NVSHMEM's IBGDA, NCCL's GIN): kernels drive the network
-//!   themselves and no proxy runs. Such a transport attaches the same way; its
-//!   [`Link::device_handle`] is what its device code finds in the control block instead of
-//!   a ring, and [`Link::quiet`] waits for the network's completions instead of a ring's.
+//!   themselves and no proxy runs. Such a transport attaches the same way; what its
+//!   device code needs reaches each module as a global ([`Link::nvshmem_heap`]), and
+//!   each module is set up for it once loaded ([`Link::init_cuda_module`]). One exists:
+//!   [`nvshmem`] (NVSHMEM's device library, linked into kernels built with it).
+//!
+//! Which one a world uses: [`OffNode`] ([`crate::Config::off_node`], or
+//! [`ENV_OFF_NODE`]), the same on every rank.
 
 pub mod local;
 #[cfg(feature = "mpi")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mpi")))]
 pub mod mpi;
+pub mod nvshmem;
 mod proxy;
 
 // The `fuzzing` module's door to the engine wire's checks.
@@ -33,7 +38,7 @@ pub(crate) use proxy::check_wire;
 use crate::backend::{BackendKind, DeviceRegion, HeapAccess, SharedRegion};
 use crate::error::{Error, Result};
 use std::time::Duration;
-use symmem_rma::engine::Ring;
+use symmem_rma::engine::{NvshmemHeap, Ring};
 
 pub use crate::control::AbortWord;
 pub use proxy::{Wire, start_proxy};
@@ -43,6 +48,63 @@ pub use proxy::{Wire, start_proxy};
 /// even where the wire could reach the heap (the CPU backend): so a CPU run exercises the
 /// device's staging code and the target's side as a GPU uses them.
 pub const ENV_ENGINE_STAGING: &str = "SYMMEM_ENGINE_STAGING";
+
+/// Environment variable: the off-node transport, where [`crate::Config::off_node`] is
+/// `None`: `nvshmem` ([`OffNode::Nvshmem`]) or `bootstrap` ([`OffNode::Bootstrap`], also
+/// what an unset variable means).
+pub const ENV_OFF_NODE: &str = "SYMMEM_OFF_NODE";
+
+/// Which transport carries a world's off-node requests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OffNode {
+    /// The one the bootstrap offers ([`crate::bootstrap::Bootstrap::transport`]): MPI for
+    /// ranks `mpirun` started, the local wire for ranks as threads.
+    #[default]
+    Bootstrap,
+    /// NVSHMEM's device library ([`nvshmem`]): kernels call it for off-node peers, with
+    /// no proxy. CUDA ranks as processes; symmem built with its `nvshmem` feature.
+    Nvshmem,
+}
+
+impl OffNode {
+    /// Its name, as [`ENV_OFF_NODE`] spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            OffNode::Bootstrap => "bootstrap",
+            OffNode::Nvshmem => "nvshmem",
+        }
+    }
+
+    /// `choice`, else [`ENV_OFF_NODE`]'s, else [`OffNode::Bootstrap`].
+    ///
+    /// Errors: [`Error::BadEnv`] for a value that names no transport.
+    pub fn resolve(choice: Option<OffNode>) -> Result<OffNode> {
+        if let Some(choice) = choice {
+            return Ok(choice);
+        }
+        match std::env::var(ENV_OFF_NODE) {
+            Err(_) => Ok(OffNode::Bootstrap),
+            Ok(v) => [OffNode::Bootstrap, OffNode::Nvshmem]
+                .into_iter()
+                .find(|o| o.name() == v)
+                .ok_or(Error::BadEnv {
+                    name: ENV_OFF_NODE,
+                    value: Some(v),
+                    expected: "nvshmem, or bootstrap (the bootstrap's own transport, also \
+                               when unset); Config::off_node overrides it",
+                }),
+        }
+    }
+}
+
+/// Makes a rank's device current on the calling thread: for a transport whose library
+/// works on the current context (NVSHMEM).
+pub trait Bind: Send + Sync {
+    /// Makes the device current.
+    ///
+    /// Errors: the runtime's.
+    fn make_current(&self) -> Result<()>;
+}
 
 /// How a rank's transport moves put and get data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -103,6 +165,10 @@ pub struct Attach<'a> {
     pub kernels_on_host: bool,
     /// The rank's abort word: a transport that fails sets it, so every waiting kernel ends.
     pub abort: AbortWord,
+    /// The rank's backend.
+    pub kind: BackendKind,
+    /// Makes the rank's device current (GPU backends).
+    pub device: Option<std::sync::Arc<dyn Bind>>,
 }
 
 /// An off-node transport before it is attached: what a bootstrap offers.
@@ -135,6 +201,23 @@ pub trait Link: Send + Sync {
     /// (`symmem_rma::engine::SYMMEM_ENGINE`, a global of GPU builds only: read without
     /// crossing the bus); `None` for a transport without one.
     fn ring(&self) -> Option<Ring>;
+    /// What kernels built with NVSHMEM find in their module global `SYMMEM_NVSHMEM`
+    /// (`symmem_rma::engine::SYMMEM_NVSHMEM`): the heap's NVSHMEM alias, for a transport
+    /// through NVSHMEM; `None` (the default) for any other.
+    fn nvshmem_heap(&self) -> Option<NvshmemHeap> {
+        None
+    }
+    /// Sets up a CUDA module whose code calls the transport's device library (one with
+    /// NVSHMEM's device state), once it is loaded and before any launch of it. The
+    /// default does nothing.
+    ///
+    /// # Safety
+    /// `module` is a loaded `CUmodule` of the rank's context, which is current, and stays
+    /// loaded until the link stops.
+    unsafe fn init_cuda_module(&self, module: u64) -> Result<()> {
+        let _ = module;
+        Ok(())
+    }
     /// How put and get data moves.
     fn path(&self) -> EnginePath;
     /// Waits until every request this rank's kernels posted so far is complete at its

@@ -207,6 +207,7 @@ impl Engine {
             memory,
             kernels_on_host,
             abort,
+            ..
         } = attach;
         let region = memory.alloc_shared(RING_BYTES)?;
         let tickets = memory.alloc_device_zeroed(size_of::<u64>())?;

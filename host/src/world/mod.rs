@@ -44,13 +44,12 @@ use crate::liveness::{Departure, Watchdog};
 use crate::offset_alloc::MIN_ALIGN;
 use crate::table::PeerBases;
 use crate::topology::Topology;
-use crate::transport::{Attach, EnginePath, Heap, Link};
+use crate::transport::{Attach, EnginePath, Heap, Link, OffNode};
 use faults::Fault;
 use heap::HeapState;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
-use symmem_rma::engine::Ring;
 use symmem_rma::watch::Control;
 
 /// How a world is made.
@@ -72,6 +71,11 @@ pub struct Config {
     /// [`ENV_RANKS_PER_NODE`](crate::topology::ENV_RANKS_PER_NODE) if set, else one node
     /// per machine.
     pub ranks_per_node: Option<usize>,
+    /// Which transport carries requests to peers on other nodes (see
+    /// [`crate::transport`]); the same on every rank. `None` (the default): the
+    /// environment variable [`ENV_OFF_NODE`](crate::transport::ENV_OFF_NODE) if set,
+    /// else the bootstrap's own ([`OffNode::Bootstrap`](crate::transport::OffNode)).
+    pub off_node: Option<crate::transport::OffNode>,
 }
 
 /// The default [`Config::wait_deadline`]: 10 minutes, as PyTorch's NCCL watchdog. It
@@ -88,6 +92,7 @@ impl Default for Config {
             timeout: crate::bootstrap::DEFAULT_TIMEOUT,
             wait_deadline: DEFAULT_WAIT_DEADLINE,
             ranks_per_node: None,
+            off_node: None,
         }
     }
 }
@@ -282,21 +287,28 @@ impl<B: Backend> World<B> {
         let backend_defers_frees = backend.frees_wait_for_the_device()
             && watchdog.as_ref().is_some_and(Watchdog::peer_in_process);
         let transport = if topology.nodes() > 1 {
-            let link = start_transport(&*bootstrap, &backend, &heap, abort)?;
+            let link = start_transport(
+                &mut *bootstrap,
+                &backend,
+                &heap,
+                abort,
+                config.off_node,
+                &topology,
+            )?;
             // SAFETY: the live control block's word, before any launch.
             unsafe { (*control.host_ptr().cast::<Control>()).ring = link.device_handle() };
             Some(link)
         } else {
             None
         };
-        // Loaded once the transport runs: its kernels get its ring (`Backend::watch`).
-        let objects = if topology.nodes() > 1 {
-            &KERNELS
-        } else {
-            &KERNELS_ON_NODE
+        // Loaded once the transport runs: its kernels get its ring or NVSHMEM's alias
+        // (`Backend::watch`).
+        let objects = match &transport {
+            None => &KERNELS_ON_NODE,
+            Some(link) if link.nvshmem_heap().is_some() => nvshmem_kernels()?,
+            Some(_) => &KERNELS,
         };
-        let engine = transport.as_ref().and_then(|t| t.ring());
-        let kernels = Loaded::new(&backend, objects, &control, engine.as_ref())?;
+        let kernels = Loaded::new(&backend, objects, &control, transport.as_deref())?;
         bootstrap.barrier()?;
         tracing::info!(
             rank,
@@ -407,9 +419,9 @@ impl<B: Backend> World<B> {
     pub(crate) fn control(&self) -> &B::Shared {
         &self.shared.control
     }
-    /// The off-node transport's ring, which loaded modules get a copy of.
-    pub(crate) fn engine_ring(&self) -> Option<Ring> {
-        self.shared.transport.as_ref().and_then(|t| t.ring())
+    /// The off-node transport, which loaded modules are set up for.
+    pub(crate) fn transport(&self) -> Option<&dyn Link> {
+        self.shared.transport.as_deref()
     }
 
     /// [`Error::RankOutOfRange`] unless `rank` is a rank of this world (kernels reach a
@@ -708,6 +720,20 @@ impl<B: Backend> Shared<B> {
     }
 }
 
+/// symmem's kernels built with NVSHMEM's device library, for a world whose transport is
+/// NVSHMEM.
+///
+/// Errors: [`Error::NoEngine`] where symmem was built without its `nvshmem` feature.
+fn nvshmem_kernels() -> Result<&'static crate::backend::CodeObjects> {
+    #[cfg(feature = "nvshmem")]
+    let kernels = Ok(&crate::backend::code_objects::KERNELS_NVSHMEM);
+    #[cfg(not(feature = "nvshmem"))]
+    let kernels = Err(Error::NoEngine(
+        "symmem was built without its `nvshmem` feature: its kernels cannot call NVSHMEM",
+    ));
+    kernels
+}
+
 /// Starts the off-node transport of a world that spans several nodes: the one its
 /// bootstrap offers, attached to `heap`.
 ///
@@ -717,13 +743,65 @@ impl<B: Backend> Shared<B> {
 /// ([`crate::transport::Transport::reaches_device_memory`]: a CUDA-aware MPI). Elsewhere
 /// data is staged through host memory and applied by the target ([`Backend::heap_access`]),
 /// as it is wherever `SYMMEM_ENGINE_STAGING=1` forces it.
+///
+/// Which transport: `choice`, else the environment's ([`OffNode::resolve`]), agreed by
+/// every rank ([`Error::OffNodeMismatch`] names the first that differs from rank 0).
 fn start_transport<B: Backend>(
-    bootstrap: &dyn Bootstrap,
+    bootstrap: &mut dyn Bootstrap,
     backend: &B,
     heap: &B::Heap,
     abort: AbortWord,
+    choice: Option<OffNode>,
+    topology: &Topology,
 ) -> Result<Box<dyn Link>> {
-    let transport = bootstrap.transport()?;
+    let choice = OffNode::resolve(choice)?;
+    let all = bootstrap.all_gather(&[choice as u8])?;
+    let chosen = |c: &Vec<u8>| {
+        [OffNode::Bootstrap, OffNode::Nvshmem]
+            .into_iter()
+            .find(|o| c.first() == Some(&(*o as u8)))
+    };
+    for (rank, theirs) in all.iter().enumerate() {
+        let theirs = chosen(theirs).ok_or(Error::BadMessage {
+            from: Some(rank),
+            what: "off-node transport choice",
+        })?;
+        if theirs != choice {
+            let zero = chosen(&all[0]).unwrap_or(choice);
+            let (rank, found) = if zero == choice {
+                (rank, theirs)
+            } else {
+                (bootstrap.rank(), choice)
+            };
+            return Err(Error::OffNodeMismatch {
+                rank,
+                expected: zero.name(),
+                found: found.name(),
+            });
+        }
+    }
+    let transport: Box<dyn crate::transport::Transport> = match choice {
+        OffNode::Bootstrap => bootstrap.transport()?,
+        OffNode::Nvshmem => {
+            if !cfg!(feature = "nvshmem") {
+                return Err(Error::NoEngine(
+                    "symmem was built without its `nvshmem` feature, so its kernels cannot \
+                     call NVSHMEM: build with --features nvshmem (and NVSHMEM_HOME set), or \
+                     use the bootstrap's transport (SYMMEM_OFF_NODE=bootstrap)",
+                ));
+            }
+            Box::new(crate::transport::nvshmem::NvshmemTransport::new(bootstrap)?)
+        }
+    };
+    let off_node: Vec<usize> = (0..bootstrap.world_size())
+        .filter(|&r| !topology.reaches(r))
+        .collect();
+    tracing::info!(
+        rank = bootstrap.rank(),
+        transport = transport.name(),
+        ?off_node,
+        "peers on other nodes go through the off-node transport; the others by load and store"
+    );
     let staging_forced = std::env::var(crate::transport::ENV_ENGINE_STAGING).as_deref() == Ok("1");
     let direct = backend
         .heap_host_ptr(heap)
@@ -752,5 +830,7 @@ fn start_transport<B: Backend>(
         memory: backend,
         kernels_on_host: backend.kernels_on_host(),
         abort,
+        kind: backend.kind(),
+        device: backend.device_binding(),
     })
 }

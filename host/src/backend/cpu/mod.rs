@@ -33,7 +33,6 @@ use std::collections::VecDeque;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use symmem_rma::engine::Ring;
 
 /// The CPU backend of one rank.
 #[derive(Debug, Default)]
@@ -505,7 +504,7 @@ impl Backend for Cpu {
         &self,
         module: &mut CpuModule,
         control: &CpuShared,
-        _engine: Option<&Ring>,
+        _transport: Option<&dyn crate::transport::Link>,
     ) -> Result<()> {
         module.control = control.host_ptr().expose_provenance();
         Ok(())

@@ -62,6 +62,13 @@ impl Stream {
 /// A `CUmodule`.
 #[derive(Clone, Copy, Debug)]
 pub struct Module(sys::CUmodule);
+impl Module {
+    /// The `CUmodule` as an integer, for a library that takes it (NVSHMEM's
+    /// `nvshmemx_cumodule_init`).
+    pub(super) fn word(self) -> u64 {
+        self.0.expose_provenance() as u64
+    }
+}
 /// A `CUfunction`.
 #[derive(Clone, Copy, Debug)]
 pub struct Function(sys::CUfunction);

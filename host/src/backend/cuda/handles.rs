@@ -74,6 +74,9 @@ impl gpu::Runtime for CudaDriver {
     fn module_get_global(module: driver::Module, name: &CStr) -> Result<Option<(u64, usize)>> {
         driver::module_get_global(module, name)
     }
+    fn module_word(module: driver::Module) -> u64 {
+        module.word()
+    }
     unsafe fn memcpy_htod(dst: u64, src: &[u8]) -> Result<()> {
         // SAFETY: forwarded from the caller.
         unsafe { driver::memcpy_htod(dst, src) }

@@ -8,7 +8,6 @@ use crate::backend::{
 };
 use crate::error::Result;
 use std::sync::Arc;
-use symmem_rma::engine::Ring;
 
 /// The part of [`Backend`] that differs between the GPU runtimes; every type that
 /// implements it is a [`Backend`] through the implementation below. Methods of the same
@@ -188,6 +187,10 @@ impl<T: GpuBackend> Backend for T {
         false
     }
 
+    fn device_binding(&self) -> Option<Arc<dyn crate::transport::Bind>> {
+        Some(self.rank().shared_scope())
+    }
+
     fn frees_wait_for_the_device(&self) -> bool {
         true
     }
@@ -200,10 +203,14 @@ impl<T: GpuBackend> Backend for T {
         &self,
         module: &mut Self::Module,
         control: &Self::Shared,
-        engine: Option<&Ring>,
+        transport: Option<&dyn crate::transport::Link>,
     ) -> Result<()> {
         self.rank().scope().make_current()?;
-        for (name, bytes) in super::module_globals(control.device_ptr(), engine) {
+        let ring = transport.and_then(|t| t.ring());
+        let nvshmem = transport.and_then(|t| t.nvshmem_heap());
+        for (name, bytes) in
+            super::module_globals(control.device_ptr(), ring.as_ref(), nvshmem.as_ref())
+        {
             if let Some((global, size)) = T::Runtime::module_get_global(module.handle(), name)? {
                 super::check_global(
                     module.crate_name(),
@@ -217,6 +224,16 @@ impl<T: GpuBackend> Backend for T {
                 // just loaded), so none reads it during the copy.
                 unsafe { T::Runtime::memcpy_htod(global, &bytes)? };
             }
+        }
+        if let Some(transport) = transport
+            && nvshmem.is_some()
+            && T::Runtime::module_get_global(module.handle(), super::NVSHMEM_DEVICE_STATE)?
+                .is_some()
+        {
+            // SAFETY: the module was just loaded in this rank's context, current above,
+            // and the world stops its transport before it unloads its modules (the
+            // caller's contract).
+            unsafe { transport.init_cuda_module(T::Runtime::module_word(module.handle()))? };
         }
         Ok(())
     }

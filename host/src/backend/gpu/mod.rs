@@ -38,19 +38,30 @@ use crate::backend::{BackendKind, Grid};
 use crate::error::Result;
 use std::ffi::CStr;
 use std::fmt::Debug;
-use symmem_rma::engine::Ring;
+use symmem_rma::engine::{NvshmemHeap, Ring};
 
 /// The module globals a rank's kernels find the world by, with the bytes each gets: the
 /// address of the control block `control` (`SYMMEM_CONTROL`, `symmem_rma::watch`) and,
-/// where the world runs an off-node engine, a copy of its ring (`SYMMEM_ENGINE`,
-/// `symmem_rma::engine`).
-fn module_globals(control: u64, engine: Option<&Ring>) -> Vec<(&'static CStr, Vec<u8>)> {
+/// where the world runs an off-node transport, a copy of its ring (`SYMMEM_ENGINE`,
+/// `symmem_rma::engine`) or NVSHMEM's heap alias (`SYMMEM_NVSHMEM`).
+fn module_globals(
+    control: u64,
+    engine: Option<&Ring>,
+    nvshmem: Option<&NvshmemHeap>,
+) -> Vec<(&'static CStr, Vec<u8>)> {
     let mut globals = vec![(c"SYMMEM_CONTROL", control.to_ne_bytes().to_vec())];
     if let Some(ring) = engine {
         globals.push((c"SYMMEM_ENGINE", bytemuck::bytes_of(ring).to_vec()));
     }
+    if let Some(heap) = nvshmem {
+        globals.push((c"SYMMEM_NVSHMEM", bytemuck::bytes_of(heap).to_vec()));
+    }
     globals
 }
+
+/// The global NVSHMEM's device library keeps its state in: a module that has it calls
+/// NVSHMEM and must be initialised by the NVSHMEM transport.
+const NVSHMEM_DEVICE_STATE: &CStr = c"nvshmemi_device_state_d";
 
 /// [`crate::Error::BadCodeObject`] unless global `name` of a module (of crate `module`,
 /// built for `target`) is `want` bytes: the module was built against another symmem.
@@ -92,6 +103,12 @@ pub trait DeviceScope: Send + Sync + Debug + 'static {
     }
 }
 
+impl<S: DeviceScope> crate::transport::Bind for S {
+    fn make_current(&self) -> Result<()> {
+        DeviceScope::make_current(self)
+    }
+}
+
 /// One GPU runtime's handle types and the calls that release them, for the shared RAII
 /// types of this module. Implemented by a marker type of each backend.
 pub trait Runtime: Debug + Send + Sync + 'static {
@@ -124,6 +141,10 @@ pub trait Runtime: Debug + Send + Sync + 'static {
 
     /// The address and size of global `name` of `module`; `None` if it has none.
     fn module_get_global(module: Self::Module, name: &CStr) -> Result<Option<(u64, usize)>>;
+
+    /// The runtime's module handle as an integer (a `CUmodule`, a `hipModule_t`), for a
+    /// library that takes it.
+    fn module_word(module: Self::Module) -> u64;
 
     /// Copies `src` to device address `dst` and returns once it is there.
     ///

@@ -73,6 +73,9 @@ impl gpu::Runtime for HipRuntime {
     fn module_get_global(module: runtime::Module, name: &CStr) -> Result<Option<(u64, usize)>> {
         runtime::module_get_global(module, name)
     }
+    fn module_word(module: runtime::Module) -> u64 {
+        module.word()
+    }
     unsafe fn memcpy_htod(dst: u64, src: &[u8]) -> Result<()> {
         // SAFETY: forwarded from the caller.
         unsafe { runtime::memcpy_htod(dst, src) }

@@ -52,6 +52,12 @@ pub struct Stream(sys::hipStream_t);
 /// A `hipModule_t`.
 #[derive(Clone, Copy, Debug)]
 pub struct Module(sys::hipModule_t);
+impl Module {
+    /// The `hipModule_t` as an integer, for a library that takes it.
+    pub(super) fn word(self) -> u64 {
+        self.0.expose_provenance() as u64
+    }
+}
 /// A `hipFunction_t`.
 #[derive(Clone, Copy, Debug)]
 pub struct Function(sys::hipFunction_t);
