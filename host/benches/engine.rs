@@ -20,7 +20,8 @@
 //! The CPU backend moves kernel memory through the window directly; `--cuda` puts every
 //! rank on GPU `rank % count`, whose heap data is staged through host memory and applied
 //! by the target's proxy when MPI is not CUDA-aware: the staging path, named as such in
-//! the output. `--max-put BYTES` and `--max-all-reduce BYTES` cap the put and all-reduce
+//! the output. `SYMMEM_OFF_NODE=nvshmem` runs the same rows over the NVSHMEM transport
+//! (build with `--features mpi,nvshmem`). `--max-put BYTES` and `--max-all-reduce BYTES` cap the put and all-reduce
 //! sizes, `--min-all-reduce BYTES` skips the smaller all-reduces, and `--each-sample`
 //! prints every all-reduce sample's time as it ends.
 //!
@@ -47,7 +48,7 @@ const MIB: usize = 1 << 20;
 /// Puts from the smallest staged one (above the 16 bytes that travel inside a request)
 /// through one staging slot's 256 KiB to pieces of many slots.
 const PUT_SIZES: [usize; 7] = [256, KIB, 4 * KIB, 16 * KIB, 64 * KIB, MIB, 64 * MIB];
-const ALL_REDUCE_SIZES: [usize; 6] = [4 * KIB, 64 * KIB, MIB, 4 * MIB, 16 * MIB, 64 * MIB];
+const ALL_REDUCE_SIZES: [usize; 8] = [8, 256, 4 * KIB, 64 * KIB, MIB, 4 * MIB, 16 * MIB, 64 * MIB];
 const SAMPLES: usize = 9;
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -277,10 +278,11 @@ fn rows<B: Backend>(w: &World<B>, max_put: usize, all_reduces: AllReduces) -> Re
     w.barrier()?;
     if me == 0 {
         println!(
-            "engine bench: {n} ranks, {} nodes, {} backend, rank 0 -> rank {far} ({path}); \
-             reference window: {}",
+            "engine bench: {n} ranks, {} nodes, {} backend, rank 0 -> rank {far} ({path}, \
+             transport {}); reference window: {}",
             t.nodes(),
             if gpu { "cuda" } else { "cpu" },
+            symmem::transport::OffNode::resolve(None).map_or("?", |o| o.name()),
             reference.kind
         );
     }

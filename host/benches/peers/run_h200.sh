@@ -42,6 +42,13 @@
 #   engine-ranks  engine-ranks --cuda (tables, host put/get, the RMA bodies, every
 #                 collective, peer-put, against host references) at -np 2 and -np 4,
 #                 1 rank per node, without MPS (engine-ranks-np{2,4}.txt)
+#   nvshmem       the NVSHMEM transport (SYMMEM_OFF_NODE=nvshmem) under MPS, 2 processes as 2
+#                 emulated nodes (NVSHMEM's P2P path: no NIC), with the image's NVSHMEM:
+#                 NVSHMEM's own C bench (nvshmem_bench.cu: put, 8-byte put + quiet,
+#                 all-reduce), engine-ranks --cuda (every off-node check), engine-kill --cuda
+#                 (the peer killed mid-wait: a typed error, and how soon), and the engine
+#                 bench over NVSHMEM and over the MPI proxy, one after the other
+#                 (nvshmem-{c-bench,ranks,kill,bench,mpi-bench}.txt, nvshmem-env.txt)
 #   cost          issue 30's cost of tracing: host enqueue per launch (launch_enqueue_us) and
 #                 host time per collective call (host_call_us, world 2) of the old build, of
 #                 this one with no subscriber, and of this one with a subscriber at
@@ -63,6 +70,8 @@
 #     --bench lifetimes --no-run        -> bench-cuda, bench-collectives, bench-small, bench-lifetimes
 #   cargo bench -p symmem --features mpi --bench engine --no-run             -> engine-bench
 #   cargo build --release -p symmem-tests --features mpi --bin engine-ranks  -> engine-ranks
+#   nvshmem: SYMMEM_NVSHMEM_HOME=<NVSHMEM of the image's version> and --features mpi,nvshmem for
+#     engine-bench, engine-ranks and engine-kill, as nv-engine-bench, nv-engine-ranks, nv-engine-kill
 #   cargo build --release -p symmem-demo                                       -> symmem-demo
 #   cargo build --release -p peer-put -p fused-allreduce-rmsnorm             -> peer-put, fused-allreduce-rmsnorm
 #   the binary .ci/user-crate builds (the README's crate)                     -> my-app
@@ -219,6 +228,56 @@ engine_ab() {
   echo quit | nvidia-cuda-mps-control
 }
 
+# The NVSHMEM transport under MPS, 2 PEs as 2 emulated nodes (see the header).
+nvshmem() {
+  local nv
+  nv=$(python3 -c "import importlib.util; print(list(importlib.util.find_spec('nvidia.nvshmem').submodule_search_locations)[0])" 2>/dev/null)
+  [ -n "$nv" ] || { echo "no NVSHMEM (the nvidia.nvshmem package) here"; return 1; }
+  { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+    echo "NVSHMEM $nv: $(grep -h 'define NVSHMEM_VENDOR_BASE_VERSION_STRING' "$nv"/include/non_abi/nvshmem_version.h)"
+    ls "$nv/lib"; } > "$OUT/nvshmem-env.txt" 2>&1
+  cat "$OUT/nvshmem-env.txt"
+  export LD_LIBRARY_PATH=$nv/lib:${LD_LIBRARY_PATH:-}
+  # Two PEs on one GPU: MPS with each client's share summing to 100 (else NVSHMEM reports
+  # "limited MPG support"), the unique id's socket on loopback, no remote transport.
+  export NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME=lo NVSHMEM_REMOTE_TRANSPORT=none \
+    CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50 SYMMEM_RANKS_PER_NODE=1
+  mps_start || { echo "MPS did not start"; return 1; }
+  local x="-x LD_LIBRARY_PATH -x NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME -x NVSHMEM_REMOTE_TRANSPORT
+    -x CUDA_MPS_ACTIVE_THREAD_PERCENTAGE -x CUDA_MPS_PIPE_DIRECTORY -x CUDA_MPS_LOG_DIRECTORY
+    -x SYMMEM_RANKS_PER_NODE --map-by slot:PE=2 --bind-to core"
+  echo "== NVSHMEM's own bench (nvshmem_bench.cu), -np 2"
+  # shellcheck disable=SC2046
+  if nvcc -O2 -rdc=true -arch=sm_90 -I"$nv/include" "$P/nvshmem_bench.cu" -o /tmp/nvshmem-bench \
+      $(mpicc --showme:compile) -L"$nv/lib" -lnvshmem_host -lnvshmem_device \
+      $(mpicc --showme:link) -lcuda > "$OUT/nvshmem-c-bench.txt" 2>&1; then
+    # shellcheck disable=SC2086
+    timeout -k 5 90 $MPIRUN $x -np 2 /tmp/nvshmem-bench >> "$OUT/nvshmem-c-bench.txt" 2>&1
+    echo "rc=$?"
+  fi
+  tail -20 "$OUT/nvshmem-c-bench.txt"
+  echo "== engine-ranks --cuda over NVSHMEM, -np 2"
+  # shellcheck disable=SC2086
+  SYMMEM_OFF_NODE=nvshmem timeout -k 5 150 $MPIRUN $x -x SYMMEM_OFF_NODE -np 2 \
+    "$CARRY/nv-engine-ranks" --cuda > "$OUT/nvshmem-ranks.txt" 2>&1
+  echo "rc=$?"; tail -30 "$OUT/nvshmem-ranks.txt"
+  echo "== engine-kill --cuda over NVSHMEM, -np 2: rank 1 dies mid-wait (deadline 10 s)"
+  # shellcheck disable=SC2086
+  SYMMEM_OFF_NODE=nvshmem timeout -k 5 60 $MPIRUN $x -x SYMMEM_OFF_NODE --mca orte_enable_recovery 1 \
+    -np 2 "$CARRY/nv-engine-kill" --cuda 10 > "$OUT/nvshmem-kill.txt" 2>&1
+  echo "rc=$?"; tail -8 "$OUT/nvshmem-kill.txt"
+  for t in nvshmem bootstrap; do
+    local f=nvshmem-bench.txt
+    [ $t = bootstrap ] && f=nvshmem-mpi-bench.txt
+    echo "== engine bench --cuda, SYMMEM_OFF_NODE=$t, -np 2"
+    # shellcheck disable=SC2086
+    SYMMEM_OFF_NODE=$t timeout -k 5 110 $MPIRUN $x -x SYMMEM_OFF_NODE -np 2 \
+      "$CARRY/nv-engine-bench" --cuda > "$OUT/$f" 2>&1
+    echo "rc=$?"; grep -E "bench|put|latency|all_reduce|rror" "$OUT/$f" | head -20
+  done
+  echo quit | nvidia-cuda-mps-control
+}
+
 # mpi_floor.c: this MPI's ceiling for the staged path's wire (64 MiB in pieces as the
 # proxies send them, against MPI_Put into an allocated window) at -np 2 (mpi-floor.txt).
 mpi_floor() {
@@ -350,6 +409,7 @@ while [ $# -gt 0 ]; do
   examples) examples ;;
   small) small ;;
   engine) engine ;;
+  nvshmem) nvshmem ;;
   engine-ranks) engine_ranks ;;
   engine-ab) engine_ab ;;
   engine-eager) engine_eager ;;
@@ -358,6 +418,6 @@ while [ $# -gt 0 ]; do
   small-floor) small_floor ;;
   cost) mkdir -p "$OUT/launch"; cost 2>&1 | tee "$OUT/cost.txt" ;;
   old-new) old_new "$@"; break ;;
-  *) echo "unknown part $part (bench, tests, examples, small, engine, engine-ab, engine-eager, engine-hang, engine-ranks, mpi-floor, small-floor, cost, old-new P...)"; exit 2 ;;
+  *) echo "unknown part $part (bench, tests, examples, small, engine, engine-ab, engine-eager, engine-hang, engine-ranks, nvshmem, mpi-floor, small-floor, cost, old-new P...)"; exit 2 ;;
   esac
 done

@@ -79,12 +79,20 @@ impl OffNode {
     ///
     /// Errors: [`Error::BadEnv`] for a value that names no transport.
     pub fn resolve(choice: Option<OffNode>) -> Result<OffNode> {
-        if let Some(choice) = choice {
-            return Ok(choice);
+        match choice {
+            Some(choice) => Ok(choice),
+            None => Self::from_env_value(std::env::var(ENV_OFF_NODE).ok()),
         }
-        match std::env::var(ENV_OFF_NODE) {
-            Err(_) => Ok(OffNode::Bootstrap),
-            Ok(v) => [OffNode::Bootstrap, OffNode::Nvshmem]
+    }
+
+    /// The transport [`ENV_OFF_NODE`]'s value `value` names ([`OffNode::Bootstrap`] when
+    /// unset).
+    ///
+    /// Errors: [`Error::BadEnv`] for a value that names no transport.
+    fn from_env_value(value: Option<String>) -> Result<OffNode> {
+        match value {
+            None => Ok(OffNode::Bootstrap),
+            Some(v) => [OffNode::Bootstrap, OffNode::Nvshmem]
                 .into_iter()
                 .find(|o| o.name() == v)
                 .ok_or(Error::BadEnv {
@@ -242,4 +250,27 @@ pub trait Link: Send + Sync {
     /// no peer was lost; without it the transport records that it stopped after a loss,
     /// and [`Link::failure`] says so from then on.
     fn stop(&mut self, clean: bool);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_environment_names_a_transport_or_is_refused() {
+        assert_eq!(OffNode::from_env_value(None).unwrap(), OffNode::Bootstrap);
+        for o in [OffNode::Bootstrap, OffNode::Nvshmem] {
+            assert_eq!(OffNode::from_env_value(Some(o.name().into())).unwrap(), o);
+        }
+        match OffNode::from_env_value(Some("ibgda".into())) {
+            Err(
+                e @ Error::BadEnv {
+                    name: ENV_OFF_NODE, ..
+                },
+            ) => {
+                assert!(e.to_string().contains("nvshmem, or bootstrap"), "{e}")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
 }

@@ -146,18 +146,17 @@ struct Api {
 }
 
 impl Api {
-    /// Loads the host library ([`ENV_NVSHMEM_LIB`], else [`LIBRARY`]) and its entry points.
+    /// Loads the host library at `path` and its entry points.
     ///
     /// Errors: [`Error::NvshmemUnavailable`] naming the library and what was missing.
-    fn load() -> Result<Self> {
-        let path = std::env::var(ENV_NVSHMEM_LIB).unwrap_or_else(|_| LIBRARY.to_owned());
+    fn load(path: &str) -> Result<Self> {
         let unavailable = |why: String| Error::NvshmemUnavailable {
-            library: path.clone(),
+            library: path.to_owned(),
             why,
         };
         // SAFETY: NVSHMEM's host library runs no initialiser with requirements of ours
         // (its constructors register its own state).
-        let library = unsafe { Library::new(&path) }.map_err(|e| unavailable(e.to_string()))?;
+        let library = unsafe { Library::new(path) }.map_err(|e| unavailable(e.to_string()))?;
         /// The entry point `name` of `library` as a function pointer of the field's type.
         macro_rules! symbol {
             ($name:literal) => {
@@ -244,8 +243,14 @@ impl NvshmemTransport {
     /// cannot make the id; [`Error::NoEngine`] where this process already runs a world
     /// through NVSHMEM; the bootstrap's errors.
     pub fn new(bootstrap: &mut dyn Bootstrap) -> Result<Self> {
+        let path = std::env::var(ENV_NVSHMEM_LIB).unwrap_or_else(|_| LIBRARY.to_owned());
+        Self::with_library(bootstrap, &path)
+    }
+
+    /// [`NvshmemTransport::new`] with the host library at `path`.
+    fn with_library(bootstrap: &mut dyn Bootstrap, path: &str) -> Result<Self> {
         let (rank, world_size) = (bootstrap.rank(), bootstrap.world_size());
-        let mine = Api::load().and_then(|api| {
+        let mine = Api::load(path).and_then(|api| {
             let mut id = UniqueId::new();
             if rank == 0 {
                 // SAFETY: `id` is an initialised `nvshmemx_uniqueid_t`.
@@ -492,5 +497,52 @@ impl Link for NvshmemLink {
         unsafe { (api.hostlib_finalize)() };
         IN_USE.store(false, Ordering::Release);
         tracing::debug!("NVSHMEM finalised");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bootstrap::local::LocalBootstrap;
+
+    /// A rank without the library fails with an error naming it, and so does every other
+    /// rank: none waits for the id a rank without NVSHMEM cannot send.
+    #[test]
+    fn a_missing_library_is_named_on_every_rank() {
+        let ranks: Vec<_> = LocalBootstrap::default_group(2)
+            .into_iter()
+            .map(|mut b| {
+                std::thread::spawn(move || {
+                    let path = format!("/nonexistent/rank{}/libnvshmem_host.so.3", b.rank());
+                    NvshmemTransport::with_library(&mut b, &path).map(drop)
+                })
+            })
+            .collect();
+        for (rank, r) in ranks.into_iter().enumerate() {
+            match r.join().expect("rank") {
+                Err(e @ Error::NvshmemUnavailable { .. }) => {
+                    let text = e.to_string();
+                    assert!(
+                        text.contains(&format!("/nonexistent/rank{rank}/")),
+                        "{text}"
+                    );
+                    assert!(text.contains("LD_LIBRARY_PATH"), "{text}");
+                }
+                other => panic!("rank {rank}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn structures_have_nvshmem_layouts() {
+        let mut attr = InitAttr::new();
+        assert_eq!(attr.version, (1 << 16) + 144);
+        assert_eq!(attr.args.version, (1 << 16) + 128);
+        assert_eq!(attr.args.uid_args.version, (1 << 16) + 24);
+        let base = (&raw mut attr).addr();
+        assert_eq!((&raw mut attr.args).addr() - base, 16);
+        assert_eq!((&raw mut attr.args.uid_args.id).addr() - base, 32);
+        assert_eq!((&raw mut attr.args.uid_args.nranks).addr() - base, 44);
+        assert_eq!(UniqueId::new().version, (1 << 16) + 128);
     }
 }

@@ -1,8 +1,9 @@
 //! One rank of the kill test (`tests/tests/engine_mpi.rs`), under `mpirun` with recovery
 //! enabled and the machine split into emulated nodes: the world forms over MPI on the CPU
-//! backend, then its last rank kills itself (`SIGKILL`) while every other rank waits for
-//! it on the device (a cross-rank barrier kernel, which reaches the other node through
-//! the off-node engine).
+//! backend (on GPU `rank % count` with `--cuda`), then its last rank kills itself
+//! (`SIGKILL`) while every other rank waits for it on the device (a cross-rank barrier
+//! kernel, which reaches the other node through the off-node transport: the MPI proxy,
+//! or NVSHMEM with `SYMMEM_OFF_NODE=nvshmem`).
 //!
 //! Each survivor must get a typed error, not a hang, within its wait deadline (seconds,
 //! the first argument; 5 without one) (the abort word when the liveness watchdog sees the
@@ -16,6 +17,8 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 use symmem::backend::Backend;
 use symmem::backend::cpu::Cpu;
+use symmem::backend::cuda::Cuda;
+use symmem::bootstrap::Bootstrap;
 use symmem::bootstrap::mpi::MpiBootstrap;
 use symmem::collectives::Collectives;
 use symmem::{Config, World};
@@ -28,6 +31,9 @@ struct Options {
     /// Each survivor's wait deadline, in seconds.
     #[arg(default_value = "5", value_parser = seconds)]
     deadline: Duration,
+    /// Every rank on GPU `rank % count` (the CUDA backend); the CPU backend otherwise.
+    #[arg(long)]
+    cuda: bool,
 }
 
 /// A positive number of seconds (`5`, `0.5`).
@@ -40,13 +46,30 @@ fn seconds(s: &str) -> Result<Duration, String> {
 }
 
 fn main() -> ExitCode {
-    let deadline = Options::parse().deadline;
+    let options = Options::parse();
     let config = Config {
         heap_bytes: 16 << 20,
-        wait_deadline: deadline,
+        wait_deadline: options.deadline,
         ..Config::default()
     };
-    let formed = MpiBootstrap::new().and_then(|b| World::new(Box::new(b), Cpu::new(), &config));
+    let bootstrap = match MpiBootstrap::new() {
+        Ok(b) => Box::new(b),
+        Err(e) => {
+            eprintln!("engine-kill: joining MPI: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if options.cuda {
+        let formed = Cuda::for_rank(bootstrap.rank())
+            .and_then(|backend| World::new(bootstrap, backend, &config));
+        kill_test(formed)
+    } else {
+        kill_test(World::new(bootstrap, Cpu::new(), &config))
+    }
+}
+
+/// The test on the world `formed`: the last rank dies, the others report how they learned.
+fn kill_test<B: Backend>(formed: symmem::Result<World<B>>) -> ExitCode {
     let w = match formed {
         Ok(w) => w,
         Err(e) => {
