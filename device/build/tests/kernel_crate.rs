@@ -435,6 +435,147 @@ fn nvshmem_device_library_is_linked_in_and_checked() {
     assert!(e.to_string().contains("SYMMEM_NVSHMEM_HOME"), "{e}");
 }
 
+/// A stand-in NVSHMEM whose device library defines every function
+/// `symmem_rma::nvshmem` declares (read from its source), each with the declared
+/// signature, out of line, reading the device state and returning zero.
+fn stand_in_for_rma(dir: &Path) -> PathBuf {
+    let home = stand_in_nvshmem(dir, (3, 4, 5), (3, 4, 5));
+    let source = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../crates/rma/src/nvshmem.rs"),
+    )
+    .unwrap();
+    let ty = |t: &str| match t.trim() {
+        t if t.starts_with('*') => "ptr",
+        "usize" | "u64" | "i64" => "i64",
+        "c_int" | "i32" | "u32" => "i32",
+        "u16" => "i16",
+        "u8" => "i8",
+        other => panic!("a declared type the stand-in does not know: {other}"),
+    };
+    let mut ll = std::fs::read_to_string(home.join("lib/libnvshmem_device.ll")).unwrap();
+    // Everything up to the first definition: the state globals; the stand-in's own
+    // functions are replaced by the declared ones.
+    ll.truncate(ll.find("define ").unwrap());
+    let flat = source.split_whitespace().collect::<Vec<_>>().join(" ");
+    let mut names = Vec::new();
+    for decl in flat.split("pub fn ").skip(1) {
+        let decl = &decl[..decl.find(';').unwrap()];
+        let (name, rest) = decl.split_once('(').unwrap();
+        let (params, ret) = rest.rsplit_once(')').unwrap();
+        let params: Vec<String> = params
+            .split(',')
+            .filter(|p| !p.trim().is_empty())
+            .enumerate()
+            .map(|(i, p)| format!("{} %a{i}", ty(p.split_once(':').unwrap().1)))
+            .collect();
+        let ret = ret.trim().strip_prefix("->").map_or("void", ty);
+        let value = match ret {
+            "void" => "ret void".to_owned(),
+            "ptr" => "ret ptr null".to_owned(),
+            t => format!("ret {t} 0"),
+        };
+        ll += &format!(
+            "define {ret} @{name}({}) noinline {{\n  \
+             %s = load volatile i8, ptr addrspace(4) @nvshmemi_device_state_d\n  {value}\n}}\n",
+            params.join(", ")
+        );
+        names.push(name.to_owned());
+    }
+    assert!(names.len() > 30, "declarations read: {names:?}");
+    put(&home.join("lib/libnvshmem_device.ll"), &ll);
+    let bin = symmem_build::llvm_tools_bin().unwrap();
+    let out = std::process::Command::new(bin.join("llvm-as"))
+        .arg(home.join("lib/libnvshmem_device.ll"))
+        .arg("-o")
+        .arg(home.join("lib/libnvshmem_device.bc"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    home
+}
+
+/// The RMA library's off-node path through NVSHMEM (symmem-device's feature `nvshmem`):
+/// a kernel of put, get, atomics, point loads and stores and a quiet to an off-node peer
+/// links against NVSHMEM's device functions (a stand-in of every declared one) with none
+/// left unresolved, calls NVSHMEM's block put and get, fences before an atomic, and
+/// exports `SYMMEM_NVSHMEM` for the host to fill in.
+#[test]
+fn the_rma_off_node_path_calls_nvshmem() {
+    if std::env::var_os(symmem_build::TARGETS_ENV).is_some() {
+        println!("skipped: {} is set", symmem_build::TARGETS_ENV);
+        return;
+    }
+    let dir = scratch("nvshmem-rma");
+    let home = stand_in_for_rma(&dir);
+    let device = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../crates/device");
+    put(
+        &dir.join("kernels/Cargo.toml"),
+        &format!(
+            "[package]\nname = \"nvshmem-rma-kernels\"\nversion = \"0.1.0\"\nedition = \"2024\"\n\n\
+             [dependencies]\nsymmem-device = {{ path = \"{}\", features = [\"nvshmem\"] }}\n",
+            device.canonicalize().unwrap().display()
+        ),
+    );
+    put(
+        &dir.join("kernels/src/lib.rs"),
+        "#![no_std]\n\
+         #![cfg_attr(any(target_arch = \"amdgpu\", target_arch = \"nvptx64\"), feature(abi_gpu_kernel))]\n\
+         use symmem_device::rma::AtomicOp;\n\
+         use symmem_device::{Arch, Order, Scope, Team, kernel};\n\
+         /// Every off-node operation to rank `to` (entry 0 of `table`).\n\
+         #[kernel]\n\
+         pub unsafe fn off_node(arch: &impl Arch, data: *mut u64, local: *mut u64, table: *const u64, world: u32, me: u32, to: u32, n: u32) {\n\
+             let (to, bytes) = (to as usize, n as usize * 8);\n\
+             // SAFETY: a test kernel: the host passes a symmetric `data` of `n` words.\n\
+             unsafe {\n\
+                 let team = Team::from_raw_parts(table, world, me);\n\
+                 team.put_nbi_block(arch, data.cast(), local.cast_const().cast(), bytes, to);\n\
+                 team.get_block(arch, local.cast(), data.cast_const().cast(), bytes, to);\n\
+                 let old = team.atomic_fetch(AtomicOp::Min, data.cast::<i32>(), -1, to, Order::AcqRel, Scope::System);\n\
+                 team.atomic(AtomicOp::Add, data, old as u64, to, Order::AcqRel, Scope::System);\n\
+                 let v: [u8; 3] = team.load(data.cast::<[u8; 3]>(), to);\n\
+                 team.store(data.cast::<[u8; 3]>().add(1), v, to);\n\
+                 team.quiet_block(arch);\n\
+             }\n\
+         }\n",
+    );
+    let built = KernelCrate::new(dir.join("kernels"))
+        .targets(["sm_80"])
+        .nested_dir(nested_dir())
+        .nvshmem_at(&home)
+        .build_in(dir.join("out"))
+        .unwrap();
+    let ptx = std::fs::read_to_string(&built.objects[0].path).unwrap();
+    assert!(!ptx.contains(".extern"), "{ptx}");
+    assert!(
+        ptx.lines()
+            .any(|l| l.starts_with(".visible .global") && l.contains("SYMMEM_NVSHMEM")),
+        "no SYMMEM_NVSHMEM global:\n{ptx}"
+    );
+    for call in [
+        "nvshmemx_putmem_nbi_block",
+        "nvshmemx_getmem_block",
+        "nvshmem_uint32_atomic_compare_swap",
+        "nvshmem_uint64_atomic_add",
+        "nvshmem_uint8_g",
+        "nvshmem_uint8_p",
+        "nvshmem_fence",
+        "nvshmem_quiet",
+    ] {
+        assert!(
+            ptx.lines()
+                .any(|l| l.contains("call") && l.contains(&format!("{call},"))
+                    || l.contains("call") && l.contains(&format!("{call})"))
+                    || l.trim_start().starts_with(call)),
+            "no call of {call}:\n{ptx}"
+        );
+    }
+}
+
 /// The same against a real NVSHMEM install, where `SYMMEM_TEST_NVSHMEM_HOME` names one
 /// (NVSHMEM 3.8.0's `nvidia/nvshmem` folder of the `nvidia-nvshmem-cu12` wheel was; CI has
 /// none: the wheel is 280 MB): a kernel calling `nvshmem_putmem_nbi`,
