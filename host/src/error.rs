@@ -313,6 +313,20 @@ pub enum Error {
         /// What it returned.
         status: i32,
     },
+    /// The heap cannot be registered with NVSHMEM: NVSHMEM maps a registered buffer in
+    /// whole units of its heap granularity, and would map past the end of this one.
+    #[error(
+        "the symmetric heap ({heap} bytes) is not a multiple of NVSHMEM's heap granularity \
+         ({granularity} bytes, NVSHMEM_CUMEM_GRANULARITY): make Config::heap_bytes a multiple \
+         of it, or set NVSHMEM_CUMEM_GRANULARITY on every rank to a power of two of at least \
+         2 MiB that divides the heap"
+    )]
+    NvshmemHeapGranularity {
+        /// The heap's length.
+        heap: usize,
+        /// NVSHMEM's granularity.
+        granularity: usize,
+    },
     /// Ranks chose different off-node transports ([`Config::off_node`](crate::Config::off_node)).
     #[error(
         "rank {rank} chose off-node transport {found}, rank 0 chose {expected}: set \
@@ -1004,6 +1018,8 @@ mod tests {
             => ["libnvshmem_host.so.3", "not found", "LD_LIBRARY_PATH", "SYMMEM_NVSHMEM_LIB"];
         nvshmem_failed_names_the_call: Error::NvshmemFailed { call: "nvshmemx_hostlib_init_attr", status: 7 }
             => ["nvshmemx_hostlib_init_attr", "status 7", "NVSHMEM_DEBUG=INFO"];
+        nvshmem_granularity_names_both_ways_out: Error::NvshmemHeapGranularity { heap: 64 << 20, granularity: 512 << 20 }
+            => ["67108864 bytes", "536870912 bytes", "Config::heap_bytes", "NVSHMEM_CUMEM_GRANULARITY"];
         off_node_mismatch_names_the_rank: Error::OffNodeMismatch { rank: 2, expected: "bootstrap", found: "nvshmem" }
             => ["rank 2 chose off-node transport nvshmem", "rank 0 chose bootstrap", "SYMMEM_OFF_NODE"];
         library_missing_names_the_library_path: Error::LibraryMissing { library: "libcuda.so" }

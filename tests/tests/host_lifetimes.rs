@@ -247,10 +247,10 @@ impl Backend for Recording {
         &self,
         module: &mut Self::Module,
         control: &Self::Shared,
-        engine: Option<&symmem::backend::Ring>,
+        transport: Option<&dyn symmem::transport::Link>,
     ) -> symmem::Result<()> {
         // SAFETY: forwarded from the caller.
-        unsafe { self.cpu.watch(module, control, engine) }
+        unsafe { self.cpu.watch(module, control, transport) }
     }
     unsafe fn launch(
         &self,

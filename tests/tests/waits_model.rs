@@ -76,7 +76,7 @@ proptest! {
             heap_bytes: 4 << 20,
             wait_deadline: DEADLINE,
             timeout: Duration::from_secs(10),
-            ranks_per_node: None,
+            ..Config::default()
         };
         let start = Instant::now();
         let results = symmem::spawn_ranks(n, &config, |_| Ok(Cpu::new()), |world| {

@@ -75,7 +75,7 @@ fn child<B: Backend>(
             End::Killed => WAIT_DEADLINE,
             End::Leaves => Config::default().wait_deadline,
         },
-        ranks_per_node: None,
+        ..Config::default()
     };
     let world = World::new(Box::new(bootstrap), backend, &config)?;
     let rank = world.rank();

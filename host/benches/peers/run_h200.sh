@@ -233,29 +233,45 @@ nvshmem() {
   local nv
   nv=$(python3 -c "import importlib.util; print(list(importlib.util.find_spec('nvidia.nvshmem').submodule_search_locations)[0])" 2>/dev/null)
   [ -n "$nv" ] || { echo "no NVSHMEM (the nvidia.nvshmem package) here"; return 1; }
+  # Headers: the image's where it has them, else those carried in .carry/nvshmem-include
+  # (the same release's wheel), for NVSHMEM's own bench.
+  local inc=$nv/include
+  [ -e "$inc/nvshmem.h" ] || inc=$CARRY/nvshmem-include
   { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-    echo "NVSHMEM $nv: $(grep -h 'define NVSHMEM_VENDOR_BASE_VERSION_STRING' "$nv"/include/non_abi/nvshmem_version.h)"
-    ls "$nv/lib"; } > "$OUT/nvshmem-env.txt" 2>&1
+    echo "NVSHMEM $nv (headers: $inc)"
+    grep -h 'define NVSHMEM_VENDOR_BASE_VERSION_STRING' "$inc"/non_abi/nvshmem_version.h
+    pip list 2>/dev/null | grep -i nvshmem
+    ls "$nv" "$nv/lib"; } > "$OUT/nvshmem-env.txt" 2>&1
   cat "$OUT/nvshmem-env.txt"
   export LD_LIBRARY_PATH=$nv/lib:${LD_LIBRARY_PATH:-}
   # Two PEs on one GPU: MPS with each client's share summing to 100 (else NVSHMEM reports
   # "limited MPG support"), the unique id's socket on loopback, no remote transport.
   export NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME=lo NVSHMEM_REMOTE_TRANSPORT=none \
     CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50 SYMMEM_RANKS_PER_NODE=1
+  # NVSHMEM registers a buffer in units of this (512 MiB by default); engine-ranks'
+  # and engine-kill's heaps are 64 and 16 MiB. The first run below leaves it at the
+  # default to see symmem's refusal.
+  export NVSHMEM_CUMEM_GRANULARITY=2097152
   mps_start || { echo "MPS did not start"; return 1; }
-  local x="-x LD_LIBRARY_PATH -x NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME -x NVSHMEM_REMOTE_TRANSPORT
+  local x0="-x LD_LIBRARY_PATH -x NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME -x NVSHMEM_REMOTE_TRANSPORT
     -x CUDA_MPS_ACTIVE_THREAD_PERCENTAGE -x CUDA_MPS_PIPE_DIRECTORY -x CUDA_MPS_LOG_DIRECTORY
     -x SYMMEM_RANKS_PER_NODE --map-by slot:PE=2 --bind-to core"
+  local x="$x0 -x NVSHMEM_CUMEM_GRANULARITY"
   echo "== NVSHMEM's own bench (nvshmem_bench.cu), -np 2"
   # shellcheck disable=SC2046
-  if nvcc -O2 -rdc=true -arch=sm_90 -I"$nv/include" "$P/nvshmem_bench.cu" -o /tmp/nvshmem-bench \
-      $(mpicc --showme:compile) -L"$nv/lib" -lnvshmem_host -lnvshmem_device \
+  if nvcc -O2 -rdc=true -arch=sm_90 -I"$inc" "$P/nvshmem_bench.cu" -o /tmp/nvshmem-bench \
+      $(mpicc --showme:compile) -L"$nv/lib" -l:libnvshmem_host.so.3 -lnvshmem_device \
       $(mpicc --showme:link) -lcuda > "$OUT/nvshmem-c-bench.txt" 2>&1; then
     # shellcheck disable=SC2086
     timeout -k 5 90 $MPIRUN $x -np 2 /tmp/nvshmem-bench >> "$OUT/nvshmem-c-bench.txt" 2>&1
     echo "rc=$?"
   fi
   tail -20 "$OUT/nvshmem-c-bench.txt"
+  echo "== engine-ranks --cuda over NVSHMEM, -np 2, NVSHMEM's default granularity: refused"
+  # shellcheck disable=SC2086
+  SYMMEM_OFF_NODE=nvshmem env -u NVSHMEM_CUMEM_GRANULARITY timeout -k 5 60 $MPIRUN $x0 -x SYMMEM_OFF_NODE \
+    -np 2 "$CARRY/nv-engine-ranks" --cuda > "$OUT/nvshmem-granularity.txt" 2>&1
+  echo "rc=$?"; tail -4 "$OUT/nvshmem-granularity.txt"
   echo "== engine-ranks --cuda over NVSHMEM, -np 2"
   # shellcheck disable=SC2086
   SYMMEM_OFF_NODE=nvshmem timeout -k 5 150 $MPIRUN $x -x SYMMEM_OFF_NODE -np 2 \
@@ -271,7 +287,7 @@ nvshmem() {
     [ $t = bootstrap ] && f=nvshmem-mpi-bench.txt
     echo "== engine bench --cuda, SYMMEM_OFF_NODE=$t, -np 2"
     # shellcheck disable=SC2086
-    SYMMEM_OFF_NODE=$t timeout -k 5 110 $MPIRUN $x -x SYMMEM_OFF_NODE -np 2 \
+    SYMMEM_LOG=symmem=info SYMMEM_OFF_NODE=$t timeout -k 5 110 $MPIRUN $x -x SYMMEM_OFF_NODE -x SYMMEM_LOG -np 2 \
       "$CARRY/nv-engine-bench" --cuda > "$OUT/$f" 2>&1
     echo "rc=$?"; grep -E "bench|put|latency|all_reduce|rror" "$OUT/$f" | head -20
   done

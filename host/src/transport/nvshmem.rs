@@ -54,6 +54,28 @@ pub const ENV_NVSHMEM_LIB: &str = "SYMMEM_NVSHMEM_LIB";
 /// The host library's name on the loader's search path.
 const LIBRARY: &str = "libnvshmem_host.so.3";
 
+/// NVSHMEM's environment variable for its heap granularity, and its default (512 MiB:
+/// NVSHMEM 3.x's `NVSHMEM_CUMEM_GRANULARITY`).
+const GRANULARITY_ENV: &str = "NVSHMEM_CUMEM_GRANULARITY";
+const DEFAULT_GRANULARITY: usize = 512 << 20;
+
+/// NVSHMEM's heap granularity as `value` (its environment variable's value) sets it: a
+/// number of bytes, optionally with a K, M or G suffix (NVSHMEM's size syntax); the
+/// default where unset or empty, `None` where unreadable (NVSHMEM then decides).
+fn granularity(value: Option<&str>) -> Option<usize> {
+    let v = value.map_or("", str::trim);
+    if v.is_empty() {
+        return Some(DEFAULT_GRANULARITY);
+    }
+    let (digits, shift) = match v.char_indices().last()? {
+        (i, 'k' | 'K') => (&v[..i], 10),
+        (i, 'm' | 'M') => (&v[..i], 20),
+        (i, 'g' | 'G') => (&v[..i], 30),
+        _ => (v, 0),
+    };
+    digits.parse::<usize>().ok()?.checked_mul(1 << shift)
+}
+
 /// `NVSHMEMX_INIT_WITH_UNIQUEID`.
 const INIT_WITH_UNIQUEID: c_uint = 1 << 3;
 
@@ -319,6 +341,20 @@ impl Transport for NvshmemTransport {
         let device = attach.device.ok_or(Error::NoEngine(
             "the NVSHMEM transport needs the rank's CUDA device",
         ))?;
+        // NVSHMEM maps a registered buffer in whole units of its granularity: a heap that
+        // is not a multiple would be mapped past its end, which NVSHMEM reports only as a
+        // failed cuMemMap and then a crash. Every rank has the same heap, so every rank
+        // refuses alike, before NVSHMEM starts.
+        let env = std::env::var(GRANULARITY_ENV).ok();
+        if let Some(g) = granularity(env.as_deref())
+            && g > 0
+            && !attach.heap.len.is_multiple_of(g)
+        {
+            return Err(Error::NvshmemHeapGranularity {
+                heap: attach.heap.len,
+                granularity: g,
+            });
+        }
         device.make_current()?;
         let Self {
             api,
@@ -531,6 +567,16 @@ mod tests {
                 other => panic!("rank {rank}: {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn nvshmem_granularity_is_read_as_nvshmem_reads_it() {
+        assert_eq!(granularity(None), Some(512 << 20));
+        assert_eq!(granularity(Some("")), Some(512 << 20));
+        assert_eq!(granularity(Some("2097152")), Some(2 << 20));
+        assert_eq!(granularity(Some("2M")), Some(2 << 20));
+        assert_eq!(granularity(Some("1g")), Some(1 << 30));
+        assert_eq!(granularity(Some("lots")), None);
     }
 
     #[test]
