@@ -8,7 +8,7 @@ use symmem::backend::Shareable;
 use symmem::backend::cpu::Cpu;
 use symmem::bootstrap::Bootstrap;
 use symmem::bootstrap::local::LocalBootstrap;
-use symmem::transport::EnginePath;
+use symmem::transport::{EnginePath, OffNode};
 use symmem::{Config, Error, World};
 
 fn config(split: Option<usize>) -> Config {
@@ -135,6 +135,68 @@ fn a_split_of_zero_is_refused() {
                     ..
                 },
             ) => assert!(e.to_string().contains("Config::ranks_per_node"), "{e}"),
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+/// Ranks across nodes that choose different off-node transports all fail, naming the first
+/// rank whose choice differs from rank 0's (no rank starts a transport its peers do not).
+#[test]
+fn ranks_that_disagree_on_the_transport_are_named() {
+    let threads: Vec<_> = LocalBootstrap::default_group(3)
+        .into_iter()
+        .map(|b| {
+            std::thread::spawn(move || {
+                let off_node = Some(if b.rank() == 2 {
+                    OffNode::Nvshmem
+                } else {
+                    OffNode::Bootstrap
+                });
+                let config = Config {
+                    off_node,
+                    ..config(Some(1))
+                };
+                World::new(Box::new(b), Cpu::new(), &config).map(drop)
+            })
+        })
+        .collect();
+    for t in threads {
+        match t.join().expect("rank") {
+            Err(
+                e @ Error::OffNodeMismatch {
+                    rank: 2,
+                    expected: "bootstrap",
+                    found: "nvshmem",
+                },
+            ) => assert!(e.to_string().contains("SYMMEM_OFF_NODE"), "{e}"),
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+/// NVSHMEM asked for where it cannot serve: a typed refusal on every rank, never a world
+/// whose off-node peers no kernel reaches. Without symmem's `nvshmem` feature (CI) the
+/// kernels cannot call it; with it, the CPU backend has no CUDA heap to register.
+#[test]
+fn nvshmem_where_it_cannot_serve_is_refused() {
+    let config = Config {
+        off_node: Some(OffNode::Nvshmem),
+        ..config(Some(1))
+    };
+    let results = symmem::spawn_ranks(2, &config, |_| Ok(Cpu::new()), |_w: World<Cpu>| Ok(()))
+        .expect("launch");
+    for r in &results {
+        match r {
+            Err(e @ Error::NoEngine(why)) => {
+                assert!(
+                    why.contains("`nvshmem` feature")
+                        || why.contains("CUDA heaps only")
+                        || why.contains("one PE per process"),
+                    "{e}"
+                )
+            }
+            Err(Error::NvshmemUnavailable { .. }) => {}
             other => panic!("{other:?}"),
         }
     }
