@@ -165,8 +165,12 @@ impl<B: Backend> World<B> {
         let loaded = match modules.iter().find(|m| std::ptr::eq(m.objects, objects)) {
             Some(loaded) => Arc::clone(loaded),
             None => {
-                let loaded =
-                    Loaded::new(self.backend(), objects, self.control(), self.transport())?;
+                let loaded = Loaded::new(
+                    self.backend(),
+                    objects,
+                    self.control(),
+                    self.module_transport(),
+                )?;
                 modules.push(Arc::clone(&loaded));
                 loaded
             }

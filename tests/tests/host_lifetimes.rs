@@ -247,7 +247,7 @@ impl Backend for Recording {
         &self,
         module: &mut Self::Module,
         control: &Self::Shared,
-        transport: Option<&dyn symmem::transport::Link>,
+        transport: Option<&dyn symmem::backend::ModuleTransport>,
     ) -> symmem::Result<()> {
         // SAFETY: forwarded from the caller.
         unsafe { self.cpu.watch(module, control, transport) }

@@ -554,18 +554,23 @@ impl<'a> Team<'a> {
     /// does). Where the world runs an off-node engine, thread 0 then waits until the
     /// engine has completed every request posted so far (every thread's, as they all
     /// passed the barrier), and a second barrier hands that on to the block. Through
-    /// NVSHMEM every thread calls `nvshmem_quiet` instead (NVSHMEM completes a thread's
-    /// own operations), before that barrier.
+    /// NVSHMEM, which completes each thread's own operations, every thread calls
+    /// `nvshmem_quiet` after its fence instead, and the one barrier hands both on.
     ///
     /// Block-cooperative: every thread of the block calls it.
     #[inline(always)]
     pub fn quiet_block<A: Arch>(&self, arch: &A) {
         arch.fence(Scope::System);
+        // The same for every thread of the launch: whether requests go through NVSHMEM,
+        // whether the world has an engine.
+        if engine::through_nvshmem() {
+            engine::quiet();
+            arch.sync_block();
+            return;
+        }
         arch.sync_block();
-        // The same for every thread of the launch: whether the world has an engine.
         if engine::running() {
-            // NVSHMEM completes each thread's own operations; the ring, the rank's.
-            if arch.thread_id() == 0 || engine::through_nvshmem() {
+            if arch.thread_id() == 0 {
                 engine::quiet();
             }
             arch.sync_block();

@@ -49,6 +49,11 @@
 #                 (the peer killed mid-wait: a typed error, and how soon), and the engine
 #                 bench over NVSHMEM and over the MPI proxy, one after the other
 #                 (nvshmem-{c-bench,ranks,kill,bench,mpi-bench}.txt, nvshmem-env.txt)
+#   nvshmem-ab    the engine bench over NVSHMEM (puts and latency, -np 2, MPS as in
+#                 `nvshmem`) of several builds, alternating, ${RUNS:-2} times each
+#                 (NV_BUILDS="a b ...", names in .carry; default nv-engine-bench-old
+#                 nv-engine-bench), then engine-ranks --cuda over NVSHMEM (nvshmem-ab.txt,
+#                 nvshmem-ranks.txt)
 #   cost          issue 30's cost of tracing: host enqueue per launch (launch_enqueue_us) and
 #                 host time per collective call (host_call_us, world 2) of the old build, of
 #                 this one with no subscriber, and of this one with a subscriber at
@@ -228,35 +233,56 @@ engine_ab() {
   echo quit | nvidia-cuda-mps-control
 }
 
-# The NVSHMEM transport under MPS, 2 PEs as 2 emulated nodes (see the header).
-nvshmem() {
-  local nv
-  nv=$(python3 -c "import importlib.util; print(list(importlib.util.find_spec('nvidia.nvshmem').submodule_search_locations)[0])" 2>/dev/null)
-  [ -n "$nv" ] || { echo "no NVSHMEM (the nvidia.nvshmem package) here"; return 1; }
-  # Headers: the image's where it has them, else those carried in .carry/nvshmem-include
-  # (the same release's wheel), for NVSHMEM's own bench.
-  local inc=$nv/include
-  [ -e "$inc/nvshmem.h" ] || inc=$CARRY/nvshmem-include
-  { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-    echo "NVSHMEM $nv (headers: $inc)"
-    grep -h 'define NVSHMEM_VENDOR_BASE_VERSION_STRING' "$inc"/non_abi/nvshmem_version.h
-    pip list 2>/dev/null | grep -i nvshmem
-    ls "$nv" "$nv/lib"; } > "$OUT/nvshmem-env.txt" 2>&1
-  cat "$OUT/nvshmem-env.txt"
-  export LD_LIBRARY_PATH=$nv/lib:${LD_LIBRARY_PATH:-}
+# nvshmem_env: finds the image's NVSHMEM (NV, its headers INC), sets what 2 PEs on one
+# GPU need, starts MPS, and sets X0 (mpirun flags) and X (X0 and the granularity).
+nvshmem_env() {
+  NV=$(python3 -c "import importlib.util; print(list(importlib.util.find_spec('nvidia.nvshmem').submodule_search_locations)[0])" 2>/dev/null)
+  [ -n "$NV" ] || { echo "no NVSHMEM (the nvidia.nvshmem package) here"; return 1; }
+  INC=$NV/include
+  [ -e "$INC/nvshmem.h" ] || INC=$CARRY/nvshmem-include
+  export LD_LIBRARY_PATH=$NV/lib:${LD_LIBRARY_PATH:-}
   # Two PEs on one GPU: MPS with each client's share summing to 100 (else NVSHMEM reports
   # "limited MPG support"), the unique id's socket on loopback, no remote transport.
   export NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME=lo NVSHMEM_REMOTE_TRANSPORT=none \
     CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50 SYMMEM_RANKS_PER_NODE=1
   # NVSHMEM registers a buffer in units of this (512 MiB by default); engine-ranks'
-  # and engine-kill's heaps are 64 and 16 MiB. The first run below leaves it at the
-  # default to see symmem's refusal.
+  # and engine-kill's heaps are 64 and 16 MiB.
   export NVSHMEM_CUMEM_GRANULARITY=2097152
   mps_start || { echo "MPS did not start"; return 1; }
-  local x0="-x LD_LIBRARY_PATH -x NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME -x NVSHMEM_REMOTE_TRANSPORT
+  X0="-x LD_LIBRARY_PATH -x NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME -x NVSHMEM_REMOTE_TRANSPORT
     -x CUDA_MPS_ACTIVE_THREAD_PERCENTAGE -x CUDA_MPS_PIPE_DIRECTORY -x CUDA_MPS_LOG_DIRECTORY
     -x SYMMEM_RANKS_PER_NODE --map-by slot:PE=2 --bind-to core"
-  local x="$x0 -x NVSHMEM_CUMEM_GRANULARITY"
+  X="$X0 -x NVSHMEM_CUMEM_GRANULARITY"
+}
+
+nvshmem_ab() {
+  nvshmem_env || return 1
+  for run in $(seq "${RUNS:-2}"); do
+    for b in ${NV_BUILDS:-nv-engine-bench-old nv-engine-bench}; do
+      echo "== run $run: $b --cuda over NVSHMEM, -np 2"
+      # shellcheck disable=SC2086
+      SYMMEM_OFF_NODE=nvshmem timeout -k 5 60 $MPIRUN $X -x SYMMEM_OFF_NODE -np 2 "$CARRY/$b" \
+        --cuda --max-all-reduce 0 2>&1 | grep -E "bench|put|latency|rror"
+      echo "rc=${PIPESTATUS[0]}"
+    done
+  done 2>&1 | tee "$OUT/nvshmem-ab.txt"
+  echo "== engine-ranks --cuda over NVSHMEM, -np 2"
+  # shellcheck disable=SC2086
+  SYMMEM_OFF_NODE=nvshmem timeout -k 5 150 $MPIRUN $X -x SYMMEM_OFF_NODE -np 2 \
+    "$CARRY/nv-engine-ranks" --cuda > "$OUT/nvshmem-ranks.txt" 2>&1
+  echo "rc=$?"; tail -3 "$OUT/nvshmem-ranks.txt"
+  echo quit | nvidia-cuda-mps-control
+}
+
+# The NVSHMEM transport under MPS, 2 PEs as 2 emulated nodes (see the header).
+nvshmem() {
+  nvshmem_env || return 1
+  local nv=$NV inc=$INC x0=$X0 x=$X
+  { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+    echo "NVSHMEM $nv (headers: $inc)"
+    grep -h 'define NVSHMEM_VENDOR_BASE_VERSION_STRING' "$inc"/non_abi/nvshmem_version.h
+    ls "$nv" "$nv/lib"; } > "$OUT/nvshmem-env.txt" 2>&1
+  cat "$OUT/nvshmem-env.txt"
   echo "== NVSHMEM's own bench (nvshmem_bench.cu), -np 2"
   # shellcheck disable=SC2046
   if nvcc -O2 -rdc=true -arch=sm_90 -I"$inc" "$P/nvshmem_bench.cu" -o /tmp/nvshmem-bench \
@@ -426,6 +452,7 @@ while [ $# -gt 0 ]; do
   small) small ;;
   engine) engine ;;
   nvshmem) nvshmem ;;
+  nvshmem-ab) nvshmem_ab ;;
   engine-ranks) engine_ranks ;;
   engine-ab) engine_ab ;;
   engine-eager) engine_eager ;;

@@ -8,8 +8,8 @@
 //! [`KERNELS_ON_NODE`].
 
 use super::Backend;
+use super::ModuleTransport;
 use crate::error::Result;
-use crate::transport::Link;
 use std::sync::Arc;
 
 /// The code objects of one kernel crate, one per GPU target, embedded in the binary by
@@ -110,7 +110,7 @@ impl<B: Backend> Loaded<B> {
         backend: &B,
         objects: &'static CodeObjects,
         control: &B::Shared,
-        transport: Option<&dyn Link>,
+        transport: Option<&dyn ModuleTransport>,
     ) -> Result<Arc<Self>> {
         let mut module = backend.load_module(objects)?;
         // SAFETY: `control` is the world's control block, initialised by it, and

@@ -28,7 +28,7 @@ use std::os::fd::OwnedFd;
 use symmem_arch::host::HostThread;
 use symmem_device::{Kernel, Params, Slot};
 /// The off-node engine's request ring, which [`Backend::watch`] hands a module.
-pub use symmem_rma::engine::Ring;
+pub use symmem_rma::engine::{NvshmemHeap, Ring};
 
 pub use code_objects::CodeObjects;
 pub use gpu::DropErrors;
@@ -198,6 +198,44 @@ pub struct KernelLaunch<'a> {
     pub host: &'a dyn HostKernel,
 }
 
+/// Makes a rank's device current on the calling thread: for an off-node transport whose
+/// library works on the current context (NVSHMEM).
+pub trait DeviceBinding: Send + Sync {
+    /// Makes the device current.
+    ///
+    /// Errors: the runtime's.
+    fn make_current(&self) -> Result<()>;
+}
+
+/// What an off-node transport gives each module a world loads ([`Backend::watch`]): the
+/// words its device code finds it by, and a step once the module is loaded. Every
+/// off-node transport (`crate::transport::Link`) is one; the defaults give nothing.
+pub trait ModuleTransport {
+    /// A proxied transport's ring, whose words GPU modules get a copy of
+    /// (`symmem_rma::engine::SYMMEM_ENGINE`, a global of GPU builds only: read without
+    /// crossing the bus); `None` for a transport without one.
+    fn ring(&self) -> Option<Ring> {
+        None
+    }
+    /// What kernels built with NVSHMEM find in their module global `SYMMEM_NVSHMEM`
+    /// (`symmem_rma::engine::SYMMEM_NVSHMEM`): the heap's NVSHMEM alias, for a transport
+    /// through NVSHMEM; `None` for any other.
+    fn nvshmem_heap(&self) -> Option<NvshmemHeap> {
+        None
+    }
+    /// Sets up a CUDA module whose code calls the transport's device library (one with
+    /// NVSHMEM's device state), once it is loaded and before any launch of it. The
+    /// default does nothing.
+    ///
+    /// # Safety
+    /// `module` is a loaded `CUmodule` of the rank's context, which is current, and stays
+    /// loaded until the transport stops.
+    unsafe fn init_cuda_module(&self, module: u64) -> Result<()> {
+        let _ = module;
+        Ok(())
+    }
+}
+
 /// One rank's view of a device runtime.
 ///
 /// Every method is called only by the rank that owns the instance; implementations need
@@ -308,7 +346,7 @@ pub trait Backend: Send + Sync + 'static {
     fn kernels_on_host(&self) -> bool;
     /// What makes this rank's device current on a thread, for a transport whose library
     /// works on the current context; `None` (the default) where there is none (the CPU).
-    fn device_binding(&self) -> Option<std::sync::Arc<dyn crate::transport::Bind>> {
+    fn device_binding(&self) -> Option<std::sync::Arc<dyn DeviceBinding>> {
         None
     }
     /// True where freeing plain device memory waits for every kernel of the context it
@@ -329,7 +367,7 @@ pub trait Backend: Send + Sync + 'static {
     /// code needs: a proxied transport's ring (on GPUs a copy in the module global
     /// `SYMMEM_ENGINE`; kernel threads on the CPU find the ring through the control
     /// block), NVSHMEM's heap alias (`SYMMEM_NVSHMEM`, in modules built with NVSHMEM,
-    /// which the transport then initialises: [`crate::transport::Link::init_cuda_module`]).
+    /// which the transport then initialises: [`ModuleTransport::init_cuda_module`]).
     /// A module without those globals has no waits or no off-node requests: nothing to do.
     ///
     /// # Safety
@@ -341,7 +379,7 @@ pub trait Backend: Send + Sync + 'static {
         &self,
         module: &mut Self::Module,
         control: &Self::Shared,
-        transport: Option<&dyn crate::transport::Link>,
+        transport: Option<&dyn ModuleTransport>,
     ) -> Result<()>;
     /// Enqueues `launch` from `module` with launch shape `grid` (a CPU backend runs
     /// `launch.host` on threads and returns when they are done).

@@ -17,8 +17,9 @@
 //!   whole off-node path in plain `cargo test`).
 //! * **Device-initiated** (NVSHMEM's IBGDA, NCCL's GIN): kernels drive the network
 //!   themselves and no proxy runs. Such a transport attaches the same way; what its
-//!   device code needs reaches each module as a global ([`Link::nvshmem_heap`]), and
-//!   each module is set up for it once loaded ([`Link::init_cuda_module`]). One exists:
+//!   device code needs reaches each module as a global
+//!   ([`ModuleTransport::nvshmem_heap`]), and each module is set up for it once loaded
+//!   ([`ModuleTransport::init_cuda_module`]). One exists:
 //!   [`nvshmem`] (NVSHMEM's device library, linked into kernels built with it).
 //!
 //! Which one a world uses: [`OffNode`] ([`crate::Config::off_node`], or
@@ -35,10 +36,10 @@ mod proxy;
 #[cfg(fuzzing)]
 pub(crate) use proxy::check_wire;
 
-use crate::backend::{BackendKind, DeviceRegion, HeapAccess, SharedRegion};
+pub use crate::backend::ModuleTransport;
+use crate::backend::{BackendKind, DeviceBinding, DeviceRegion, HeapAccess, SharedRegion};
 use crate::error::{Error, Result};
 use std::time::Duration;
-use symmem_rma::engine::{NvshmemHeap, Ring};
 
 pub use crate::control::AbortWord;
 pub use proxy::{Wire, start_proxy};
@@ -105,15 +106,6 @@ impl OffNode {
     }
 }
 
-/// Makes a rank's device current on the calling thread: for a transport whose library
-/// works on the current context (NVSHMEM).
-pub trait Bind: Send + Sync {
-    /// Makes the device current.
-    ///
-    /// Errors: the runtime's.
-    fn make_current(&self) -> Result<()>;
-}
-
 /// How a rank's transport moves put and get data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EnginePath {
@@ -176,7 +168,7 @@ pub struct Attach<'a> {
     /// The rank's backend.
     pub kind: BackendKind,
     /// Makes the rank's device current (GPU backends).
-    pub device: Option<std::sync::Arc<dyn Bind>>,
+    pub device: Option<std::sync::Arc<dyn DeviceBinding>>,
 }
 
 /// An off-node transport before it is attached: what a bootstrap offers.
@@ -201,31 +193,10 @@ pub trait Transport: Send {
 /// a request that returns a value (a get, a fetching atomic) is complete at the target
 /// when the kernel has its value; every other request is complete at the target when
 /// [`Link::quiet`] returns (what a barrier, a signal's release and a quiet build on).
-pub trait Link: Send + Sync {
+pub trait Link: ModuleTransport + Send + Sync {
     /// What kernels find the transport by (the control block's `ring` word): a proxied
     /// transport's ring; a device-initiated one's device state.
     fn device_handle(&self) -> u64;
-    /// A proxied transport's ring, whose words GPU modules get a copy of
-    /// (`symmem_rma::engine::SYMMEM_ENGINE`, a global of GPU builds only: read without
-    /// crossing the bus); `None` for a transport without one.
-    fn ring(&self) -> Option<Ring>;
-    /// What kernels built with NVSHMEM find in their module global `SYMMEM_NVSHMEM`
-    /// (`symmem_rma::engine::SYMMEM_NVSHMEM`): the heap's NVSHMEM alias, for a transport
-    /// through NVSHMEM; `None` (the default) for any other.
-    fn nvshmem_heap(&self) -> Option<NvshmemHeap> {
-        None
-    }
-    /// Sets up a CUDA module whose code calls the transport's device library (one with
-    /// NVSHMEM's device state), once it is loaded and before any launch of it. The
-    /// default does nothing.
-    ///
-    /// # Safety
-    /// `module` is a loaded `CUmodule` of the rank's context, which is current, and stays
-    /// loaded until the link stops.
-    unsafe fn init_cuda_module(&self, module: u64) -> Result<()> {
-        let _ = module;
-        Ok(())
-    }
     /// How put and get data moves.
     fn path(&self) -> EnginePath;
     /// Waits until every request this rank's kernels posted so far is complete at its

@@ -36,16 +36,15 @@
 //! MPI or UNIX-socket bootstrap); a second world across nodes in one process is refused.
 //! CUDA only.
 
-use crate::backend::BackendKind;
-use crate::bootstrap::Bootstrap;
+use crate::backend::{BackendKind, DeviceBinding, ModuleTransport};
 use crate::error::{Error, Result};
-use crate::transport::{Attach, Bind, EnginePath, Link, Transport};
+use crate::transport::{Attach, EnginePath, Link, Transport};
 use libloading::Library;
 use std::ffi::{c_int, c_uint, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use symmem_rma::engine::{NvshmemHeap, Ring};
+use symmem_rma::engine::NvshmemHeap;
 
 /// Environment variable: the path of NVSHMEM's host library to load instead of
 /// `libnvshmem_host.so.3` from the loader's search path.
@@ -246,6 +245,10 @@ impl Drop for Claim {
     }
 }
 
+/// The world's all-gather: every rank contributes its bytes, and gets every rank's, by
+/// rank.
+pub type AllGather<'a> = &'a mut dyn FnMut(&[u8]) -> Result<Vec<Vec<u8>>>;
+
 /// The NVSHMEM transport of one rank, before it is attached: the library loaded and the
 /// unique id exchanged.
 pub struct NvshmemTransport {
@@ -258,20 +261,25 @@ pub struct NvshmemTransport {
 
 impl NvshmemTransport {
     /// Loads NVSHMEM's host library and exchanges the unique id rank 0 makes over
-    /// `bootstrap`. Collective: every rank of the world calls it.
+    /// `all_gather` (the world's bootstrap's: every rank's bytes, by rank), as rank `rank`
+    /// of `world_size`. Collective: every rank of the world calls it.
     ///
     /// Errors: [`Error::NvshmemUnavailable`] on every rank if any rank cannot load the
     /// library (naming that rank's library and why); [`Error::NvshmemFailed`] if rank 0
     /// cannot make the id; [`Error::NoEngine`] where this process already runs a world
     /// through NVSHMEM; the bootstrap's errors.
-    pub fn new(bootstrap: &mut dyn Bootstrap) -> Result<Self> {
+    pub fn new(rank: usize, world_size: usize, all_gather: AllGather<'_>) -> Result<Self> {
         let path = std::env::var(ENV_NVSHMEM_LIB).unwrap_or_else(|_| LIBRARY.to_owned());
-        Self::with_library(bootstrap, &path)
+        Self::with_library(rank, world_size, all_gather, &path)
     }
 
     /// [`NvshmemTransport::new`] with the host library at `path`.
-    fn with_library(bootstrap: &mut dyn Bootstrap, path: &str) -> Result<Self> {
-        let (rank, world_size) = (bootstrap.rank(), bootstrap.world_size());
+    fn with_library(
+        rank: usize,
+        world_size: usize,
+        all_gather: AllGather<'_>,
+        path: &str,
+    ) -> Result<Self> {
         let mine = Api::load(path).and_then(|api| {
             let mut id = UniqueId::new();
             if rank == 0 {
@@ -292,7 +300,7 @@ impl NvshmemTransport {
             }
             Err(e) => [&[0u8][..], e.to_string().as_bytes()].concat(),
         };
-        let all = bootstrap.all_gather(&message)?;
+        let all = all_gather(&message)?;
         let (api, _) = mine?;
         for (peer, got) in all.iter().enumerate() {
             if got.first() != Some(&1) {
@@ -436,24 +444,14 @@ impl Transport for NvshmemTransport {
 /// A running NVSHMEM transport of one rank.
 struct NvshmemLink {
     api: Api,
-    device: Arc<dyn Bind>,
+    device: Arc<dyn DeviceBinding>,
     heap: NvshmemHeap,
     /// The CUDA modules initialised for NVSHMEM, finalised in `stop`.
     modules: Mutex<Vec<u64>>,
     stopped: AtomicBool,
 }
 
-impl Link for NvshmemLink {
-    fn device_handle(&self) -> u64 {
-        // Kernels find NVSHMEM through their module's `SYMMEM_NVSHMEM`, not the control
-        // block (no ring).
-        0
-    }
-
-    fn ring(&self) -> Option<Ring> {
-        None
-    }
-
+impl ModuleTransport for NvshmemLink {
     fn nvshmem_heap(&self) -> Option<NvshmemHeap> {
         Some(self.heap)
     }
@@ -469,6 +467,14 @@ impl Link for NvshmemLink {
             .unwrap_or_else(|p| p.into_inner())
             .push(module);
         Ok(())
+    }
+}
+
+impl Link for NvshmemLink {
+    fn device_handle(&self) -> u64 {
+        // Kernels find NVSHMEM through their module's `SYMMEM_NVSHMEM`, not the control
+        // block (no ring).
+        0
     }
 
     fn path(&self) -> EnginePath {
@@ -539,18 +545,29 @@ impl Link for NvshmemLink {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bootstrap::local::LocalBootstrap;
+    use std::sync::Barrier;
+
+    /// An all-gather between threads: each writes its bytes, waits for the others, reads.
+    fn exchange(world: usize) -> Arc<(Barrier, Mutex<Vec<Vec<u8>>>)> {
+        Arc::new((Barrier::new(world), Mutex::new(vec![Vec::new(); world])))
+    }
 
     /// A rank without the library fails with an error naming it, and so does every other
     /// rank: none waits for the id a rank without NVSHMEM cannot send.
     #[test]
     fn a_missing_library_is_named_on_every_rank() {
-        let ranks: Vec<_> = LocalBootstrap::default_group(2)
-            .into_iter()
-            .map(|mut b| {
+        let shared = exchange(2);
+        let ranks: Vec<_> = (0..2)
+            .map(|rank| {
+                let shared = Arc::clone(&shared);
                 std::thread::spawn(move || {
-                    let path = format!("/nonexistent/rank{}/libnvshmem_host.so.3", b.rank());
-                    NvshmemTransport::with_library(&mut b, &path).map(drop)
+                    let mut all_gather = |mine: &[u8]| {
+                        shared.1.lock().unwrap()[rank] = mine.to_vec();
+                        shared.0.wait();
+                        Ok(shared.1.lock().unwrap().clone())
+                    };
+                    let path = format!("/nonexistent/rank{rank}/libnvshmem_host.so.3");
+                    NvshmemTransport::with_library(rank, 2, &mut all_gather, &path).map(drop)
                 })
             })
             .collect();

@@ -300,13 +300,15 @@ pub fn start_proxy(wire: Box<dyn Wire>, attach: Attach<'_>) -> Result<Box<dyn Li
     Ok(Box::new(Engine::start(wire, attach)?))
 }
 
+impl super::ModuleTransport for Engine {
+    fn ring(&self) -> Option<Ring> {
+        Some(self.ring)
+    }
+}
+
 impl Link for Engine {
     fn device_handle(&self) -> u64 {
         self.ring.live
-    }
-
-    fn ring(&self) -> Option<Ring> {
-        Some(self.ring)
     }
 
     fn path(&self) -> EnginePath {

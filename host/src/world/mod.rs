@@ -308,7 +308,7 @@ impl<B: Backend> World<B> {
             Some(link) if link.nvshmem_heap().is_some() => nvshmem_kernels()?,
             Some(_) => &KERNELS,
         };
-        let kernels = Loaded::new(&backend, objects, &control, transport.as_deref())?;
+        let kernels = Loaded::new(&backend, objects, &control, module_transport(&transport))?;
         bootstrap.barrier()?;
         tracing::info!(
             rank,
@@ -419,9 +419,9 @@ impl<B: Backend> World<B> {
     pub(crate) fn control(&self) -> &B::Shared {
         &self.shared.control
     }
-    /// The off-node transport, which loaded modules are set up for.
-    pub(crate) fn transport(&self) -> Option<&dyn Link> {
-        self.shared.transport.as_deref()
+    /// The off-node transport, as what loaded modules are set up for.
+    pub(crate) fn module_transport(&self) -> Option<&dyn crate::backend::ModuleTransport> {
+        module_transport(&self.shared.transport)
     }
 
     /// [`Error::RankOutOfRange`] unless `rank` is a rank of this world (kernels reach a
@@ -720,6 +720,15 @@ impl<B: Backend> Shared<B> {
     }
 }
 
+/// `transport` as what each loaded module is set up for.
+fn module_transport(
+    transport: &Option<Box<dyn Link>>,
+) -> Option<&dyn crate::backend::ModuleTransport> {
+    transport
+        .as_deref()
+        .map(|t| t as &dyn crate::backend::ModuleTransport)
+}
+
 /// symmem's kernels built with NVSHMEM's device library, for a world whose transport is
 /// NVSHMEM.
 ///
@@ -790,7 +799,13 @@ fn start_transport<B: Backend>(
                      use the bootstrap's transport (SYMMEM_OFF_NODE=bootstrap)",
                 ));
             }
-            Box::new(crate::transport::nvshmem::NvshmemTransport::new(bootstrap)?)
+            let (rank, world_size) = (bootstrap.rank(), bootstrap.world_size());
+            let mut all_gather = |mine: &[u8]| bootstrap.all_gather(mine);
+            Box::new(crate::transport::nvshmem::NvshmemTransport::new(
+                rank,
+                world_size,
+                &mut all_gather,
+            )?)
         }
     };
     let off_node: Vec<usize> = (0..bootstrap.world_size())

@@ -504,7 +504,7 @@ impl Backend for Cpu {
         &self,
         module: &mut CpuModule,
         control: &CpuShared,
-        _transport: Option<&dyn crate::transport::Link>,
+        _transport: Option<&dyn super::ModuleTransport>,
     ) -> Result<()> {
         module.control = control.host_ptr().expose_provenance();
         Ok(())

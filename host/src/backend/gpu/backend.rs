@@ -187,7 +187,7 @@ impl<T: GpuBackend> Backend for T {
         false
     }
 
-    fn device_binding(&self) -> Option<Arc<dyn crate::transport::Bind>> {
+    fn device_binding(&self) -> Option<Arc<dyn crate::backend::DeviceBinding>> {
         Some(self.rank().shared_scope())
     }
 
@@ -203,7 +203,7 @@ impl<T: GpuBackend> Backend for T {
         &self,
         module: &mut Self::Module,
         control: &Self::Shared,
-        transport: Option<&dyn crate::transport::Link>,
+        transport: Option<&dyn crate::backend::ModuleTransport>,
     ) -> Result<()> {
         self.rank().scope().make_current()?;
         let ring = transport.and_then(|t| t.ring());

@@ -103,7 +103,7 @@ pub trait DeviceScope: Send + Sync + Debug + 'static {
     }
 }
 
-impl<S: DeviceScope> crate::transport::Bind for S {
+impl<S: DeviceScope> crate::backend::DeviceBinding for S {
     fn make_current(&self) -> Result<()> {
         DeviceScope::make_current(self)
     }
