@@ -54,6 +54,8 @@
 #                 (NV_BUILDS="a b ...", names in .carry; default nv-engine-bench-old
 #                 nv-engine-bench), then engine-ranks --cuda over NVSHMEM (nvshmem-ab.txt,
 #                 nvshmem-ranks.txt)
+#   nvshmem-hang  each of NV_BUILDS over NVSHMEM with SYMMEM_LOG=debug; past ${HANG_S:-30} s,
+#                 every rank's host stacks and kernels (cuda-gdb), then killed (nvshmem-hang.txt)
 #   cost          issue 30's cost of tracing: host enqueue per launch (launch_enqueue_us) and
 #                 host time per collective call (host_call_us, world 2) of the old build, of
 #                 this one with no subscriber, and of this one with a subscriber at
@@ -233,6 +235,9 @@ engine_ab() {
   echo quit | nvidia-cuda-mps-control
 }
 
+# A build's first world through NVSHMEM on a fresh machine waits for the driver to compile
+# its kernels' PTX (about 25 s per code object under MPS on the H100; cached after it):
+# the runs' limits leave room for that.
 # nvshmem_env: finds the image's NVSHMEM (NV, its headers INC), sets what 2 PEs on one
 # GPU need, starts MPS, and sets X0 (mpirun flags) and X (X0 and the granularity).
 nvshmem_env() {
@@ -261,7 +266,7 @@ nvshmem_ab() {
     for b in ${NV_BUILDS:-nv-engine-bench-old nv-engine-bench}; do
       echo "== run $run: $b --cuda over NVSHMEM, -np 2"
       # shellcheck disable=SC2086
-      SYMMEM_OFF_NODE=nvshmem timeout -k 5 60 $MPIRUN $X -x SYMMEM_OFF_NODE -np 2 "$CARRY/$b" \
+      SYMMEM_OFF_NODE=nvshmem timeout -k 5 150 $MPIRUN $X -x SYMMEM_OFF_NODE -np 2 "$CARRY/$b" \
         --cuda --max-all-reduce 0 2>&1 | grep -E "bench|put|latency|rror"
       echo "rc=${PIPESTATUS[0]}"
     done
@@ -271,6 +276,37 @@ nvshmem_ab() {
   SYMMEM_OFF_NODE=nvshmem timeout -k 5 150 $MPIRUN $X -x SYMMEM_OFF_NODE -np 2 \
     "$CARRY/nv-engine-ranks" --cuda > "$OUT/nvshmem-ranks.txt" 2>&1
   echo "rc=$?"; tail -3 "$OUT/nvshmem-ranks.txt"
+  echo quit | nvidia-cuda-mps-control
+}
+
+# nvshmem-hang: each build of NV_BUILDS in turn (the engine bench over NVSHMEM, puts
+# only, SYMMEM_LOG=debug), and where one runs past ${HANG_S:-30} s, every rank's host stacks
+# and running kernels (cuda-gdb) before it is killed; the processes left before each run
+# (nvshmem-hang.txt).
+nvshmem_hang() {
+  nvshmem_env || return 1
+  export SYMMEM_LOG=debug
+  local i=0
+  for b in ${NV_BUILDS:-nv-engine-bench-old nv-engine-bench nv-engine-bench-old}; do
+    i=$((i + 1))
+    { echo "== $i: $b; processes left before it:"; pgrep -af "engine-bench|mpirun" || true
+      ( sleep "${HANG_S:-30}"
+        for pid in $(pgrep -f "$b --cuda"); do
+          echo "== $b rank process $pid: host stacks, kernels"
+          timeout 25 cuda-gdb -p "$pid" -batch -ex "info cuda kernels" -ex "thread apply all bt 12" 2>&1 \
+            | grep -vE "^\[New|^Reading|^warning|^$" | head -120
+        done
+        pkill -9 -f "$b --cuda" ) &
+      local watchdog=$!
+      # shellcheck disable=SC2086
+      SYMMEM_OFF_NODE=nvshmem timeout -k 5 $((${HANG_S:-30} + 70)) $MPIRUN $X -x SYMMEM_OFF_NODE \
+        -x SYMMEM_LOG -np 2 "$CARRY/$b" --cuda --max-all-reduce 0 > /tmp/nvshmem-hang-run.txt 2>&1
+      echo "rc=$?"
+      head -60 /tmp/nvshmem-hang-run.txt; echo "[...]"; tail -25 /tmp/nvshmem-hang-run.txt
+      kill "$watchdog" 2>/dev/null; wait "$watchdog" 2>/dev/null; } >> "$OUT/nvshmem-hang.txt" 2>&1
+    tail -3 "$OUT/nvshmem-hang.txt"
+  done
+  unset SYMMEM_LOG
   echo quit | nvidia-cuda-mps-control
 }
 
@@ -453,6 +489,7 @@ while [ $# -gt 0 ]; do
   engine) engine ;;
   nvshmem) nvshmem ;;
   nvshmem-ab) nvshmem_ab ;;
+  nvshmem-hang) nvshmem_hang ;;
   engine-ranks) engine_ranks ;;
   engine-ab) engine_ab ;;
   engine-eager) engine_eager ;;

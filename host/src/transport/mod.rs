@@ -140,8 +140,13 @@ impl<B: crate::backend::Backend> TransportMemory for B {
     }
 }
 
+/// The target's side of staged data and atomics, made when a transport asks for it
+/// ([`crate::backend::Backend::heap_access`]; on a GPU it loads symmem's kernels, which a
+/// transport whose kernels do everything, NVSHMEM's, never needs).
+pub type MakeHeapAccess<'a> = Box<dyn FnOnce() -> Result<Box<dyn HeapAccess>> + 'a>;
+
 /// This rank's heap, as a transport attaches to it.
-pub struct Heap {
+pub struct Heap<'a> {
     /// Where kernels see the heap (the base of every offset a request names).
     pub device_base: u64,
     /// Bytes of heap.
@@ -150,14 +155,14 @@ pub struct Heap {
     /// memory on the CPU backend; device memory for a wire that moves it itself); `None`
     /// when data must be staged (also when [`ENV_ENGINE_STAGING`] forces it).
     pub direct: Option<*mut u8>,
-    /// The target's side of staged data and atomics ([`crate::backend::Backend::heap_access`]).
-    pub access: Box<dyn HeapAccess>,
+    /// Makes the target's side of staged data and atomics.
+    pub access: MakeHeapAccess<'a>,
 }
 
 /// What a world gives the transport it attaches.
 pub struct Attach<'a> {
     /// This rank's heap.
-    pub heap: Heap,
+    pub heap: Heap<'a>,
     /// Where the transport allocates its device side's memory.
     pub memory: &'a dyn TransportMemory,
     /// Kernels run on this process's threads: their waits may do the transport's work

@@ -209,6 +209,7 @@ impl Engine {
             abort,
             ..
         } = attach;
+        let access = (heap.access)()?;
         let region = memory.alloc_shared(RING_BYTES)?;
         let tickets = memory.alloc_device_zeroed(size_of::<u64>())?;
         let direct = wire.has_window();
@@ -224,7 +225,7 @@ impl Engine {
             ring,
             slots: host.wrapping_add(SLOTS_AT).cast(),
             staging: host.wrapping_add(STAGING_AT),
-            heap: heap.access,
+            heap: access,
             heap_len: heap.len,
             abort,
             failure: failure.clone(),

@@ -840,7 +840,7 @@ fn start_transport<B: Backend>(
             device_base: heap.base(),
             len: heap.len(),
             direct,
-            access: backend.heap_access(heap)?,
+            access: Box::new(|| backend.heap_access(heap)),
         },
         memory: backend,
         kernels_on_host: backend.kernels_on_host(),
