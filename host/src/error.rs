@@ -327,6 +327,19 @@ pub enum Error {
         /// NVSHMEM's granularity.
         granularity: usize,
     },
+    /// One of symmem's one-node collective kernels (one-shot, two-shot, tables, staged or
+    /// barrier-free all-reduce, reduce-scatter) was launched in a world across nodes,
+    /// whose build of symmem's kernels leaves their bodies out
+    /// (`symmem_rma::ONE_NODE_KERNELS`); nothing was computed.
+    #[error(
+        "rank {rank} launched a one-node collective kernel in a world across nodes, whose \
+         kernels leave it out: call the collective through Collectives, which routes it \
+         across nodes (the gathered kernel)"
+    )]
+    OneNodeKernel {
+        /// The rank that launched it.
+        rank: usize,
+    },
     /// Ranks chose different off-node transports ([`Config::off_node`](crate::Config::off_node)).
     #[error(
         "rank {rank} chose off-node transport {found}, rank 0 chose {expected}: set \
@@ -1018,6 +1031,8 @@ mod tests {
             => ["libnvshmem_host.so.3", "not found", "LD_LIBRARY_PATH", "SYMMEM_NVSHMEM_LIB"];
         nvshmem_failed_names_the_call: Error::NvshmemFailed { call: "nvshmemx_hostlib_init_attr", status: 7 }
             => ["nvshmemx_hostlib_init_attr", "status 7", "NVSHMEM_DEBUG=INFO"];
+        one_node_kernel_names_the_way: Error::OneNodeKernel { rank: 1 }
+            => ["rank 1 launched a one-node collective kernel", "through Collectives"];
         nvshmem_granularity_names_both_ways_out: Error::NvshmemHeapGranularity { heap: 64 << 20, granularity: 512 << 20 }
             => ["67108864 bytes", "536870912 bytes", "Config::heap_bytes", "NVSHMEM_CUMEM_GRANULARITY"];
         off_node_mismatch_names_the_rank: Error::OffNodeMismatch { rank: 2, expected: "bootstrap", found: "nvshmem" }

@@ -528,3 +528,75 @@ fn lamport_publishes_and_polls_at_system_scope_in_global_memory() {
         }
     }
 }
+
+/// The build for worlds across nodes (`KERNELS`) leaves out the one-node collectives'
+/// bodies and nothing else (`symmem_rma::ONE_NODE_KERNELS`): in every PTX object, each
+/// declared kernel of symmem's calls the recorder of a one-node launch exactly where
+/// `symmem_kernels::one_node_only` names it, and keeps no block barrier there, while the
+/// one-node build's same entry does its work (a barrier, and no such call). On AMD, one
+/// kernel of each one-node family: no `s_barrier` in the build across nodes, one in the
+/// one-node build.
+#[test]
+fn the_build_across_nodes_leaves_out_exactly_the_one_node_collectives() {
+    let names: Vec<&str> = symmem_device::declarations()
+        .filter(|d| d.crate_name == "symmem_kernels")
+        .map(|d| d.name)
+        .collect();
+    let one_node = names
+        .iter()
+        .filter(|n| symmem_kernels::one_node_only(n))
+        .count();
+    assert!(one_node >= 75, "only {one_node} one-node kernels declared");
+    let across = &symmem::backend::code_objects::KERNELS;
+    let records = |body: &[String]| {
+        body.iter()
+            .any(|l| l.starts_with("call") && l.contains("one_node_kernel_launched"))
+    };
+    let barrier = |body: &[String]| body.iter().any(|l| l.starts_with("bar.sync"));
+    for cpu in ptx_targets() {
+        let (general, on_node) = (across.find(cpu).expect("an object"), object(cpu));
+        for name in &names {
+            let body = llvm::ptx_entry(general, name);
+            if symmem_kernels::one_node_only(name) {
+                assert!(
+                    records(&body) && !barrier(&body),
+                    "{cpu} {name}: not left out of the build across nodes:\n{}",
+                    body.join("\n")
+                );
+                let kept = llvm::ptx_entry(on_node, name);
+                assert!(
+                    barrier(&kept) && !records(&kept),
+                    "{cpu} {name}: the one-node build lacks its body:\n{}",
+                    kept.join("\n")
+                );
+            } else {
+                assert!(
+                    !records(&body),
+                    "{cpu} {name}: left out of the build across nodes"
+                );
+            }
+        }
+    }
+    for cpu in amd_targets() {
+        let general = across.find(cpu).expect("an object");
+        for name in [
+            "symmem_all_reduce_one_shot_sum_f32",
+            "symmem_all_reduce_two_shot_max_bf16",
+            "symmem_reduce_scatter_min_i32",
+            "symmem_all_reduce_tables_sum_f64",
+            "symmem_all_reduce_staged_sum_f16",
+            "symmem_all_reduce_lamport_sum_f32",
+        ] {
+            assert!(symmem_kernels::one_node_only(name), "{name}");
+            let barrier = |body: &[String]| body.iter().any(|l| l.starts_with("s_barrier"));
+            assert!(
+                !barrier(&llvm::amd_function(general, cpu, name)),
+                "{cpu} {name}: kept"
+            );
+            assert!(
+                barrier(&amd_function(cpu, name)),
+                "{cpu} {name}: one-node build lacks it"
+            );
+        }
+    }
+}

@@ -18,6 +18,26 @@ use symmem_rma::collectives::{self, ReduceOp};
 use symmem_rma::lamport;
 use symmem_rma::{bf16, f16};
 
+/// The name prefixes of the one-node collectives: the reductions whose bodies a build for
+/// worlds across nodes leaves out (`symmem_rma::ONE_NODE_KERNELS`), each family generated
+/// by a macro below (`reduction!` for the first three, `tables!`, `staged!`, `lamport!`).
+/// The codegen tests check the objects against it both ways.
+const ONE_NODE_FAMILIES: [&str; 6] = [
+    "symmem_all_reduce_one_shot_",
+    "symmem_all_reduce_two_shot_",
+    "symmem_reduce_scatter_",
+    "symmem_all_reduce_tables_",
+    "symmem_all_reduce_staged_",
+    "symmem_all_reduce_lamport_",
+];
+
+/// Whether kernel `name` is one of the one-node collectives: a world on one node runs it,
+/// and the build for worlds across nodes (`symmem::backend::code_objects::KERNELS`) has it
+/// as an entry point that only records its launch as an error.
+pub fn one_node_only(name: &str) -> bool {
+    ONE_NODE_FAMILIES.iter().any(|f| name.starts_with(f))
+}
+
 /// All-gather of `n` bytes per rank (local `src`, symmetric `dst` of `world * n`).
 ///
 /// # Safety
@@ -108,6 +128,11 @@ macro_rules! reduction {
             count: u64,
             sig: *mut u64,
         ) {
+            if !symmem_rma::ONE_NODE_KERNELS {
+                // A build for worlds across nodes: see `symmem_rma::ONE_NODE_KERNELS`.
+                symmem_rma::watch::one_node_kernel_launched();
+                return;
+            }
             // SAFETY: forwarded from the host launch.
             unsafe {
                 let team = bases.team(world, rank);
@@ -191,6 +216,11 @@ macro_rules! tables {
             count: u64,
             sig: *mut u64,
         ) {
+            if !symmem_rma::ONE_NODE_KERNELS {
+                // A build for worlds across nodes: see `symmem_rma::ONE_NODE_KERNELS`.
+                symmem_rma::watch::one_node_kernel_launched();
+                return;
+            }
             // SAFETY: forwarded from the host launch.
             unsafe {
                 let team = bases.team(world, rank);
@@ -239,6 +269,11 @@ macro_rules! staged {
             count: u64,
             sig: *mut u64,
         ) {
+            if !symmem_rma::ONE_NODE_KERNELS {
+                // A build for worlds across nodes: see `symmem_rma::ONE_NODE_KERNELS`.
+                symmem_rma::watch::one_node_kernel_launched();
+                return;
+            }
             // SAFETY: forwarded from the host launch.
             unsafe {
                 let team = bases.team(world, rank);
@@ -280,6 +315,11 @@ macro_rules! lamport {
             ws: *mut u8,
             capacity: u64,
         ) {
+            if !symmem_rma::ONE_NODE_KERNELS {
+                // A build for worlds across nodes: see `symmem_rma::ONE_NODE_KERNELS`.
+                symmem_rma::watch::one_node_kernel_launched();
+                return;
+            }
             // SAFETY: forwarded from the host launch.
             unsafe {
                 let team = bases.team(world, rank);

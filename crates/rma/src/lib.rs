@@ -72,6 +72,16 @@ pub enum Order {
     SeqCst,
 }
 
+/// Whether this build's one-node collective kernels have their bodies: the `on-node` GPU
+/// build (what a world on one node loads) and every host build (whose kernels the CPU
+/// backend runs in any world). A GPU build for worlds across nodes leaves them out: the
+/// host routes every all-reduce and reduce-scatter across nodes through the gathered
+/// kernel, so their code would only make the object bigger and the driver's first
+/// compile of it longer. A kernel left out records [`watch::REASON_ONE_NODE_KERNEL`] if
+/// launched ([`watch::one_node_kernel_launched`]).
+pub const ONE_NODE_KERNELS: bool =
+    cfg!(feature = "on-node") || !cfg!(any(target_arch = "amdgpu", target_arch = "nvptx64"));
+
 /// Host waits give the OS thread up every this many spins (see [`spin`]).
 const YIELD_EVERY: u32 = 64;
 

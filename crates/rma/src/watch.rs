@@ -77,6 +77,9 @@ pub const REASON_UNREACHABLE: u64 = 3;
 /// Why a wait gave up: the peer it waited on had itself given up (its barrier arrival word
 /// carries [`POISON`]), so what that peer sent after is not to be trusted.
 pub const REASON_PEER_GAVE_UP: u64 = 4;
+/// Why a kernel gave up: it is one of the one-node collectives, launched from a build
+/// that leaves them out ([`crate::ONE_NODE_KERNELS`]): a world across nodes.
+pub const REASON_ONE_NODE_KERNEL: u64 = 5;
 /// The bit a rank whose barrier wait gave up sets in its arrival word on every peer
 /// (`Team::barrier_block`), after which it arrives no more: a peer's wait for a later
 /// arrival gives up ([`REASON_PEER_GAVE_UP`]), so no peer goes on with data that rank did
@@ -332,6 +335,16 @@ pub(crate) fn record(why: u64, peer: u64, address: u64, value: u64, seen: u64) {
     if unsafe { u64::load(&raw const (*c).status, Order::Acquire, Scope::System) } == 0 {
         write_record(c, why, peer, 0, address, value, seen);
     }
+}
+
+/// What a one-node collective does in a build that leaves it out
+/// ([`crate::ONE_NODE_KERNELS`] false): records [`REASON_ONE_NODE_KERNEL`], so the host
+/// reports the launch as an error rather than a result nobody computed, and the rank's
+/// later waits end at once.
+#[inline(never)]
+#[cold]
+pub fn one_node_kernel_launched() {
+    record(REASON_ONE_NODE_KERNEL, NO_PEER, 0, 0, 0);
 }
 
 #[cfg(test)]

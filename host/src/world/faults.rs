@@ -144,11 +144,15 @@ impl Fault {
     /// The error of rank `rank`'s fault: the root cause where it is known (a lost or
     /// departed rank), else what the wait saw.
     fn error(self, rank: usize) -> Error {
-        use symmem_rma::watch::{REASON_ABORT, REASON_PEER_GAVE_UP, REASON_UNREACHABLE, status};
+        use symmem_rma::watch::{
+            REASON_ABORT, REASON_ONE_NODE_KERNEL, REASON_PEER_GAVE_UP, REASON_UNREACHABLE, status,
+        };
         let peer = status::peer(self.status).map(|p| p as usize);
         let waited = Duration::from_nanos(status::waited_ns(self.status));
         let reason = status::reason(self.status);
-        if reason == REASON_UNREACHABLE {
+        if reason == REASON_ONE_NODE_KERNEL {
+            Error::OneNodeKernel { rank }
+        } else if reason == REASON_UNREACHABLE {
             Error::Unreachable {
                 rank,
                 peer,
