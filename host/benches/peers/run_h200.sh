@@ -56,6 +56,10 @@
 #                 nvshmem-ranks.txt)
 #   nvshmem-hang  each of NV_BUILDS over NVSHMEM with SYMMEM_LOG=debug; past ${HANG_S:-30} s,
 #                 every rank's host stacks and kernels (cuda-gdb), then killed (nvshmem-hang.txt)
+#   first-load    a world's first load with the driver's PTX cache off (CUDA_CACHE_DISABLE=1):
+#                 engine-ranks --cuda at -np 2 across 2 emulated nodes, each build of
+#                 RANKS_BUILDS (default nv-engine-ranks-old nv-engine-ranks) over NVSHMEM,
+#                 then this build over the MPI proxy, timed whole (first-load.txt)
 #   cost          issue 30's cost of tracing: host enqueue per launch (launch_enqueue_us) and
 #                 host time per collective call (host_call_us, world 2) of the old build, of
 #                 this one with no subscriber, and of this one with a subscriber at
@@ -310,6 +314,22 @@ nvshmem_hang() {
   echo quit | nvidia-cuda-mps-control
 }
 
+first_load() {
+  nvshmem_env || return 1
+  export CUDA_CACHE_DISABLE=1
+  for t in ${RANKS_BUILDS:-nv-engine-ranks-old nv-engine-ranks}:nvshmem nv-engine-ranks:bootstrap; do
+    local b=${t%%:*} via=${t##*:} start
+    echo "== $b --cuda over $via, -np 2, no PTX cache"
+    start=$(date +%s%N)
+    # shellcheck disable=SC2086
+    SYMMEM_OFF_NODE=$via timeout -k 5 150 $MPIRUN $X -x SYMMEM_OFF_NODE -x CUDA_CACHE_DISABLE -np 2 \
+      "$CARRY/$b" --cuda 2>&1 | grep -E "tables done|: ok|rror" | head -4
+    echo "rc=${PIPESTATUS[0]} wall=$(( ($(date +%s%N) - start) / 1000000 )) ms"
+  done 2>&1 | tee "$OUT/first-load.txt"
+  unset CUDA_CACHE_DISABLE
+  echo quit | nvidia-cuda-mps-control
+}
+
 # The NVSHMEM transport under MPS, 2 PEs as 2 emulated nodes (see the header).
 nvshmem() {
   nvshmem_env || return 1
@@ -490,6 +510,7 @@ while [ $# -gt 0 ]; do
   nvshmem) nvshmem ;;
   nvshmem-ab) nvshmem_ab ;;
   nvshmem-hang) nvshmem_hang ;;
+  first-load) first_load ;;
   engine-ranks) engine_ranks ;;
   engine-ab) engine_ab ;;
   engine-eager) engine_eager ;;
