@@ -57,9 +57,9 @@
 #   nvshmem-hang  each of NV_BUILDS over NVSHMEM with SYMMEM_LOG=debug; past ${HANG_S:-30} s,
 #                 every rank's host stacks and kernels (cuda-gdb), then killed (nvshmem-hang.txt)
 #   first-load    a world's first load with the driver's PTX cache off (CUDA_CACHE_DISABLE=1):
-#                 engine-ranks --cuda at -np 2 across 2 emulated nodes, each build of
-#                 RANKS_BUILDS (default nv-engine-ranks-old nv-engine-ranks) over NVSHMEM,
-#                 then this build over the MPI proxy, timed whole (first-load.txt)
+#                 engine-ranks --cuda at -np 2 across 2 emulated nodes, each BUILD:TRANSPORT
+#                 of FIRST_LOADS (default nv-engine-ranks-old and nv-engine-ranks over
+#                 nvshmem, nv-engine-ranks over bootstrap), timed whole (first-load.txt)
 #   cost          issue 30's cost of tracing: host enqueue per launch (launch_enqueue_us) and
 #                 host time per collective call (host_call_us, world 2) of the old build, of
 #                 this one with no subscriber, and of this one with a subscriber at
@@ -317,7 +317,7 @@ nvshmem_hang() {
 first_load() {
   nvshmem_env || return 1
   export CUDA_CACHE_DISABLE=1
-  for t in ${RANKS_BUILDS:-nv-engine-ranks-old nv-engine-ranks}:nvshmem nv-engine-ranks:bootstrap; do
+  for t in ${FIRST_LOADS:-nv-engine-ranks-old:nvshmem nv-engine-ranks:nvshmem nv-engine-ranks:bootstrap}; do
     local b=${t%%:*} via=${t##*:} start
     echo "== $b --cuda over $via, -np 2, no PTX cache"
     start=$(date +%s%N)
