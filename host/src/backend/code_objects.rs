@@ -78,7 +78,9 @@ macro_rules! include_kernels {
 /// `symmem-kernels` for every GPU target (symmem-build's defaults: `gfx90a`, `gfx942`,
 /// `gfx950`, `sm_80`): what a world
 /// that spans nodes loads for its own operations (`World::kernels`), and the
-/// off-node engine's target side for its atomics on a GPU heap.
+/// off-node engine's target side for its atomics on a GPU heap. It leaves out the bodies of
+/// the one-node collectives, which a world across nodes never launches
+/// (`symmem_rma::ONE_NODE_KERNELS`, `symmem_kernels::one_node_only`).
 pub static KERNELS: CodeObjects = crate::include_kernels!("symmem_kernels");
 
 /// The same kernels built without the off-node engine (feature `on-node`): what a
