@@ -433,7 +433,7 @@ pub(crate) unsafe fn put_by_block(
     #[cfg(all(feature = "nvshmem", target_arch = "nvptx64"))]
     if let Some(h) = via_nvshmem::heap() {
         // SAFETY: forwarded from the caller.
-        unsafe { via_nvshmem::put_block(h, addr, src, n, to, wait) };
+        unsafe { via_nvshmem::put(h, addr, src, n, to, wait, via_nvshmem::By::Block) };
         return true;
     }
     let _ = (addr, src, n, to, wait);
@@ -451,7 +451,7 @@ pub(crate) unsafe fn get_by_block(dst: *mut u8, addr: u64, n: usize, from: usize
     #[cfg(all(feature = "nvshmem", target_arch = "nvptx64"))]
     if let Some(h) = via_nvshmem::heap() {
         // SAFETY: forwarded from the caller.
-        unsafe { via_nvshmem::get_block(h, dst, addr, n, from) };
+        unsafe { via_nvshmem::get(h, dst, addr, n, from, via_nvshmem::By::Block) };
         return true;
     }
     let _ = (dst, addr, n, from);
@@ -957,7 +957,7 @@ unsafe extern "C" fn put_through_ring(
     if let Some(h) = via_nvshmem::heap() {
         if lanes.is_first() {
             // SAFETY: forwarded from the caller.
-            unsafe { via_nvshmem::put(h, addr, src, n, to, wait) };
+            unsafe { via_nvshmem::put(h, addr, src, n, to, wait, via_nvshmem::By::Thread) };
         }
         return 0;
     }
@@ -1045,7 +1045,7 @@ unsafe extern "C" fn get_through_ring(
     #[cfg(all(feature = "nvshmem", target_arch = "nvptx64"))]
     if let Some(h) = via_nvshmem::heap() {
         // SAFETY: forwarded from the caller.
-        unsafe { via_nvshmem::get(h, dst, addr, n, from) };
+        unsafe { via_nvshmem::get(h, dst, addr, n, from, via_nvshmem::By::Thread) };
         return 0;
     }
     let base = Request {

@@ -266,6 +266,25 @@ fn a_variant_enables_a_feature_and_shares_core() {
     );
 }
 
+/// Writes `ll` as `<home>/lib/libnvshmem_device.ll` and assembles it into the
+/// `libnvshmem_device.bc` beside it (llvm-tools' `llvm-as`).
+fn assemble_device_library(home: &Path, ll: &str) {
+    let lib = home.join("lib");
+    put(&lib.join("libnvshmem_device.ll"), ll);
+    let bin = symmem_build::llvm_tools_bin().unwrap();
+    let out = std::process::Command::new(bin.join("llvm-as"))
+        .arg(lib.join("libnvshmem_device.ll"))
+        .arg("-o")
+        .arg(lib.join("libnvshmem_device.bc"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// A stand-in for NVSHMEM's install at `<dir>/nvshmem`: `lib/libnvshmem_device.bc`
 /// assembled from IR with the shapes of the real library's symbols (its three
 /// `__constant__` state globals, version `version`, and `nvshmem_quiet` and
@@ -298,19 +317,7 @@ fn stand_in_nvshmem(dir: &Path, version: (u32, u32, u32), host: (u32, u32, u32))
          }}\n\
          declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)\n"
     );
-    put(&home.join("lib/libnvshmem_device.ll"), &ll);
-    let bin = symmem_build::llvm_tools_bin().unwrap();
-    let out = std::process::Command::new(bin.join("llvm-as"))
-        .arg(home.join("lib/libnvshmem_device.ll"))
-        .arg("-o")
-        .arg(home.join("lib/libnvshmem_device.bc"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assemble_device_library(&home, &ll);
     let (major, minor, patch) = host;
     put(
         &home.join("include/non_abi/nvshmem_version.h"),
@@ -482,19 +489,7 @@ fn stand_in_for_rma(dir: &Path) -> PathBuf {
         names.push(name.to_owned());
     }
     assert!(names.len() > 30, "declarations read: {names:?}");
-    put(&home.join("lib/libnvshmem_device.ll"), &ll);
-    let bin = symmem_build::llvm_tools_bin().unwrap();
-    let out = std::process::Command::new(bin.join("llvm-as"))
-        .arg(home.join("lib/libnvshmem_device.ll"))
-        .arg("-o")
-        .arg(home.join("lib/libnvshmem_device.bc"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assemble_device_library(&home, &ll);
     home
 }
 

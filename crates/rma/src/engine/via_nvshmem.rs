@@ -65,53 +65,22 @@ fn pe(rank: usize) -> c_int {
     rank as c_int
 }
 
-/// The block's put of `n` bytes from local `src` to `addr` (this rank's copy) on `to`;
+/// Who issues a put or get: every thread of the block together (NVSHMEM's `_block`
+/// calls), or one thread alone.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum By {
+    /// The whole block, each thread with the same arguments, from converged control flow.
+    Block,
+    /// One thread.
+    Thread,
+}
+
+/// A put of `n` bytes from local `src` to `addr` (this rank's copy) on `to`, by `by`;
 /// with `wait`, complete (and `src` reusable) on return.
 ///
 /// # Safety
-/// Every thread of the block calls it with the same arguments from converged control
-/// flow; `src..+n` readable until complete.
-#[inline(always)]
-pub(super) unsafe fn put_block(
-    h: NvshmemHeap,
-    addr: u64,
-    src: *const u8,
-    n: usize,
-    to: usize,
-    wait: bool,
-) {
-    let Some(dst) = h.remote(addr, n as u64, to) else {
-        return;
-    };
-    // SAFETY: NVSHMEM's symmetric address of the range on every PE; the block calls it
-    // together (forwarded).
-    unsafe {
-        nv::nvshmemx_putmem_nbi_block(dst as *mut c_void, src.cast(), n, pe(to));
-        if wait {
-            nv::nvshmem_quiet();
-        }
-    }
-}
-
-/// The block's get of `n` bytes at `addr` (this rank's copy) on `from` into local
-/// `dst`; in `dst` for every thread on return.
-///
-/// # Safety
-/// As [`put_block`]; `dst..+n` writable.
-#[inline(always)]
-pub(super) unsafe fn get_block(h: NvshmemHeap, dst: *mut u8, addr: u64, n: usize, from: usize) {
-    let Some(src) = h.remote(addr, n as u64, from) else {
-        return;
-    };
-    // SAFETY: as `put_block`.
-    unsafe { nv::nvshmemx_getmem_block(dst.cast(), src as *const c_void, n, pe(from)) };
-}
-
-/// One thread's put of `n` bytes from `src` to `addr` (this rank's copy) on `to`;
-/// with `wait`, complete on return.
-///
-/// # Safety
-/// `src..+n` readable until complete.
+/// `src..+n` readable until complete; with [`By::Block`], every thread of the block calls
+/// it with the same arguments from converged control flow.
 #[inline(always)]
 pub(super) unsafe fn put(
     h: NvshmemHeap,
@@ -120,30 +89,43 @@ pub(super) unsafe fn put(
     n: usize,
     to: usize,
     wait: bool,
+    by: By,
 ) {
     let Some(dst) = h.remote(addr, n as u64, to) else {
         return;
     };
-    // SAFETY: NVSHMEM's symmetric address of the range; `src` forwarded.
+    let (dst, src, pe) = (dst as *mut c_void, src.cast(), pe(to));
+    // SAFETY: NVSHMEM's symmetric address of the range on every PE; `src` and the
+    // block's part forwarded from the caller.
     unsafe {
-        nv::nvshmem_putmem_nbi(dst as *mut c_void, src.cast(), n, pe(to));
+        match by {
+            By::Block => nv::nvshmemx_putmem_nbi_block(dst, src, n, pe),
+            By::Thread => nv::nvshmem_putmem_nbi(dst, src, n, pe),
+        }
         if wait {
             nv::nvshmem_quiet();
         }
     }
 }
 
-/// One thread's get of `n` bytes at `addr` (this rank's copy) on `from` into `dst`.
+/// A get of `n` bytes at `addr` (this rank's copy) on `from` into local `dst`, by `by`;
+/// in `dst` on return (for every thread of the block, with [`By::Block`]).
 ///
 /// # Safety
-/// `dst..+n` writable.
+/// As [`put`]; `dst..+n` writable.
 #[inline(always)]
-pub(super) unsafe fn get(h: NvshmemHeap, dst: *mut u8, addr: u64, n: usize, from: usize) {
+pub(super) unsafe fn get(h: NvshmemHeap, dst: *mut u8, addr: u64, n: usize, from: usize, by: By) {
     let Some(src) = h.remote(addr, n as u64, from) else {
         return;
     };
+    let (dst, src, pe) = (dst.cast(), src as *const c_void, pe(from));
     // SAFETY: as `put`.
-    unsafe { nv::nvshmem_getmem(dst.cast(), src as *const c_void, n, pe(from)) };
+    unsafe {
+        match by {
+            By::Block => nv::nvshmemx_getmem_block(dst, src, n, pe),
+            By::Thread => nv::nvshmem_getmem(dst, src, n, pe),
+        }
+    }
 }
 
 /// The width of the next piece of a point access at `addr` with `left` bytes to go:
