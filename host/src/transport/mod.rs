@@ -68,6 +68,9 @@ pub enum OffNode {
 }
 
 impl OffNode {
+    /// Every transport, each at the index its discriminant (`as u8`) names.
+    pub const ALL: [OffNode; 2] = [OffNode::Bootstrap, OffNode::Nvshmem];
+
     /// Its name, as [`ENV_OFF_NODE`] spells it.
     pub fn name(self) -> &'static str {
         match self {
@@ -93,7 +96,7 @@ impl OffNode {
     fn from_env_value(value: Option<String>) -> Result<OffNode> {
         match value {
             None => Ok(OffNode::Bootstrap),
-            Some(v) => [OffNode::Bootstrap, OffNode::Nvshmem]
+            Some(v) => Self::ALL
                 .into_iter()
                 .find(|o| o.name() == v)
                 .ok_or(Error::BadEnv {

@@ -738,7 +738,9 @@ fn nvshmem_kernels() -> Result<&'static crate::backend::CodeObjects> {
     let kernels = Ok(&crate::backend::code_objects::KERNELS_NVSHMEM);
     #[cfg(not(feature = "nvshmem"))]
     let kernels = Err(Error::NoEngine(
-        "symmem was built without its `nvshmem` feature: its kernels cannot call NVSHMEM",
+        "symmem was built without its `nvshmem` feature, so its kernels cannot call \
+         NVSHMEM: build with --features nvshmem (and NVSHMEM_HOME set), or use the \
+         bootstrap's transport (SYMMEM_OFF_NODE=bootstrap)",
     ));
     kernels
 }
@@ -764,41 +766,33 @@ fn start_transport<B: Backend>(
     topology: &Topology,
 ) -> Result<Box<dyn Link>> {
     let choice = OffNode::resolve(choice)?;
-    let all = bootstrap.all_gather(&[choice as u8])?;
-    let chosen = |c: &Vec<u8>| {
-        [OffNode::Bootstrap, OffNode::Nvshmem]
-            .into_iter()
-            .find(|o| c.first() == Some(&(*o as u8)))
-    };
-    for (rank, theirs) in all.iter().enumerate() {
-        let theirs = chosen(theirs).ok_or(Error::BadMessage {
-            from: Some(rank),
-            what: "off-node transport choice",
-        })?;
-        if theirs != choice {
-            let zero = chosen(&all[0]).unwrap_or(choice);
-            let (rank, found) = if zero == choice {
-                (rank, theirs)
-            } else {
-                (bootstrap.rank(), choice)
-            };
-            return Err(Error::OffNodeMismatch {
-                rank,
-                expected: zero.name(),
-                found: found.name(),
-            });
-        }
+    let chosen = bootstrap
+        .all_gather(&[choice as u8])?
+        .iter()
+        .enumerate()
+        .map(|(rank, c)| {
+            c.first()
+                .and_then(|&code| OffNode::ALL.get(usize::from(code)).copied())
+                .ok_or(Error::BadMessage {
+                    from: Some(rank),
+                    what: "off-node transport choice",
+                })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    // As for the node split (`Topology::exchange`): every rank names the same first rank
+    // whose choice is not rank 0's.
+    if let Some(rank) = chosen.iter().position(|&c| c != chosen[0]) {
+        return Err(Error::OffNodeMismatch {
+            rank,
+            expected: chosen[0].name(),
+            found: chosen[rank].name(),
+        });
     }
     let transport: Box<dyn crate::transport::Transport> = match choice {
         OffNode::Bootstrap => bootstrap.transport()?,
         OffNode::Nvshmem => {
-            if !cfg!(feature = "nvshmem") {
-                return Err(Error::NoEngine(
-                    "symmem was built without its `nvshmem` feature, so its kernels cannot \
-                     call NVSHMEM: build with --features nvshmem (and NVSHMEM_HOME set), or \
-                     use the bootstrap's transport (SYMMEM_OFF_NODE=bootstrap)",
-                ));
-            }
+            // Refused before NVSHMEM starts where no kernels could call it.
+            nvshmem_kernels()?;
             let (rank, world_size) = (bootstrap.rank(), bootstrap.world_size());
             let mut all_gather = |mine: &[u8]| bootstrap.all_gather(mine);
             Box::new(crate::transport::nvshmem::NvshmemTransport::new(
