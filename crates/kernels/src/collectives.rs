@@ -128,9 +128,7 @@ macro_rules! reduction {
             count: u64,
             sig: *mut u64,
         ) {
-            if !symmem_rma::ONE_NODE_KERNELS {
-                // A build for worlds across nodes: see `symmem_rma::ONE_NODE_KERNELS`.
-                symmem_rma::watch::one_node_kernel_launched();
+            if symmem_rma::one_node_kernel_left_out() {
                 return;
             }
             // SAFETY: forwarded from the host launch.
@@ -216,9 +214,7 @@ macro_rules! tables {
             count: u64,
             sig: *mut u64,
         ) {
-            if !symmem_rma::ONE_NODE_KERNELS {
-                // A build for worlds across nodes: see `symmem_rma::ONE_NODE_KERNELS`.
-                symmem_rma::watch::one_node_kernel_launched();
+            if symmem_rma::one_node_kernel_left_out() {
                 return;
             }
             // SAFETY: forwarded from the host launch.
@@ -269,9 +265,7 @@ macro_rules! staged {
             count: u64,
             sig: *mut u64,
         ) {
-            if !symmem_rma::ONE_NODE_KERNELS {
-                // A build for worlds across nodes: see `symmem_rma::ONE_NODE_KERNELS`.
-                symmem_rma::watch::one_node_kernel_launched();
+            if symmem_rma::one_node_kernel_left_out() {
                 return;
             }
             // SAFETY: forwarded from the host launch.
@@ -315,9 +309,7 @@ macro_rules! lamport {
             ws: *mut u8,
             capacity: u64,
         ) {
-            if !symmem_rma::ONE_NODE_KERNELS {
-                // A build for worlds across nodes: see `symmem_rma::ONE_NODE_KERNELS`.
-                symmem_rma::watch::one_node_kernel_launched();
+            if symmem_rma::one_node_kernel_left_out() {
                 return;
             }
             // SAFETY: forwarded from the host launch.

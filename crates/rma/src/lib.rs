@@ -78,9 +78,21 @@ pub enum Order {
 /// host routes every all-reduce and reduce-scatter across nodes through the gathered
 /// kernel, so their code would only make the object bigger and the driver's first
 /// compile of it longer. A kernel left out records [`watch::REASON_ONE_NODE_KERNEL`] if
-/// launched ([`watch::one_node_kernel_launched`]).
+/// launched ([`one_node_kernel_left_out`]).
 pub const ONE_NODE_KERNELS: bool =
     cfg!(feature = "on-node") || !cfg!(any(target_arch = "amdgpu", target_arch = "nvptx64"));
+
+/// What a one-node collective kernel asks first: true, having recorded the launch
+/// ([`watch::REASON_ONE_NODE_KERNEL`]), where this build leaves its body out
+/// ([`ONE_NODE_KERNELS`] false), so it returns at once; false (a constant) elsewhere.
+#[inline(always)]
+pub fn one_node_kernel_left_out() -> bool {
+    if ONE_NODE_KERNELS {
+        return false;
+    }
+    watch::one_node_kernel_launched();
+    true
+}
 
 /// Host waits give the OS thread up every this many spins (see [`spin`]).
 const YIELD_EVERY: u32 = 64;

@@ -343,7 +343,7 @@ pub(crate) fn record(why: u64, peer: u64, address: u64, value: u64, seen: u64) {
 /// later waits end at once.
 #[inline(never)]
 #[cold]
-pub fn one_node_kernel_launched() {
+pub(crate) fn one_node_kernel_launched() {
     record(REASON_ONE_NODE_KERNEL, NO_PEER, 0, 0, 0);
 }
 
