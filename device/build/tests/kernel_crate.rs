@@ -291,6 +291,31 @@ fn assemble_device_library(home: &Path, ll: &str) {
 /// `nvshmem_putmem_nbi`, which use the state, plus `unused`, which nothing calls), and
 /// `include/non_abi/nvshmem_version.h` saying `host`.
 fn stand_in_nvshmem(dir: &Path, version: (u32, u32, u32), host: (u32, u32, u32)) -> PathBuf {
+    let functions = "define void @nvshmem_quiet() {\n\
+           %s = load volatile i8, ptr addrspace(4) @nvshmemi_device_state_d\n\
+           fence seq_cst\n\
+           ret void\n\
+         }\n\
+         define void @nvshmem_putmem_nbi(ptr %dest, ptr %src, i64 %n, i32 %pe) {\n\
+           %s = load volatile i8, ptr addrspace(4) @nvshmemi_device_state_d\n\
+           call void @llvm.memcpy.p0.p0.i64(ptr %dest, ptr %src, i64 %n, i1 false)\n\
+           ret void\n\
+         }\n\
+         define void @nvshmem_unused_by_the_kernels() {\n\
+           ret void\n\
+         }\n\
+         declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)\n";
+    stand_in_with(dir, version, host, functions)
+}
+
+/// [`stand_in_nvshmem`] whose device library defines `functions` (LLVM IR) beside the
+/// state globals.
+fn stand_in_with(
+    dir: &Path,
+    version: (u32, u32, u32),
+    host: (u32, u32, u32),
+    functions: &str,
+) -> PathBuf {
     let home = dir.join("nvshmem");
     let (major, minor, patch) = version;
     let ll = format!(
@@ -302,20 +327,7 @@ fn stand_in_nvshmem(dir: &Path, version: (u32, u32, u32), host: (u32, u32, u32))
          zeroinitializer, align 8\n\
          @nvshmemi_ibgda_device_state_d = addrspace(4) externally_initialized global \
          [64 x i8] zeroinitializer, align 8\n\
-         define void @nvshmem_quiet() {{\n\
-           %s = load volatile i8, ptr addrspace(4) @nvshmemi_device_state_d\n\
-           fence seq_cst\n\
-           ret void\n\
-         }}\n\
-         define void @nvshmem_putmem_nbi(ptr %dest, ptr %src, i64 %n, i32 %pe) {{\n\
-           %s = load volatile i8, ptr addrspace(4) @nvshmemi_device_state_d\n\
-           call void @llvm.memcpy.p0.p0.i64(ptr %dest, ptr %src, i64 %n, i1 false)\n\
-           ret void\n\
-         }}\n\
-         define void @nvshmem_unused_by_the_kernels() {{\n\
-           ret void\n\
-         }}\n\
-         declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)\n"
+         {functions}"
     );
     assemble_device_library(&home, &ll);
     let (major, minor, patch) = host;
@@ -446,7 +458,6 @@ fn nvshmem_device_library_is_linked_in_and_checked() {
 /// `symmem_rma::nvshmem` declares (read from its source), each with the declared
 /// signature, out of line, reading the device state and returning zero.
 fn stand_in_for_rma(dir: &Path) -> PathBuf {
-    let home = stand_in_nvshmem(dir, (3, 4, 5), (3, 4, 5));
     let source = std::fs::read_to_string(
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../../crates/rma/src/nvshmem.rs"),
     )
@@ -459,10 +470,7 @@ fn stand_in_for_rma(dir: &Path) -> PathBuf {
         "u8" => "i8",
         other => panic!("a declared type the stand-in does not know: {other}"),
     };
-    let mut ll = std::fs::read_to_string(home.join("lib/libnvshmem_device.ll")).unwrap();
-    // Everything up to the first definition: the state globals; the stand-in's own
-    // functions are replaced by the declared ones.
-    ll.truncate(ll.find("define ").unwrap());
+    let mut functions = String::new();
     let flat = source.split_whitespace().collect::<Vec<_>>().join(" ");
     let mut names = Vec::new();
     for decl in flat.split("pub fn ").skip(1) {
@@ -481,7 +489,7 @@ fn stand_in_for_rma(dir: &Path) -> PathBuf {
             "ptr" => "ret ptr null".to_owned(),
             t => format!("ret {t} 0"),
         };
-        ll += &format!(
+        functions += &format!(
             "define {ret} @{name}({}) noinline {{\n  \
              %s = load volatile i8, ptr addrspace(4) @nvshmemi_device_state_d\n  {value}\n}}\n",
             params.join(", ")
@@ -489,8 +497,7 @@ fn stand_in_for_rma(dir: &Path) -> PathBuf {
         names.push(name.to_owned());
     }
     assert!(names.len() > 30, "declarations read: {names:?}");
-    assemble_device_library(&home, &ll);
-    home
+    stand_in_with(dir, (3, 4, 5), (3, 4, 5), &functions)
 }
 
 /// The RMA library's off-node path through NVSHMEM (symmem-device's feature `nvshmem`):
