@@ -197,6 +197,12 @@ impl<T: bytemuck::Pod + symmem_kernels::ReductionKernels> Element for T {}
 /// kernel (`symmem_all_reduce_staged_*`: each block copies its share of the source into
 /// the scratch, the two-shot runs there in place, and each block copies its share of the
 /// result out), so staging adds no launch and no barrier.
+/// Where the world's ranks share one address space ([`World::shares_address_space`]:
+/// threads of one process on one GPU, or on the CPU), the two-shot all-reduce stages
+/// nothing at all: its kernel exchanges the buffers' addresses through a few symmetric
+/// words of this handle on every call (each block stores its own into every peer's slots
+/// before its opening barrier), so plain memory costs what registered memory does, and a
+/// call may pass other buffers than the last.
 /// The barrier-free all-reduce reads and writes only this rank's memory and stages
 /// nothing; symmetric buffers are never staged. The scratch is made by the first call
 /// that needs it and grows with the largest (twice its bytes at most, rounded up to a
@@ -237,6 +243,10 @@ pub struct Collectives<B: Backend> {
     /// The all-reduce across nodes' local copies of off-node ranks' data, and the table
     /// its kernel reads them through; made by the first such all-reduce, grown as needed.
     gathered: std::sync::Mutex<Gathered<B>>,
+    /// The two-shot all-reduce's address-exchange slots
+    /// (`symmem_rma::collectives::exchange_words(world, grid.blocks)` `u64`s), through
+    /// which its kernel reaches plain memory where the ranks share one address space.
+    exchange: SymmetricBuffer<u64, B>,
     /// Symmetric scratch through which a collective stages memory that is not symmetric
     /// (the application's own, or an in-place all-reduce's): made by the first call that
     /// needs it, grown as needed, collectively (every rank is in the same call).
@@ -314,6 +324,9 @@ impl<B: Backend> Collectives<B> {
         }
         let words = signal_words(world.world_size(), grid.blocks as usize);
         let signals = world.zeros::<u64>(words)?;
+        let (exchange, _) = world.allocate_symmetric::<u64>(
+            symmem_rma::collectives::exchange_words(world.world_size(), grid.blocks as usize),
+        )?;
         let (lamport, _) = world.allocate_symmetric::<u8>(bytes)?;
         world.kernels().launch(
             symmem_kernels::symmem_lamport_reset,
@@ -326,6 +339,7 @@ impl<B: Backend> Collectives<B> {
             world: world.clone(),
             grid,
             signals,
+            exchange,
             lamport,
             lamport_capacity: capacity,
             gathered: std::sync::Mutex::new(Gathered {
@@ -471,7 +485,8 @@ impl<B: Backend> Collectives<B> {
     /// not symmetric memory of this world's heap, or is `dst`, is first copied into this
     /// handle's staging scratch; a two-shot where either is neither symmetric nor
     /// registered copies `src` into the scratch, reduces there and copies the result out
-    /// (in its one kernel up to [`STAGED_KERNEL_MAX_BYTES`]; see [memory the application owns](Collectives#memory-the-application-owns)).
+    /// (in its one kernel up to [`STAGED_KERNEL_MAX_BYTES`]), unless the ranks share one
+    /// address space, where its kernel exchanges the addresses instead (see [memory the application owns](Collectives#memory-the-application-owns)).
     /// Collective.
     ///
     /// Errors: either view shorter than `count`, [`Error::OverlappingBuffers`] for `dst`
@@ -554,25 +569,40 @@ impl<B: Backend> Collectives<B> {
                 })
             }
             Route::TwoShot(kernel) => {
-                match (self.table_of(&places[0]), self.table_of(&places[1])) {
-                    (Some(destinations), Some(sources)) if registered || in_place => {
+                let tables = (self.table_of(&places[0]), self.table_of(&places[1]));
+                // Where every rank's kernels dereference every rank's memory as it is,
+                // the kernel exchanges plain memory's addresses (bit 0 `dst`, bit 1 `src`)
+                // instead of staging it.
+                let exchanged = if self.world.shares_address_space() {
+                    u32::from(tables.0.is_none()) | u32::from(tables.1.is_none()) << 1
+                } else {
+                    0
+                };
+                let through_tables = |checked, exchanged: u32| {
+                    self.unstaged(&call, [&places[0], &places[1]], checked, |d, s| {
+                        self.launch(
+                            T::all_reduce_tables(op),
+                            (
+                                d,
+                                s,
+                                self.bases(),
+                                // An exchanged argument's table is not read.
+                                tables.0.unwrap_or(self.bases()),
+                                tables.1.unwrap_or(self.bases()),
+                                &self.exchange,
+                                exchanged,
+                                self.world_u32(),
+                                self.rank_u32(),
+                                count as u64,
+                                &self.signals,
+                            ),
+                        )
+                    })
+                };
+                match tables {
+                    (Some(_), Some(_)) if registered || in_place => {
                         chosen("two-shot (through each buffer's table, nothing staged)");
-                        self.unstaged(&call, [&places[0], &places[1]], checked, |d, s| {
-                            self.launch(
-                                T::all_reduce_tables(op),
-                                (
-                                    d,
-                                    s,
-                                    self.bases(),
-                                    destinations,
-                                    sources,
-                                    self.world_u32(),
-                                    self.rank_u32(),
-                                    count as u64,
-                                    &self.signals,
-                                ),
-                            )
-                        })
+                        through_tables(checked, 0)
                     }
                     (Some(_), Some(_)) => {
                         chosen("two-shot");
@@ -580,6 +610,13 @@ impl<B: Backend> Collectives<B> {
                         self.staged(&call, objects, checked, true, &[], |d, s| {
                             self.launch(kernel, self.reducing(d, s, count))
                         })
+                    }
+                    _ if exchanged != 0 => {
+                        chosen(
+                            "two-shot (plain memory's addresses exchanged in the kernel: the \
+                             ranks share one address space; nothing staged)",
+                        );
+                        through_tables(checked, exchanged)
                     }
                     _ if bytes > STAGED_KERNEL_MAX_BYTES => {
                         chosen("two-shot (staged: copied in and out around the kernel)");

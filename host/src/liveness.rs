@@ -227,6 +227,8 @@ pub(crate) struct Watchdog {
     peers: Vec<OwnedFd>,
     /// Some peer is a rank of this very process (ranks as threads).
     peer_in_process: bool,
+    /// Every peer is a rank of this very process, as verified by the bootstrap.
+    all_in_process: bool,
     /// Closing it wakes the thread, which then returns.
     stop: Option<UnixStream>,
     thread: Option<JoinHandle<()>>,
@@ -264,6 +266,7 @@ impl Watchdog {
         let mut peers = Vec::with_capacity(world - 1);
         let mut watched: Vec<(usize, OwnedFd)> = Vec::new();
         let mut peer_in_process = false;
+        let mut all_in_process = me.is_some();
         for (peer, share) in all.into_iter().enumerate() {
             if peer == rank {
                 continue;
@@ -271,9 +274,11 @@ impl Watchdog {
             // A peer on another machine (MPI) sends no descriptor: it is not told.
             peers.extend(share.fd);
             let identity = Identity::decode(&share.bytes);
+            all_in_process &= identity.is_some();
             if let (Some(me), Some(identity)) = (&me, identity) {
                 let same_machine =
                     identity.machine == me.machine && identity.namespace == me.namespace;
+                all_in_process &= same_machine && verified[peer] == Some(me.pid);
                 if same_machine && verified[peer] != Some(identity.pid) {
                     tracing::warn!(
                         peer,
@@ -305,6 +310,7 @@ impl Watchdog {
             rank,
             peers,
             peer_in_process,
+            all_in_process,
             stop: Some(stop),
             thread: Some(thread),
         }))
@@ -313,6 +319,12 @@ impl Watchdog {
     /// Whether some peer is a rank of this very process (ranks as threads).
     pub(crate) fn peer_in_process(&self) -> bool {
         self.peer_in_process
+    }
+
+    /// Whether every peer is a rank of this very process (ranks as threads), each one's
+    /// process verified by the bootstrap, not only claimed.
+    pub(crate) fn all_in_process(&self) -> bool {
+        self.all_in_process
     }
 
     /// Tells every peer on this machine that this rank ends (`how`). Call it once this

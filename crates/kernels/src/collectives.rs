@@ -186,7 +186,8 @@ macro_rules! gathered {
 }
 
 /// `symmem_all_reduce_tables_{sum,min,max}_{suffix}`: the two-shot all-reduce of memory
-/// with tables of its own (registered memory), nothing staged.
+/// with tables of its own (registered memory), or whose addresses the kernel exchanges
+/// (plain memory where ranks share one address space and device), nothing staged.
 macro_rules! tables {
     ($suffix:ident, $t:ty) => {
         tables!($suffix, $t, sum Sum, min Min, max Max);
@@ -195,8 +196,10 @@ macro_rules! tables {
         /// The two-shot all-reduce reading every rank's `src` through `sources` and
         /// writing every rank's `dst` through `destinations` (each the table of the
         /// memory it lies in: the heap's, or a registration's), synchronising through
-        /// `bases` (the heap table); `dst` may be `src`. See
-        /// `symmem_rma::collectives::all_reduce_two_shot_through`.
+        /// `bases` (the heap table); `dst` may be `src`. The arguments `exchanged` names
+        /// (bit 0 `dst`, bit 1 `src`) are reached through tables the kernel makes in the
+        /// symmetric `exchange` instead (their table arguments are not read). See
+        /// `symmem_rma::collectives::all_reduce_two_shot_exchanging`.
         ///
         /// # Safety
         /// See that function.
@@ -209,6 +212,8 @@ macro_rules! tables {
             bases: PeerTable,
             destinations: PeerTable,
             sources: PeerTable,
+            exchange: *mut u64,
+            exchanged: u32,
             world: u32,
             rank: u32,
             count: u64,
@@ -222,11 +227,11 @@ macro_rules! tables {
                 let team = bases.team(world, rank);
                 let destinations = destinations.team(world, rank);
                 let sources = sources.team(world, rank);
-                collectives::all_reduce_two_shot_through(
+                collectives::all_reduce_two_shot_exchanging(
                     arch,
                     &team,
-                    &destinations,
-                    &sources,
+                    (&destinations, &sources),
+                    (exchange, exchanged),
                     ReduceOp::$variant,
                     dst,
                     src,
@@ -431,7 +436,9 @@ pub type GatheredParams<T> = (
 );
 
 /// The parameters of the all-reduce of registered memory: `dst`, `src`, the heap table,
-/// the tables `dst` and `src` are reached through, `world`, `rank`, `count`, the signal
+/// the tables `dst` and `src` are reached through, the symmetric address-exchange slots
+/// (`symmem_rma::collectives::exchange_words(world, blocks)` `u64`s) and which arguments
+/// go through them (bit 0 `dst`, bit 1 `src`), `world`, `rank`, `count`, the signal
 /// array.
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
 pub type TablesParams<T> = (
@@ -440,6 +447,8 @@ pub type TablesParams<T> = (
     PeerTable,
     PeerTable,
     PeerTable,
+    *mut u64,
+    u32,
     u32,
     u32,
     u64,

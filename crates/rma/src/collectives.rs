@@ -887,6 +887,87 @@ pub unsafe fn all_reduce_two_shot_through<A: Arch, T: Reducible>(
     }
 }
 
+/// Slots of the address exchange of [`all_reduce_two_shot_exchanging`]: `u64`s per block
+/// of a launch over `world` ranks (a `dst` and a `src` table of `world` entries each).
+pub const fn exchange_words(world: usize, blocks: usize) -> usize {
+    2 * world * blocks
+}
+
+/// [`all_reduce_two_shot_through`] where `dst`, `src` or both are plain memory with no
+/// table, in a world whose ranks share one address space and device (threads of one
+/// process on one GPU, or on the CPU), so that a peer dereferences this rank's pointer as
+/// it is. The arguments `exchanged` names (bit 0 `dst`, bit 1 `src`) are reached through
+/// tables made in the kernel: each block first stores their addresses into its entry of
+/// every rank's slots in `exchange`, and after the opening barrier (which publishes those
+/// stores) reads its own slots as their tables. The others go through `destinations`
+/// and `sources`. Nothing is copied, and a call may pass other buffers than the last:
+/// every call exchanges anew. With `exchanged` 0 it is [`all_reduce_two_shot_through`].
+///
+/// The slots are reused by the next call: a rank stores into a peer's slots only after
+/// the closing barrier of its previous call, which that peer passed after its last read
+/// of them.
+///
+/// # Safety
+/// As [`all_reduce_two_shot_through`] for the arguments with tables; an exchanged
+/// argument is, on every rank, this rank's memory of `count` elements that every rank's
+/// kernel can dereference at this rank's address (the world's ranks share one address
+/// space and device); `exchange` symmetric with [`exchange_words`]`(world, grid_dim)`
+/// `u64`s that only this kernel, launched with `sig`, uses.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn all_reduce_two_shot_exchanging<A: Arch, T: Reducible>(
+    arch: &A,
+    team: &Team<'_>,
+    (destinations, sources): (&Team<'_>, &Team<'_>),
+    (exchange, exchanged): (*mut u64, u32),
+    op: ReduceOp,
+    dst: *mut T,
+    src: *const T,
+    count: usize,
+    sig: *mut u64,
+) {
+    let (world, rank) = (team.world(), team.rank());
+    let (tid, threads) = (arch.thread_id() as usize, arch.block_dim() as usize);
+    let slots = exchange.wrapping_add(arch.block_id() as usize * exchange_words(world, 1));
+    let (dst_exchanged, src_exchanged) = (exchanged & 1 != 0, exchanged & 2 != 0);
+    // SAFETY: forwarded from the caller; the slots are this block's `2 * world` words of
+    // the symmetric `exchange`, each rank's own entry written by it alone, and read only
+    // after the opening barrier of the two-shot below has published them.
+    unsafe {
+        let mut to = tid;
+        while to < world {
+            if dst_exchanged {
+                team.store(slots.add(rank), dst.addr() as u64, to);
+            }
+            if src_exchanged {
+                team.store(slots.add(world + rank), src.addr() as u64, to);
+            }
+            to += threads;
+        }
+        let exchanged_dst = Team::from_raw_parts(slots, world as u32, rank as u32);
+        let exchanged_src = Team::from_raw_parts(slots.add(world), world as u32, rank as u32);
+        all_reduce_two_shot_through(
+            arch,
+            team,
+            if dst_exchanged {
+                &exchanged_dst
+            } else {
+                destinations
+            },
+            if src_exchanged {
+                &exchanged_src
+            } else {
+                sources
+            },
+            op,
+            dst,
+            src,
+            count,
+            sig,
+        )
+    }
+}
+
 /// [`all_reduce_two_shot`] of memory peers cannot reach, through this rank's symmetric
 /// scratch `stage`: each block copies its share of local `src` into `stage`, the
 /// two-shot runs in place on `stage` (every rank's piece reduced and written into every

@@ -273,6 +273,13 @@ pub trait Backend: Send + Sync + 'static {
     fn device_arch(&self) -> Option<String> {
         None
     }
+    /// The ordinal of this rank's device in this process (`None` on the CPU backend,
+    /// whose kernels run on the host). Ranks of one process on one device share its
+    /// primary context, so each one's kernels dereference the others' device memory at
+    /// the others' own addresses ([`crate::World::shares_address_space`]).
+    fn device_ordinal(&self) -> Option<usize> {
+        None
+    }
     /// The allocation granularity of heaps; heap sizes are rounded up to it.
     fn heap_granularity(&self) -> usize;
 

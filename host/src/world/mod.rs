@@ -155,6 +155,8 @@ pub(crate) struct Shared<B: Backend> {
     world_size: usize,
     /// Which peers this rank reaches with loads and stores.
     topology: Topology,
+    /// See [`World::shares_address_space`].
+    shares_address_space: bool,
     backend: B,
     bootstrap: Mutex<Box<dyn Bootstrap>>,
     heap: B::Heap,
@@ -286,6 +288,11 @@ impl<B: Backend> World<B> {
         let watchdog = Watchdog::start(&mut *bootstrap, abort, departures)?;
         let backend_defers_frees = backend.frees_wait_for_the_device()
             && watchdog.as_ref().is_some_and(Watchdog::peer_in_process);
+        let shares_address_space = agree_shared_address_space(
+            &mut *bootstrap,
+            backend.device_ordinal(),
+            watchdog.as_ref().is_none_or(Watchdog::all_in_process),
+        )?;
         let transport = if topology.nodes() > 1 {
             let link = start_transport(
                 &mut *bootstrap,
@@ -337,6 +344,7 @@ impl<B: Backend> World<B> {
                 rank,
                 world_size,
                 topology,
+                shares_address_space,
                 backend,
                 bootstrap: Mutex::new(bootstrap),
                 heap,
@@ -356,6 +364,16 @@ impl<B: Backend> World<B> {
                 }),
             }),
         })
+    }
+
+    /// Whether every rank's kernels dereference every rank's device memory at the
+    /// address its owner uses: the ranks are threads of this process (verified, not
+    /// claimed) on one device (one GPU, whose primary context they share, or the CPU
+    /// backend's one address space). Then the collectives reach the application's own
+    /// memory on peers without staging it (a kernel exchanges the addresses), as
+    /// registered memory is. The same on every rank.
+    pub fn shares_address_space(&self) -> bool {
+        self.shared.shares_address_space
     }
 
     /// This rank.
@@ -718,6 +736,32 @@ impl<B: Backend> Shared<B> {
             .leave();
         synced.and(left)
     }
+}
+
+/// [`World::shares_address_space`], agreed: every rank's view (`in_process`: its peers
+/// are all threads of its process; `ordinal`: its device) is gathered, so every rank
+/// answers alike, yes only where all are in one process on one device.
+///
+/// Errors: the bootstrap's.
+fn agree_shared_address_space(
+    bootstrap: &mut dyn Bootstrap,
+    ordinal: Option<usize>,
+    in_process: bool,
+) -> Result<bool> {
+    let mut mine = vec![u8::from(in_process)];
+    mine.extend_from_slice(&ordinal.map_or(u64::MAX, |o| o as u64).to_le_bytes());
+    let all = bootstrap.all_gather(&mine)?;
+    let shared = all
+        .iter()
+        .all(|view| view.first() == Some(&1) && view[1..] == mine[1..]);
+    tracing::debug!(
+        rank = bootstrap.rank(),
+        in_process,
+        ?ordinal,
+        shared,
+        "ranks share one address space and device"
+    );
+    Ok(shared)
 }
 
 /// `transport` as what each loaded module is set up for.

@@ -112,9 +112,11 @@ fn all_reduce(n: usize) {
     });
 }
 
-/// The two-shot above [`symmem::collectives::STAGED_KERNEL_MAX_BYTES`] on plain memory:
-/// staged with the backend's copies instead of inside the kernel, in place and out of
-/// place (the other tests' counts stay below it).
+/// The two-shot above [`symmem::collectives::STAGED_KERNEL_MAX_BYTES`] on plain memory,
+/// in place and out of place (the other tests' counts stay below it): where ranks share
+/// one address space, through addresses its kernel exchanges; elsewhere (threads on
+/// several GPUs) staged with the backend's copies instead of inside the kernel
+/// (`rma_processes.rs` runs the staged paths with ranks as processes).
 fn all_reduce_staged_by_copies(n: usize) {
     run(n, |w| {
         let c = Collectives::new(&w)?;
@@ -177,6 +179,14 @@ fn byte_collectives(n: usize) {
 }
 
 fn staging_is_made_once_and_symmetric_memory_never_staged(n: usize) {
+    if super::KIND == BackendKind::Cpu || n == 1 {
+        // Threads of one process on the CPU share its address space (and a world of one
+        // shares its own).
+        run(n, |w| {
+            assert!(w.shares_address_space(), "rank {}", w.rank());
+            Ok(())
+        });
+    }
     run(n, |w| {
         let c = Collectives::new(&w)?;
         let me = w.rank();
@@ -192,12 +202,31 @@ fn staging_is_made_once_and_symmetric_memory_never_staged(n: usize) {
             before,
             "rank {me}: symmetric memory was staged"
         );
-        // Plain memory: the scratch is made on the first call, reused by the second.
+        // The two-shot on plain memory stages nothing where the ranks share one
+        // address space (threads on the CPU, or on one GPU): its kernel exchanges the
+        // addresses. Elsewhere (threads on several GPUs) it stages.
         let plain = w.device_from_slice(&vec![1.0f32; count])?;
         c.all_reduce_in_place(&plain, count, ReduceOp::Sum, Algorithm::TwoShot)?;
+        assert_eq!(
+            c.staging_bytes() == 0,
+            w.shares_address_space(),
+            "rank {me}: staged {} bytes, address space shared: {}",
+            c.staging_bytes(),
+            w.shares_address_space()
+        );
+        assert_eq!(
+            w.read(&plain)?,
+            vec![n as f32; count],
+            "rank {me}: two-shot"
+        );
+        // The one-shot in place stages its source: the scratch is made on the first
+        // call, reused by the second.
+        let plain = w.device_from_slice(&vec![1.0f32; count])?;
+        let before = w.heap_free();
+        c.all_reduce_in_place(&plain, count, ReduceOp::Sum, Algorithm::OneShot)?;
         let with_scratch = w.heap_free();
         assert!(with_scratch < before, "rank {me}: no scratch was made");
-        c.all_reduce_in_place(&plain, count, ReduceOp::Sum, Algorithm::TwoShot)?;
+        c.all_reduce_in_place(&plain, count, ReduceOp::Sum, Algorithm::OneShot)?;
         assert_eq!(
             w.heap_free(),
             with_scratch,
@@ -246,6 +275,23 @@ fn captured_once_the_scratch_is_reserved(n: usize) {
             "rank {me}: second replay"
         );
         drop(graph);
+        // The two-shot on plain memory where the ranks share one address space: nothing
+        // to reserve, its kernel exchanges the addresses on every replay.
+        if w.shares_address_space() {
+            let count = 5000;
+            let y = w.device_from_slice(&vec![me as f32 + 1.0; count])?;
+            w.barrier()?;
+            let graph =
+                w.capture(|| c.all_reduce_in_place(&y, count, ReduceOp::Sum, Algorithm::TwoShot))?;
+            graph.replay()?;
+            assert_eq!(w.read(&y)?, vec![once; count], "rank {me}: two-shot replay");
+            graph.replay()?;
+            assert_eq!(
+                w.read(&y)?,
+                vec![once * n as f32; count],
+                "rank {me}: second two-shot replay"
+            );
+        }
         c.finalize()
     });
 }

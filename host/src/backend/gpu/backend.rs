@@ -102,6 +102,10 @@ impl<T: GpuBackend> Backend for T {
         Some(self.rank().arch().to_owned())
     }
 
+    fn device_ordinal(&self) -> Option<usize> {
+        Some(self.rank().ordinal())
+    }
+
     fn heap_granularity(&self) -> usize {
         GpuBackend::heap_granularity(self)
     }
