@@ -15,7 +15,10 @@
 //!   (the same kernel as `registered_in_place`, apart: splits "registered" from "in
 //!   place");
 //! - `unregistered_in_place`: `all_reduce_in_place` on a cudarc `CudaSlice` lent with
-//!   `World::borrow_cudarc` (barrier-free as it is up to 64 KiB, staged above);
+//!   `World::borrow_cudarc` (barrier-free as it is up to 64 KiB; above, the two-shot
+//!   reaches it on peers through addresses its kernel exchanges, since the bench's ranks
+//!   are threads of one process on one GPU: `World::shares_address_space`; ranks in
+//!   processes of their own stage it, as `copy_in_out` does by hand);
 //! - `copy_in_out`: the workaround without either: the cudarc slice copied into a
 //!   symmetric buffer, `symmetric` into a second, and copied back.
 //!
