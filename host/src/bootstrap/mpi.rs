@@ -493,6 +493,10 @@ impl Bootstrap for MpiBootstrap {
             .map(|(&pid, &here)| here.then_some(pid))
             .collect())
     }
+    fn mpi_communicator(&self) -> Option<super::RawMpiComm> {
+        Some(super::RawMpiComm::of(self.world.as_raw()))
+    }
+
     fn transport(&self) -> Result<Box<dyn crate::transport::Transport>> {
         Ok(Box::new(crate::transport::mpi::MpiTransport::new(
             self.world.as_raw(),

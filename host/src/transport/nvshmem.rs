@@ -9,11 +9,16 @@
 //!    [`ENV_NVSHMEM_LIB`]): a missing library or entry point is
 //!    [`Error::NvshmemUnavailable`] naming it, on every rank (each says whether it could
 //!    load it in the unique id's exchange, so no rank waits for one that could not).
-//! 2. **Initialises NVSHMEM from a unique id** that rank 0 makes
-//!    (`nvshmemx_get_uniqueid`) and symmem's own bootstrap carries to every rank, with
-//!    symmem's ranks as NVSHMEM's PEs (`nvshmemx_set_attr_uniqueid_args`,
-//!    `nvshmemx_hostlib_init_attr`): NVSHMEM then needs no MPI, PMI or launcher of its
-//!    own, and runs under any bootstrap symmem has.
+//! 2. **Initialises NVSHMEM** with symmem's ranks as its PEs
+//!    (`nvshmemx_hostlib_init_attr`), over the world's own channel where it has one: a
+//!    world over MPI hands NVSHMEM its communicator (`NVSHMEMX_INIT_WITH_MPI_COMM`, NVSHMEM's
+//!    MPI bootstrap plugin), so NVSHMEM opens no socket of its own. Elsewhere (the UNIX
+//!    socket bootstrap: ranks on one machine) from a unique id that rank 0 makes
+//!    (`nvshmemx_get_uniqueid`) and symmem's bootstrap carries to every rank
+//!    (`nvshmemx_set_attr_uniqueid_args`): NVSHMEM's unique-id bootstrap then listens on a
+//!    TCP port of rank 0 whose only secret is a random 64-bit magic sent in clear, and a
+//!    stranger's connection that closes early stops the world from forming, one that
+//!    stays silent stalls it (NVSHMEM 3.4.5; see docs/off-node.md, "Who can join").
 //! 3. **Registers symmem's heap with NVSHMEM** (`nvshmemx_buffer_register_symmetric`):
 //!    symmem keeps owning the heap (its VMM allocation, the descriptors it exports to the
 //!    ranks of its node, its ledger and collective frees stay as they are), and NVSHMEM
@@ -37,6 +42,7 @@
 //! CUDA only.
 
 use crate::backend::{BackendKind, DeviceBinding, ModuleTransport};
+use crate::bootstrap::RawMpiComm;
 use crate::error::{Error, Result};
 use crate::transport::{Attach, EnginePath, Link, Transport};
 use libloading::Library;
@@ -75,8 +81,18 @@ fn granularity(value: Option<&str>) -> Option<usize> {
     digits.parse::<usize>().ok()?.checked_mul(1 << shift)
 }
 
+/// `NVSHMEMX_INIT_WITH_MPI_COMM`.
+const INIT_WITH_MPI_COMM: c_uint = 1 << 1;
 /// `NVSHMEMX_INIT_WITH_UNIQUEID`.
 const INIT_WITH_UNIQUEID: c_uint = 1 << 3;
+
+/// How NVSHMEM's PEs find each other.
+enum Start {
+    /// Over the world's MPI communicator (NVSHMEM's MPI bootstrap plugin dups it).
+    Mpi(RawMpiComm),
+    /// Over NVSHMEM's unique-id bootstrap: a TCP socket of rank 0 named by the id.
+    UniqueId(UniqueId),
+}
 
 /// NVSHMEM's unique id (`nvshmemx_uniqueid_v1`): a version word, then opaque bytes.
 #[repr(C)]
@@ -253,24 +269,30 @@ pub type AllGather<'a> = &'a mut dyn FnMut(&[u8]) -> Result<Vec<Vec<u8>>>;
 /// unique id exchanged.
 pub struct NvshmemTransport {
     api: Api,
-    id: UniqueId,
+    start: Start,
     rank: usize,
     world_size: usize,
     claim: Claim,
 }
 
 impl NvshmemTransport {
-    /// Loads NVSHMEM's host library and exchanges the unique id rank 0 makes over
-    /// `all_gather` (the world's bootstrap's: every rank's bytes, by rank), as rank `rank`
-    /// of `world_size`. Collective: every rank of the world calls it.
+    /// Loads NVSHMEM's host library, as rank `rank` of `world_size`, to start over the
+    /// world's MPI communicator `mpi` where it has one, else over a unique id that rank 0
+    /// makes and `all_gather` (the world's bootstrap's: every rank's bytes, by rank)
+    /// carries. Collective: every rank of the world calls it.
     ///
     /// Errors: [`Error::NvshmemUnavailable`] on every rank if any rank cannot load the
     /// library (naming that rank's library and why); [`Error::NvshmemFailed`] if rank 0
     /// cannot make the id; [`Error::NoEngine`] where this process already runs a world
     /// through NVSHMEM; the bootstrap's errors.
-    pub fn new(rank: usize, world_size: usize, all_gather: AllGather<'_>) -> Result<Self> {
+    pub fn new(
+        rank: usize,
+        world_size: usize,
+        all_gather: AllGather<'_>,
+        mpi: Option<RawMpiComm>,
+    ) -> Result<Self> {
         let path = std::env::var(ENV_NVSHMEM_LIB).unwrap_or_else(|_| LIBRARY.to_owned());
-        Self::with_library(rank, world_size, all_gather, &path)
+        Self::with_library(rank, world_size, all_gather, mpi, &path)
     }
 
     /// [`NvshmemTransport::new`] with the host library at `path`.
@@ -278,11 +300,12 @@ impl NvshmemTransport {
         rank: usize,
         world_size: usize,
         all_gather: AllGather<'_>,
+        mpi: Option<RawMpiComm>,
         path: &str,
     ) -> Result<Self> {
         let mine = Api::load(path).and_then(|api| {
             let mut id = UniqueId::new();
-            if rank == 0 {
+            if rank == 0 && mpi.is_none() {
                 // SAFETY: `id` is an initialised `nvshmemx_uniqueid_t`.
                 check("nvshmemx_get_uniqueid", unsafe {
                     (api.get_uniqueid)(&mut id)
@@ -310,6 +333,29 @@ impl NvshmemTransport {
                 });
             }
         }
+        let claim = Claim::take()?;
+        if let Some(comm) = mpi {
+            tracing::info!(
+                rank,
+                "NVSHMEM starts over the world's MPI communicator (its MPI bootstrap \
+                 plugin): it opens no socket of its own"
+            );
+            return Ok(Self {
+                api,
+                start: Start::Mpi(comm),
+                rank,
+                world_size,
+                claim,
+            });
+        }
+        tracing::warn!(
+            rank,
+            "NVSHMEM starts over its unique-id bootstrap: rank 0 listens on a TCP port \
+             whose only secret (a random 64-bit magic) travels in clear, and a stranger who \
+             connects there can stop this world from forming or stall it; confine it with \
+             NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME (docs/off-node.md, \"Who can join\"), or \
+             start the ranks with mpirun"
+        );
         let id_bytes: [u8; 128] =
             all[0]
                 .get(1..129)
@@ -322,10 +368,10 @@ impl NvshmemTransport {
         let id: UniqueId = unsafe { std::mem::transmute(id_bytes) };
         Ok(Self {
             api,
-            id,
+            start: Start::UniqueId(id),
             rank,
             world_size,
-            claim: Claim::take()?,
+            claim,
         })
     }
 }
@@ -366,27 +412,37 @@ impl Transport for NvshmemTransport {
         device.make_current()?;
         let Self {
             api,
-            mut id,
+            mut start,
             rank,
             world_size,
             claim,
         } = *self;
         let mut attr = InitAttr::new();
-        // SAFETY: `id` and `attr` are initialised v1 structures that outlive the calls;
-        // the rank's context is current.
+        // SAFETY: `start`'s id or communicator and `attr` are initialised v1 structures
+        // that outlive the calls (NVSHMEM's MPI plugin dups the communicator during
+        // init); the rank's context is current.
         unsafe {
-            check(
-                "nvshmemx_set_attr_uniqueid_args",
-                (api.set_attr_uniqueid_args)(
-                    rank as c_int,
-                    world_size as c_int,
-                    &mut id,
-                    &mut attr,
-                ),
-            )?;
+            let flags = match &mut start {
+                Start::Mpi(comm) => {
+                    attr.mpi_comm = comm.as_mut_ptr();
+                    INIT_WITH_MPI_COMM
+                }
+                Start::UniqueId(id) => {
+                    check(
+                        "nvshmemx_set_attr_uniqueid_args",
+                        (api.set_attr_uniqueid_args)(
+                            rank as c_int,
+                            world_size as c_int,
+                            id,
+                            &mut attr,
+                        ),
+                    )?;
+                    INIT_WITH_UNIQUEID
+                }
+            };
             check(
                 "nvshmemx_hostlib_init_attr",
-                (api.hostlib_init_attr)(INIT_WITH_UNIQUEID, &mut attr),
+                (api.hostlib_init_attr)(flags, &mut attr),
             )?;
         }
         claim.keep();
@@ -567,7 +623,7 @@ mod tests {
                         Ok(shared.1.lock().unwrap().clone())
                     };
                     let path = format!("/nonexistent/rank{rank}/libnvshmem_host.so.3");
-                    NvshmemTransport::with_library(rank, 2, &mut all_gather, &path).map(drop)
+                    NvshmemTransport::with_library(rank, 2, &mut all_gather, None, &path).map(drop)
                 })
             })
             .collect();

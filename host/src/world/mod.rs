@@ -838,11 +838,13 @@ fn start_transport<B: Backend>(
             // Refused before NVSHMEM starts where no kernels could call it.
             nvshmem_kernels()?;
             let (rank, world_size) = (bootstrap.rank(), bootstrap.world_size());
+            let mpi = bootstrap.mpi_communicator();
             let mut all_gather = |mine: &[u8]| bootstrap.all_gather(mine);
             Box::new(crate::transport::nvshmem::NvshmemTransport::new(
                 rank,
                 world_size,
                 &mut all_gather,
+                mpi,
             )?)
         }
     };
