@@ -252,11 +252,10 @@ mod tests {
         assert_eq!(unsafe { at.cast::<usize>().read() }, 0x7f12_3456_789a_bcd0);
         let mut int = RawMpiComm::of(0x4400_0000_i32);
         // SAFETY: 8 aligned bytes whose first 4 hold an `int`'s.
-        assert_eq!(
-            unsafe { int.as_mut_ptr().cast::<i32>().read() },
-            0x4400_0000
-        );
+        let read = unsafe { int.as_mut_ptr().cast::<i32>().read() };
+        assert_eq!(read, 0x4400_0000);
     }
+
     use crate::bad_bytes::huge_u64;
     use crate::error::Error;
     use proptest::collection::vec;
