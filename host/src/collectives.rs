@@ -324,9 +324,10 @@ impl<B: Backend> Collectives<B> {
         }
         let words = signal_words(world.world_size(), grid.blocks as usize);
         let signals = world.zeros::<u64>(words)?;
-        let (exchange, _) = world.allocate_symmetric::<u64>(
-            symmem_rma::collectives::exchange_words(world.world_size(), grid.blocks as usize),
-        )?;
+        let exchange = world.zeros::<u64>(symmem_rma::collectives::exchange_words(
+            world.world_size(),
+            grid.blocks as usize,
+        ))?;
         let (lamport, _) = world.allocate_symmetric::<u8>(bytes)?;
         world.kernels().launch(
             symmem_kernels::symmem_lamport_reset,

@@ -29,8 +29,9 @@
 //! arithmetic on the data), so every target serves every type: `f64` adds, mins and
 //! maxes are native on sm_90 and gfx942/gfx950; `bf16` and `f16` are widened to `f32`.
 
+use crate::atomic::AtomicInt;
 use crate::team::write_each;
-use crate::{Team, U32x4, bf16, copy::share, f16, signal::barrier_words};
+use crate::{Order, Scope, Team, U32x4, bf16, copy::share, f16, signal::barrier_words};
 use symmem_arch::Arch;
 
 /// A reduction operator.
@@ -860,6 +861,36 @@ pub unsafe fn all_reduce_two_shot_through<A: Arch, T: Reducible>(
     count: usize,
     sig: *mut u64,
 ) {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        two_shot_checked(
+            arch,
+            team,
+            (destinations, sources),
+            op,
+            (dst, src, count),
+            sig,
+            || true,
+        )
+    }
+}
+
+/// [`all_reduce_two_shot_through`]'s body, which reduces only where `agreed()`, asked
+/// after the opening barrier (the same answer on every thread of the block), says so;
+/// the closing barrier is taken either way.
+///
+/// # Safety
+/// As [`all_reduce_two_shot_through`] wherever `agreed()` is true.
+#[inline(always)]
+unsafe fn two_shot_checked<A: Arch, T: Reducible>(
+    arch: &A,
+    team: &Team<'_>,
+    tables: (&Team<'_>, &Team<'_>),
+    op: ReduceOp,
+    (dst, src, count): (*mut T, *const T, usize),
+    sig: *mut u64,
+    agreed: impl Fn() -> bool,
+) {
     let (world, rank) = (team.world(), team.rank());
     let sig = block_sig(arch, team, sig);
     let (start, len) = block_share(arch, count, granule::<T>());
@@ -873,24 +904,27 @@ pub unsafe fn all_reduce_two_shot_through<A: Arch, T: Reducible>(
             // Peers may not be in this call: nothing goes to them.
             return;
         }
-        reduce_to_every_rank(
-            (tid, threads),
-            (destinations, sources),
-            op,
-            dst,
-            src,
-            (start + piece, plen),
-            aligned,
-        );
+        if agreed() {
+            reduce_to_every_rank(
+                (tid, threads),
+                tables,
+                op,
+                dst,
+                src,
+                (start + piece, plen),
+                aligned,
+            );
+        }
         // Its outcome reaches the host through the rank's control block.
         let _ = team.barrier_block(arch, sig);
     }
 }
 
 /// Slots of the address exchange of [`all_reduce_two_shot_exchanging`]: `u64`s per block
-/// of a launch over `world` ranks (a `dst` and a `src` table of `world` entries each).
+/// of a launch over `world` ranks (a `dst` table, a `src` table and a word of each rank's
+/// call, `world` entries each).
 pub const fn exchange_words(world: usize, blocks: usize) -> usize {
-    2 * world * blocks
+    3 * world * blocks
 }
 
 /// [`all_reduce_two_shot_through`] where `dst`, `src` or both are plain memory with no
@@ -898,10 +932,18 @@ pub const fn exchange_words(world: usize, blocks: usize) -> usize {
 /// process on one GPU, or on the CPU), so that a peer dereferences this rank's pointer as
 /// it is. The arguments `exchanged` names (bit 0 `dst`, bit 1 `src`) are reached through
 /// tables made in the kernel: each block first stores their addresses into its entry of
-/// every rank's slots in `exchange`, and after the opening barrier (which publishes those
-/// stores) reads its own slots as their tables. The others go through `destinations`
-/// and `sources`. Nothing is copied, and a call may pass other buffers than the last:
-/// every call exchanges anew. With `exchanged` 0 it is [`all_reduce_two_shot_through`].
+/// every rank's slots in `exchange` (zeroed once), and after the opening barrier (which
+/// publishes those stores) reads its own slots as their tables. The others go through
+/// `destinations` and `sources`. Nothing is copied, and a call may pass other buffers
+/// than the last: every call exchanges anew. With `exchanged` 0 it is
+/// [`all_reduce_two_shot_through`].
+///
+/// Each rank also stores a word saying which arguments it exchanged in which call (the
+/// block's barrier count, the same on every rank at the same call): a block whose peers'
+/// words are not its own (a rank that passed symmetric or registered memory where this
+/// one passed plain, whose entries are then another call's or none) writes nothing and
+/// only closes the barrier, so a mismatched call never writes through a stale address
+/// (the host's ledger names the rank that differs at the next agreement).
 ///
 /// The slots are reused by the next call: a rank stores into a peer's slots only after
 /// the closing barrier of its previous call, which that peer passed after its last read
@@ -912,7 +954,8 @@ pub const fn exchange_words(world: usize, blocks: usize) -> usize {
 /// argument is, on every rank, this rank's memory of `count` elements that every rank's
 /// kernel can dereference at this rank's address (the world's ranks share one address
 /// space and device); `exchange` symmetric with [`exchange_words`]`(world, grid_dim)`
-/// `u64`s that only this kernel, launched with `sig`, uses.
+/// `u64`s, zeroed before the first launch, that only this kernel, launched with `sig`,
+/// uses.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn all_reduce_two_shot_exchanging<A: Arch, T: Reducible>(
@@ -926,14 +969,28 @@ pub unsafe fn all_reduce_two_shot_exchanging<A: Arch, T: Reducible>(
     count: usize,
     sig: *mut u64,
 ) {
+    if exchanged == 0 {
+        // SAFETY: forwarded from the caller.
+        return unsafe {
+            all_reduce_two_shot_through(arch, team, destinations, sources, op, dst, src, count, sig)
+        };
+    }
     let (world, rank) = (team.world(), team.rank());
     let (tid, threads) = (arch.thread_id() as usize, arch.block_dim() as usize);
     let slots = exchange.wrapping_add(arch.block_id() as usize * exchange_words(world, 1));
     let (dst_exchanged, src_exchanged) = (exchanged & 1 != 0, exchanged & 2 != 0);
-    // SAFETY: forwarded from the caller; the slots are this block's `2 * world` words of
-    // the symmetric `exchange`, each rank's own entry written by it alone, and read only
-    // after the opening barrier of the two-shot below has published them.
+    // SAFETY: forwarded from the caller; the slots are this block's `3 * world` words of
+    // the symmetric `exchange`, each rank's own entries written by it alone, and read
+    // only after the opening barrier of the two-shot below has published them. The
+    // block's barrier word is only ever changed by this rank's own arrivals, after the
+    // barrier that follows, so every thread reads the same count.
     unsafe {
+        let call = u64::load(
+            block_sig(arch, team, sig).add(rank),
+            Order::Relaxed,
+            Scope::Block,
+        ) & !crate::watch::POISON;
+        let mine = u64::from(exchanged) | call << 2;
         let mut to = tid;
         while to < world {
             if dst_exchanged {
@@ -942,28 +999,30 @@ pub unsafe fn all_reduce_two_shot_exchanging<A: Arch, T: Reducible>(
             if src_exchanged {
                 team.store(slots.add(world + rank), src.addr() as u64, to);
             }
+            team.store(slots.add(2 * world + rank), mine, to);
             to += threads;
         }
         let exchanged_dst = Team::from_raw_parts(slots, world as u32, rank as u32);
         let exchanged_src = Team::from_raw_parts(slots.add(world), world as u32, rank as u32);
-        all_reduce_two_shot_through(
+        two_shot_checked(
             arch,
             team,
-            if dst_exchanged {
-                &exchanged_dst
-            } else {
-                destinations
-            },
-            if src_exchanged {
-                &exchanged_src
-            } else {
-                sources
-            },
+            (
+                if dst_exchanged {
+                    &exchanged_dst
+                } else {
+                    destinations
+                },
+                if src_exchanged {
+                    &exchanged_src
+                } else {
+                    sources
+                },
+            ),
             op,
-            dst,
-            src,
-            count,
+            (dst, src, count),
             sig,
+            || (0..world).all(|r| slots.add(2 * world + r).read() == mine),
         )
     }
 }

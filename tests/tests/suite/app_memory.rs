@@ -296,10 +296,62 @@ fn captured_once_the_scratch_is_reserved(n: usize) {
     });
 }
 
+/// Where the ranks share one address space, a two-shot in which one rank passes
+/// symmetric memory and the others plain memory writes nothing through the addresses the
+/// others' kernels find in their exchange slots (left by an earlier call, whose buffers
+/// are kept here to show they are untouched): their kernels see that the odd rank did not
+/// exchange in this call and reduce nothing; the next agreement names the odd rank.
+fn a_rank_with_other_memory_is_not_reached_through_old_addresses(n: usize) {
+    if n < 2 {
+        return;
+    }
+    run(n, |w| {
+        if !w.shares_address_space() {
+            return Ok(());
+        }
+        let c = Collectives::new(&w)?;
+        let (me, odd, count) = (w.rank(), n - 1, 4099);
+        // An earlier call through exchanged addresses: `earlier` is what peers' slots name.
+        let earlier = w.device_from_slice(&data(me, count))?;
+        c.all_reduce_in_place(&earlier, count, ReduceOp::Sum, Algorithm::TwoShot)?;
+        let reduced = w.read(&earlier)?;
+        let sym = w.full::<f32>(count, 1.0)?;
+        w.barrier()?; // `sym` agreed: the odd rank's call needs no agreement of its own
+        let plain = w.device_from_slice(&data(me, count))?;
+        let mismatched = if me == odd {
+            c.all_reduce_in_place(&sym, count, ReduceOp::Sum, Algorithm::TwoShot)
+        } else {
+            c.all_reduce_in_place(&plain, count, ReduceOp::Sum, Algorithm::TwoShot)
+        };
+        // Either refused now or named at the next agreement; a launch is complete by then.
+        let next = mismatched.and_then(|()| w.barrier());
+        match next {
+            Err(Error::CollectiveMismatch { ranks, .. }) => {
+                assert_eq!(ranks, [odd], "world {n} rank {me}")
+            }
+            other => panic!("world {n} rank {me}: {other:?}"),
+        }
+        assert_eq!(
+            w.read(&earlier)?,
+            reduced,
+            "rank {me}: written through an old address"
+        );
+        if me != odd {
+            assert_eq!(
+                w.read(&plain)?,
+                data(me, count),
+                "rank {me}: reduced anyway"
+            );
+        }
+        Ok(())
+    });
+}
+
 per_world! {
     all_reduce;
     all_reduce_staged_by_copies;
     byte_collectives;
     staging_is_made_once_and_symmetric_memory_never_staged;
     captured_once_the_scratch_is_reserved;
+    a_rank_with_other_memory_is_not_reached_through_old_addresses;
 }
