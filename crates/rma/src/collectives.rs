@@ -969,12 +969,6 @@ pub unsafe fn all_reduce_two_shot_exchanging<A: Arch, T: Reducible>(
     count: usize,
     sig: *mut u64,
 ) {
-    if exchanged == 0 {
-        // SAFETY: forwarded from the caller.
-        return unsafe {
-            all_reduce_two_shot_through(arch, team, destinations, sources, op, dst, src, count, sig)
-        };
-    }
     let (world, rank) = (team.world(), team.rank());
     let (tid, threads) = (arch.thread_id() as usize, arch.block_dim() as usize);
     let slots = exchange.wrapping_add(arch.block_id() as usize * exchange_words(world, 1));
@@ -991,7 +985,8 @@ pub unsafe fn all_reduce_two_shot_exchanging<A: Arch, T: Reducible>(
             Scope::Block,
         ) & !crate::watch::POISON;
         let mine = u64::from(exchanged) | call << 2;
-        let mut to = tid;
+        // Nothing exchanged (registered or symmetric memory): no slot is written or read.
+        let mut to = if exchanged == 0 { world } else { tid };
         while to < world {
             if dst_exchanged {
                 team.store(slots.add(rank), dst.addr() as u64, to);
@@ -1022,7 +1017,7 @@ pub unsafe fn all_reduce_two_shot_exchanging<A: Arch, T: Reducible>(
             op,
             (dst, src, count),
             sig,
-            || (0..world).all(|r| slots.add(2 * world + r).read() == mine),
+            || exchanged == 0 || (0..world).all(|r| slots.add(2 * world + r).read() == mine),
         )
     }
 }
