@@ -493,8 +493,8 @@ impl Bootstrap for MpiBootstrap {
             .map(|(&pid, &here)| here.then_some(pid))
             .collect())
     }
-    fn mpi_communicator(&self) -> Option<super::RawMpiComm> {
-        Some(super::RawMpiComm::of(self.world.as_raw()))
+    fn mpi_communicator(&self) -> Option<crate::transport::RawMpiComm> {
+        Some(crate::transport::RawMpiComm::of(self.world.as_raw()))
     }
 
     fn transport(&self) -> Result<Box<dyn crate::transport::Transport>> {

@@ -231,9 +231,55 @@ pub trait Link: ModuleTransport + Send + Sync {
     fn stop(&mut self, clean: bool);
 }
 
+/// The C handle of an MPI communicator (`MPI_Comm`: a pointer in Open MPI, an integer in
+/// MPICH), copied as it is, for a C library that takes the address of one
+/// (`MPI_Comm *`). Valid while the bootstrap that gave it lives.
+#[derive(Clone, Copy, Debug)]
+#[repr(C, align(8))]
+pub struct RawMpiComm([u8; 8]);
+
+impl RawMpiComm {
+    /// The handle's bytes (at most 8: every MPI's `MPI_Comm` is a pointer or an `int`).
+    #[cfg(feature = "mpi")]
+    pub(crate) fn of<C: Copy>(handle: C) -> Self {
+        const { assert!(size_of::<C>() <= 8) };
+        let mut bytes = [0u8; 8];
+        // SAFETY: `C` is plain data (an MPI handle) of at most 8 bytes, copied whole.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                (&raw const handle).cast::<u8>(),
+                bytes.as_mut_ptr(),
+                size_of::<C>(),
+            )
+        };
+        Self(bytes)
+    }
+
+    /// The address of the handle, as an `MPI_Comm *` (aligned for either kind).
+    pub(crate) fn as_mut_ptr(&mut self) -> *mut std::ffi::c_void {
+        self.0.as_mut_ptr().cast()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A C library reads the handle back through the address, as the type it is: a
+    /// pointer (Open MPI) or an `int` (MPICH).
+    #[cfg(feature = "mpi")]
+    #[test]
+    fn raw_communicator_reads_back_as_its_handle() {
+        let mut pointer = RawMpiComm::of(0x7f12_3456_789a_bcd0_usize as *mut u8);
+        let at = pointer.as_mut_ptr();
+        assert_eq!(at.addr() % 8, 0);
+        // SAFETY: 8 aligned bytes holding a pointer's.
+        assert_eq!(unsafe { at.cast::<usize>().read() }, 0x7f12_3456_789a_bcd0);
+        let mut int = RawMpiComm::of(0x4400_0000_i32);
+        // SAFETY: 8 aligned bytes whose first 4 hold an `int`'s.
+        let read = unsafe { int.as_mut_ptr().cast::<i32>().read() };
+        assert_eq!(read, 0x4400_0000);
+    }
 
     #[test]
     fn the_environment_names_a_transport_or_is_refused() {

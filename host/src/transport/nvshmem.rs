@@ -42,8 +42,8 @@
 //! CUDA only.
 
 use crate::backend::{BackendKind, DeviceBinding, ModuleTransport};
-use crate::bootstrap::RawMpiComm;
 use crate::error::{Error, Result};
+use crate::transport::RawMpiComm;
 use crate::transport::{Attach, EnginePath, Link, Transport};
 use libloading::Library;
 use std::ffi::{c_int, c_uint, c_void};
