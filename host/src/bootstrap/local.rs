@@ -101,6 +101,12 @@ impl LocalBootstrap {
     }
 
     fn exchange(&mut self, mine: Shareable) -> Result<Vec<Shareable>> {
+        self.exchange_within(mine, self.group.timeout)
+    }
+
+    /// [`LocalBootstrap::exchange`], waiting up to `timeout` for a rank that is merely
+    /// slow (a departed one ends the wait at once, as always).
+    fn exchange_within(&mut self, mine: Shareable, timeout: Duration) -> Result<Vec<Shareable>> {
         if let Some(rank) = self.lost {
             return Err(Error::PeerLost {
                 rank: Some(rank),
@@ -134,7 +140,7 @@ impl LocalBootstrap {
                 let first = state.cause[gone].unwrap_or(gone);
                 return Err(self.lose(first, start));
             }
-            let Some(left) = group.timeout.checked_sub(start.elapsed()) else {
+            let Some(left) = timeout.checked_sub(start.elapsed()) else {
                 return Err(self.lose(missing, start));
             };
             state = group
@@ -204,6 +210,14 @@ impl Bootstrap for LocalBootstrap {
     fn all_gather_shareable(&mut self, mine: Shareable) -> Result<Vec<Shareable>> {
         self.exchange(mine)
     }
+    fn barrier_within(&mut self, patience: Duration) -> Result<()> {
+        let none = Shareable {
+            bytes: Vec::new(),
+            fd: None,
+        };
+        self.exchange_within(none, patience.max(self.group.timeout))
+            .map(drop)
+    }
     /// Every rank is a thread of this process: its pid, by construction (no message).
     fn verified_pids(&mut self) -> Result<Vec<Option<u32>>> {
         Ok(vec![Some(std::process::id()); self.group.world])
@@ -236,6 +250,44 @@ impl Bootstrap for LocalBootstrap {
                 .changed
                 .wait_timeout(state, left)
                 .map_or_else(|p| p.into_inner().0, |r| r.0);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A rank slower than the group's timeout is lost to a barrier, and waited for by a
+    /// barrier with the patience for it (a first compile of kernels).
+    #[test]
+    fn a_barrier_with_patience_waits_for_a_slow_rank() {
+        let slow = Duration::from_millis(300);
+        for patient in [false, true] {
+            let ranks: Vec<_> = LocalBootstrap::group(2, Duration::from_millis(50))
+                .into_iter()
+                .map(|mut b| {
+                    std::thread::spawn(move || {
+                        if b.rank() == 1 {
+                            std::thread::sleep(slow);
+                        }
+                        let r = if patient {
+                            b.barrier_within(Duration::from_secs(10))
+                        } else {
+                            b.barrier()
+                        };
+                        (b.rank(), r)
+                    })
+                })
+                .collect();
+            for rank in ranks {
+                let (rank, r) = rank.join().expect("rank");
+                match (patient, rank, r) {
+                    (true, _, Ok(())) | (false, 1, Ok(()) | Err(_)) => {}
+                    (false, 0, Err(Error::PeerLost { rank: Some(1), .. })) => {}
+                    other => panic!("patient {patient}: {other:?}"),
+                }
+            }
         }
     }
 }

@@ -160,6 +160,17 @@ pub trait Bootstrap: Send {
     fn barrier(&mut self) -> Result<()> {
         self.all_gather(&[]).map(drop)
     }
+    /// [`Bootstrap::barrier`], waiting up to `patience` (where that is longer than the
+    /// group's timeout) for a rank that is slow but not gone: after a step whose length
+    /// differs by much more than the timeout across ranks, such as the driver's first
+    /// compile of a code object, which ranks of one process on one GPU wait for in
+    /// turn. A rank that is gone still ends the wait at once where the group can tell.
+    /// The default is [`Bootstrap::barrier`] (groups whose ranks are processes compile
+    /// side by side).
+    fn barrier_within(&mut self, patience: Duration) -> Result<()> {
+        let _ = patience;
+        self.barrier()
+    }
     /// Leaves the group (the last call on it): tells every rank that this one is leaving,
     /// so a peer that waits for it in a collective gets `PeerLost` naming it at once,
     /// then waits (bounded by the timeout) until every rank has left or is lost. On

@@ -316,7 +316,11 @@ impl<B: Backend> World<B> {
             Some(_) => &KERNELS,
         };
         let kernels = Loaded::new(&backend, objects, &control, module_transport(&transport))?;
-        bootstrap.barrier()?;
+        // The driver's first compile of the kernels (PTX with a cold cache: tens of
+        // seconds for the on-node build, in turn for ranks that share one GPU's context)
+        // may keep a rank far longer than the bootstrap's timeout: peers wait for it as
+        // for any slow rank, up to the world's wait deadline.
+        bootstrap.barrier_within(config.wait_deadline)?;
         tracing::info!(
             rank,
             world_size,
