@@ -201,8 +201,9 @@ impl<T: bytemuck::Pod + symmem_kernels::ReductionKernels> Element for T {}
 /// threads of one process on one GPU, or on the CPU), the two-shot all-reduce stages
 /// nothing at all: its kernel exchanges the buffers' addresses through a few symmetric
 /// words of this handle on every call (each block stores its own into every peer's slots
-/// before its opening barrier), so plain memory costs what registered memory does, and a
-/// call may pass other buffers than the last.
+/// before its opening barrier), so plain memory costs about what registered memory does
+/// (1.03-1.10x at 256 KiB-1 MiB on an H100, 2 to 8 ranks: `BENCHMARKS.md`, issue 43), and
+/// a call may pass other buffers than the last.
 /// The barrier-free all-reduce reads and writes only this rank's memory and stages
 /// nothing; symmetric buffers are never staged. The scratch is made by the first call
 /// that needs it and grows with the largest (twice its bytes at most, rounded up to a
