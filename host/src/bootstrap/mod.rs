@@ -220,7 +220,6 @@ pub trait Bootstrap: Send {
 #[cfg(test)]
 mod tests {
     use super::*;
-
     use crate::bad_bytes::huge_u64;
     use crate::error::Error;
     use proptest::collection::vec;

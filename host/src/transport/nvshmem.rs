@@ -265,8 +265,8 @@ impl Drop for Claim {
 /// rank.
 pub type AllGather<'a> = &'a mut dyn FnMut(&[u8]) -> Result<Vec<Vec<u8>>>;
 
-/// The NVSHMEM transport of one rank, before it is attached: the library loaded and the
-/// unique id exchanged.
+/// The NVSHMEM transport of one rank, before it is attached: the library loaded on every
+/// rank, and the world's MPI communicator kept or the unique id exchanged.
 pub struct NvshmemTransport {
     api: Api,
     start: Start,
