@@ -379,16 +379,18 @@ impl<B: Backend> Collectives<B> {
     /// the same block of every other rank. Everything each rank's kernels did before is
     /// complete and visible to every rank's later kernels. Collective.
     pub fn barrier(&self) -> Result<()> {
-        self.agreed(&[Call::Barrier as u64], &[], Ok(()))?;
-        self.launch(
-            symmem_kernels::symmem_barrier_all,
-            (
-                self.bases(),
-                self.world_u32(),
-                self.rank_u32(),
-                &self.signals,
-            ),
-        )
+        self.world.collectively(|| {
+            self.agreed(&[Call::Barrier as u64], &[], Ok(()))?;
+            self.launch(
+                symmem_kernels::symmem_barrier_all,
+                (
+                    self.bases(),
+                    self.world_u32(),
+                    self.rank_u32(),
+                    &self.signals,
+                ),
+            )
+        })
     }
 
     /// All-gather: this rank's `src[0..count]` lands in every rank's `dst`, at elements
@@ -405,15 +407,17 @@ impl<B: Backend> Collectives<B> {
         src: &impl AsDeviceSlice<T, B>,
         count: usize,
     ) -> Result<()> {
-        let total = self.times_world(count);
-        let checked = local(dst, total).and_then(|d| Ok((d, local(src, count)?)));
-        let objects = self.objects(dst, src);
-        let call = [Call::AllGather as u64, count as u64, element::<T>()];
-        self.staged(&call, objects, checked, false, &[Need::Dst], |d, s| {
-            self.launch(
-                symmem_kernels::symmem_all_gather,
-                self.moving(d, s, bytes_of::<T>(count)),
-            )
+        self.world.collectively(|| {
+            let total = self.times_world(count);
+            let checked = local(dst, total).and_then(|d| Ok((d, local(src, count)?)));
+            let objects = self.objects(dst, src);
+            let call = [Call::AllGather as u64, count as u64, element::<T>()];
+            self.staged(&call, objects, checked, false, &[Need::Dst], |d, s| {
+                self.launch(
+                    symmem_kernels::symmem_all_gather,
+                    self.moving(d, s, bytes_of::<T>(count)),
+                )
+            })
         })
     }
 
@@ -429,15 +433,17 @@ impl<B: Backend> Collectives<B> {
         src: &impl AsDeviceSlice<T, B>,
         count: usize,
     ) -> Result<()> {
-        let total = self.times_world(count);
-        let checked = local(dst, total).and_then(|d| Ok((d, local(src, total)?)));
-        let objects = self.objects(dst, src);
-        let call = [Call::AllToAll as u64, count as u64, element::<T>()];
-        self.staged(&call, objects, checked, false, &[Need::Dst], |d, s| {
-            self.launch(
-                symmem_kernels::symmem_all_to_all,
-                self.moving(d, s, bytes_of::<T>(count)),
-            )
+        self.world.collectively(|| {
+            let total = self.times_world(count);
+            let checked = local(dst, total).and_then(|d| Ok((d, local(src, total)?)));
+            let objects = self.objects(dst, src);
+            let call = [Call::AllToAll as u64, count as u64, element::<T>()];
+            self.staged(&call, objects, checked, false, &[Need::Dst], |d, s| {
+                self.launch(
+                    symmem_kernels::symmem_all_to_all,
+                    self.moving(d, s, bytes_of::<T>(count)),
+                )
+            })
         })
     }
 
@@ -455,25 +461,27 @@ impl<B: Backend> Collectives<B> {
         count: usize,
         root: usize,
     ) -> Result<()> {
-        let checked = self
-            .check_rank(root)
-            .and_then(|()| Ok((local(dst, count)?, local(src, count)?)));
-        let objects = self.objects(dst, src);
-        let call = [
-            Call::Broadcast as u64,
-            count as u64,
-            element::<T>(),
-            root as u64,
-        ];
-        let need = Need::Src {
-            copy: self.world.rank() == root,
-        };
-        self.staged(&call, objects, checked, false, &[need], |d, s| {
-            let (d, s, bases, world, rank, n, sig) = self.moving(d, s, bytes_of::<T>(count));
-            self.launch(
-                symmem_kernels::symmem_broadcast,
-                (d, s, bases, world, rank, n, sig, root as u32),
-            )
+        self.world.collectively(|| {
+            let checked = self
+                .check_rank(root)
+                .and_then(|()| Ok((local(dst, count)?, local(src, count)?)));
+            let objects = self.objects(dst, src);
+            let call = [
+                Call::Broadcast as u64,
+                count as u64,
+                element::<T>(),
+                root as u64,
+            ];
+            let need = Need::Src {
+                copy: self.world.rank() == root,
+            };
+            self.staged(&call, objects, checked, false, &[need], |d, s| {
+                let (d, s, bases, world, rank, n, sig) = self.moving(d, s, bytes_of::<T>(count));
+                self.launch(
+                    symmem_kernels::symmem_broadcast,
+                    (d, s, bases, world, rank, n, sig, root as u32),
+                )
+            })
         })
     }
 
@@ -505,94 +513,64 @@ impl<B: Backend> Collectives<B> {
         op: ReduceOp,
         algorithm: Algorithm,
     ) -> Result<()> {
-        let bytes = count * size_of::<T>();
-        let checked = (|| {
-            let (d, s) = (local(dst, count)?, local(src, count)?);
-            let (dp, sp, len) = (d.ptr(), s.ptr(), bytes as u64);
-            if count > 0 && dp != sp && dp < sp + len && sp < dp + len {
-                return Err(Error::OverlappingBuffers {
-                    rank: self.world.rank(),
-                    dst: dp,
-                    src: sp,
+        self.world.collectively(|| {
+            let bytes = count * size_of::<T>();
+            let checked = (|| {
+                let (d, s) = (local(dst, count)?, local(src, count)?);
+                let (dp, sp, len) = (d.ptr(), s.ptr(), bytes as u64);
+                if count > 0 && dp != sp && dp < sp + len && sp < dp + len {
+                    return Err(Error::OverlappingBuffers {
+                        rank: self.world.rank(),
+                        dst: dp,
+                        src: sp,
+                        bytes,
+                    });
+                }
+                Ok((d, s))
+            })();
+            // Where each lies, looked up once: the heap's ids the agreement names, and the
+            // registrations the unstaged paths reach.
+            let places = [self.place(dst), self.place(src)];
+            let objects = (places[0].heap_id(), places[1].heap_id());
+            let call = [
+                Call::AllReduce as u64,
+                count as u64,
+                element::<T>(),
+                op as u64,
+                algorithm as u64,
+            ];
+            let chosen = |chose: &str| {
+                tracing::debug!(
+                    rank = self.world.rank(),
+                    world_size = self.world.world_size(),
                     bytes,
-                });
-            }
-            Ok((d, s))
-        })();
-        // Where each lies, looked up once: the heap's ids the agreement names, and the
-        // registrations the unstaged paths reach.
-        let places = [self.place(dst), self.place(src)];
-        let objects = (places[0].heap_id(), places[1].heap_id());
-        let call = [
-            Call::AllReduce as u64,
-            count as u64,
-            element::<T>(),
-            op as u64,
-            algorithm as u64,
-        ];
-        let chosen = |chose: &str| {
-            tracing::debug!(
-                rank = self.world.rank(),
-                world_size = self.world.world_size(),
-                bytes,
-                op = ?op,
-                asked = ?algorithm,
-                algorithm = chose,
-                "all_reduce"
-            );
-        };
-        let route = match self.reduce_route::<T>(algorithm, op, bytes) {
-            Ok(route) => route,
-            Err(e) => {
-                let ids: Vec<u64> = objects.0.into_iter().chain(objects.1).collect();
-                return self.agreed(&call, &ids, checked.and(Err(e)));
-            }
-        };
-        let in_place = dst.as_device_slice().ptr() == src.as_device_slice().ptr();
-        let registered = places.iter().any(|p| matches!(p, Place::Registered(..)));
-        match route {
-            Route::OneShot(_) if !in_place && matches!(places[1], Place::Registered(..)) => {
-                chosen("one-shot (registered source, nothing staged)");
-                let sources = self.table_of(&places[1]).unwrap_or(self.bases());
-                self.unstaged(&call, [&places[0], &places[1]], checked, |d, s| {
-                    self.launch(
-                        T::all_reduce_gathered(op),
-                        (
-                            d,
-                            s,
-                            self.bases(),
-                            sources,
-                            self.world_u32(),
-                            self.rank_u32(),
-                            count as u64,
-                            &self.signals,
-                        ),
-                    )
-                })
-            }
-            Route::TwoShot(kernel) => {
-                let tables = (self.table_of(&places[0]), self.table_of(&places[1]));
-                // Where every rank's kernels dereference every rank's memory as it is,
-                // the kernel exchanges plain memory's addresses (bit 0 `dst`, bit 1 `src`)
-                // instead of staging it.
-                let exchanged = if self.world.shares_address_space() {
-                    u32::from(tables.0.is_none()) | u32::from(tables.1.is_none()) << 1
-                } else {
-                    0
-                };
-                let through_tables = |checked, exchanged: u32| {
+                    op = ?op,
+                    asked = ?algorithm,
+                    algorithm = chose,
+                    "all_reduce"
+                );
+            };
+            let route = match self.reduce_route::<T>(algorithm, op, bytes) {
+                Ok(route) => route,
+                Err(e) => {
+                    let ids: Vec<u64> = objects.0.into_iter().chain(objects.1).collect();
+                    return self.agreed(&call, &ids, checked.and(Err(e)));
+                }
+            };
+            let in_place = dst.as_device_slice().ptr() == src.as_device_slice().ptr();
+            let registered = places.iter().any(|p| matches!(p, Place::Registered(..)));
+            match route {
+                Route::OneShot(_) if !in_place && matches!(places[1], Place::Registered(..)) => {
+                    chosen("one-shot (registered source, nothing staged)");
+                    let sources = self.table_of(&places[1]).unwrap_or(self.bases());
                     self.unstaged(&call, [&places[0], &places[1]], checked, |d, s| {
                         self.launch(
-                            T::all_reduce_tables(op),
+                            T::all_reduce_gathered(op),
                             (
                                 d,
                                 s,
                                 self.bases(),
-                                // An exchanged argument's table is not read.
-                                tables.0.unwrap_or(self.bases()),
-                                tables.1.unwrap_or(self.bases()),
-                                &self.exchange,
-                                exchanged,
+                                sources,
                                 self.world_u32(),
                                 self.rank_u32(),
                                 count as u64,
@@ -600,43 +578,30 @@ impl<B: Backend> Collectives<B> {
                             ),
                         )
                     })
-                };
-                match tables {
-                    (Some(_), Some(_)) if registered || in_place => {
-                        chosen("two-shot (through each buffer's table, nothing staged)");
-                        through_tables(checked, 0)
-                    }
-                    (Some(_), Some(_)) => {
-                        chosen("two-shot");
-                        // Both symmetric, apart: nothing to stage.
-                        self.staged(&call, objects, checked, true, &[], |d, s| {
-                            self.launch(kernel, self.reducing(d, s, count))
-                        })
-                    }
-                    _ if exchanged != 0 => {
-                        chosen(
-                            "two-shot (plain memory's addresses exchanged in the kernel: the \
-                             ranks share one address space; nothing staged)",
-                        );
-                        through_tables(checked, exchanged)
-                    }
-                    _ if bytes > STAGED_KERNEL_MAX_BYTES => {
-                        chosen("two-shot (staged: copied in and out around the kernel)");
-                        let needs = [Need::Src { copy: true }, Need::Dst];
-                        self.staged(&call, objects, checked, true, &needs, |d, s| {
-                            self.launch(kernel, self.reducing(d, s, count))
-                        })
-                    }
-                    _ => {
-                        chosen("two-shot (through scratch, copied in and out by the kernel)");
-                        self.through_scratch(&call, objects, checked, |d, s, stage| {
+                }
+                Route::TwoShot(kernel) => {
+                    let tables = (self.table_of(&places[0]), self.table_of(&places[1]));
+                    // Where every rank's kernels dereference every rank's memory as it is,
+                    // the kernel exchanges plain memory's addresses (bit 0 `dst`, bit 1 `src`)
+                    // instead of staging it.
+                    let exchanged = if self.world.shares_address_space() {
+                        u32::from(tables.0.is_none()) | u32::from(tables.1.is_none()) << 1
+                    } else {
+                        0
+                    };
+                    let through_tables = |checked, exchanged: u32| {
+                        self.unstaged(&call, [&places[0], &places[1]], checked, |d, s| {
                             self.launch(
-                                T::all_reduce_staged(op),
+                                T::all_reduce_tables(op),
                                 (
                                     d,
                                     s,
                                     self.bases(),
-                                    stage,
+                                    // An exchanged argument's table is not read.
+                                    tables.0.unwrap_or(self.bases()),
+                                    tables.1.unwrap_or(self.bases()),
+                                    &self.exchange,
+                                    exchanged,
                                     self.world_u32(),
                                     self.rank_u32(),
                                     count as u64,
@@ -644,32 +609,77 @@ impl<B: Backend> Collectives<B> {
                                 ),
                             )
                         })
+                    };
+                    match tables {
+                        (Some(_), Some(_)) if registered || in_place => {
+                            chosen("two-shot (through each buffer's table, nothing staged)");
+                            through_tables(checked, 0)
+                        }
+                        (Some(_), Some(_)) => {
+                            chosen("two-shot");
+                            // Both symmetric, apart: nothing to stage.
+                            self.staged(&call, objects, checked, true, &[], |d, s| {
+                                self.launch(kernel, self.reducing(d, s, count))
+                            })
+                        }
+                        _ if exchanged != 0 => {
+                            chosen(
+                                "two-shot (plain memory's addresses exchanged in the kernel: the \
+                                 ranks share one address space; nothing staged)",
+                            );
+                            through_tables(checked, exchanged)
+                        }
+                        _ if bytes > STAGED_KERNEL_MAX_BYTES => {
+                            chosen("two-shot (staged: copied in and out around the kernel)");
+                            let needs = [Need::Src { copy: true }, Need::Dst];
+                            self.staged(&call, objects, checked, true, &needs, |d, s| {
+                                self.launch(kernel, self.reducing(d, s, count))
+                            })
+                        }
+                        _ => {
+                            chosen("two-shot (through scratch, copied in and out by the kernel)");
+                            self.through_scratch(&call, objects, checked, |d, s, stage| {
+                                self.launch(
+                                    T::all_reduce_staged(op),
+                                    (
+                                        d,
+                                        s,
+                                        self.bases(),
+                                        stage,
+                                        self.world_u32(),
+                                        self.rank_u32(),
+                                        count as u64,
+                                        &self.signals,
+                                    ),
+                                )
+                            })
+                        }
                     }
                 }
+                Route::Lamport(kernel) => {
+                    chosen("lamport");
+                    // Local memory only: nothing is staged, and in place is safe (every word
+                    // is read before the same thread writes it).
+                    self.staged(&call, objects, checked, true, &[], |d, s| {
+                        self.all_reduce_lamport(kernel, d, s, count)
+                    })
+                }
+                Route::AcrossNodes => {
+                    chosen("hierarchical (across nodes)");
+                    let needs = [Need::Src { copy: true }];
+                    self.staged(&call, objects, checked, true, &needs, |d, s| {
+                        self.all_reduce_across_nodes(d, s, count, op)
+                    })
+                }
+                Route::OneShot(kernel) => {
+                    chosen("one-shot");
+                    let needs = [Need::Src { copy: true }];
+                    self.staged(&call, objects, checked, true, &needs, |d, s| {
+                        self.launch(kernel, self.reducing(d, s, count))
+                    })
+                }
             }
-            Route::Lamport(kernel) => {
-                chosen("lamport");
-                // Local memory only: nothing is staged, and in place is safe (every word
-                // is read before the same thread writes it).
-                self.staged(&call, objects, checked, true, &[], |d, s| {
-                    self.all_reduce_lamport(kernel, d, s, count)
-                })
-            }
-            Route::AcrossNodes => {
-                chosen("hierarchical (across nodes)");
-                let needs = [Need::Src { copy: true }];
-                self.staged(&call, objects, checked, true, &needs, |d, s| {
-                    self.all_reduce_across_nodes(d, s, count, op)
-                })
-            }
-            Route::OneShot(kernel) => {
-                chosen("one-shot");
-                let needs = [Need::Src { copy: true }];
-                self.staged(&call, objects, checked, true, &needs, |d, s| {
-                    self.launch(kernel, self.reducing(d, s, count))
-                })
-            }
-        }
+        })
     }
 
     /// [`Collectives::all_reduce`] with `buffer` as both source and destination, like
@@ -868,24 +878,26 @@ impl<B: Backend> Collectives<B> {
         count: usize,
         op: ReduceOp,
     ) -> Result<()> {
-        let total = self.times_world(count);
-        let checked = local(src, total).and_then(|s| Ok((local(dst, count)?, s)));
-        let objects = self.objects(dst, src);
-        let call = [
-            Call::ReduceScatter as u64,
-            count as u64,
-            element::<T>(),
-            op as u64,
-        ];
-        let needs = [Need::Src { copy: true }];
-        self.staged(&call, objects, checked, false, &needs, |d, s| {
-            if self.world.topology().nodes() > 1 {
-                // This rank's chunk, reduced over every rank: the all-reduce of that chunk.
-                let me = self.world.rank();
-                let chunk = s.slice(me * count..(me + 1) * count)?;
-                return self.all_reduce_across_nodes(d, &chunk, count, op);
-            }
-            self.launch(T::reduce_scatter(op), self.reducing(d, s, count))
+        self.world.collectively(|| {
+            let total = self.times_world(count);
+            let checked = local(src, total).and_then(|s| Ok((local(dst, count)?, s)));
+            let objects = self.objects(dst, src);
+            let call = [
+                Call::ReduceScatter as u64,
+                count as u64,
+                element::<T>(),
+                op as u64,
+            ];
+            let needs = [Need::Src { copy: true }];
+            self.staged(&call, objects, checked, false, &needs, |d, s| {
+                if self.world.topology().nodes() > 1 {
+                    // This rank's chunk, reduced over every rank: the all-reduce of that chunk.
+                    let me = self.world.rank();
+                    let chunk = s.slice(me * count..(me + 1) * count)?;
+                    return self.all_reduce_across_nodes(d, &chunk, count, op);
+                }
+                self.launch(T::reduce_scatter(op), self.reducing(d, s, count))
+            })
         })
     }
 

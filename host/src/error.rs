@@ -262,6 +262,22 @@ pub enum Error {
         /// How long this rank waited.
         waited: Duration,
     },
+    /// A peer did not reach a collective call (a [`crate::World::collectively`] step, as
+    /// every collective is) within the world's wait deadline, where ranks launch such a
+    /// call's kernels together (threads of this process sharing a GPU).
+    #[error(
+        "rank {rank}: rank {peer} did not reach this collective call within {waited:?}: \
+         check that every rank makes the same collective calls, or raise \
+         Config::wait_deadline if a peer is legitimately that slow"
+    )]
+    NotReached {
+        /// The rank that waited.
+        rank: usize,
+        /// The first rank that had not reached the call.
+        peer: usize,
+        /// How long this rank waited.
+        waited: Duration,
+    },
     /// More ranks of this process on one GPU than its context has hardware queues: ranks
     /// whose kernels wait for each other on one queue would deadlock.
     #[error(
@@ -1023,6 +1039,8 @@ mod tests {
             => ["rank 2 left or was lost", "raise Config::timeout"];
         peer_lost_unknown_names_the_timeout: Error::PeerLost { rank: None, waited: Duration::from_secs(1) }
             => ["did not answer within 1s", "raise Config::timeout"];
+        not_reached_names_the_peer_and_the_deadline: Error::NotReached { rank: 0, peer: 3, waited: Duration::from_secs(600) }
+            => ["rank 0: rank 3 did not reach this collective call within 600s", "the same collective calls", "raise Config::wait_deadline"];
         hardware_queues_names_the_variable: Error::HardwareQueues { device: 0, ranks: 9, queues: 8, variable: "CUDA_DEVICE_MAX_CONNECTIONS" }
             => ["device 0: 9 ranks", "8 hardware queues", "set CUDA_DEVICE_MAX_CONNECTIONS to at least 9", "run the ranks as processes"];
         no_device_names_the_cpu_backend: Error::NoDevice { backend: "cuda" }

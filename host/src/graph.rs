@@ -24,6 +24,9 @@ use std::sync::atomic::Ordering;
 /// A rank's recorded launches ([`World::capture`]), replayable with [`Graph::replay`].
 pub struct Graph<B: Backend> {
     world: World<B>,
+    /// Whether the capture recorded a [`World::collectively`] step (a collective): then
+    /// every rank replays its graph together, through the world's launch gate.
+    collective: bool,
     /// Dropped (before the world unpins) only by `drop`.
     graph: std::mem::ManuallyDrop<B::Graph>,
 }
@@ -50,6 +53,9 @@ impl<B: Backend> World<B> {
             return Err(Error::Capturing { call: "a capture" });
         }
         self.lock_pins().graphs += 1;
+        self.shared
+            .captured_collective
+            .store(false, Ordering::Release);
         let captured = self.backend().begin_capture().and_then(|()| {
             let recorded = record();
             // End the capture whatever `record` did, so the stream runs work again.
@@ -60,6 +66,7 @@ impl<B: Backend> World<B> {
         match captured {
             Ok(graph) => Ok(Graph {
                 world: self.clone(),
+                collective: self.shared.captured_collective.load(Ordering::Acquire),
                 graph: std::mem::ManuallyDrop::new(graph),
             }),
             Err(e) => {
@@ -93,14 +100,24 @@ impl<B: Backend> Graph<B> {
     /// backend runs them and returns when they are done). Wait for the results as after
     /// the launches themselves (a read, a [`World::barrier`]).
     ///
+    /// A graph that recorded a collective is replayed as a collective step
+    /// ([`World::collectively`]): every rank replays it, in the same order as its other
+    /// collective calls.
+    ///
     /// Errors: the world's failed device wait (it is poisoned), [`Error::Capturing`]
-    /// while the world records another graph, and the backend's launch errors.
+    /// while the world records another graph, the launch gate's errors (for a graph that
+    /// recorded a collective), and the backend's launch errors.
     pub fn replay(&self) -> Result<()> {
         self.world.ready_for("a replay")?;
         // SAFETY: every address the recorded launches use was checked at capture and is
         // still allocated: while this graph lives, its world frees no device memory and
         // releases no symmetric object (`Pins`).
-        unsafe { self.world.backend().replay(&self.graph) }
+        let replay = || unsafe { self.world.backend().replay(&self.graph) };
+        if self.collective {
+            self.world.collectively(replay)
+        } else {
+            replay()
+        }
     }
 }
 

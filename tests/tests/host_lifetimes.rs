@@ -70,7 +70,7 @@ struct Recording {
     /// failed would).
     fail_on_drop: bool,
     /// It answers that its frees wait for the device, as a GPU backend's do
-    /// ([`Backend::frees_wait_for_the_device`]), and logs them.
+    /// ([`Backend::syncs_wait_for_the_device`]), and logs them.
     frees_wait: bool,
 }
 
@@ -240,7 +240,7 @@ impl Backend for Recording {
     fn kernels_on_host(&self) -> bool {
         self.cpu.kernels_on_host()
     }
-    fn frees_wait_for_the_device(&self) -> bool {
+    fn syncs_wait_for_the_device(&self) -> bool {
         self.frees_wait
     }
     unsafe fn watch(

@@ -148,24 +148,28 @@ fn run_type<T: Element, B: Backend>(world: &World<B>, rows: usize) -> Result<usi
     let signals = world.zeros::<u64>(signal_words(size, GRID.blocks as usize))?;
     // The kernel's first barrier orders the ranks; this one agrees on the new buffers.
     world.barrier()?;
-    module.launch(
-        T::kernel(),
-        GRID,
-        (
-            &out,
-            &res,
-            &xs,
-            &w,
-            world.heap_bases(),
-            xs.peer_bases(),
-            size as u32,
-            rank as u32,
-            rows as u32,
-            HIDDEN as u32,
-            EPS,
-            &signals,
-        ),
-    )?;
+    // A collective step: the kernel waits for its peers' kernels (its barriers), so the
+    // ranks launch it together where they share a device context.
+    world.collectively(|| {
+        module.launch(
+            T::kernel(),
+            GRID,
+            (
+                &out,
+                &res,
+                &xs,
+                &w,
+                world.heap_bases(),
+                xs.peer_bases(),
+                size as u32,
+                rank as u32,
+                rows as u32,
+                HIDDEN as u32,
+                EPS,
+                &signals,
+            ),
+        )
+    })?;
     let (want_res, want_out) = reference::<T>(size, rows);
     let checked = check(rank, "residual", &world.read(&res)?, &want_res)?
         + check(rank, "out", &world.read(&out)?, &want_out)?;

@@ -385,24 +385,28 @@ fn check_block<B: Backend>(
     let signals = world.zeros::<u64>(signal_words(shape.world, FUSED_GRID.blocks as usize))?;
     block.forward(world, y, shape.batch)?;
     world.barrier()?;
-    module.launch(
-        kernels::fused_ar_rmsnorm_f32,
-        FUSED_GRID,
-        (
-            &out,
-            &residual,
-            y,
-            &weight,
-            world.heap_bases(),
-            y.peer_bases(),
-            shape.world as u32,
-            rank as u32,
-            shape.batch as u32,
-            shape.hidden as u32,
-            EPS,
-            &signals,
-        ),
-    )?;
+    // A collective step: the kernel waits for its peers' kernels (its barriers), so the
+    // ranks launch it together where they share a device context.
+    world.collectively(|| {
+        module.launch(
+            kernels::fused_ar_rmsnorm_f32,
+            FUSED_GRID,
+            (
+                &out,
+                &residual,
+                y,
+                &weight,
+                world.heap_bases(),
+                y.peer_bases(),
+                shape.world as u32,
+                rank as u32,
+                shape.batch as u32,
+                shape.hidden as u32,
+                EPS,
+                &signals,
+            ),
+        )
+    })?;
     let (want_res, want_out) = fused_reference(reference, shape.hidden);
     close(rank, "residual (fused)", &world.read(&residual)?, &want_res)?;
     close(rank, "out (fused)", &world.read(&out)?, &want_out)?;

@@ -356,11 +356,21 @@ pub trait Backend: Send + Sync + 'static {
     fn device_binding(&self) -> Option<std::sync::Arc<dyn DeviceBinding>> {
         None
     }
-    /// True where freeing plain device memory waits for every kernel of the context it
-    /// belongs to (`cuMemFree`, `hipFree`): ranks of one process that share a device then
-    /// defer their frees to points where no peer's kernel can wait for them (see
-    /// [`crate::World::barrier`]).
-    fn frees_wait_for_the_device(&self) -> bool;
+    /// True where the runtime's synchronising calls wait for every kernel of the context
+    /// (freeing plain device memory: `cuMemFree`, `hipFree`; synchronising the context; a
+    /// module load; a kernel's first, lazy load): ranks of one process that share a
+    /// device then defer their frees to points where no peer's kernel can wait for them
+    /// (see [`crate::World::barrier`]), and launch each collective step together (see
+    /// [`crate::World::collectively`]).
+    fn syncs_wait_for_the_device(&self) -> bool;
+    /// Whether the runtime loads a kernel at its first launch rather than with its module
+    /// (CUDA's `CUDA_MODULE_LOADING=LAZY`, the driver's default since CUDA 12.2), as the
+    /// driver reports it (`cuModuleGetLoadingMode`); `None` where it cannot say (the CPU,
+    /// HIP, a driver before CUDA 11.7). For the log: [`crate::World::collectively`] makes
+    /// collectives safe either way.
+    fn loads_kernels_lazily(&self) -> Option<bool> {
+        None
+    }
     /// Where this backend records the runtime calls that failed while it or anything it
     /// made was dropped (`Drop` must not panic), if it keeps such a record: the GPU
     /// backends do, the CPU backend has no call that can fail there. `World::finalize`

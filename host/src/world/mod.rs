@@ -30,6 +30,7 @@
 
 mod agree;
 mod faults;
+mod gate;
 
 pub(crate) use agree::Call;
 mod heap;
@@ -46,6 +47,7 @@ use crate::table::PeerBases;
 use crate::topology::Topology;
 use crate::transport::{Attach, EnginePath, Heap, Link, OffNode};
 use faults::Fault;
+use gate::LaunchGate;
 use heap::HeapState;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -157,6 +159,12 @@ pub(crate) struct Shared<B: Backend> {
     topology: Topology,
     /// See [`World::shares_address_space`].
     shares_address_space: bool,
+    /// The launch gate of ranks that share a device context (see [`World::collectively`]);
+    /// `None` where they do not.
+    gate: Option<LaunchGate>,
+    /// Set when a capture records a [`World::collectively`] step: its graph's replays
+    /// pass the gate.
+    pub(crate) captured_collective: AtomicBool,
     backend: B,
     bootstrap: Mutex<Box<dyn Bootstrap>>,
     heap: B::Heap,
@@ -286,12 +294,19 @@ impl<B: Backend> World<B> {
             }
         };
         let watchdog = Watchdog::start(&mut *bootstrap, abort, departures)?;
-        let backend_defers_frees = backend.frees_wait_for_the_device()
+        let backend_defers_frees = backend.syncs_wait_for_the_device()
             && watchdog.as_ref().is_some_and(Watchdog::peer_in_process);
         let shares_address_space = agree_shared_address_space(
             &mut *bootstrap,
             backend.device_ordinal(),
             watchdog.as_ref().is_none_or(Watchdog::all_in_process),
+        )?;
+        let gate = join_gate(
+            &mut *bootstrap,
+            &backend,
+            shares_address_space,
+            serial,
+            config,
         )?;
         let transport = if topology.nodes() > 1 {
             let link = start_transport(
@@ -349,6 +364,8 @@ impl<B: Backend> World<B> {
                 world_size,
                 topology,
                 shares_address_space,
+                gate,
+                captured_collective: AtomicBool::new(false),
                 backend,
                 bootstrap: Mutex::new(bootstrap),
                 heap,
@@ -766,6 +783,48 @@ fn agree_shared_address_space(
         "ranks share one address space and device"
     );
     Ok(shared)
+}
+
+/// The launch gate ([`World::collectively`]) where the ranks share a device context
+/// (`shares_address_space` on a backend whose synchronising calls wait for the device:
+/// threads of this process on one GPU), joined under rank 0's `serial`; `None`
+/// elsewhere. Says which, and why, in the log.
+fn join_gate<B: Backend>(
+    bootstrap: &mut dyn Bootstrap,
+    backend: &B,
+    shares_address_space: bool,
+    serial: u64,
+    config: &Config,
+) -> Result<Option<LaunchGate>> {
+    let (rank, world) = (bootstrap.rank(), bootstrap.world_size());
+    if !(shares_address_space && world > 1 && backend.syncs_wait_for_the_device()) {
+        return Ok(None);
+    }
+    let serials = bootstrap.all_gather(&serial.to_le_bytes())?;
+    let key = serials[0]
+        .get(..8)
+        .and_then(|b| b.try_into().ok())
+        .map(u64::from_le_bytes)
+        .ok_or(Error::BadMessage {
+            from: Some(0),
+            what: "world serial (not 8 bytes)",
+        })?;
+    tracing::info!(
+        rank,
+        world,
+        lazy_loading = ?backend.loads_kernels_lazily(),
+        "the ranks share one device context: every collective launches its kernels \
+         together (no rank before every rank has reached the call, none returning before \
+         every rank has launched), so a rank's synchronising driver call (a kernel's \
+         first, lazy load; a context synchronisation; a free) never waits for a peer's \
+         kernel that waits for it"
+    );
+    Ok(Some(LaunchGate::join(
+        key,
+        rank,
+        world,
+        config.wait_deadline,
+    )))
 }
 
 /// `transport` as what each loaded module is set up for.

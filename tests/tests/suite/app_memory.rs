@@ -33,7 +33,7 @@ pub(super) fn gpu() -> bool {
 }
 
 /// On a GPU, one test at a time (see `rma.rs`).
-fn exclusive() -> Option<MutexGuard<'static, ()>> {
+pub(super) fn exclusive() -> Option<MutexGuard<'static, ()>> {
     static LOCK: Mutex<()> = Mutex::new(());
     gpu().then(|| LOCK.lock().unwrap_or_else(|p| p.into_inner()))
 }

@@ -497,7 +497,7 @@ impl Backend for Cpu {
     fn kernels_on_host(&self) -> bool {
         true
     }
-    fn frees_wait_for_the_device(&self) -> bool {
+    fn syncs_wait_for_the_device(&self) -> bool {
         false
     }
     unsafe fn watch(

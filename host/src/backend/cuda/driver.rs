@@ -217,6 +217,8 @@ struct Newer {
         unsafe extern "C" fn(*mut *const std::ffi::c_char, sys::CUfunction) -> sys::CUresult,
     >,
     func_load: Option<unsafe extern "C" fn(sys::CUfunction) -> sys::CUresult>,
+    /// `cuModuleGetLoadingMode` (CUDA 11.7).
+    loading_mode: Option<unsafe extern "C" fn(*mut c_int) -> sys::CUresult>,
 }
 
 /// [`Newer`], looked up once.
@@ -245,10 +247,23 @@ fn newer() -> &'static Newer {
                     .map(|p| std::mem::transmute(p)),
                 func_get_name: symbol(b"cuFuncGetName\0").map(|p| std::mem::transmute(p)),
                 func_load: symbol(b"cuFuncLoad\0").map(|p| std::mem::transmute(p)),
+                loading_mode: symbol(b"cuModuleGetLoadingMode\0").map(|p| std::mem::transmute(p)),
                 _library: library,
             }
         }
     })
+}
+
+/// Whether the driver loads each kernel at its first launch (`cuModuleGetLoadingMode`
+/// says `CU_MODULE_LAZY_LOADING`, 2) rather than with its module (`CU_MODULE_EAGER_LOADING`,
+/// 1): `CUDA_MODULE_LOADING` as the driver read it at `cuInit`. `None` where the driver
+/// lacks the call (before CUDA 11.7) or it fails.
+pub(super) fn loads_lazily() -> Option<bool> {
+    let query = newer().loading_mode?;
+    let mut mode: c_int = 0;
+    // SAFETY: `mode` is a valid out-pointer; the driver is initialised.
+    let status = unsafe { query(&mut mode) };
+    (status == sys::CUresult::CUDA_SUCCESS).then_some(mode == 2)
 }
 
 /// [`Error::DriverTooOld`] naming `what` unless the driver is `needed` or newer.

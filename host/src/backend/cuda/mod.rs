@@ -59,7 +59,7 @@
 //! for it in a kernel deadlocks both. So where ranks of one process share the device, a
 //! world defers the frees of its [`crate::DeviceBuffer`]s to its next barrier (after the
 //! rank's own work is complete, before any peer can pass it) or its departure
-//! ([`Backend::frees_wait_for_the_device`](super::Backend::frees_wait_for_the_device)).
+//! ([`Backend::syncs_wait_for_the_device`](super::Backend::syncs_wait_for_the_device)).
 //! Symmetric buffers are safe: freeing one returns heap space and makes no driver call.
 //! (Ranks as processes, or one GPU per rank, have no such coupling.) Errors during drop
 //! never panic; they are recorded in the backend's own [`Cuda::drop_errors`], which the
@@ -517,6 +517,10 @@ impl gpu::GpuBackend for Cuda {
 
     fn shared_drop_errors(&self) -> Arc<DropErrors> {
         self.drop_errors()
+    }
+
+    fn loads_kernels_lazily(&self) -> Option<bool> {
+        driver::loads_lazily()
     }
 
     fn heap_granularity(&self) -> usize {

@@ -62,6 +62,10 @@ pub trait GpuBackend: Send + Sync + 'static {
     unsafe fn download(&self, dst: &mut [u8], src: u64) -> Result<()>;
     /// See [`Backend::load_module`].
     fn load_module(&self, objects: &'static CodeObjects) -> Result<Module<Self::Runtime>>;
+    /// See [`Backend::loads_kernels_lazily`].
+    fn loads_kernels_lazily(&self) -> Option<bool> {
+        None
+    }
     /// See [`Backend::heap_access`].
     fn heap_access(&self, heap: &Self::Heap) -> Result<Box<dyn HeapAccess>>;
     /// `launch`'s arguments in the form the runtime takes them.
@@ -195,8 +199,12 @@ impl<T: GpuBackend> Backend for T {
         Some(self.rank().shared_scope())
     }
 
-    fn frees_wait_for_the_device(&self) -> bool {
+    fn syncs_wait_for_the_device(&self) -> bool {
         true
+    }
+
+    fn loads_kernels_lazily(&self) -> Option<bool> {
+        GpuBackend::loads_kernels_lazily(self)
     }
 
     fn drop_record(&self) -> Option<Arc<DropErrors>> {
