@@ -31,6 +31,16 @@ run() {
   timeout "$limit" "$bin" $filter --test-threads=1 >"$log" 2>&1
   local rc=$?
   grep -E "^test result|FAILED|panicked|^---- |skipped" "$log" | head -40
+  # A binary that ran no test, or whose GPU tests skipped for want of a device on the
+  # machine that has one, tested nothing: that is a failure, not a pass.
+  if ! grep -qE "^test result: .* [1-9][0-9]* passed" "$log"; then
+    echo "$name: ran no test (a filter that matches nothing, or a build without them): FAILED"
+    rc=1
+  fi
+  if grep -qE "skipped: (CUDA|cuda|HIP|hip) backend unavailable|skipped: no CUDA device" "$log"; then
+    echo "$name: GPU tests skipped on the GPU machine: FAILED"
+    rc=1
+  fi
   echo "$name rc=$rc in $((SECONDS - start))s"
   [ "$rc" -eq 0 ] && return
   echo "== $name: tests that did not pass, one per process (watchdog ${watchdog}s)"

@@ -95,18 +95,19 @@ fn parse_size(s: &str) -> std::result::Result<usize, String> {
 }
 
 impl Options {
-    /// Resolves `--backend auto`: CUDA when a GPU answers, the CPU otherwise (and why,
-    /// on stderr, unless `quiet`).
+    /// Resolves `--backend auto`: the CPU where no GPU or driver answers (and why, on
+    /// stderr, unless `quiet`), CUDA otherwise (a GPU that fails otherwise fails the run
+    /// with its error, rather than hiding behind the CPU).
     fn resolve_backend(&mut self, quiet: bool) {
         if self.backend == BackendChoice::Auto {
             self.backend = match Cuda::new(0) {
-                Ok(_) => BackendChoice::Cuda,
-                Err(why) => {
+                Err(why) if why.is_device_missing() => {
                     if !quiet {
                         eprintln!("symmem-demo: no GPU backend ({why}); using the CPU backend");
                     }
                     BackendChoice::Cpu
                 }
+                _ => BackendChoice::Cuda,
             };
         }
     }

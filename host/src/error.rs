@@ -955,6 +955,14 @@ fn peer_lost(rank: Option<usize>, waited: Duration) -> String {
 }
 
 impl Error {
+    /// True for the errors that say this machine has no usable device or driver for a
+    /// backend ([`Error::LibraryMissing`], [`Error::NoDevice`]): what a program that falls
+    /// back to the CPU backend, or a GPU test that skips, should accept. Any other error
+    /// of a backend's initialisation is a failure on a machine that has the device.
+    pub fn is_device_missing(&self) -> bool {
+        matches!(self, Self::LibraryMissing { .. } | Self::NoDevice { .. })
+    }
+
     /// An `Os` error from a failed call's `errno`, for `map_err`.
     pub(crate) fn errno(what: &'static str) -> impl Fn(rustix::io::Errno) -> Self {
         move |errno| Self::Os {

@@ -9,6 +9,20 @@
 //! output and exit with a deadline ([`spawn_ranks`](processes::spawn_ranks)), killing
 //! leftovers, so a hung rank fails the test instead of hanging it.
 
+/// Why a GPU test cannot run here, if it cannot: only where no GPU or driver answers
+/// ([`symmem::Error::is_device_missing`]). Any other error of the backend's initialisation
+/// is a regression on a machine that has the device, and fails the test (a panic), so a
+/// broken backend never reads as a skip.
+pub fn unavailable<T>(init: symmem::Result<T>) -> Option<String> {
+    match init {
+        Ok(_) => None,
+        Err(e) if e.is_device_missing() => Some(e.to_string()),
+        Err(e) => {
+            panic!("the backend failed to initialise, and not for want of a device: {e} ({e:?})")
+        }
+    }
+}
+
 pub mod mpi;
 pub mod objects;
 pub mod off_node;
@@ -150,12 +164,12 @@ pub mod processes {
         outcomes
     }
 
-    /// Why CUDA tests cannot run here (no driver, or no device), if they cannot.
+    /// Why CUDA tests cannot run here (no driver, or no device), if they cannot; any
+    /// other failure of the driver's initialisation panics ([`crate::unavailable`]).
     pub fn cuda_missing() -> Option<String> {
         match symmem::backend::cuda::Cuda::device_count() {
             Ok(0) => Some("no CUDA device".into()),
-            Ok(_) => None,
-            Err(e) => Some(e.to_string()),
+            init => crate::unavailable(init),
         }
     }
 

@@ -68,19 +68,36 @@ pub fn targets() -> Vec<&'static str> {
 }
 
 /// The AMD targets of [`targets`] (`gfx…`).
+///
+/// # Panics
+/// Where there is none: a check over them would pass having checked nothing.
 pub fn amd_targets() -> Vec<&'static str> {
-    targets()
-        .into_iter()
-        .filter(|t| t.starts_with("gfx"))
-        .collect()
+    of_kind("gfx", "AMD")
 }
 
 /// The NVIDIA targets of [`targets`] (`sm_…`).
+///
+/// # Panics
+/// Where there is none, as [`amd_targets`].
 pub fn ptx_targets() -> Vec<&'static str> {
-    targets()
-        .into_iter()
-        .filter(|t| t.starts_with("sm_"))
-        .collect()
+    of_kind("sm_", "NVIDIA")
+}
+
+/// The targets of [`targets`] whose names start with `prefix`; panics, naming `vendor`
+/// and how to build them, where there is none.
+fn of_kind(prefix: &str, vendor: &str) -> Vec<&'static str> {
+    let all = targets();
+    let some: Vec<&'static str> = all
+        .iter()
+        .copied()
+        .filter(|t| t.starts_with(prefix))
+        .collect();
+    assert!(
+        !some.is_empty(),
+        "this build has no {vendor} code object to check (its targets: {all:?}): build the \
+         tests with SYMMEM_GPU_TARGETS=default (as CI does) to check every default target"
+    );
+    some
 }
 
 /// How an AMD processor keeps memory coherent beyond its own L2, which decides the

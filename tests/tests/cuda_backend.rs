@@ -2,7 +2,8 @@
 //! device, and (on a GPU) the refusals every backend makes. The tests that need the
 //! backend's internals (its kernels launched by hand, its child-process IPC) are in
 //! `host/src/backend/cuda/tests.rs`. GPU tests print `skipped: <reason>` (and pass)
-//! where [`Cuda::new`] fails. The `cudarc` ones run a backend on a cudarc stream and lend
+//! where [`Cuda::new`] finds no device or driver; any other failure fails them
+//! ([`symmem_tests::unavailable`]). The `cudarc` ones run a backend on a cudarc stream and lend
 //! symmetric memory to cudarc ([`CudarcView`]).
 
 use std::sync::Arc;
@@ -55,8 +56,14 @@ fn cuda_new_twice_does_not_panic() {
 
 #[test]
 fn cuda_gpu_bad_ordinal_and_zero_sizes() {
-    let Ok(r0) = Cuda::new(0).inspect_err(|e| println!("skipped: {e}")) else {
-        return;
+    let r0 = match Cuda::new(0) {
+        Ok(r0) => r0,
+        init => {
+            return println!(
+                "skipped: {}",
+                symmem_tests::unavailable(init).unwrap_or_default()
+            );
+        }
     };
     assert!(matches!(
         Cuda::new(4096),
@@ -74,8 +81,8 @@ fn cuda_gpu_bad_ordinal_and_zero_sizes() {
 /// A cudarc stream of device 0's primary context, or `None` (printed) without a device.
 fn cudarc_stream_or_skip() -> Option<(Arc<CudaContext>, Arc<CudaStream>)> {
     // Probe through symmem first: cudarc's loader panics where there is no libcuda.
-    if let Err(e) = Cuda::new(0) {
-        println!("skipped: {e}");
+    if let Some(why) = symmem_tests::unavailable(Cuda::new(0)) {
+        println!("skipped: {why}");
         return None;
     }
     let ctx = CudaContext::new(0).expect("device 0 answered symmem");

@@ -35,8 +35,8 @@ fn run(np: usize, per_node: usize, staged: bool) {
 }
 
 fn run_cuda(np: usize, per_node: usize) {
-    if let Err(e) = symmem::backend::cuda::Cuda::device_count() {
-        println!("skipped: no CUDA device ({e})");
+    if let Some(why) = symmem_tests::processes::cuda_missing() {
+        println!("skipped: no CUDA device ({why})");
         return;
     }
     run_on(np, per_node, false, &["--cuda"]);

@@ -2,7 +2,8 @@
 //! is no device, picking and reading code objects, the kernarg layout, and (on a GPU)
 //! the refusals every backend makes. The tests that need the backend's internals (its
 //! kernels launched by hand) are in `host/src/backend/hip/tests.rs`. GPU tests print
-//! `skipped: <reason>` (and pass) where [`Hip::new`] fails.
+//! `skipped: <reason>` (and pass) where [`Hip::new`] finds no device or driver; any other
+//! failure fails them ([`symmem_tests::unavailable`]).
 #![cfg(feature = "hip")]
 
 use std::sync::Arc;
@@ -251,8 +252,14 @@ fn hip_code_objects_name_their_kernels() {
 
 #[test]
 fn hip_gpu_bad_ordinal_and_zero_sizes() {
-    let Ok(r0) = Hip::new(0).inspect_err(|e| println!("skipped: {e}")) else {
-        return;
+    let r0 = match Hip::new(0) {
+        Ok(r0) => r0,
+        init => {
+            return println!(
+                "skipped: {}",
+                symmem_tests::unavailable(init).unwrap_or_default()
+            );
+        }
     };
     assert!(matches!(
         Hip::new(4096),

@@ -62,8 +62,8 @@ fn run_cpu(n: usize, per_node: usize) {
 /// wait deadline (host stacks: `BENCHMARKS.md`, issue 28). Prints `skipped: <reason>` where
 /// no CUDA device answers.
 fn cuda_is_refused(n: usize, per_node: usize) {
-    if let Err(e) = Cuda::device_count() {
-        println!("skipped: no CUDA device ({e})");
+    if let Some(why) = symmem_tests::processes::cuda_missing() {
+        println!("skipped: no CUDA device ({why})");
         return;
     }
     let results = symmem::spawn_ranks(n, &config(per_node), |_| Cuda::new(0), |_w| Ok(()))

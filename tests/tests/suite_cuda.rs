@@ -15,10 +15,11 @@ fn make_backend(rank: usize) -> symmem::Result<Cuda> {
     Cuda::for_rank(rank)
 }
 
-/// True (after printing the reason once per test) when no GPU answers.
+/// True (after printing the reason once per test) when no GPU answers; a backend that
+/// fails for another reason fails the test ([`symmem_tests::unavailable`]).
 fn skip() -> bool {
     static WHY: OnceLock<Option<String>> = OnceLock::new();
-    let why = WHY.get_or_init(|| Cuda::new(0).err().map(|e| e.to_string()));
+    let why = WHY.get_or_init(|| symmem_tests::unavailable(Cuda::new(0)));
     if let Some(why) = why {
         eprintln!("skipped: CUDA backend unavailable: {why}");
     }

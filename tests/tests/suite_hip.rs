@@ -14,10 +14,11 @@ fn make_backend(_rank: usize) -> symmem::Result<Hip> {
     Hip::new(0)
 }
 
-/// True (after printing the reason) when no AMD GPU answers.
+/// True (after printing the reason) when no AMD GPU answers; a backend that fails for
+/// another reason fails the test ([`symmem_tests::unavailable`]).
 fn skip() -> bool {
     static WHY: OnceLock<Option<String>> = OnceLock::new();
-    let why = WHY.get_or_init(|| Hip::new(0).err().map(|e| e.to_string()));
+    let why = WHY.get_or_init(|| symmem_tests::unavailable(Hip::new(0)));
     if let Some(why) = why {
         eprintln!("skipped: HIP backend unavailable: {why}");
     }

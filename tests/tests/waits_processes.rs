@@ -227,9 +227,7 @@ fn missing(backend: &str) -> Option<String> {
         "cpu" => None,
         "cuda" => cuda_missing(),
         #[cfg(feature = "hip")]
-        "hip" => symmem::backend::hip::Hip::new(0)
-            .err()
-            .map(|e| e.to_string()),
+        "hip" => symmem_tests::unavailable(symmem::backend::hip::Hip::new(0)),
         _ => Some(format!("{backend} is not built in")),
     }
 }

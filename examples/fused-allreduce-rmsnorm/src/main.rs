@@ -249,12 +249,13 @@ fn main() -> ExitCode {
     let backend = match options.backend {
         BackendChoice::Cuda => "cuda",
         BackendChoice::Cpu => "cpu",
+        // The CPU only where no GPU or driver answers: another failure is the run's.
         BackendChoice::Auto => match Cuda::device_count() {
-            Ok(_) => "cuda",
-            Err(why) => {
+            Err(why) if why.is_device_missing() => {
                 eprintln!("fused-allreduce-rmsnorm: no GPU ({why}); using the CPU backend");
                 "cpu"
             }
+            _ => "cuda",
         },
     };
     if mpi {

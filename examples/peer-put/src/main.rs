@@ -121,12 +121,13 @@ fn main() -> ExitCode {
     let cuda = match options.backend {
         BackendChoice::Cuda => true,
         BackendChoice::Cpu => false,
+        // The CPU only where no GPU or driver answers: another failure is the run's.
         BackendChoice::Auto => match Cuda::device_count() {
-            Ok(_) => true,
-            Err(why) => {
+            Err(why) if why.is_device_missing() => {
                 eprintln!("peer-put: no GPU ({why}); using the CPU backend");
                 false
             }
+            _ => true,
         },
     };
     let config = Config::default();

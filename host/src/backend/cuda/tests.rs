@@ -1,6 +1,7 @@
 //! The CUDA backend's tests that need its internals (the public-API ones are in
 //! `tests/tests/cuda_backend.rs`). CPU-side checks run everywhere; `cuda_gpu_*` tests
-//! need a device and print `skipped: <reason>` (and pass) when [`Cuda::new`] fails.
+//! need a device and print `skipped: <reason>` (and pass) where [`Cuda::new`] finds no
+//! device or driver ([`Error::is_device_missing`]); any other failure fails them.
 
 use super::*;
 use crate::backend::launch_lowered;
@@ -17,10 +18,12 @@ fn device_or_skip() -> Option<Cuda> {
             println!("device: {cuda:?}");
             Some(cuda)
         }
-        Err(e) => {
+        // Only a missing device or driver skips: any other failure is a regression.
+        Err(e) if e.is_device_missing() => {
             println!("skipped: {e}");
             None
         }
+        Err(e) => panic!("the backend failed to initialise with a device present: {e:?}"),
     }
 }
 
@@ -251,10 +254,11 @@ fn two_devices_or_skip() -> Option<(Cuda, Cuda)> {
             println!("skipped: {n} CUDA device(s), this test needs 2");
             None
         }
-        Err(e) => {
+        Err(e) if e.is_device_missing() => {
             println!("skipped: {e}");
             None
         }
+        Err(e) => panic!("the driver failed to initialise with a device present: {e:?}"),
     }
 }
 

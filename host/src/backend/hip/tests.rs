@@ -1,6 +1,7 @@
 //! The HIP backend's tests that need its internals (the public-API ones are in
 //! `tests/tests/hip_backend.rs`). CPU-side checks run everywhere; `hip_gpu_*` tests need
-//! a device and print `skipped: <reason>` (and pass) when [`Hip::new`] fails.
+//! a device and print `skipped: <reason>` (and pass) where [`Hip::new`] finds no device or
+//! driver ([`Error::is_device_missing`]); any other failure fails them.
 
 use super::*;
 use crate::backend::launch_lowered;
@@ -12,10 +13,12 @@ fn device_or_skip() -> Option<Hip> {
             println!("device: {hip:?}");
             Some(hip)
         }
-        Err(e) => {
+        // Only a missing device or driver skips: any other failure is a regression.
+        Err(e) if e.is_device_missing() => {
             println!("skipped: {e}");
             None
         }
+        Err(e) => panic!("the backend failed to initialise with a device present: {e:?}"),
     }
 }
 
