@@ -237,7 +237,9 @@ pub(crate) struct Watchdog {
 impl Watchdog {
     /// Collective (every rank calls it at the same point): exchanges identities and
     /// departure sockets over `bootstrap`, and watches every peer that is another process
-    /// on this machine and every peer's departure notice. A lost peer has its rank
+    /// on this machine and every peer's departure notice, believing a peer's identity only
+    /// where it names the process `verified` (the bootstrap's
+    /// [`Bootstrap::verified_pids`], by rank) gives for its rank. A lost peer has its rank
     /// written to `abort`; a departed one, its bit set in `departures` (`healthy` too
     /// where it left in good order). `None` in a world
     /// of one rank.
@@ -246,6 +248,7 @@ impl Watchdog {
     /// made.
     pub(crate) fn start(
         bootstrap: &mut dyn Bootstrap,
+        verified: Vec<Option<u32>>,
         abort: AbortWord,
         departures: Departures,
     ) -> Result<Option<Self>> {
@@ -254,7 +257,6 @@ impl Watchdog {
             return Ok(None);
         }
         let me = Identity::of_this_process();
-        let verified = bootstrap.verified_pids()?;
         let (notices, sender) = departure_socket().map_err(|e| Error::Os {
             what: "departure socket pair",
             source: e,

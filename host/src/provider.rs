@@ -84,12 +84,14 @@ pub struct Sharing<B: Backend> {
     keep: Keep<B>,
 }
 
-/// What keeps a registration's memory alive until every peer has unmapped it.
+/// What keeps a registration's memory alive, and its export good, until every peer has
+/// unmapped it.
 enum Keep<B: Backend> {
     /// symmem's own allocation.
     Memory(B::DeviceMemory),
-    /// The application's memory (its drop frees it), or nothing for a [`RawRange`].
-    App(Option<Box<dyn std::any::Any + Send>>),
+    /// The application's memory (its drop frees it; none for a [`RawRange`]) and the
+    /// export's hold ([`RangeExport::hold`](crate::backend::RangeExport)).
+    App(Vec<Box<dyn std::any::Any + Send>>),
 }
 
 impl<B: Backend> Sharing<B> {
@@ -105,17 +107,21 @@ impl<B: Backend> Sharing<B> {
         bytes: usize,
         keep: Option<Box<dyn std::any::Any + Send>>,
     ) -> Self {
+        let mut kept: Vec<_> = keep.into_iter().collect();
         let export = if bytes == 0 {
             Err(Error::ZeroSize)
         } else {
             // SAFETY: forwarded from the caller.
-            unsafe { world.backend().export_range(ptr, bytes) }
+            unsafe { world.backend().export_range(ptr, bytes) }.map(|export| {
+                kept.extend(export.hold);
+                export.shareable
+            })
         };
         Self {
             ptr,
             bytes,
             export,
-            keep: Keep::App(keep),
+            keep: Keep::App(kept),
         }
     }
 }
@@ -219,7 +225,7 @@ impl<T: bytemuck::Pod, B: Backend> Rendezvous<T, B> {
         let id = world.create_object(Record::Rendezvous);
         let (local, bytes, export, keep) = match sharing {
             Ok(s) => (s.ptr, s.bytes, s.export, s.keep),
-            Err(e) => (0, 0, Err(e), Keep::App(None)),
+            Err(e) => (0, 0, Err(e), Keep::App(Vec::new())),
         };
         let mut held = Held {
             world: world.clone(),
@@ -261,7 +267,10 @@ impl<T: bytemuck::Pod, B: Backend> Rendezvous<T, B> {
                 // Another node: not mapped, entry 0 (see `crate::topology`).
                 entries.push(0);
             } else {
-                match world.backend().import_device_memory(handle, bytes) {
+                match world
+                    .backend()
+                    .import_device_memory(handle, bytes, world.sender(peer))
+                {
                     Ok(mapping) => {
                         entries.push(mapping.base());
                         held.mappings.push(mapping);

@@ -28,7 +28,7 @@ use symmem::Error;
 use symmem::Grid;
 use symmem::backend::cpu::Cpu;
 use symmem::backend::cpu::threads;
-use symmem::backend::{Backend, Shareable};
+use symmem::backend::{Backend, Sender, Shareable};
 use symmem::bootstrap::auth::{self, Secret};
 use symmem::bootstrap::local::LocalBootstrap;
 use symmem::bootstrap::unix::{self, UnixBootstrap};
@@ -518,9 +518,9 @@ fn import_checks_the_memfd_not_the_peers_word() {
     for device_memory in [false, true] {
         let h = handle(memfd(4096, SIZE_SEALS), len as u64);
         let got = if device_memory {
-            cpu.import_device_memory(h, len)
+            cpu.import_device_memory(h, len, Sender::Elsewhere)
         } else {
-            cpu.import_heap(h, len)
+            cpu.import_heap(h, len, Sender::Elsewhere)
         };
         assert!(
             matches!(&got, Err(Error::BadPeerMemory { needed, size: 4096, .. }) if *needed == len),
@@ -533,6 +533,7 @@ fn import_checks_the_memfd_not_the_peers_word() {
     let got = cpu.import_heap(
         handle(memfd(len as u64, SealFlags::empty()), len as u64),
         len,
+        Sender::Elsewhere,
     );
     assert!(
         matches!(got, Err(Error::BadPeerMemory { needed, size, .. })
@@ -540,8 +541,12 @@ fn import_checks_the_memfd_not_the_peers_word() {
         "{got:?}"
     );
     // Sealed at the right size: imports.
-    cpu.import_heap(handle(memfd(len as u64, SIZE_SEALS), len as u64), len)
-        .expect("a sealed memfd of the right size imports");
+    cpu.import_heap(
+        handle(memfd(len as u64, SIZE_SEALS), len as u64),
+        len,
+        Sender::Elsewhere,
+    )
+    .expect("a sealed memfd of the right size imports");
 }
 
 #[test]

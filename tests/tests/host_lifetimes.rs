@@ -12,7 +12,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use symmem::backend::cpu::{Cpu, CpuMemory};
 use symmem::backend::{
-    Backend, BackendKind, DeviceRegion, DropErrors, Grid, KernelLaunch, Shareable,
+    Backend, BackendKind, DeviceRegion, DropErrors, Grid, KernelLaunch, RangeExport, Sender,
+    Shareable,
 };
 use symmem::{CodeObjects, Config, Error, Rendezvous};
 
@@ -188,8 +189,13 @@ impl Backend for Recording {
         let inner = self.cpu.export_heap(&heap.inner)?;
         Ok(self.export(&mut heap, inner))
     }
-    fn import_heap(&self, handle: Shareable, bytes: usize) -> symmem::Result<Logged> {
-        self.import(handle, |h| self.cpu.import_heap(h, bytes))
+    fn import_heap(
+        &self,
+        handle: Shareable,
+        bytes: usize,
+        sender: Sender,
+    ) -> symmem::Result<Logged> {
+        self.import(handle, |h| self.cpu.import_heap(h, bytes, sender))
     }
     fn alloc_device(&self, bytes: usize) -> symmem::Result<Cell> {
         let mut memory = Self::plain(self.cpu.alloc_device(bytes)?);
@@ -203,10 +209,15 @@ impl Backend for Recording {
         let inner = self.cpu.export_device_memory(&memory.inner)?;
         Ok(self.export(&mut memory, inner))
     }
-    fn import_device_memory(&self, handle: Shareable, bytes: usize) -> symmem::Result<Logged> {
-        self.import(handle, |h| self.cpu.import_device_memory(h, bytes))
+    fn import_device_memory(
+        &self,
+        handle: Shareable,
+        bytes: usize,
+        sender: Sender,
+    ) -> symmem::Result<Logged> {
+        self.import(handle, |h| self.cpu.import_device_memory(h, bytes, sender))
     }
-    unsafe fn export_range(&self, ptr: u64, bytes: usize) -> symmem::Result<Shareable> {
+    unsafe fn export_range(&self, ptr: u64, bytes: usize) -> symmem::Result<RangeExport> {
         // SAFETY: forwarded from the caller.
         unsafe { self.cpu.export_range(ptr, bytes) }
     }

@@ -6,7 +6,7 @@
 //! exported range starts (0 for symmem's own allocations, the application's range
 //! otherwise: [`crate::World::register`]).
 
-use super::Shareable;
+use super::{Sender, Shareable};
 use crate::error::{Error, Result};
 
 /// Bytes of a `CUipcMemHandle` / `hipIpcMemHandle_t`.
@@ -111,6 +111,48 @@ impl IpcExport {
     /// True when this process made the export (where the runtimes refuse to open it).
     pub fn is_from_this_process(&self) -> bool {
         self.pid == std::process::id()
+    }
+
+    /// [`Error::BadPeerMemory`] unless the export's claim of where it comes from agrees
+    /// with `sender`, who sent it as the world verified it: an export names this process
+    /// (and so is aliased, as a pointer of this process) exactly when its rank is a
+    /// verified thread of it. `bytes`: what the importer maps.
+    pub fn check_sender(&self, sender: Sender, bytes: usize) -> Result<()> {
+        let why = match (self.is_from_this_process(), sender) {
+            (true, Sender::ThisProcess) | (false, Sender::Elsewhere) => return Ok(()),
+            (true, Sender::Elsewhere) => {
+                "the export names this process, but the rank that sent it is not verified \
+                 to be a thread of this process"
+            }
+            (false, Sender::ThisProcess) => {
+                "the export names another process, but the rank that sent it is a thread of \
+                 this process"
+            }
+        };
+        Err(Error::BadPeerMemory {
+            needed: bytes,
+            size: self.len,
+            why,
+        })
+    }
+
+    /// [`Error::BadPeerMemory`] unless the allocation the runtime opened for this export
+    /// at `opened` holds what is mapped: `real` is its base and size as the runtime says
+    /// (`cuMemGetAddressRange`, `hipMemGetAddressRange`), whatever the export claimed, and
+    /// the handle opens a whole allocation, so `real` must start at `opened` and hold the
+    /// export's offset plus `bytes`.
+    pub fn check_opened(&self, opened: u64, real: (u64, usize), bytes: usize) -> Result<()> {
+        let (base, size) = real;
+        let end = self.offset.checked_add(bytes as u64);
+        if base == opened && end.is_some_and(|end| end <= size as u64) {
+            return Ok(());
+        }
+        Err(Error::BadPeerMemory {
+            needed: bytes,
+            size: size as u64,
+            why: "the allocation the peer's IPC handle opens is smaller than the range it \
+                  exported (the runtime's size, not the peer's claim)",
+        })
     }
 
     /// Decodes `bytes` from a peer: an export (`what`, named in the error: "CUDA IPC

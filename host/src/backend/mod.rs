@@ -80,6 +80,41 @@ pub struct Shareable {
     pub fd: Option<OwnedFd>,
 }
 
+/// Who sent an export, as the world verified it (the bootstrap's credentials of the
+/// sending rank: [`Bootstrap::verified_pids`](crate::bootstrap::Bootstrap::verified_pids)),
+/// never as the export claims. An import believes an export that names this process
+/// (an alias of one of its allocations) only from a rank verified to be a thread of it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sender {
+    /// A rank verified to be a thread of this process.
+    ThisProcess,
+    /// A rank of another process, or one whose process could not be verified.
+    Elsewhere,
+}
+
+impl Sender {
+    /// The sender whose process the bootstrap verified as `pid` (`None`: unverified).
+    pub fn verified(pid: Option<u32>) -> Self {
+        if pid == Some(std::process::id()) {
+            Self::ThisProcess
+        } else {
+            Self::Elsewhere
+        }
+    }
+}
+
+/// An export of the application's range ([`Backend::export_range`]): what peers map, and
+/// what keeps the export good until every peer has let go of it.
+#[derive(Debug)]
+pub struct RangeExport {
+    /// What peers import.
+    pub shareable: Shareable,
+    /// Dropped once every peer has unmapped the range (kept with the registration): the
+    /// CPU backend then forgets the range, so a peer cannot name it again after it was
+    /// freed. `None` where nothing needs to be let go (the GPUs' IPC handles).
+    pub hold: Option<Box<dyn std::any::Any + Send>>,
+}
+
 /// A range of device memory visible at `base` in this rank's address space.
 pub trait DeviceRegion: Send + Sync {
     /// Device address of the first byte.
@@ -287,8 +322,14 @@ pub trait Backend: Send + Sync + 'static {
     fn create_heap(&self, bytes: usize) -> Result<Self::Heap>;
     /// Exports the heap so that peers can map it.
     fn export_heap(&self, heap: &Self::Heap) -> Result<Shareable>;
-    /// Maps a peer's exported heap of `bytes` at a fresh address in this address space.
-    fn import_heap(&self, handle: Shareable, bytes: usize) -> Result<Self::Mapping>;
+    /// Maps a peer's exported heap of `bytes` at a fresh address in this address space;
+    /// `sender` is who sent it, as the world verified it.
+    ///
+    /// Errors: [`Error::BadPeerMemory`](crate::Error::BadPeerMemory) where the memory is
+    /// smaller than `bytes` (as the runtime or the kernel says, whatever the export
+    /// claims) or names this process from a rank that is not verified to be of it.
+    fn import_heap(&self, handle: Shareable, bytes: usize, sender: Sender)
+    -> Result<Self::Mapping>;
 
     /// Allocates plain device memory of `bytes` (the user-allocation path:
     /// `cuMemAlloc` on CUDA); its contents are undefined.
@@ -296,8 +337,20 @@ pub trait Backend: Send + Sync + 'static {
     /// Exports a device allocation for the rendezvous provider (`cuIpcGetMemHandle`).
     fn export_device_memory(&self, memory: &Self::DeviceMemory) -> Result<Shareable>;
     /// Maps `bytes` of a peer's exported device memory (`cuIpcOpenMemHandle`): an
-    /// export of [`Backend::export_device_memory`] or [`Backend::export_range`].
-    fn import_device_memory(&self, handle: Shareable, bytes: usize) -> Result<Self::Mapping>;
+    /// export of [`Backend::export_device_memory`] or [`Backend::export_range`]; `sender`
+    /// is who sent it, as the world verified it.
+    ///
+    /// Errors: [`Error::BadPeerMemory`](crate::Error::BadPeerMemory) where the allocation
+    /// the runtime opened (`cuMemGetAddressRange`, `hipMemGetAddressRange`), or the range
+    /// this process exported, does not hold `bytes` from the export's offset, whatever
+    /// the export claims; or where the export names this process and `sender` is not
+    /// [`Sender::ThisProcess`] (or the reverse).
+    fn import_device_memory(
+        &self,
+        handle: Shareable,
+        bytes: usize,
+        sender: Sender,
+    ) -> Result<Self::Mapping>;
     /// Exports `bytes` at `ptr`, this rank's memory that the application allocated (not
     /// the backend), for peers to map with [`Backend::import_device_memory`]: a GPU
     /// exports the IPC handle of the allocation that holds the range and the range's
@@ -311,7 +364,7 @@ pub trait Backend: Send + Sync + 'static {
     /// # Safety
     /// `ptr..ptr + bytes` is memory of this rank's device, allocated and live while any
     /// peer may map it.
-    unsafe fn export_range(&self, ptr: u64, bytes: usize) -> Result<Shareable>;
+    unsafe fn export_range(&self, ptr: u64, bytes: usize) -> Result<RangeExport>;
 
     /// Enqueues a host-to-device copy of `src` to device address `dst`. Returns once
     /// `src` may be reused; never waits for the device.

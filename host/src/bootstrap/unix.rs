@@ -250,7 +250,8 @@ impl UnixBootstrap {
                 }
                 self.bound(&member.stream).map_err(os("hub socket"))?;
                 tracing::debug!(rank, pid = member.peer.pid, "a rank joined the group");
-                self.pids[rank] = Some(member.peer.pid);
+                // Pid 0: a process in a PID namespace this one cannot see, unverifiable.
+                self.pids[rank] = Some(member.peer.pid).filter(|&pid| pid != 0);
                 self.peers[rank] = Some(member.stream);
                 joined += 1;
             }
@@ -291,7 +292,7 @@ impl UnixBootstrap {
             },
         )?;
         self.bound(&stream).map_err(os("rank socket"))?;
-        self.pids[0] = Some(hub.pid);
+        self.pids[0] = Some(hub.pid).filter(|&pid| pid != 0);
         self.peers[0] = Some(stream);
         Ok(())
     }

@@ -37,7 +37,7 @@ mod heap;
 pub(crate) use heap::Registration;
 
 use crate::backend::code_objects::{KERNELS, KERNELS_ON_NODE, Loaded};
-use crate::backend::{Backend, DeviceRegion, Shareable, SharedRegion};
+use crate::backend::{Backend, DeviceRegion, Sender, Shareable, SharedRegion};
 use crate::bootstrap::Bootstrap;
 use crate::control::{AbortWord, Causes, DepartedMask, Departures};
 use crate::error::{Error, Result};
@@ -159,6 +159,8 @@ pub(crate) struct Shared<B: Backend> {
     topology: Topology,
     /// See [`World::shares_address_space`].
     shares_address_space: bool,
+    /// Who each rank is, as the bootstrap verified it (see [`World::sender`]).
+    senders: Vec<Sender>,
     /// The launch gate of ranks that share a device context (see [`World::collectively`]);
     /// `None` where they do not.
     gate: Option<LaunchGate>,
@@ -231,6 +233,10 @@ impl<B: Backend> World<B> {
             return Err(Error::ZeroSize);
         }
         let topology = Topology::exchange(&mut *bootstrap, config.ranks_per_node)?;
+        // Who each rank is, as the bootstrap verified it: an export that names this
+        // process is believed only from a rank verified to be a thread of it.
+        let verified = bootstrap.verified_pids()?;
+        let senders: Vec<Sender> = verified.iter().map(|&pid| Sender::verified(pid)).collect();
         let granule = backend.heap_granularity().max(MIN_ALIGN);
         let heap_len = config.heap_bytes.div_ceil(granule) * granule;
         let heap = backend.create_heap(heap_len)?;
@@ -246,7 +252,7 @@ impl<B: Backend> World<B> {
                 bases.push(0);
                 peer_heaps.push(None);
             } else {
-                let mapping = backend.import_heap(handle, heap_len)?;
+                let mapping = backend.import_heap(handle, heap_len, senders[peer])?;
                 bases.push(mapping.base());
                 peer_heaps.push(Some(mapping));
             }
@@ -293,7 +299,7 @@ impl<B: Backend> World<B> {
                 causes: Causes::new(masks.add(2 * mask_bytes).cast(), world_size),
             }
         };
-        let watchdog = Watchdog::start(&mut *bootstrap, abort, departures)?;
+        let watchdog = Watchdog::start(&mut *bootstrap, verified, abort, departures)?;
         let backend_defers_frees = backend.syncs_wait_for_the_device()
             && watchdog.as_ref().is_some_and(Watchdog::peer_in_process);
         let shares_address_space = agree_shared_address_space(
@@ -364,6 +370,7 @@ impl<B: Backend> World<B> {
                 world_size,
                 topology,
                 shares_address_space,
+                senders,
                 gate,
                 captured_collective: AtomicBool::new(false),
                 backend,
@@ -395,6 +402,16 @@ impl<B: Backend> World<B> {
     /// registered memory is. The same on every rank.
     pub fn shares_address_space(&self) -> bool {
         self.shared.shares_address_space
+    }
+
+    /// Who rank `rank` is, as the bootstrap verified it: what an import of its exports
+    /// believes ([`Sender`]).
+    pub(crate) fn sender(&self, rank: usize) -> Sender {
+        self.shared
+            .senders
+            .get(rank)
+            .copied()
+            .unwrap_or(Sender::Elsewhere)
     }
 
     /// This rank.

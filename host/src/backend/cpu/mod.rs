@@ -22,7 +22,7 @@ pub mod threads;
 
 use super::{
     Backend, BackendKind, CodeObjects, DeviceRegion, Grid, HeapAccess, HeapDone, HeapOp,
-    HostKernel, INBOX_BYTES, KernelLaunch, Shareable, SharedRegion,
+    HostKernel, INBOX_BYTES, KernelLaunch, RangeExport, Sender, Shareable, SharedRegion,
 };
 use crate::error::{Error, Result};
 use rustix::fs::{MemfdFlags, SealFlags};
@@ -296,23 +296,26 @@ impl CpuMemory {
     }
 
     /// An export of the application's `len` bytes at `ptr` (plain host memory, which no
-    /// descriptor carries): this process's id and the range. Recorded, so that an import
-    /// that names this process aliases only ranges it exported.
-    fn export_range(ptr: u64, len: usize) -> Shareable {
-        EXPORTED_RANGES
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert((ptr, len));
+    /// descriptor carries): this process's id and the range. Recorded while its hold
+    /// lives, so that an import that names this process aliases only ranges a rank of it
+    /// exports now.
+    fn export_range(ptr: u64, len: usize) -> RangeExport {
+        *lock_exported().entry((ptr, len)).or_insert(0) += 1;
         let mut bytes = std::process::id().to_le_bytes().to_vec();
         bytes.extend_from_slice(&ptr.to_le_bytes());
         bytes.extend_from_slice(&(len as u64).to_le_bytes());
-        Shareable { bytes, fd: None }
+        RangeExport {
+            shareable: Shareable { bytes, fd: None },
+            hold: Some(Box::new(ExportedRange { ptr, len })),
+        }
     }
 
     /// Maps `len` bytes of a peer's [`CpuMemory::export_range`]: an alias where the
-    /// peer is a thread of this process and exported that range, else
-    /// [`Error::NotShareable`] (plain host memory does not cross processes).
-    fn import_range(bytes: &[u8], len: usize) -> Result<Self> {
+    /// peer is a verified thread of this process and a rank of it exports that range
+    /// now, else [`Error::BadPeerMemory`] (a claim of this process from elsewhere, or a
+    /// range nobody exports) or [`Error::NotShareable`] (plain host memory does not
+    /// cross processes).
+    fn import_range(bytes: &[u8], len: usize, sender: Sender) -> Result<Self> {
         let bad = || Error::BadMessage {
             from: None,
             what: "CPU range export (expected a pid, an address and a length)",
@@ -333,10 +336,15 @@ impl CpuMemory {
                 ),
             });
         }
-        let known = EXPORTED_RANGES
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains(&(ptr, exported as usize));
+        if sender != Sender::ThisProcess {
+            return Err(Error::BadPeerMemory {
+                needed: len,
+                size: exported,
+                why: "the export names this process, but the rank that sent it is not \
+                      verified to be a thread of this process",
+            });
+        }
+        let known = lock_exported().contains_key(&(ptr, exported as usize));
         if !known || (len as u64) > exported {
             return Err(Error::BadPeerMemory {
                 needed: len,
@@ -352,9 +360,9 @@ impl CpuMemory {
         })
     }
 
-    fn import(handle: Shareable, len: usize) -> Result<Self> {
+    fn import(handle: Shareable, len: usize, sender: Sender) -> Result<Self> {
         if handle.fd.is_none() && handle.bytes.len() == 20 {
-            return Self::import_range(&handle.bytes, len);
+            return Self::import_range(&handle.bytes, len, sender);
         }
         let fd = handle.fd.ok_or(Error::BadMessage {
             from: None,
@@ -392,12 +400,38 @@ impl CpuMemory {
     }
 }
 
-/// Every range of this process's host memory a rank exported with
-/// [`Backend::export_range`] (address, bytes): an import that names this process aliases
-/// only these, so a peer's claim cannot point this rank's kernels at other memory. Kept
-/// for the process's life (an entry is two words per registration).
-static EXPORTED_RANGES: Mutex<std::collections::BTreeSet<(u64, usize)>> =
-    Mutex::new(std::collections::BTreeSet::new());
+/// Every range of this process's host memory a rank exports now with
+/// [`Backend::export_range`] (address, bytes), with how many exports of it are held: an
+/// import that names this process aliases only these, so a peer's claim cannot point
+/// this rank's kernels at other memory, nor at a range whose registration has ended (its
+/// memory may be freed). An entry goes with the last [`ExportedRange`] of it.
+static EXPORTED_RANGES: Mutex<std::collections::BTreeMap<(u64, usize), usize>> =
+    Mutex::new(std::collections::BTreeMap::new());
+
+fn lock_exported() -> std::sync::MutexGuard<'static, std::collections::BTreeMap<(u64, usize), usize>>
+{
+    EXPORTED_RANGES.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// One held export of a range ([`RangeExport::hold`]): dropped once every peer has let
+/// go of the registration, when the range is forgotten unless another export holds it.
+#[derive(Debug)]
+struct ExportedRange {
+    ptr: u64,
+    len: usize,
+}
+
+impl Drop for ExportedRange {
+    fn drop(&mut self) {
+        let mut ranges = lock_exported();
+        if let Some(holds) = ranges.get_mut(&(self.ptr, self.len)) {
+            *holds -= 1;
+            if *holds == 0 {
+                ranges.remove(&(self.ptr, self.len));
+            }
+        }
+    }
+}
 
 /// Alignment of every CPU-backend mapping (a GPU heap's granularity).
 const MAP_ALIGN: usize = 2 << 20;
@@ -432,8 +466,8 @@ impl Backend for Cpu {
     fn export_heap(&self, heap: &CpuMemory) -> Result<Shareable> {
         heap.export()
     }
-    fn import_heap(&self, handle: Shareable, bytes: usize) -> Result<CpuMemory> {
-        CpuMemory::import(handle, bytes)
+    fn import_heap(&self, handle: Shareable, bytes: usize, sender: Sender) -> Result<CpuMemory> {
+        CpuMemory::import(handle, bytes, sender)
     }
 
     fn alloc_device(&self, bytes: usize) -> Result<CpuMemory> {
@@ -442,10 +476,15 @@ impl Backend for Cpu {
     fn export_device_memory(&self, memory: &CpuMemory) -> Result<Shareable> {
         memory.export()
     }
-    fn import_device_memory(&self, handle: Shareable, bytes: usize) -> Result<CpuMemory> {
-        CpuMemory::import(handle, bytes)
+    fn import_device_memory(
+        &self,
+        handle: Shareable,
+        bytes: usize,
+        sender: Sender,
+    ) -> Result<CpuMemory> {
+        CpuMemory::import(handle, bytes, sender)
     }
-    unsafe fn export_range(&self, ptr: u64, bytes: usize) -> Result<Shareable> {
+    unsafe fn export_range(&self, ptr: u64, bytes: usize) -> Result<RangeExport> {
         Ok(CpuMemory::export_range(ptr, bytes))
     }
 

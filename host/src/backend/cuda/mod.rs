@@ -92,7 +92,7 @@ pub use cudarc;
 
 use super::gpu::{self, DeviceScope, DropErrors};
 use super::ipc::IpcExport;
-use super::{CodeObjects, DeviceRegion, HeapAccess, KernelLaunch, Shareable};
+use super::{CodeObjects, DeviceRegion, HeapAccess, KernelLaunch, RangeExport, Sender, Shareable};
 use crate::error::{Error, Result};
 use cudarc::driver::sys::CUdevice_attribute;
 use cudarc::driver::{CudaContext, CudaStream};
@@ -564,7 +564,9 @@ impl gpu::GpuBackend for Cuda {
         })
     }
 
-    fn import_heap(&self, handle: Shareable, bytes: usize) -> Result<CudaMapping> {
+    fn import_heap(&self, handle: Shareable, bytes: usize, _sender: Sender) -> Result<CudaMapping> {
+        // A file descriptor of the peer's physical memory: what the driver maps is checked
+        // by the driver itself (`cuMemMap` of more than the allocation fails), whoever sent it.
         let exported = decode_heap_size(&handle.bytes)?;
         let fd = handle.fd.ok_or(Error::BadMessage {
             from: None,
@@ -612,8 +614,14 @@ impl gpu::GpuBackend for Cuda {
         self.rank.export_ipc(memory.ptr, memory.len, 0)
     }
 
-    fn import_device_memory(&self, handle: Shareable, bytes: usize) -> Result<CudaMapping> {
+    fn import_device_memory(
+        &self,
+        handle: Shareable,
+        bytes: usize,
+        sender: Sender,
+    ) -> Result<CudaMapping> {
         let export = IpcExport::decode_covering(&handle, "CUDA IPC export", bytes)?;
+        export.check_sender(sender, bytes)?;
         // The mapped range: `bytes` from `offset` of the exported allocation.
         let end = (export.offset + bytes as u64) as usize;
         if export.is_from_this_process() {
@@ -658,10 +666,15 @@ impl gpu::GpuBackend for Cuda {
         )?;
         self.ctx.make_current()?;
         let ptr = driver::ipc_open_mem_handle(handle)?;
-        Ok(CudaMapping::opened(Arc::clone(&self.ctx), ptr, end).range(export.offset, bytes))
+        // Closed on drop, so also if the check below refuses it.
+        let opened = CudaMapping::opened(Arc::clone(&self.ctx), ptr, end);
+        // The driver's word on what was opened bounds what is mapped, not the peer's.
+        let (base, size, _) = driver::allocation_of(ptr)?;
+        export.check_opened(ptr, (base, size), bytes)?;
+        Ok(opened.range(export.offset, bytes))
     }
 
-    unsafe fn export_range(&self, ptr: u64, bytes: usize) -> Result<Shareable> {
+    unsafe fn export_range(&self, ptr: u64, bytes: usize) -> Result<RangeExport> {
         let refuse = |why: String| Error::NotShareable {
             addr: ptr,
             bytes,
@@ -679,7 +692,11 @@ impl gpu::GpuBackend for Cuda {
                 self.rank.ordinal()
             )));
         }
-        self.rank.export_ipc_range(ptr, bytes, base, size)
+        let shareable = self.rank.export_ipc_range(ptr, bytes, base, size)?;
+        Ok(RangeExport {
+            shareable,
+            hold: None,
+        })
     }
 
     unsafe fn upload(&self, dst: u64, src: &[u8]) -> Result<()> {

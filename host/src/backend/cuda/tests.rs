@@ -276,7 +276,7 @@ fn cuda_gpu_two_devices_put_through_imported_heap() {
     if !driver::device_can_access_peer(d0, d1).unwrap() {
         let h1 = r1.create_heap(r1.heap_granularity()).unwrap();
         let err = r0
-            .import_heap(r1.export_heap(&h1).unwrap(), h1.len())
+            .import_heap(r1.export_heap(&h1).unwrap(), h1.len(), Sender::ThisProcess)
             .unwrap_err();
         assert!(matches!(
             err,
@@ -316,10 +316,18 @@ fn put_through_imported_heap(r0: Cuda, r1: Cuda) {
     });
     assert_eq!(h0.len(), heap_bytes);
     let m01 = r0
-        .import_heap(r1.export_heap(&h1).unwrap(), heap_bytes)
+        .import_heap(
+            r1.export_heap(&h1).unwrap(),
+            heap_bytes,
+            Sender::ThisProcess,
+        )
         .unwrap();
     let m10 = r1
-        .import_heap(r0.export_heap(&h0).unwrap(), heap_bytes)
+        .import_heap(
+            r0.export_heap(&h0).unwrap(),
+            heap_bytes,
+            Sender::ThisProcess,
+        )
         .unwrap();
     println!(
         "rank0 heap {:#x}, rank1 heap {:#x}, rank1's heap in rank0 {:#x}, rank0's heap in rank1 {:#x}",
@@ -497,7 +505,11 @@ fn cuda_gpu_two_devices_in_process_alias() {
     // SAFETY: the allocation just made, `len` bytes.
     unsafe { r0.upload(mem.base(), &data).unwrap() };
     r0.synchronize().unwrap();
-    let alias = match r1.import_device_memory(r0.export_device_memory(&mem).unwrap(), len) {
+    let alias = match r1.import_device_memory(
+        r0.export_device_memory(&mem).unwrap(),
+        len,
+        Sender::ThisProcess,
+    ) {
         Ok(alias) => alias,
         Err(e @ Error::PeerUnreachable { .. }) => {
             println!("skipped: {e}");
@@ -527,7 +539,9 @@ fn cuda_gpu_device_memory_ipc_alias_and_child_process() {
     unsafe { r0.upload(mem.base(), &data).unwrap() };
     let shared = r0.export_device_memory(&mem).unwrap();
     let bytes = shared.bytes.clone();
-    let alias = r1.import_device_memory(shared, len).unwrap();
+    let alias = r1
+        .import_device_memory(shared, len, Sender::ThisProcess)
+        .unwrap();
     assert!(alias.is_alias());
     assert_eq!(alias.base(), mem.base());
     assert_eq!(r0.device_to_host_syncs() + r1.device_to_host_syncs(), 0);
@@ -625,13 +639,22 @@ fn cuda_gpu_an_export_naming_this_process_aliases_only_its_own_allocations() {
             bytes: forged.encode(),
             fd: None,
         };
-        let got = r1.import_device_memory(handle, 4096);
+        let got = r1.import_device_memory(handle, 4096, Sender::ThisProcess);
         assert!(
             matches!(got, Err(Error::BadPeerMemory { .. })),
             "{what}: {got:?}"
         );
     }
-    let alias = r1.import_device_memory(genuine, len).unwrap();
+    // The genuine export, from a rank not verified to be of this process: refused.
+    let from_elsewhere = Shareable {
+        bytes: genuine.bytes.clone(),
+        fd: None,
+    };
+    let got = r1.import_device_memory(from_elsewhere, 4096, Sender::Elsewhere);
+    assert!(matches!(got, Err(Error::BadPeerMemory { .. })), "{got:?}");
+    let alias = r1
+        .import_device_memory(genuine, len, Sender::ThisProcess)
+        .unwrap();
     assert_eq!(alias.base(), mem.base());
     drop((alias, mem));
     assert_no_drop_errors(&[r0.drop_errors(), r1.drop_errors()]);
@@ -649,6 +672,43 @@ fn cuda_gpu_child_ipc_open() {
     };
     let cuda = Cuda::new(0).unwrap();
     let len = 1 << 20;
+    // Forged by a member: the parent's genuine handle of a 1 MiB allocation, claimed to
+    // be 1 GiB, or with an offset past its end: the driver's size of what the handle
+    // opens refuses both, whatever the export says.
+    let genuine = IpcExport::decode(&unhex(&env), "test").unwrap();
+    for (what, forged, bytes) in [
+        (
+            "1 GiB claimed",
+            IpcExport {
+                len: 1 << 30,
+                ..genuine
+            },
+            1 << 30,
+        ),
+        (
+            "offset past the end",
+            IpcExport {
+                offset: 2 << 20,
+                len: 4 << 20,
+                ..genuine
+            },
+            4096,
+        ),
+    ] {
+        let handle = Shareable {
+            bytes: forged.encode(),
+            fd: None,
+        };
+        let got = cuda.import_device_memory(handle, bytes, Sender::Elsewhere);
+        assert!(
+            matches!(got, Err(Error::BadPeerMemory { .. })),
+            "{what}: {got:?}"
+        );
+        println!(
+            "child: a forged export ({what}) is refused: {}",
+            got.unwrap_err()
+        );
+    }
     let m = cuda
         .import_device_memory(
             Shareable {
@@ -656,6 +716,7 @@ fn cuda_gpu_child_ipc_open() {
                 fd: None,
             },
             len,
+            Sender::Elsewhere,
         )
         .unwrap();
     assert!(m.is_ipc());
@@ -731,6 +792,7 @@ fn cuda_gpu_child_heap_import() {
                 fd: Some(fd),
             },
             g,
+            Sender::Elsewhere,
         )
         .unwrap();
     println!(

@@ -4,7 +4,7 @@
 use super::{DeviceScope, HostMapped, Mapping, Module, Rank, Runtime, grid_for_bytes};
 use crate::backend::{
     Backend, BackendKind, CodeObjects, DeviceRegion, DropErrors, Grid, HeapAccess, KernelLaunch,
-    Shareable, SharedRegion,
+    RangeExport, Sender, Shareable, SharedRegion,
 };
 use crate::error::Result;
 use std::sync::Arc;
@@ -33,7 +33,12 @@ pub trait GpuBackend: Send + Sync + 'static {
     /// See [`Backend::export_heap`].
     fn export_heap(&self, heap: &Self::Heap) -> Result<Shareable>;
     /// See [`Backend::import_heap`].
-    fn import_heap(&self, handle: Shareable, bytes: usize) -> Result<Mapping<Self::Runtime>>;
+    fn import_heap(
+        &self,
+        handle: Shareable,
+        bytes: usize,
+        sender: Sender,
+    ) -> Result<Mapping<Self::Runtime>>;
     /// See [`Backend::alloc_device`].
     fn alloc_device(&self, bytes: usize) -> Result<Self::DeviceMemory>;
     /// See [`Backend::export_device_memory`].
@@ -43,12 +48,13 @@ pub trait GpuBackend: Send + Sync + 'static {
         &self,
         handle: Shareable,
         bytes: usize,
+        sender: Sender,
     ) -> Result<Mapping<Self::Runtime>>;
     /// See [`Backend::export_range`].
     ///
     /// # Safety
     /// As [`Backend::export_range`].
-    unsafe fn export_range(&self, ptr: u64, bytes: usize) -> Result<Shareable>;
+    unsafe fn export_range(&self, ptr: u64, bytes: usize) -> Result<RangeExport>;
     /// See [`Backend::upload`]; `src` is not empty and the device is current.
     ///
     /// # Safety
@@ -122,8 +128,13 @@ impl<T: GpuBackend> Backend for T {
         GpuBackend::export_heap(self, heap)
     }
 
-    fn import_heap(&self, handle: Shareable, bytes: usize) -> Result<Self::Mapping> {
-        GpuBackend::import_heap(self, handle, bytes)
+    fn import_heap(
+        &self,
+        handle: Shareable,
+        bytes: usize,
+        sender: Sender,
+    ) -> Result<Self::Mapping> {
+        GpuBackend::import_heap(self, handle, bytes, sender)
     }
 
     fn alloc_device(&self, bytes: usize) -> Result<T::DeviceMemory> {
@@ -134,11 +145,16 @@ impl<T: GpuBackend> Backend for T {
         GpuBackend::export_device_memory(self, memory)
     }
 
-    fn import_device_memory(&self, handle: Shareable, bytes: usize) -> Result<Self::Mapping> {
-        GpuBackend::import_device_memory(self, handle, bytes)
+    fn import_device_memory(
+        &self,
+        handle: Shareable,
+        bytes: usize,
+        sender: Sender,
+    ) -> Result<Self::Mapping> {
+        GpuBackend::import_device_memory(self, handle, bytes, sender)
     }
 
-    unsafe fn export_range(&self, ptr: u64, bytes: usize) -> Result<Shareable> {
+    unsafe fn export_range(&self, ptr: u64, bytes: usize) -> Result<RangeExport> {
         // SAFETY: forwarded from the caller.
         unsafe { GpuBackend::export_range(self, ptr, bytes) }
     }

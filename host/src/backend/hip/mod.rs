@@ -89,7 +89,7 @@ pub use runtime::{BINDINGS_HIP_VERSION, FFI_FACTS, FfiFact, Relation};
 
 use super::gpu::{self, DeviceScope, DropErrors, THREADS};
 use super::ipc::IpcExport;
-use super::{CodeObjects, DeviceRegion, HeapAccess, KernelLaunch, Shareable};
+use super::{CodeObjects, DeviceRegion, HeapAccess, KernelLaunch, RangeExport, Sender, Shareable};
 use crate::error::{Error, Result};
 use code_object::{AlignedBytes, aligned_copy};
 use handles::{Device, HipRuntime};
@@ -262,9 +262,11 @@ impl Hip {
         self.rank.export_ipc(memory.ptr, memory.len, 0)
     }
 
-    /// Maps a peer's export of at least `bytes` bytes.
-    fn import(&self, handle: &Shareable, bytes: usize) -> Result<HipMapping> {
+    /// Maps `bytes` of a peer's export, which `sender` sent (see
+    /// [`Backend::import_device_memory`](super::Backend::import_device_memory)).
+    fn import(&self, handle: &Shareable, bytes: usize, sender: Sender) -> Result<HipMapping> {
         let export = IpcExport::decode_covering(handle, "HIP IPC export", bytes)?;
+        export.check_sender(sender, bytes)?;
         // The mapped range: `bytes` from `offset` of the exported allocation.
         let end = (export.offset + bytes as u64) as usize;
         self.device.make_current()?;
@@ -308,7 +310,11 @@ impl Hip {
                       the ranks as threads of one process",
         )?;
         let ptr = runtime::ipc_open_mem_handle(handle, self.runtime_version)?;
-        Ok(HipMapping::opened(Arc::clone(&self.device), ptr, end).range(export.offset, bytes))
+        // Closed on drop, so also if the check below refuses it.
+        let opened = HipMapping::opened(Arc::clone(&self.device), ptr, end);
+        // The runtime's word on what was opened bounds what is mapped, not the peer's.
+        export.check_opened(ptr, runtime::allocation_of(ptr)?, bytes)?;
+        Ok(opened.range(export.offset, bytes))
     }
 
     /// Allocates `bytes` with `hipMalloc` or, with `fine_grained`,
@@ -360,8 +366,8 @@ impl gpu::GpuBackend for Hip {
         self.export(&heap.memory)
     }
 
-    fn import_heap(&self, handle: Shareable, bytes: usize) -> Result<HipMapping> {
-        self.import(&handle, bytes)
+    fn import_heap(&self, handle: Shareable, bytes: usize, sender: Sender) -> Result<HipMapping> {
+        self.import(&handle, bytes, sender)
     }
 
     fn alloc_device(&self, bytes: usize) -> Result<HipDeviceMemory> {
@@ -374,11 +380,16 @@ impl gpu::GpuBackend for Hip {
         self.export(&memory.memory)
     }
 
-    fn import_device_memory(&self, handle: Shareable, bytes: usize) -> Result<HipMapping> {
-        self.import(&handle, bytes)
+    fn import_device_memory(
+        &self,
+        handle: Shareable,
+        bytes: usize,
+        sender: Sender,
+    ) -> Result<HipMapping> {
+        self.import(&handle, bytes, sender)
     }
 
-    unsafe fn export_range(&self, ptr: u64, bytes: usize) -> Result<Shareable> {
+    unsafe fn export_range(&self, ptr: u64, bytes: usize) -> Result<RangeExport> {
         let refuse = |why: String| Error::NotShareable {
             addr: ptr,
             bytes,
@@ -390,7 +401,11 @@ impl gpu::GpuBackend for Hip {
                 "the HIP runtime knows no device allocation of this process there ({e})"
             ))
         })?;
-        self.rank.export_ipc_range(ptr, bytes, base, size)
+        let shareable = self.rank.export_ipc_range(ptr, bytes, base, size)?;
+        Ok(RangeExport {
+            shareable,
+            hold: None,
+        })
     }
 
     unsafe fn upload(&self, dst: u64, src: &[u8]) -> Result<()> {

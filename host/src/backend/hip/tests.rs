@@ -78,8 +78,12 @@ fn hip_gpu_two_ranks_put_and_get() {
     let g = r0.heap_granularity();
     let h0 = r0.create_heap(g).unwrap();
     let h1 = r1.create_heap(g).unwrap();
-    let m01 = r0.import_heap(r1.export_heap(&h1).unwrap(), g).unwrap();
-    let m10 = r1.import_heap(r0.export_heap(&h0).unwrap(), g).unwrap();
+    let m01 = r0
+        .import_heap(r1.export_heap(&h1).unwrap(), g, Sender::ThisProcess)
+        .unwrap();
+    let m10 = r1
+        .import_heap(r0.export_heap(&h0).unwrap(), g, Sender::ThisProcess)
+        .unwrap();
     assert!(m01.is_alias() && m10.is_alias());
     let bytes = 4096 + 13;
     let src: Vec<u8> = (0..bytes).map(|i| (i * 31 + 7) as u8).collect();
