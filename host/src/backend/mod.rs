@@ -19,9 +19,18 @@ mod gpu;
 pub mod hip;
 mod ipc;
 
-// The `fuzzing` module's door to the handle bytes' checks.
+/// Decodes `bytes` from a peer as each GPU backend's handle bytes (an IPC export, one
+/// covering `covering` bytes, a CUDA heap's size), checking that each is a typed error
+/// or re-encodes to the very bytes it came from: the `fuzzing` module's door to those
+/// checks. Here, above both backends, so that `ipc` imports nothing from `cuda`.
+///
+/// # Panics
+/// Where a decode breaks that.
 #[cfg(fuzzing)]
-pub(crate) use ipc::check_handle_bytes;
+pub(crate) fn check_handle_bytes(bytes: &[u8], covering: usize) {
+    ipc::check_export_bytes(bytes, covering);
+    cuda::check_heap_size_bytes(bytes);
+}
 
 use crate::error::Result;
 use std::os::fd::OwnedFd;

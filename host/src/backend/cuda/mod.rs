@@ -180,6 +180,19 @@ pub(super) fn decode_heap_size(bytes: &[u8]) -> Result<usize> {
     })
 }
 
+/// Decodes `bytes` from a peer as a CUDA heap's size, checking that it is a typed error
+/// or re-encodes to the very bytes it came from (see [`super::check_handle_bytes`]).
+///
+/// # Panics
+/// Where the decode breaks that.
+#[cfg(any(test, fuzzing))]
+pub(crate) fn check_heap_size_bytes(bytes: &[u8]) {
+    match decode_heap_size(bytes) {
+        Ok(size) => assert_eq!((size as u64).to_le_bytes(), bytes),
+        Err(e) => assert!(matches!(e, Error::BadMessage { from: None, .. }), "{e:?}"),
+    }
+}
+
 /// Picks among `targets` (`sm_NN` names) the one for compute capability
 /// `major.minor`: the exact `sm_{major}{minor}`, else the newest plain `sm_NN` not
 /// newer than the device (PTX is forward-compatible; arch-specific `sm_90a` is not).

@@ -834,3 +834,15 @@ fn cuda_default_stream_handles_are_refused() {
     let own: cudarc::driver::sys::CUstream = std::ptr::without_provenance_mut(0x5555_0000);
     assert!(!driver::Stream::from_raw(own).is_default());
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+    /// Any bytes a peer sends as a heap's size decode or are a typed error.
+    #[test]
+    fn any_heap_size_bytes_decode_or_are_a_typed_error(
+        bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..16),
+    ) {
+        check_heap_size_bytes(&bytes);
+    }
+}
