@@ -123,26 +123,10 @@ fn rank_body(world: World<Cpu>) -> symmem::Result<Numbers> {
                 for which in [rep % 2, 1 - rep % 2] {
                     let t = Instant::now();
                     if which == 0 {
-                        kernels.launch(
-                            symmem_kernels::symmem_put,
-                            one,
-                            (
-                                &dst,
-                                &src,
-                                bytes as u64,
-                                dst.peer_bases(),
-                                n as u32,
-                                rank as u32,
-                                to as u32,
-                            ),
-                        )?;
+                        kernels.launch(symmem_kernels::symmem_put, one, (&dst, &src, to as u32))?;
                         puts1.push(t.elapsed());
                     } else {
-                        kernels.launch(
-                            symmem_kernels::symmem_copy,
-                            one,
-                            (&copy_dst, &src, bytes as u64),
-                        )?;
+                        kernels.launch(symmem_kernels::symmem_copy, one, (&copy_dst, &src))?;
                         copies1.push(t.elapsed());
                     }
                 }

@@ -212,10 +212,9 @@ fn launch_enqueue(world: &World<Cuda>, timer: &Timer, pat: &[u8]) -> Result<Row>
     let dst = world.device_zeros::<u8>(LAUNCH_BYTES)?;
     let kernels = world.kernels();
     let grid = Grid::new(1, 256);
-    let n = LAUNCH_BYTES as u64;
     timer.synchronize()?;
     for i in 0..LAUNCH_WARMUP {
-        kernels.launch(symmem_kernels::symmem_copy, grid, (&dst, &src, n))?;
+        kernels.launch(symmem_kernels::symmem_copy, grid, (&dst, &src))?;
         if i % LAUNCH_SYNC_EVERY == LAUNCH_SYNC_EVERY - 1 {
             timer.synchronize()?;
         }
@@ -224,7 +223,7 @@ fn launch_enqueue(world: &World<Cuda>, timer: &Timer, pat: &[u8]) -> Result<Row>
     let mut us = Vec::with_capacity(LAUNCHES);
     for i in 0..LAUNCHES {
         let t = Instant::now();
-        kernels.launch(symmem_kernels::symmem_copy, grid, (&dst, &src, n))?;
+        kernels.launch(symmem_kernels::symmem_copy, grid, (&dst, &src))?;
         us.push(t.elapsed().as_secs_f64() * 1e6);
         if i % LAUNCH_SYNC_EVERY == LAUNCH_SYNC_EVERY - 1 {
             timer.synchronize()?;

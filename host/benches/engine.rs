@@ -299,20 +299,24 @@ fn rows<B: Backend>(w: &World<B>, max_put: usize, all_reduces: AllReduces) -> Re
             let kernels = w.kernels();
             let (ours, mpi) = paired_seconds(
                 &mut || {
-                    kernels.launch(
-                        symmem_kernels::symmem_rma_put_delivered,
-                        grid,
-                        (
-                            &dst,
-                            &src,
-                            dst.peer_bases(),
-                            n as u32,
-                            me as u32,
-                            size as u64,
-                            far as u32,
-                            repeats,
-                        ),
-                    )?;
+                    // SAFETY: `dst` and `src` hold 64 MiB >= `size` bytes on every rank
+                    // (agreed), `far` is a rank of the world.
+                    unsafe {
+                        kernels.launch_unchecked(
+                            symmem_kernels::symmem_rma_put_delivered,
+                            grid,
+                            (
+                                &dst,
+                                &src,
+                                dst.peer_bases(),
+                                n as u32,
+                                me as u32,
+                                size as u64,
+                                far as u32,
+                                repeats,
+                            ),
+                        )
+                    }?;
                     w.backend().synchronize()
                 },
                 &mut || {

@@ -27,24 +27,31 @@ impl<B: Backend> World<B> {
         self.check_rank(to)?;
         same_length(dst.len(), src.len())?;
         let bytes = src.byte_len();
-        let (bases, dst, src, grid) = (
-            dst.peer_bases(),
-            &dst.local().as_bytes(),
-            &src.as_bytes(),
-            self.backend().grid_for_bytes(bytes),
-        );
         let (world, rank) = (self.world_size() as u32, self.rank() as u32);
         if !self.topology().reaches(to) {
-            return self.kernels().launch(
-                symmem_kernels::symmem_rma_put,
-                self.engine_grid(),
-                (dst, src, bases, world, rank, bytes as u64, to as u32),
-            );
+            let (bases, dst) = (dst.peer_bases(), &dst.local().as_bytes());
+            // SAFETY: `to` is a rank of the table (checked), `dst` this rank's copy of the
+            // object it describes and `src` this rank's memory, both of `bytes` bytes.
+            return unsafe {
+                self.kernels().launch_unchecked(
+                    symmem_kernels::symmem_rma_put,
+                    self.engine_grid(),
+                    (
+                        dst,
+                        &src.as_bytes(),
+                        bases,
+                        world,
+                        rank,
+                        bytes as u64,
+                        to as u32,
+                    ),
+                )
+            };
         }
         self.kernels().launch(
             symmem_kernels::symmem_put,
-            grid,
-            (dst, src, bytes as u64, bases, world, rank, to as u32),
+            self.backend().grid_for_bytes(bytes),
+            (dst.as_bytes(), src.as_bytes(), to as u32),
         )
     }
 
@@ -63,24 +70,30 @@ impl<B: Backend> World<B> {
         self.check_rank(from)?;
         same_length(dst.len(), src.len())?;
         let bytes = dst.byte_len();
-        let (bases, dst, src, grid) = (
-            src.peer_bases(),
-            &dst.as_bytes(),
-            &src.local().as_bytes(),
-            self.backend().grid_for_bytes(bytes),
-        );
         let (world, rank) = (self.world_size() as u32, self.rank() as u32);
         if !self.topology().reaches(from) {
-            return self.kernels().launch(
-                symmem_kernels::symmem_rma_get,
-                self.engine_grid(),
-                (dst, src, bases, world, rank, bytes as u64, from as u32),
-            );
+            let (bases, src) = (src.peer_bases(), &src.local().as_bytes());
+            // SAFETY: as in `put`, with the roles of the buffers swapped.
+            return unsafe {
+                self.kernels().launch_unchecked(
+                    symmem_kernels::symmem_rma_get,
+                    self.engine_grid(),
+                    (
+                        &dst.as_bytes(),
+                        src,
+                        bases,
+                        world,
+                        rank,
+                        bytes as u64,
+                        from as u32,
+                    ),
+                )
+            };
         }
         self.kernels().launch(
             symmem_kernels::symmem_get,
-            grid,
-            (dst, src, bytes as u64, bases, world, rank, from as u32),
+            self.backend().grid_for_bytes(bytes),
+            (dst.as_bytes(), src.as_bytes(), from as u32),
         )
     }
 
@@ -109,7 +122,7 @@ impl<B: Backend> World<B> {
         self.kernels().launch(
             symmem_kernels::symmem_copy,
             self.backend().grid_for_bytes(bytes),
-            (&dst.as_bytes(), &src.as_bytes(), bytes as u64),
+            (dst.as_bytes(), src.as_bytes()),
         )
     }
 

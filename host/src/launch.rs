@@ -16,23 +16,57 @@
 //! The arguments are a tuple checked against the kernel's parameter list at compile
 //! time: each argument implements [`KernelArg`] for its parameter's type, so a wrong
 //! type or a wrong count does not compile. A `*mut T` or `*const T` parameter takes a
-//! typed buffer or view of the same `T`, a `PeerTable` a [`PeerBases`] handle, a number
-//! the number itself. symmem's own kernels go the same way ([`World::kernels`]).
+//! typed buffer or view of the same `T`, a `View<T>`/`ViewMut<T>` too (with its
+//! length), a `SymView<T>`/`SymViewMut<T>` a symmetric buffer or view (with its length
+//! and table), a `PeerTable` a [`PeerBases`] handle, a number the number itself.
+//! symmem's own kernels go the same way ([`World::kernels`]).
 //!
-//! The same setup with the right arguments compiles (the control for the failures below):
+//! # Safe and unsafe kernels
+//!
+//! A kernel written as a safe `fn` takes parameters that keep it safe (views that carry
+//! their length, checked peer access): [`Module::launch`] launches it from safe code. A
+//! kernel written as an `unsafe fn` has a `# Safety` section its parameters' types do not
+//! keep (a raw pointer's length, a rank it indexes a table with): only the `unsafe`
+//! [`Module::launch_unchecked`] takes it, and its caller states that the arguments meet
+//! that section. The same setup with the right arguments compiles (the control for the
+//! failures below):
 //!
 //! ```no_run
 //! # use symmem::{World, Grid, backend::cpu::Cpu};
 //! # fn f(world: &World<Cpu>, buffer: &symmem::SymmetricBuffer<u8, Cpu>) -> symmem::Result<()> {
-//! world.kernels().launch(symmem_kernels::symmem_copy, Grid::new(1, 1), (buffer, buffer, 4u64))
+//! // symmem_copy(dst: ViewMut<u8>, src: View<u8>): a safe kernel, from safe code.
+//! world.kernels().launch(symmem_kernels::symmem_copy, Grid::new(1, 1), (buffer, buffer))
+//! # }
+//! ```
+//!
+//! ```compile_fail,E0308
+//! # use symmem::{World, Grid, backend::cpu::Cpu};
+//! # fn f(world: &World<Cpu>, buffer: &symmem::SymmetricBuffer<u8, Cpu>) -> symmem::Result<()> {
+//! // symmem_lamport_reset is an `unsafe fn` kernel (it writes `bytes` bytes it cannot
+//! // check): a safe launch does not compile.
+//! world.kernels().launch(symmem_kernels::symmem_lamport_reset, Grid::new(1, 1), (buffer, 4u64))
+//! # }
+//! ```
+//!
+//! ```no_run
+//! # use symmem::{World, Grid, backend::cpu::Cpu};
+//! # fn f(world: &World<Cpu>, buffer: &symmem::SymmetricBuffer<u8, Cpu>) -> symmem::Result<()> {
+//! // SAFETY: `buffer` holds the 4 bytes the kernel writes.
+//! unsafe {
+//!     world.kernels().launch_unchecked(
+//!         symmem_kernels::symmem_lamport_reset,
+//!         Grid::new(1, 1),
+//!         (buffer, 4u64),
+//!     )
+//! }
 //! # }
 //! ```
 //!
 //! ```compile_fail,E0277
 //! # use symmem::{World, Grid, backend::cpu::Cpu};
 //! # fn f(world: &World<Cpu>, buffer: &symmem::SymmetricBuffer<u8, Cpu>) -> symmem::Result<()> {
-//! // symmem_copy takes (dst: *mut u8, src: *const u8, n: u64): a u32 for `n` does not compile.
-//! world.kernels().launch(symmem_kernels::symmem_copy, Grid::new(1, 1), (buffer, buffer, 4u32))
+//! // symmem_put takes (dst: SymViewMut<u8>, src: View<u8>, to: u32): a u64 rank does not compile.
+//! world.kernels().launch(symmem_kernels::symmem_put, Grid::new(1, 1), (buffer, buffer, 1u64))
 //! # }
 //! ```
 //!
@@ -40,15 +74,15 @@
 //! # use symmem::{World, Grid, backend::cpu::Cpu};
 //! # fn f(world: &World<Cpu>, buffer: &symmem::SymmetricBuffer<u8, Cpu>) -> symmem::Result<()> {
 //! // One argument missing does not compile.
-//! world.kernels().launch(symmem_kernels::symmem_copy, Grid::new(1, 1), (buffer, buffer))
+//! world.kernels().launch(symmem_kernels::symmem_copy, Grid::new(1, 1), (buffer,))
 //! # }
 //! ```
 //!
 //! ```compile_fail,E0277
 //! # use symmem::{World, Grid, backend::cpu::Cpu};
 //! # fn f(world: &World<Cpu>, buffer: &symmem::SymmetricBuffer<f32, Cpu>) -> symmem::Result<()> {
-//! // A buffer of f32 for a `*mut u8` parameter does not compile.
-//! world.kernels().launch(symmem_kernels::symmem_copy, Grid::new(1, 1), (buffer, buffer, 4u64))
+//! // A buffer of f32 for a `ViewMut<u8>` parameter does not compile.
+//! world.kernels().launch(symmem_kernels::symmem_copy, Grid::new(1, 1), (buffer, buffer))
 //! # }
 //! ```
 //!
@@ -56,7 +90,15 @@
 //! # use symmem::{World, Grid, backend::cpu::Cpu};
 //! # fn f(world: &World<Cpu>, buffer: &symmem::SymmetricBuffer<u8, Cpu>) -> symmem::Result<()> {
 //! // A raw address is no buffer.
-//! world.kernels().launch(symmem_kernels::symmem_copy, Grid::new(1, 1), (buffer, 0x1000u64, 4u64))
+//! world.kernels().launch(symmem_kernels::symmem_copy, Grid::new(1, 1), (buffer, 0x1000u64))
+//! # }
+//! ```
+//!
+//! ```compile_fail,E0277
+//! # use symmem::{World, Grid, backend::cpu::Cpu};
+//! # fn f(world: &World<Cpu>, plain: &symmem::DeviceBuffer<u8, Cpu>) -> symmem::Result<()> {
+//! // A plain buffer has no peer table: it is no `SymViewMut`.
+//! world.kernels().launch(symmem_kernels::symmem_put, Grid::new(1, 1), (plain, plain, 1u32))
 //! # }
 //! ```
 
@@ -66,7 +108,7 @@ use crate::error::{Error, Result};
 use crate::table::PeerBases;
 use crate::world::World;
 use std::sync::Arc;
-use symmem_device::{Cmp, Kernel, Param, Params, PeerTable};
+use symmem_device::{Cmp, Kernel, Param, Params, PeerTable, UnsafeKernel};
 
 /// A kernel crate's code objects loaded on one rank's device. Its kernels are launched
 /// with [`Module::launch`]; it lives as long as the world.
@@ -77,7 +119,7 @@ use symmem_device::{Cmp, Kernel, Param, Params, PeerTable};
 ///     // symmem's own kernels; a crate of yours: `world.load(&MY_KERNELS)?`.
 ///     let module = world.kernels();
 ///     let (src, dst) = (world.from_slice(&[7u8; 16])?, world.zeros::<u8>(16)?);
-///     module.launch(symmem_kernels::symmem_copy, Grid::new(1, 16), (&dst, &src, 16u64))?;
+///     module.launch(symmem_kernels::symmem_copy, Grid::new(1, 16), (&dst, &src))?;
 ///     assert_eq!(world.read(&dst)?, [7; 16]);
 ///     Ok(())
 /// })
@@ -112,6 +154,38 @@ impl<B: Backend> Module<B> {
     /// [`Error::NotAgreed`], the poisoning [`Error::CollectiveMismatch`], an empty
     /// `grid`, and the backend's launch errors.
     pub fn launch<P: Params, A: KernelArgs<B, P>>(
+        &self,
+        kernel: Kernel<P>,
+        grid: Grid,
+        args: A,
+    ) -> Result<()> {
+        self.checked_launch(kernel, grid, args)
+    }
+
+    /// Enqueues `kernel`, a kernel declared as an `unsafe fn`, as [`Module::launch`]
+    /// does: the same checks of every handle, and the kernel's own contract left to the
+    /// caller.
+    ///
+    /// # Safety
+    /// `args` meet `kernel`'s `# Safety` section (what its parameters' types do not
+    /// guarantee: the counts its pointers hold, the ranks it indexes a table with, what
+    /// its peers' kernels do meanwhile).
+    ///
+    /// # Errors
+    /// As [`Module::launch`].
+    pub unsafe fn launch_unchecked<P: Params, A: KernelArgs<B, P>>(
+        &self,
+        kernel: UnsafeKernel<P>,
+        grid: Grid,
+        args: A,
+    ) -> Result<()> {
+        // SAFETY: the caller states that `args` meet the kernel's contract.
+        self.checked_launch(unsafe { kernel.assume_checked() }, grid, args)
+    }
+
+    /// [`Module::launch`]'s checks and launch, for a kernel whose contract its arguments'
+    /// types keep (a safe kernel, or an unsafe one the caller vouched for).
+    fn checked_launch<P: Params, A: KernelArgs<B, P>>(
         &self,
         kernel: Kernel<P>,
         grid: Grid,
@@ -256,8 +330,8 @@ macro_rules! numbers {
         // SAFETY: a number carries no promise.
         unsafe impl<B: Backend> KernelArg<B, $t> for $t {
             #[inline]
-            fn lower(&self, _: &mut Lowering<'_, B>) -> Result<$t> {
-                Ok(*self)
+            fn lower(&self, _: &mut Lowering<'_, B>) -> Result<($t,)> {
+                Ok((*self,))
             }
         }
     )*};
@@ -268,23 +342,24 @@ numbers!(u32, i32, u64, i64, f32, f64);
 // SAFETY: a comparison carries no promise.
 unsafe impl<B: Backend> KernelArg<B, Cmp> for Cmp {
     #[inline]
-    fn lower(&self, _: &mut Lowering<'_, B>) -> Result<u32> {
-        Ok(symmem_device::cmp_to_abi(*self))
+    fn lower(&self, _: &mut Lowering<'_, B>) -> Result<(u32,)> {
+        Ok((symmem_device::cmp_to_abi(*self),))
     }
 }
 
-// SAFETY: a `PeerBases` handle names a device-resident table of `world_size` entries,
-// kept while its owner lives (and, once the owner is dropped, until a barrier at which
-// every rank has dropped it, which waits for this launch first).
+// SAFETY: a `PeerBases` handle names a device-resident table of `world_size` entries
+// with its header in front (`symmem_device::TABLE_HEADER_WORDS`: every table symmem
+// uploads has it), kept while its owner lives (and, once the owner is dropped, until a
+// barrier at which every rank has dropped it, which waits for this launch first).
 unsafe impl<B: Backend> KernelArg<B, PeerTable> for &PeerBases {
     #[inline]
-    fn lower(&self, lowering: &mut Lowering<'_, B>) -> Result<*const u64> {
+    fn lower(&self, lowering: &mut Lowering<'_, B>) -> Result<(*const u64,)> {
         if self.world_serial() != lowering.world.serial() {
             return Err(Error::ForeignHandle);
         }
         if let Some(object) = self.object()? {
             lowering.tables.push(object);
         }
-        Ok(std::ptr::without_provenance(self.device_ptr() as usize))
+        Ok((std::ptr::without_provenance(self.device_ptr() as usize),))
     }
 }

@@ -53,7 +53,9 @@ pub use memory::{
     AsDeviceSlice, AsSymSlice, DeviceBuffer, DeviceSlice, RawSymmetric, SymSlice, SymmetricBuffer,
 };
 pub use provider::{ExternalTable, RawRange, Registrable, Rendezvous};
-pub use symmem_device::{Kernel, Params, PeerTable};
+pub use symmem_device::{
+    Kernel, Params, PeerTable, SymView, SymViewMut, UnsafeKernel, View, ViewMut,
+};
 pub use table::{PeerBaseProvider, PeerBases};
 pub use world::{Config, DEFAULT_WAIT_DEADLINE, World};
 

@@ -12,6 +12,7 @@ use crate::table::{PeerBaseProvider, PeerBases};
 use crate::world::World;
 use std::marker::PhantomData;
 use std::ops::{Bound, RangeBounds};
+use symmem_device::{PeerTable, SymView, SymViewMut, View, ViewMut};
 
 /// `range` of a sequence of `len` elements, as (start, count).
 fn bounds(range: impl RangeBounds<usize>, len: usize) -> Result<(usize, usize)> {
@@ -288,6 +289,14 @@ impl<'a, T, B: Backend> SymSlice<'a, T, B> {
         self.local
     }
 
+    /// The same memory as bytes, with the same table.
+    pub fn as_bytes(&self) -> SymSlice<'a, u8, B> {
+        SymSlice {
+            local: self.local.as_bytes(),
+            table: self.table,
+        }
+    }
+
     /// The peer table of the object the view is part of.
     pub fn peer_bases(&self) -> &'a PeerBases {
         self.table
@@ -398,34 +407,104 @@ local_copy_is_a_device_slice!(SymSlice<'_, T, B>, SymmetricBuffer<T, B>);
 // for this rank's device first.
 unsafe impl<T: 'static, B: Backend, V: AsDeviceSlice<T, B>> KernelArg<B, *mut T> for &V {
     #[inline]
-    fn lower(&self, lowering: &mut Lowering<'_, B>) -> Result<*mut T> {
-        let addr = self.as_device_slice().lowered(lowering)?;
-        Ok(std::ptr::without_provenance_mut(addr))
+    fn lower(&self, lowering: &mut Lowering<'_, B>) -> Result<(*mut T,)> {
+        <_ as KernelArg<B, *mut T>>::lower(&self.as_device_slice(), lowering)
     }
 }
 
 // SAFETY: as for `*mut T`.
 unsafe impl<T: 'static, B: Backend, V: AsDeviceSlice<T, B>> KernelArg<B, *const T> for &V {
     #[inline]
-    fn lower(&self, lowering: &mut Lowering<'_, B>) -> Result<*const T> {
-        let addr = self.as_device_slice().lowered(lowering)?;
-        Ok(std::ptr::without_provenance(addr))
+    fn lower(&self, lowering: &mut Lowering<'_, B>) -> Result<(*const T,)> {
+        <_ as KernelArg<B, *const T>>::lower(&self.as_device_slice(), lowering)
     }
 }
 
 // SAFETY: as for `&V` above: a view of live memory of this rank holding `T`s.
 unsafe impl<T: 'static, B: Backend> KernelArg<B, *mut T> for DeviceSlice<'_, T, B> {
     #[inline]
-    fn lower(&self, lowering: &mut Lowering<'_, B>) -> Result<*mut T> {
-        Ok(std::ptr::without_provenance_mut(self.lowered(lowering)?))
+    fn lower(&self, lowering: &mut Lowering<'_, B>) -> Result<(*mut T,)> {
+        Ok((std::ptr::without_provenance_mut(self.lowered(lowering)?),))
     }
 }
 
 // SAFETY: as for `&V` above.
 unsafe impl<T: 'static, B: Backend> KernelArg<B, *const T> for DeviceSlice<'_, T, B> {
     #[inline]
-    fn lower(&self, lowering: &mut Lowering<'_, B>) -> Result<*const T> {
-        Ok(std::ptr::without_provenance(self.lowered(lowering)?))
+    fn lower(&self, lowering: &mut Lowering<'_, B>) -> Result<(*const T,)> {
+        Ok((std::ptr::without_provenance(self.lowered(lowering)?),))
+    }
+}
+
+// SAFETY: as for `*mut T`, and the length is the view's own: the memory holds `len` `T`s.
+unsafe impl<T: 'static, B: Backend, V: AsDeviceSlice<T, B>> KernelArg<B, ViewMut<T>> for &V {
+    #[inline]
+    fn lower(&self, lowering: &mut Lowering<'_, B>) -> Result<(*mut T, u64)> {
+        <_ as KernelArg<B, ViewMut<T>>>::lower(&self.as_device_slice(), lowering)
+    }
+}
+
+// SAFETY: as for `ViewMut<T>`.
+unsafe impl<T: 'static, B: Backend, V: AsDeviceSlice<T, B>> KernelArg<B, View<T>> for &V {
+    #[inline]
+    fn lower(&self, lowering: &mut Lowering<'_, B>) -> Result<(*const T, u64)> {
+        <_ as KernelArg<B, View<T>>>::lower(&self.as_device_slice(), lowering)
+    }
+}
+
+// SAFETY: as for `&V` above.
+unsafe impl<T: 'static, B: Backend> KernelArg<B, ViewMut<T>> for DeviceSlice<'_, T, B> {
+    #[inline]
+    fn lower(&self, lowering: &mut Lowering<'_, B>) -> Result<(*mut T, u64)> {
+        let (ptr,) = <Self as KernelArg<B, *mut T>>::lower(self, lowering)?;
+        Ok((ptr, self.len as u64))
+    }
+}
+
+// SAFETY: as for `&V` above.
+unsafe impl<T: 'static, B: Backend> KernelArg<B, View<T>> for DeviceSlice<'_, T, B> {
+    #[inline]
+    fn lower(&self, lowering: &mut Lowering<'_, B>) -> Result<(*const T, u64)> {
+        let (ptr,) = <Self as KernelArg<B, *const T>>::lower(self, lowering)?;
+        Ok((ptr, self.len as u64))
+    }
+}
+
+// SAFETY: this rank's copy of symmetric memory, as for `ViewMut<T>`; the table is the
+// object's own (`PeerTable`'s argument: agreed, and kept as long), and every rank's copy
+// holds the same `len` elements at the same offset from its entry.
+unsafe impl<T: 'static, B: Backend, V: AsSymSlice<T, B>> KernelArg<B, SymViewMut<T>> for &V {
+    #[inline]
+    fn lower(&self, lowering: &mut Lowering<'_, B>) -> Result<(*mut T, u64, *const u64)> {
+        <_ as KernelArg<B, SymViewMut<T>>>::lower(&self.as_sym_slice(), lowering)
+    }
+}
+
+// SAFETY: as for `SymViewMut<T>`.
+unsafe impl<T: 'static, B: Backend, V: AsSymSlice<T, B>> KernelArg<B, SymView<T>> for &V {
+    #[inline]
+    fn lower(&self, lowering: &mut Lowering<'_, B>) -> Result<(*const T, u64, *const u64)> {
+        <_ as KernelArg<B, SymView<T>>>::lower(&self.as_sym_slice(), lowering)
+    }
+}
+
+// SAFETY: as for `&V` above.
+unsafe impl<T: 'static, B: Backend> KernelArg<B, SymViewMut<T>> for SymSlice<'_, T, B> {
+    #[inline]
+    fn lower(&self, lowering: &mut Lowering<'_, B>) -> Result<(*mut T, u64, *const u64)> {
+        let (ptr, len) = <_ as KernelArg<B, ViewMut<T>>>::lower(&self.local, lowering)?;
+        let (table,) = <_ as KernelArg<B, PeerTable>>::lower(&self.table, lowering)?;
+        Ok((ptr, len, table))
+    }
+}
+
+// SAFETY: as for `&V` above.
+unsafe impl<T: 'static, B: Backend> KernelArg<B, SymView<T>> for SymSlice<'_, T, B> {
+    #[inline]
+    fn lower(&self, lowering: &mut Lowering<'_, B>) -> Result<(*const T, u64, *const u64)> {
+        let (ptr, len) = <_ as KernelArg<B, View<T>>>::lower(&self.local, lowering)?;
+        let (table,) = <_ as KernelArg<B, PeerTable>>::lower(&self.table, lowering)?;
+        Ok((ptr, len, table))
     }
 }
 

@@ -23,7 +23,7 @@ use crate::backend::{Backend, DeviceRegion};
 use crate::error::{Error, Result};
 use crate::ledger::Record;
 use crate::memory::{AsSymSlice, DeviceBuffer, SymSlice};
-use crate::table::{ObjectTag, PeerBaseProvider, PeerBases};
+use crate::table::{DeviceTable, ObjectTag, PeerBaseProvider, PeerBases};
 use crate::world::{Call, Registration, World};
 use std::marker::PhantomData;
 
@@ -464,11 +464,12 @@ impl<T, B: Backend> ExternalTable<T, B> {
     fn upload(mut held: Held<B>, local: u64, len: usize, entries: Vec<u64>) -> Result<Self> {
         let world = held.world.clone();
         let backend = world.backend();
-        let memory = backend.alloc_device(entries.len() * 8)?;
-        let device = memory.base();
+        let memory = backend.alloc_device(DeviceTable::bytes(entries.len()))?;
+        let words = DeviceTable::words(world.rank(), &entries);
+        // SAFETY: the allocation just made holds the header and one u64 per entry.
+        unsafe { backend.upload(memory.base(), bytemuck::cast_slice(&words))? };
+        let device = DeviceTable::entries_at(memory.base());
         held.memories.push(memory);
-        // SAFETY: the allocation just made holds one u64 per entry.
-        unsafe { backend.upload(device, bytemuck::cast_slice(&entries))? };
         let tag = ObjectTag::new(held.id, 0);
         Ok(Self {
             table: PeerBases::new(device, entries.into(), world.serial(), Some(tag)),

@@ -46,6 +46,40 @@ impl PartialEq for PeerBases {
 
 impl Eq for PeerBases {}
 
+/// How symmem lays a table out in device memory: a header of
+/// [`TABLE_HEADER_WORDS`](symmem_device::TABLE_HEADER_WORDS) words (the rank whose table
+/// it is, the world size), then the entries. Kernels get the address of the first entry
+/// (a plain `u64` array, as NVSHMEM's or torch's tables are), and read the header in
+/// front of it to check a rank ([`symmem_device::PeerTable::base`]).
+pub(crate) struct DeviceTable;
+
+impl DeviceTable {
+    /// Bytes of the device memory of a table of `world` entries, header included.
+    pub(crate) const fn bytes(world: usize) -> usize {
+        (symmem_device::TABLE_HEADER_WORDS + world) * 8
+    }
+
+    /// The words to upload at the start of that memory for rank `rank`'s table of
+    /// `entries`.
+    pub(crate) fn words(rank: usize, entries: &[u64]) -> Vec<u64> {
+        [rank as u64, entries.len() as u64]
+            .into_iter()
+            .chain(entries.iter().copied())
+            .collect()
+    }
+
+    /// The address kernels get, for a table whose memory starts at `memory`.
+    pub(crate) const fn entries_at(memory: u64) -> u64 {
+        memory + (symmem_device::TABLE_HEADER_WORDS * 8) as u64
+    }
+
+    /// Where the memory of the table whose entries are at `entries` starts (the inverse
+    /// of [`DeviceTable::entries_at`]).
+    pub(crate) const fn memory_of(entries: u64) -> u64 {
+        entries - (symmem_device::TABLE_HEADER_WORDS * 8) as u64
+    }
+}
+
 impl PeerBases {
     pub(crate) fn new(
         device: u64,

@@ -45,12 +45,32 @@ fn the_readme_shows_the_first_program_as_it_runs() {
     );
 }
 
+/// The README's kernel is the peer-put example's `add_to_peer`, word for word: CI builds
+/// the README's blocks as a user's crate (`.ci/user-crate`), launches the example's copy
+/// from safe code past its buffer's end, and runs its body under Miri.
+#[test]
+fn the_readme_kernel_is_the_one_ci_runs() {
+    let readme = read("README.md");
+    let example = read("examples/peer-put/kernels/src/lib.rs");
+    let kernel = |text: &str, from: &str| -> String {
+        let start = text.find(from).expect("the kernel's doc comment");
+        let end = start + text[start..].find("\n}\n").expect("the kernel's end") + 3;
+        text[start..end].to_owned()
+    };
+    let doc = "/// Adds `value` to elements `0..n` of rank `to`'s copy of `data`";
+    assert_eq!(
+        kernel(&readme, doc),
+        kernel(&example, doc),
+        "README.md's kernel differs from examples/peer-put/kernels' add_to_peer"
+    );
+}
+
 #[test]
 fn every_error_has_a_row_in_the_troubleshooting_table() {
     let table = read("docs/troubleshooting.md");
     for (file, name) in [
-        ("host/src/error.rs", "Error"),
-        ("device/build/src/lib.rs", "BuildError"),
+        ("host/src/error/mod.rs", "Error"),
+        ("device/build/src/error.rs", "BuildError"),
     ] {
         let names = variants(&read(file), name);
         assert!(names.len() > 5, "{name}: found only {names:?}");

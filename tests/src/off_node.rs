@@ -135,20 +135,24 @@ fn copies<B: Backend>(w: &World<B>) -> symmem::Result<()> {
     w.barrier()?;
     let (from, to) = ((me + 1) % n, (me + 2) % n);
     let slot = out.slice(me * len..(me + 1) * len)?;
-    w.kernels().launch(
-        symmem_kernels::symmem_rma_copy,
-        w.backend().grid_for_bytes(len),
-        (
-            &slot,
-            &src,
-            src.peer_bases(),
-            n as u32,
-            me as u32,
-            len as u64,
-            from as u32,
-            to as u32,
-        ),
-    )?;
+    // SAFETY: `slot` and `src` are views of agreed symmetric buffers of `len` bytes on
+    // every rank, `from` and `to` ranks of the world.
+    unsafe {
+        w.kernels().launch_unchecked(
+            symmem_kernels::symmem_rma_copy,
+            w.backend().grid_for_bytes(len),
+            (
+                &slot,
+                &src,
+                src.peer_bases(),
+                n as u32,
+                me as u32,
+                len as u64,
+                from as u32,
+                to as u32,
+            ),
+        )
+    }?;
     w.barrier()?;
     let got = w.read(&out)?;
     for r in 0..n {
@@ -295,7 +299,7 @@ fn examples<B: Backend>(w: &World<B>) -> symmem::Result<()> {
         module.launch(
             peer_put_kernels::ring_put,
             Grid::new(1, 1),
-            (&data, &mine, data.peer_bases(), me as u32, to as u32, 4u32),
+            (&data, &mine, to as u32),
         )?;
     }
     w.barrier()?;

@@ -67,24 +67,30 @@ impl<'w, B: Backend> DeviceWaits<'w, B> {
                     .signal_wait_until_from(&self.signal, 0, from, Cmp::Ge, 1)
             }
             ("signal-wait", None) => self.coll.signal_wait_until(&self.signal, 0, Cmp::Ge, 1),
-            ("user-kernel", _) => self.module.launch(
-                fused_ar_rmsnorm_f32,
-                GRID,
-                (
-                    &self.out,
-                    &self.residual,
-                    &self.src,
-                    &self.weight,
-                    self.src.world().heap_bases(),
-                    self.src.peer_bases(),
-                    size as u32,
-                    rank as u32,
-                    ROWS as u32,
-                    HIDDEN as u32,
-                    1e-6f32,
-                    &self.fused_signals,
-                ),
-            ),
+            // SAFETY: the fused kernel's contract: `src` is this rank's copy of a symmetric
+            // buffer of ROWS * HIDDEN with its table, `out` and `residual` hold as many,
+            // `weight` HIDDEN, the signal array is this grid's own and zeroed, and every
+            // rank launches the same grid and shape.
+            ("user-kernel", _) => unsafe {
+                self.module.launch_unchecked(
+                    fused_ar_rmsnorm_f32,
+                    GRID,
+                    (
+                        &self.out,
+                        &self.residual,
+                        &self.src,
+                        &self.weight,
+                        self.src.world().heap_bases(),
+                        self.src.peer_bases(),
+                        size as u32,
+                        rank as u32,
+                        ROWS as u32,
+                        HIDDEN as u32,
+                        1e-6f32,
+                        &self.fused_signals,
+                    ),
+                )
+            },
             _ => panic!("bad wait {wait}"),
         }
     }

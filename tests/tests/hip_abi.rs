@@ -153,7 +153,13 @@ fn sample(kernel: usize, param: usize, size: usize) -> Vec<u8> {
 /// packed segment size.
 fn check_kernel(target: &str, index: usize, declared: &Declaration, meta: &MetaKernel) -> usize {
     let name = declared.name;
-    let slots: &[Slot] = declared.slots;
+    // Every parameter's primitives, in order (a view's two or three among them).
+    let slots: Vec<Slot> = declared
+        .slots
+        .iter()
+        .flat_map(|p| p.iter().copied())
+        .collect();
+    let slots = &slots[..];
     let hidden: Vec<&str> = meta
         .args
         .iter()

@@ -15,9 +15,9 @@ use symmem::{CodeObjects, Error, Grid};
 use symmem_arch::host::HostThread;
 use symmem_device::{Kernel, Params, Slot};
 
-/// The slots of `kernel`'s parameters.
-fn slots_of<P: Params>(_: Kernel<P>) -> &'static [Slot] {
-    P::SLOTS
+/// The slots of `kernel`'s parameters' primitives, in order.
+fn slots_of<P: Params>(_: Kernel<P>) -> Vec<Slot> {
+    symmem_device::slots::<P>().collect()
 }
 
 #[test]
@@ -86,30 +86,32 @@ fn hip_arch_name_picks_code_object() {
 
 #[test]
 fn hip_pack_kernargs_natural_alignment() {
-    // symmem_put(dst, src, n: u64, bases: PeerTable, world, cur, to: u32).
+    // symmem_put(dst: SymViewMut<u8> (address, length, table), src: View<u8> (address,
+    // length), to: u32).
     let slots = slots_of(symmem_kernels::symmem_put);
-    let (fields, size) = kernarg_layout(slots);
+    let (fields, size) = kernarg_layout(&slots);
     assert_eq!(
         fields,
-        vec![(0, 8), (8, 8), (16, 8), (24, 8), (32, 4), (36, 4), (40, 4)]
+        vec![(0, 8), (8, 8), (16, 8), (24, 8), (32, 8), (40, 4)]
     );
     assert_eq!(size, 44);
     // Each value at its offset, whatever its type; padding before an 8-aligned
     // value after a 4-byte one is zero.
     type P = (u32, u64, f32, f64, i32, *const u8);
     let abi: <P as Params>::Abi = (
-        0x0101_0101,
-        0x0202_0202_0202_0202,
-        1.5,
-        -2.25,
-        -5,
-        std::ptr::without_provenance(0x0606_0606_0606_0606),
+        (0x0101_0101,),
+        (0x0202_0202_0202_0202,),
+        (1.5,),
+        (-2.25,),
+        (-5,),
+        (std::ptr::without_provenance(0x0606_0606_0606_0606),),
     );
     let mut args = Vec::new();
     P::visit(&abi, &mut |p| args.push(p));
+    let slots: Vec<Slot> = symmem_device::slots::<P>().collect();
     // SAFETY: `args` points into `abi`, one pointer per slot of `P`.
-    let bytes = unsafe { pack_kernargs(P::SLOTS, &args) };
-    let (fields, size) = kernarg_layout(P::SLOTS);
+    let bytes = unsafe { pack_kernargs(&slots, &args) };
+    let (fields, size) = kernarg_layout(&slots);
     assert_eq!(
         fields,
         vec![(0, 4), (8, 8), (16, 4), (24, 8), (32, 4), (40, 8)]

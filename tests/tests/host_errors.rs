@@ -1063,7 +1063,7 @@ fn foreign_handles(mine: &W, theirs: &W) -> symmem::Result<()> {
         kernels.launch(
             symmem_kernels::symmem_copy,
             Grid::new(1, 64),
-            (&dst, &foreign, 64u64),
+            (&dst, &foreign),
         ),
     );
     foreign_err(
@@ -1071,7 +1071,7 @@ fn foreign_handles(mine: &W, theirs: &W) -> symmem::Result<()> {
         kernels.launch(
             symmem_kernels::symmem_copy,
             Grid::new(1, 64),
-            (&foreign_sym, &own, 64u64),
+            (&foreign_sym, &own),
         ),
     );
     foreign_err(
@@ -1079,40 +1079,31 @@ fn foreign_handles(mine: &W, theirs: &W) -> symmem::Result<()> {
         kernels.launch(
             symmem_kernels::symmem_copy,
             Grid::new(1, 64),
-            (dst.as_slice().local(), foreign.as_slice(), 64u64),
+            (dst.as_slice().local(), foreign.as_slice()),
         ),
     );
     // A foreign peer table with this world's buffers.
+    let probed = mine.device_zeros::<u64>(3)?;
+    for (what, table) in [
+        ("a foreign table", foreign_sym.peer_bases()),
+        ("the other world's heap table", theirs.heap_bases()),
+    ] {
+        foreign_err(
+            what,
+            kernels.launch(
+                symmem_kernels::symmem_table_probe,
+                Grid::new(1, 1),
+                (table, rank as u32, &probed),
+            ),
+        );
+    }
+    // A symmetric view of the other world (its table comes with it).
     foreign_err(
-        "a foreign table",
+        "a foreign symmetric view",
         kernels.launch(
             symmem_kernels::symmem_put,
             Grid::new(1, 64),
-            (
-                &dst,
-                &own,
-                64u64,
-                foreign_sym.peer_bases(),
-                n as u32,
-                rank as u32,
-                ((rank + 1) % n) as u32,
-            ),
-        ),
-    );
-    foreign_err(
-        "the other world's heap table",
-        kernels.launch(
-            symmem_kernels::symmem_put,
-            Grid::new(1, 64),
-            (
-                &dst,
-                &own,
-                64u64,
-                theirs.heap_bases(),
-                n as u32,
-                rank as u32,
-                rank as u32,
-            ),
+            (&foreign_sym, &own, ((rank + 1) % n) as u32),
         ),
     );
     // The world's own operations refuse them too.
@@ -1137,15 +1128,7 @@ fn foreign_handles(mine: &W, theirs: &W) -> symmem::Result<()> {
     kernels.launch(
         symmem_kernels::symmem_put,
         Grid::new(1, 64),
-        (
-            &dst,
-            &own,
-            64u64,
-            dst.peer_bases(),
-            n as u32,
-            rank as u32,
-            ((rank + 1) % n) as u32,
-        ),
+        (&dst, &own, ((rank + 1) % n) as u32),
     )?;
     mine.barrier()?;
     assert_eq!(mine.read(&dst)?, vec![7; 64]);
@@ -1153,7 +1136,9 @@ fn foreign_handles(mine: &W, theirs: &W) -> symmem::Result<()> {
     theirs.barrier()
 }
 
-/// Launches `symmem_put` of `source` into rank `to`'s copy of `dst` through `table`.
+/// Launches `symmem_table_probe` with `table`, after which `symmem_put` of `source` into
+/// rank `to`'s copy of `dst` (whose own table the view carries): the probe is the launch
+/// that passes `table` as such, and is refused when it is.
 fn put_through(
     world: &W,
     dst: &SymSlice<'_, u8, Cpu>,
@@ -1161,18 +1146,24 @@ fn put_through(
     table: &PeerBases,
     to: usize,
 ) -> symmem::Result<()> {
+    let probed = world.device_zeros::<u64>(3)?;
+    world.kernels().launch(
+        symmem_kernels::symmem_table_probe,
+        Grid::new(1, 1),
+        (table, to as u32, &probed),
+    )?;
+    let [len, rank, entry] = world.read(&probed)?[..] else {
+        unreachable!("three words")
+    };
+    assert_eq!(
+        (len, rank),
+        (table.entries().len() as u64, world.rank() as u64)
+    );
+    assert_eq!(entry, table.entries()[to]);
     world.kernels().launch(
         symmem_kernels::symmem_put,
         Grid::new(1, 64),
-        (
-            dst,
-            source,
-            source.len() as u64,
-            table,
-            world.world_size() as u32,
-            world.rank() as u32,
-            to as u32,
-        ),
+        (dst, source, to as u32),
     )
 }
 
@@ -1263,15 +1254,7 @@ fn a_fresh_table_is_not_agreed_before_a_barrier() {
             world.kernels().launch(
                 symmem_kernels::symmem_put,
                 Grid::new(1, 64),
-                (
-                    &fresh,
-                    &source,
-                    128u64,
-                    fresh.peer_bases(),
-                    n as u32,
-                    rank as u32,
-                    to,
-                ),
+                (&fresh, &source, to),
             )
         };
         let r = put();
@@ -1288,7 +1271,7 @@ fn a_fresh_table_is_not_agreed_before_a_barrier() {
         world.kernels().launch(
             symmem_kernels::symmem_copy,
             Grid::new(1, 64),
-            (&other, &fresh, 128u64),
+            (&other, &fresh),
         )?;
         world.barrier()?;
         assert_eq!(
@@ -1352,18 +1335,14 @@ fn world_load_of_symmem_kernels_on_the_cpu() {
         assert_eq!(world.kernels().crate_name(), "symmem_kernels");
         let dst = world.zeros::<u8>(32)?;
         let src: DeviceBuffer<u8, Cpu> = world.device_from_slice(&[5u8; 32])?;
-        module.launch(
-            symmem_kernels::symmem_copy,
-            Grid::new(1, 8),
-            (&dst, &src, 32u64),
-        )?;
+        module.launch(symmem_kernels::symmem_copy, Grid::new(1, 8), (&dst, &src))?;
         assert_eq!(world.read(&dst)?, vec![5; 32]);
         // Loading twice is the same module.
         let again = world.load(&symmem::backend::code_objects::KERNELS)?;
         again.launch(
             symmem_kernels::symmem_copy,
             Grid::new(1, 8),
-            (&dst, &world.device_zeros::<u8>(32)?, 32u64),
+            (&dst, &world.device_zeros::<u8>(32)?),
         )?;
         assert_eq!(world.read(&dst)?, vec![0; 32]);
         world.barrier()
@@ -1382,14 +1361,7 @@ fn a_kernel_of_another_crate_is_wrong_module() {
         let src = world.device_from_slice(&vec![rank as u32 + 1; count])?;
         world.barrier()?;
         let to = (rank + 1) % n;
-        let args = (
-            &data,
-            &src,
-            data.peer_bases(),
-            rank as u32,
-            to as u32,
-            count as u32,
-        );
+        let args = (&data, &src, to as u32);
         let r = world
             .kernels()
             .launch(peer_put_kernels::ring_put, Grid::new(1, 4), args);
@@ -1414,11 +1386,7 @@ fn a_kernel_of_another_crate_is_wrong_module() {
             data.as_slice().local().as_bytes(),
             src.as_slice().as_bytes(),
         );
-        let r = theirs.launch(
-            symmem_kernels::symmem_copy,
-            Grid::new(1, 4),
-            (dst, from, 4u64),
-        );
+        let r = theirs.launch(symmem_kernels::symmem_copy, Grid::new(1, 4), (dst, from));
         assert!(
             matches!(
                 r,

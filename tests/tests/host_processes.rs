@@ -112,15 +112,7 @@ fn child_puts(world: &W) -> symmem::Result<()> {
         world.kernels().launch(
             symmem_kernels::symmem_put,
             world.backend().grid_for_bytes(512),
-            (
-                &dst,
-                &source,
-                512u64,
-                rendezvous.table(),
-                n as u32,
-                me as u32,
-                to as u32,
-            ),
+            (&dst, &source, to as u32),
         )?;
     }
     world.barrier()?;

@@ -15,8 +15,9 @@ pub struct Declaration {
     pub crate_name: &'static str,
     /// The exported name.
     pub name: &'static str,
-    /// Its parameters' slots, in order.
-    pub slots: &'static [Slot],
+    /// Each parameter's slots, in order (one for most, more for a view:
+    /// [`crate::AbiTuple`]).
+    pub slots: &'static [&'static [Slot]],
 }
 
 /// Keeps the section in every program that links this crate, even one that declares no

@@ -12,7 +12,7 @@
 //! table of them, [`ReductionKernels`].
 
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
-use symmem_device::Kernel;
+use symmem_device::UnsafeKernel;
 use symmem_device::{Arch, PeerTable, kernel, paste_idents};
 use symmem_rma::collectives::{self, ReduceOp};
 use symmem_rma::lamport;
@@ -335,25 +335,25 @@ macro_rules! table {
 
         #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
         impl ReductionKernels for $t {
-            fn all_reduce_one_shot(op: ReduceOp) -> Kernel<ReductionParams<Self>> {
+            fn all_reduce_one_shot(op: ReduceOp) -> UnsafeKernel<ReductionParams<Self>> {
                 by_op!(op, symmem_all_reduce_one_shot, $suffix)
             }
-            fn all_reduce_two_shot(op: ReduceOp) -> Kernel<ReductionParams<Self>> {
+            fn all_reduce_two_shot(op: ReduceOp) -> UnsafeKernel<ReductionParams<Self>> {
                 by_op!(op, symmem_all_reduce_two_shot, $suffix)
             }
-            fn reduce_scatter(op: ReduceOp) -> Kernel<ReductionParams<Self>> {
+            fn reduce_scatter(op: ReduceOp) -> UnsafeKernel<ReductionParams<Self>> {
                 by_op!(op, symmem_reduce_scatter, $suffix)
             }
-            fn all_reduce_gathered(op: ReduceOp) -> Kernel<GatheredParams<Self>> {
+            fn all_reduce_gathered(op: ReduceOp) -> UnsafeKernel<GatheredParams<Self>> {
                 by_op!(op, symmem_all_reduce_gathered, $suffix)
             }
-            fn all_reduce_tables(op: ReduceOp) -> Kernel<TablesParams<Self>> {
+            fn all_reduce_tables(op: ReduceOp) -> UnsafeKernel<TablesParams<Self>> {
                 by_op!(op, symmem_all_reduce_tables, $suffix)
             }
-            fn all_reduce_staged(op: ReduceOp) -> Kernel<StagedParams<Self>> {
+            fn all_reduce_staged(op: ReduceOp) -> UnsafeKernel<StagedParams<Self>> {
                 by_op!(op, symmem_all_reduce_staged, $suffix)
             }
-            fn all_reduce_lamport(op: ReduceOp) -> Option<Kernel<LamportParams<Self>>> {
+            fn all_reduce_lamport(op: ReduceOp) -> Option<UnsafeKernel<LamportParams<Self>>> {
                 match op {
                     ReduceOp::Sum => lamport_sum!($suffix, $($lamport)?),
                     ReduceOp::Min | ReduceOp::Max => None,
@@ -472,20 +472,20 @@ pub type LamportParams<T> = (*mut T, *const T, PeerTable, u32, u32, u64, *mut u8
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
 pub trait ReductionKernels: Sized + 'static + sealed::Sealed {
     /// The one-shot all-reduce kernel for `op`.
-    fn all_reduce_one_shot(op: ReduceOp) -> Kernel<ReductionParams<Self>>;
+    fn all_reduce_one_shot(op: ReduceOp) -> UnsafeKernel<ReductionParams<Self>>;
     /// The two-shot all-reduce kernel for `op`.
-    fn all_reduce_two_shot(op: ReduceOp) -> Kernel<ReductionParams<Self>>;
+    fn all_reduce_two_shot(op: ReduceOp) -> UnsafeKernel<ReductionParams<Self>>;
     /// The reduce-scatter kernel for `op`.
-    fn reduce_scatter(op: ReduceOp) -> Kernel<ReductionParams<Self>>;
+    fn reduce_scatter(op: ReduceOp) -> UnsafeKernel<ReductionParams<Self>>;
     /// The all-reduce kernel across nodes for `op`.
-    fn all_reduce_gathered(op: ReduceOp) -> Kernel<GatheredParams<Self>>;
+    fn all_reduce_gathered(op: ReduceOp) -> UnsafeKernel<GatheredParams<Self>>;
     /// The two-shot all-reduce kernel of registered memory for `op`.
-    fn all_reduce_tables(op: ReduceOp) -> Kernel<TablesParams<Self>>;
+    fn all_reduce_tables(op: ReduceOp) -> UnsafeKernel<TablesParams<Self>>;
     /// The two-shot all-reduce kernel through symmetric scratch for `op`.
-    fn all_reduce_staged(op: ReduceOp) -> Kernel<StagedParams<Self>>;
+    fn all_reduce_staged(op: ReduceOp) -> UnsafeKernel<StagedParams<Self>>;
     /// The barrier-free all-reduce kernel for `op`, if there is one (sums of the types
     /// listed with `lamport`).
-    fn all_reduce_lamport(op: ReduceOp) -> Option<Kernel<LamportParams<Self>>>;
+    fn all_reduce_lamport(op: ReduceOp) -> Option<UnsafeKernel<LamportParams<Self>>>;
 }
 
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]

@@ -4,10 +4,10 @@
 //! user's launch takes.
 //!
 //! * [`symmem_put`], [`symmem_get`], [`symmem_copy`]: translated put and get, and the
-//!   direct copy they are measured against, over the grid-level bodies [`put`], [`get`]
-//!   and [`copy`] below. Every body is a grid-stride loop, so it is correct for any
-//!   launch geometry; the fast geometry on a GPU is about one 16-byte vector per thread,
-//!   where the loop runs once.
+//!   direct copy they are measured against: safe kernels over views
+//!   ([`ViewMut::copy_from`](symmem_device::ViewMut::copy_from), a grid-stride loop,
+//!   correct for any launch geometry; the fast geometry on a GPU is about one 16-byte
+//!   vector per thread, where the loop runs once).
 //! * `rma`: device RMA entry points (put, get, put with signal, the cross-rank barrier,
 //!   atomics under contention, a signal wait, the put-until-delivered loop of the engine
 //!   benchmark) over `symmem-rma`, and the off-node engine's atomic
@@ -19,6 +19,20 @@
 //! The `symmem-rma` entry points take their arguments in one order: buffers, the
 //! peer-base table, `world`, `rank`, counts, the signal array, then extra ranks or
 //! values.
+//!
+//! # Which kernels are safe
+//!
+//! A kernel is a safe `fn` where its parameters keep it safe (views that carry their
+//! length and table, checked peer access); the rest are `unsafe fn`s with a `# Safety`
+//! section, launched only through `Module::launch_unchecked` by the host call that checks
+//! that section:
+//!
+//! | kernels | form | why |
+//! | --- | --- | --- |
+//! | `symmem_put`, `symmem_get`, `symmem_copy`, `symmem_table_probe`, `symmem_empty` | safe | views and a table bound every access; a rank out of range or off the node reaches nothing |
+//! | the collectives: `symmem_barrier_all`, `symmem_all_gather`, `symmem_all_to_all`, `symmem_broadcast`, every reduction (`symmem_all_reduce_*`, `symmem_reduce_scatter_*`), `symmem_lamport_reset` | `unsafe` | their contract spans ranks (every rank launches the same call with the same counts and grid, the signal array or workspace is one handle's alone, the staged or exchanged buffers are the call's), which no parameter type states; `Collectives` checks each call's counts against its views, agrees it across ranks, then launches |
+//! | the RMA entry points (`symmem_rma_*`), `symmem_engine_atomic` | `unsafe` | raw pointers and ranks of a team whose off-node peers the engine reaches; `World::put`/`get`, `Collectives` and the engine check ranges and ranks before they launch |
+//! | the probes (`symmem_probe_*`) | `unsafe` | codegen exhibits only; no host code launches them |
 #![no_std]
 #![cfg_attr(
     any(target_arch = "amdgpu", target_arch = "nvptx64"),
@@ -33,181 +47,49 @@ pub use collectives::*;
 pub use probes::*;
 pub use rma::*;
 
-use symmem_device::{PeerTable, kernel};
+use symmem_device::{PeerTable, SymView, SymViewMut, View, ViewMut, kernel};
 
 use symmem_arch::Arch;
-use symmem_translate::{PeerBases, U32x4};
 
-/// Bytes one thread moves per loop iteration on the vector path.
-pub const VECTOR_BYTES: usize = core::mem::size_of::<U32x4>();
-
-/// Copies `n` bytes from `src` to `dst`, the whole grid cooperating.
-///
-/// When both pointers are 16-byte aligned the bulk moves as [`U32x4`] (one vector load
-/// and store per element) and the last `n % 16` bytes move one byte per thread; otherwise
-/// every byte moves on its own.
-///
-/// # Safety
-/// `src..src+n` must be readable and `dst..dst+n` writable by every thread of the
-/// launch, the ranges must not overlap, and nothing else may write `dst..dst+n` during
-/// the launch.
-#[inline(always)]
-pub unsafe fn copy<A: Arch>(arch: &A, dst: *mut u8, src: *const u8, n: usize) {
-    let aligned = (dst.addr() | src.addr()).is_multiple_of(VECTOR_BYTES);
-    // SAFETY: forwarded from the caller; `aligned` was computed from these pointers.
-    unsafe { copy_with(arch, dst, src, n, aligned) }
-}
-
-/// [`copy`] with the vector-path decision made by the caller.
-///
-/// # Safety
-/// As [`copy`]; `aligned` may be true only if both `dst` and `src` are 16-byte aligned.
-#[inline(always)]
-unsafe fn copy_with<A: Arch>(arch: &A, dst: *mut u8, src: *const u8, n: usize, aligned: bool) {
-    let stride = arch.global_threads();
-    let mut i = arch.global_id();
-    if aligned {
-        let vectors = n / VECTOR_BYTES;
-        let (vdst, vsrc) = (dst.cast::<U32x4>(), src.cast::<U32x4>());
-        while i < vectors {
-            // SAFETY: i < n / 16 keeps both 16-byte accesses in range; both aligned.
-            unsafe { vdst.add(i).write(vsrc.add(i).read()) };
-            i += stride;
-        }
-        let done = vectors * VECTOR_BYTES;
-        let mut tail = arch.global_id();
-        while tail < n - done {
-            // SAFETY: done + tail < n.
-            unsafe { dst.add(done + tail).write(src.add(done + tail).read()) };
-            tail += stride;
-        }
-    } else {
-        while i < n {
-            // SAFETY: i < n.
-            unsafe { dst.add(i).write(src.add(i).read()) };
-            i += stride;
-        }
-    }
-}
-
-/// Put: copies `n` bytes from the local `src` into rank `to`'s copy of the symmetric
-/// buffer whose local address is `dst`.
-///
-/// # Safety
-/// `bases`' entries are congruent modulo 16 (every provider guarantees it);
-/// `cur` and `to` are ranks of `bases`; `dst..dst+n` lies in a symmetric allocation whose
-/// peer-base table is `bases` (so `bases[cur] <= dst`), rank `to`'s copy is mapped; plus
-/// the requirements of [`copy`] on the translated destination.
-#[inline(always)]
-pub unsafe fn put<A: Arch>(
-    arch: &A,
-    dst: *mut u8,
-    src: *const u8,
-    n: usize,
-    bases: PeerBases<'_>,
-    cur: usize,
-    to: usize,
-) {
-    // The vector path is chosen from the local pointers, before the table is read, so
-    // the first source loads do not wait for the table loads. Valid because peer-base
-    // entries are congruent modulo 16 (the provider contract, see `PeerBases`): the
-    // translated destination has the local one's alignment.
-    let aligned = (dst.addr() | src.addr()).is_multiple_of(VECTOR_BYTES);
-    // SAFETY: forwarded from the caller; alignment carries over through translation.
-    unsafe { copy_with(arch, bases.remote_unchecked(dst, cur, to), src, n, aligned) }
-}
-
-/// Get: copies `n` bytes from rank `from`'s copy of the symmetric buffer whose local
-/// address is `src` into the local `dst`.
-///
-/// # Safety
-/// As [`put`], with the roles of source and destination swapped.
-#[inline(always)]
-pub unsafe fn get<A: Arch>(
-    arch: &A,
-    dst: *mut u8,
-    src: *const u8,
-    n: usize,
-    bases: PeerBases<'_>,
-    cur: usize,
-    from: usize,
-) {
-    // SAFETY: forwarded from the caller.
-    unsafe {
-        copy(
-            arch,
-            dst,
-            bases.remote_unchecked(src.cast_mut(), cur, from),
-            n,
-        )
-    }
-}
-
-/// Translated put: `n` bytes from local `src` into rank `to`'s copy of the symmetric
-/// buffer at local address `dst`, whose peer-base table is `bases` (`world` entries).
-///
-/// # Safety
-/// See [`put`].
+/// Translated put: `src` (this rank's bytes) into rank `to`'s copy of `dst`, as many
+/// bytes as both views hold; nothing for a rank `to` out of range or on another node
+/// (its entry is 0). Safe: the views carry their lengths and `dst` its own table.
 #[kernel]
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn symmem_put(
-    arch: &impl Arch,
-    dst: *mut u8,
-    src: *const u8,
-    n: u64,
-    bases: PeerTable,
-    world: u32,
-    cur: u32,
-    to: u32,
-) {
-    // SAFETY: forwarded from the host launch, which checked ranks and ranges.
-    unsafe {
-        let bases = bases.bases(world as usize);
-        put(arch, dst, src, n as usize, bases, cur as usize, to as usize)
+pub fn symmem_put(arch: &impl Arch, dst: SymViewMut<u8>, src: View<u8>, to: u32) {
+    if let Some(remote) = dst.peer(to as usize) {
+        remote.copy_from(arch, src);
     }
 }
 
-/// Translated get: `n` bytes from rank `from`'s copy of the symmetric buffer at local
-/// address `src` into local `dst`.
-///
-/// # Safety
-/// See [`get`].
+/// Translated get: rank `from`'s copy of `src` into `dst` (this rank's bytes), as many
+/// bytes as both views hold; nothing for a rank out of range or on another node. Safe,
+/// as [`symmem_put`].
 #[kernel]
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn symmem_get(
-    arch: &impl Arch,
-    dst: *mut u8,
-    src: *const u8,
-    n: u64,
-    bases: PeerTable,
-    world: u32,
-    cur: u32,
-    from: u32,
-) {
-    // SAFETY: forwarded from the host launch, which checked ranks and ranges.
-    unsafe {
-        let bases = bases.bases(world as usize);
-        get(
-            arch,
-            dst,
-            src,
-            n as usize,
-            bases,
-            cur as usize,
-            from as usize,
-        )
+pub fn symmem_get(arch: &impl Arch, dst: ViewMut<u8>, src: SymView<u8>, from: u32) {
+    if let Some(remote) = src.peer(from as usize) {
+        dst.copy_from(arch, remote);
     }
 }
 
-/// Direct copy with no translation: the baseline the translated kernels are measured
-/// against.
-///
-/// # Safety
-/// See [`copy`].
+/// What a peer table says in the kernel: `out[0]` its length, `out[1]` its rank, `out[2]`
+/// entry `at` ([`PeerTable::base`]: 0 for a rank out of range or a peer on another
+/// node). Safe: the table's header bounds every read. For the host's tests of table
+/// arguments (a foreign, dropped or unagreed table is refused before launch) and layout.
 #[kernel]
-pub unsafe fn symmem_copy(arch: &impl Arch, dst: *mut u8, src: *const u8, n: u64) {
-    // SAFETY: forwarded from the host launch.
-    unsafe { copy(arch, dst, src, n as usize) }
+pub fn symmem_table_probe(arch: &impl Arch, table: PeerTable, at: u32, out: ViewMut<u64>) {
+    if arch.global_id() == 0 {
+        out.set(0, table.len() as u64);
+        out.set(1, table.rank() as u64);
+        out.set(2, table.base(at as usize).unwrap_or(0));
+    }
+}
+
+/// Direct copy with no translation, the baseline the translated kernels are measured
+/// against: `src` into `dst`, as many bytes as both hold. Safe: the views carry their
+/// lengths.
+#[kernel]
+pub fn symmem_copy(arch: &impl Arch, dst: ViewMut<u8>, src: View<u8>) {
+    dst.copy_from(arch, src);
 }
 
 #[cfg(test)]
@@ -225,7 +107,9 @@ mod declarations {
             .iter()
             .find(|d| d.name == "symmem_put")
             .expect("symmem_put");
-        assert_eq!(put.slots.len(), 7);
+        // A symmetric view (address, length, table), a view (address, length), a rank.
+        let primitives: Vec<usize> = put.slots.iter().map(|p| p.len()).collect();
+        assert_eq!(primitives, [3, 2, 1]);
         let mut names: Vec<_> = ours.iter().map(|d| d.name).collect();
         names.sort_unstable();
         let count = names.len();

@@ -1,4 +1,6 @@
-//! The put/get/copy bodies run on CPU threads over buffers standing in for peers.
+//! The put/get/copy kernels' bodies run on CPU threads over buffers standing in for
+//! peers, as the CPU backend runs them (`Kernel::run_on_host`), with their arguments
+//! lowered by hand as the host lowers a symmetric buffer, a plain one and a table.
 //!
 //! The peers' copies are regions of one allocation at uneven offsets (so translated
 //! pointers stay inside an allocation their provenance covers, which Miri checks), each
@@ -6,7 +8,6 @@
 
 use std::sync::Barrier;
 use symmem_arch::host::{BlockBarrier, HostThread};
-use symmem_translate::PeerBases;
 
 struct StdBarrier(Barrier);
 impl BlockBarrier for StdBarrier {
@@ -34,19 +35,34 @@ fn launch(blocks: u32, threads: u32, body: impl Fn(&HostThread<'_>) + Sync) {
     });
 }
 
-/// A pointer handed to every thread of a launch, as a kernel argument is.
+/// Lowered arguments handed to every thread of a launch, as a kernel's are.
 #[derive(Clone, Copy)]
-struct Arg(*mut u8);
+struct Args<A>(A);
 // SAFETY: the kernels partition the memory between threads; the test joins them all.
-unsafe impl Sync for Arg {}
+unsafe impl<A> Sync for Args<A> {}
 // SAFETY: as above.
-unsafe impl Send for Arg {}
+unsafe impl<A> Send for Args<A> {}
 
-impl Arg {
-    /// The pointer (a method, so closures capture the whole `Sync` wrapper).
-    fn ptr(self) -> *mut u8 {
+impl<A: Copy> Args<A> {
+    /// The arguments (a method, so closures capture the whole `Sync` wrapper).
+    fn get(self) -> A {
         self.0
     }
+}
+
+/// Rank `rank`'s device table of `bases`, laid out as symmem uploads one: the rank and
+/// the world size, then the entries (`symmem_device::TABLE_HEADER_WORDS`).
+fn table(rank: usize, bases: &[u64]) -> Vec<u64> {
+    assert_eq!(symmem_device::TABLE_HEADER_WORDS, 2);
+    [rank as u64, bases.len() as u64]
+        .into_iter()
+        .chain(bases.iter().copied())
+        .collect()
+}
+
+/// The kernels' argument for a table: its first entry.
+fn entries(table: &[u64]) -> *const u64 {
+    table[2..].as_ptr()
 }
 
 fn pattern(rank: usize, i: usize) -> u8 {
@@ -69,15 +85,22 @@ fn put_get_round(n: usize, len: usize, blocks: u32, threads: u32) {
         .iter()
         .map(|&s| base.wrapping_add(s).addr() as u64)
         .collect();
+    let tables: Vec<Vec<u64>> = (0..n).map(|rank| table(rank, &bases)).collect();
     for rank in 0..n {
-        let table = PeerBases::new(&bases);
         let src = sources[rank].as_mut_ptr();
+        // This rank's slot `rank` of the buffer, as a symmetric view; the source.
+        let dst = (base.wrapping_add(starts[rank] + rank * len), len as u64);
         for to in 0..n {
-            let (dst, src) = (Arg(base.wrapping_add(starts[rank] + rank * len)), Arg(src));
+            let args = Args((
+                (dst.0, dst.1, entries(&tables[rank])),
+                (src.cast_const(), len as u64),
+                (to as u32,),
+            ));
             launch(blocks, threads, |arch| {
-                // SAFETY: dst..dst+len lies in rank `rank`'s buffer, translated into
-                // rank `to`'s buffer inside `region`; src is this rank's source.
-                unsafe { symmem_kernels::put(arch, dst.ptr(), src.ptr(), len, table, rank, to) }
+                // SAFETY: the lowered arguments of a symmetric view inside rank `rank`'s
+                // buffer (whose table is `tables[rank]`, every copy inside `region`), a
+                // view of this rank's source, and a rank.
+                unsafe { symmem_kernels::symmem_put.run_on_host(arch, args.get()) }
             });
         }
     }
@@ -89,13 +112,19 @@ fn put_get_round(n: usize, len: usize, blocks: u32, threads: u32) {
         }
     }
     for (rank, out) in gathered.iter_mut().enumerate() {
-        let table = PeerBases::new(&bases);
         for from in 0..n {
-            let src = Arg(base.wrapping_add(starts[rank] + from * len));
-            let dst = Arg(out.as_mut_ptr().wrapping_add(from * len));
+            let src = (
+                base.wrapping_add(starts[rank] + from * len).cast_const(),
+                len as u64,
+            );
+            let args = Args((
+                (out.as_mut_ptr().wrapping_add(from * len), len as u64),
+                (src.0, src.1, entries(&tables[rank])),
+                (from as u32,),
+            ));
             launch(blocks, threads, |arch| {
                 // SAFETY: as above, with rank `from`'s copy as the source.
-                unsafe { symmem_kernels::get(arch, dst.ptr(), src.ptr(), len, table, rank, from) }
+                unsafe { symmem_kernels::symmem_get.run_on_host(arch, args.get()) }
             });
         }
         for from in 0..n {
@@ -106,6 +135,29 @@ fn put_get_round(n: usize, len: usize, blocks: u32, threads: u32) {
             );
         }
     }
+}
+
+/// A rank outside the table, and a peer whose entry is 0 (another node), get nothing:
+/// the put writes no byte anywhere.
+#[test]
+fn put_to_a_rank_it_cannot_reach_writes_nothing() {
+    let mut region = vec![0u8; 256];
+    let base = region.as_mut_ptr();
+    let bases = [base.addr() as u64, 0];
+    let tables = table(0, &bases);
+    let source = [7u8; 64];
+    for to in [1u32, 2, 9, u32::MAX] {
+        let args = Args((
+            (base, 64u64, entries(&tables)),
+            (source.as_ptr(), 64u64),
+            (to,),
+        ));
+        launch(1, 2, |arch| {
+            // SAFETY: a symmetric view of 64 bytes of `region` with its table, a source.
+            unsafe { symmem_kernels::symmem_put.run_on_host(arch, args.get()) }
+        });
+    }
+    assert!(region.iter().all(|&b| b == 0));
 }
 
 #[test]
@@ -130,15 +182,18 @@ fn put_and_get_large_and_odd_sizes() {
 }
 
 #[test]
-fn copy_handles_unaligned_pointers() {
+fn copy_handles_unaligned_views_and_stops_at_the_shorter() {
     let src: Vec<u8> = (0..301).map(|i| (i * 3) as u8).collect();
     let mut dst = vec![0u8; 310];
-    let d = Arg(dst.as_mut_ptr().wrapping_add(5));
-    let s = Arg(src.as_ptr().wrapping_add(1).cast_mut());
+    // 300 bytes of destination, 301 of source (one past what fits): 300 move.
+    let args = Args((
+        (dst.as_mut_ptr().wrapping_add(5), 300u64),
+        (src.as_ptr().wrapping_add(0), 301u64),
+    ));
     launch(1, 4, |arch| {
-        // SAFETY: 300 bytes fit after both offsets; the ranges do not overlap.
-        unsafe { symmem_kernels::copy(arch, d.ptr(), s.ptr(), 300) }
+        // SAFETY: 300 bytes fit after the destination's offset, 301 in the source.
+        unsafe { symmem_kernels::symmem_copy.run_on_host(arch, args.get()) }
     });
-    assert_eq!(&dst[5..305], &src[1..301]);
+    assert_eq!(&dst[5..305], &src[..300]);
     assert!(dst[..5].iter().chain(&dst[305..]).all(|&b| b == 0));
 }

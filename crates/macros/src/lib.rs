@@ -13,14 +13,21 @@ use syn::{Error, FnArg, GenericParam, ItemFn, Pat, Type, parse_macro_input};
 
 /// Declares a kernel. The function's first parameter is the arch handle (`&A` for a
 /// generic `A: Arch`, or `&impl Arch`); every other parameter's type implements
-/// `symmem_device::Param` (integers, floats, `*mut T`, `*const T`, `PeerTable`).
+/// `symmem_device::Param` (integers, floats, `*mut T`, `*const T`, `PeerTable`, and the
+/// views `View<T>`, `ViewMut<T>`, `SymView<T>`, `SymViewMut<T>`, which it knows by those
+/// names: each crosses the ABI as two or three primitives).
 ///
 /// On `amdgpu` and `nvptx64` it expands to the exported
 /// `#[unsafe(no_mangle)] pub unsafe extern "gpu-kernel" fn NAME(..)` (each parameter as
-/// its one primitive), calling the body with the target's arch handle. On every other
-/// target it expands to `pub const NAME: symmem_device::Kernel<(T1, T2, ..)>`: the
-/// kernel's name and crate for the GPU backends, and the same body for CPU threads,
-/// which a host launch checks its arguments against.
+/// its primitives), calling the body with the target's arch handle. On every other
+/// target it expands to `pub const NAME`: the kernel's name and crate for the GPU
+/// backends, and the same body for CPU threads, which a host launch checks its arguments
+/// against. A safe `fn` becomes a `symmem_device::Kernel<(T1, T2, ..)>`, which
+/// `symmem::Module::launch` takes from safe code: its parameters' types are its whole
+/// contract. An `unsafe fn` (its `# Safety` section a contract the types do not keep)
+/// becomes a `symmem_device::UnsafeKernel<..>`, which only the `unsafe`
+/// `Module::launch_unchecked` takes: the macro never discharges a contract it cannot
+/// check.
 #[proc_macro_attribute]
 pub fn kernel(attr: TokenStream, item: TokenStream) -> TokenStream {
     if !attr.is_empty() {
@@ -79,6 +86,10 @@ fn expand(function: ItemFn) -> syn::Result<TokenStream2> {
     }
     let mut names = Vec::new();
     let mut types = Vec::new();
+    // The entry point's parameters (each kernel parameter's primitives) and, per kernel
+    // parameter, the tuple of them that `Param::from_abi` takes.
+    let mut entry_params = Vec::new();
+    let mut entry_tuples = Vec::new();
     for (i, input) in inputs.enumerate() {
         let FnArg::Typed(typed) = input else {
             return Err(Error::new(input.span(), "a kernel takes no `self`"));
@@ -89,8 +100,19 @@ fn expand(function: ItemFn) -> syn::Result<TokenStream2> {
                 "kernel parameters are plain names",
             ));
         }
+        let ty = (*typed.ty).clone();
+        let parts: Vec<Ident> = (0..primitives(&ty))
+            .map(|j| format_ident!("__symmem_arg{}_{}", i, j))
+            .collect();
+        for (j, part) in parts.iter().enumerate() {
+            let j = syn::Index::from(j);
+            entry_params.push(quote! {
+                #part: <<#ty as ::symmem_device::Param>::Abi as ::symmem_device::AbiPart<#j>>::Part
+            });
+        }
+        entry_tuples.push(quote!((#(#parts,)*)));
         names.push(format_ident!("__symmem_arg{}", i));
-        types.push((*typed.ty).clone());
+        types.push(ty);
     }
     let name = &sig.ident;
     let name_text = name.to_string();
@@ -102,6 +124,47 @@ fn expand(function: ItemFn) -> syn::Result<TokenStream2> {
     body.vis = syn::Visibility::Inherited;
     body.attrs.retain(|a| !a.path().is_ident("doc"));
     let gpu = quote!(any(target_arch = "amdgpu", target_arch = "nvptx64"));
+    // The arguments rebuilt from the ABI: what a launch lowered from `symmem::KernelArg`s
+    // of these very parameter types, whose contract is what `from_abi` asks.
+    let rebuilt = quote! {
+        #(
+            // SAFETY: the host lowered this argument from a `symmem::KernelArg` of the
+            // parameter's type (its contract is `from_abi`'s), passed here unchanged.
+            let #names = unsafe { <#types as ::symmem_device::Param>::from_abi(#entry_tuples) };
+        )*
+    };
+    let host_rebuilt = quote! {
+        #(
+            // SAFETY: as on a GPU: the launch lowered it from a `symmem::KernelArg` of the
+            // parameter's type.
+            let #names = unsafe { <#types as ::symmem_device::Param>::from_abi(#names) };
+        )*
+    };
+    // A safe `fn` is called as one: its parameters' types are its contract. An `unsafe
+    // fn` is only ever launched by `Module::launch_unchecked`, whose caller states that
+    // the arguments meet its `# Safety` section: that statement, not the macro, makes the
+    // call sound.
+    let (call, host_call, handle) = if sig.unsafety.is_some() {
+        (
+            quote! {
+                // SAFETY: launched through `symmem::Module::launch_unchecked` (the only
+                // launch of an `UnsafeKernel`), whose caller stated that these arguments
+                // meet the kernel's `# Safety` section.
+                unsafe { #body_name(&::symmem_device::Gpu, #(#names),*) }
+            },
+            quote! {
+                // SAFETY: as on a GPU: launched through `Module::launch_unchecked`.
+                unsafe { #body_name(arch, #(#names),*) }
+            },
+            quote!(::symmem_device::UnsafeKernel),
+        )
+    } else {
+        (
+            quote!(#body_name(&::symmem_device::Gpu, #(#names),*)),
+            quote!(#body_name(arch, #(#names),*)),
+            quote!(::symmem_device::Kernel),
+        )
+    };
     Ok(quote! {
         #[doc(hidden)]
         #[inline(always)]
@@ -112,35 +175,26 @@ fn expand(function: ItemFn) -> syn::Result<TokenStream2> {
         #(#attrs)*
         #[unsafe(no_mangle)]
         #[allow(clippy::too_many_arguments)]
-        pub unsafe extern "gpu-kernel" fn #name(
-            #(#names: <#types as ::symmem_device::Param>::Abi),*
-        ) {
-            #[allow(unused_unsafe)]
-            // SAFETY: the host launch checked every argument against this signature.
-            unsafe {
-                #body_name(
-                    &::symmem_device::Gpu,
-                    #(<#types as ::symmem_device::Param>::from_abi(#names)),*
-                )
-            }
+        pub unsafe extern "gpu-kernel" fn #name(#(#entry_params),*) {
+            #rebuilt
+            #call
         }
 
         #[cfg(not(#gpu))]
         #(#attrs)*
         #[allow(non_upper_case_globals)]
-        #vis const #name: ::symmem_device::Kernel<(#(#types,)*)> = {
+        #vis const #name: #handle<(#(#types,)*)> = {
             fn host(
                 arch: &::symmem_device::arch::host::HostThread<'_>,
                 (#(#names,)*): <(#(#types,)*) as ::symmem_device::Params>::Abi,
             ) {
-                #[allow(unused_unsafe)]
-                // SAFETY: the host launch checked every argument against this signature.
-                unsafe {
-                    #body_name(arch, #(<#types as ::symmem_device::Param>::from_abi(#names)),*)
-                }
+                #host_rebuilt
+                #host_call
             }
-            // SAFETY: `host` runs the body of the entry point exported as `#name`.
-            unsafe { ::symmem_device::Kernel::new(env!("CARGO_CRATE_NAME"), #name_text, host) }
+            // SAFETY: `host` runs the body of the entry point exported as `#name`, with
+            // the same parameters; a safe `fn`'s body is sound for any arguments of its
+            // types, an `unsafe fn`'s is launched only as `UnsafeKernel`s are.
+            unsafe { #handle::new(env!("CARGO_CRATE_NAME"), #name_text, host) }
         };
 
         #[cfg(all(target_os = "linux", not(#gpu)))]
@@ -154,6 +208,26 @@ fn expand(function: ItemFn) -> syn::Result<TokenStream2> {
             };
         };
     })
+}
+
+/// How many ABI primitives a parameter of type `ty` crosses as: two for `View<T>` and
+/// `ViewMut<T>` (address, length), three for `SymView<T>` and `SymViewMut<T>` (and the
+/// peer table), one for every other type. Known by the type's name, the last segment of
+/// its path: a proc macro sees no types. A wrong count (a view behind an alias) is a
+/// compile error in the expansion (`AbiPart` has no such part), never a wrong launch.
+fn primitives(ty: &Type) -> usize {
+    let Type::Path(path) = ty else { return 1 };
+    match path
+        .path
+        .segments
+        .last()
+        .map(|s| s.ident.to_string())
+        .as_deref()
+    {
+        Some("View" | "ViewMut") => 2,
+        Some("SymView" | "SymViewMut") => 3,
+        _ => 1,
+    }
 }
 
 /// Expands to its input with every `[< a b .. >]` replaced by one identifier, the

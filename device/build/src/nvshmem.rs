@@ -10,7 +10,10 @@
 //!
 //! [`KernelCrate::nvshmem`]: crate::KernelCrate::nvshmem
 
-use crate::{BuildError, Toolchain, cargo_line, fnv1a, rename, temp_name};
+use crate::BuildError;
+use crate::files::{fnv1a, rename, temp_name};
+use crate::process::cargo_line;
+use crate::toolchain::Toolchain;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

@@ -11,7 +11,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::{BuildError, run};
+use crate::BuildError;
+use crate::process::run;
 
 /// The nightly device code is built with, whatever toolchain builds the host code: the
 /// one place that names it (symmem's own `rust-toolchain.toml` and `.ci/setup` are

@@ -14,7 +14,7 @@ use fused_allreduce_rmsnorm::{KERNELS, kernels};
 use std::process::ExitCode;
 use symmem::backend::{Backend, cpu::Cpu, cuda::Cuda};
 use symmem::collectives::{bf16, signal_words};
-use symmem::{Config, Grid, Kernel, PeerTable, World};
+use symmem::{Config, Grid, PeerTable, UnsafeKernel, World};
 
 /// Why a rank failed: symmem's error, or an element that differs from the host reference.
 type Failed = Box<dyn std::error::Error + Send + Sync>;
@@ -47,7 +47,7 @@ trait Element: symmem::Pod {
     const NAME: &'static str;
     /// Relative tolerance (plus the same absolute one near zero).
     const TOLERANCE: f64;
-    fn kernel() -> Kernel<Params<Self>>;
+    fn kernel() -> UnsafeKernel<Params<Self>>;
     fn from_f64(v: f64) -> Self;
     fn to_f64(self) -> f64;
 }
@@ -55,7 +55,7 @@ trait Element: symmem::Pod {
 impl Element for f32 {
     const NAME: &'static str = "f32";
     const TOLERANCE: f64 = 1e-5;
-    fn kernel() -> Kernel<Params<Self>> {
+    fn kernel() -> UnsafeKernel<Params<Self>> {
         kernels::fused_ar_rmsnorm_f32
     }
     fn from_f64(v: f64) -> Self {
@@ -70,7 +70,7 @@ impl Element for bf16 {
     const NAME: &'static str = "bf16";
     // Two bf16 ulps: the kernel rounds the residual once and the output once.
     const TOLERANCE: f64 = 2.0 / 128.0;
-    fn kernel() -> Kernel<Params<Self>> {
+    fn kernel() -> UnsafeKernel<Params<Self>> {
         kernels::fused_ar_rmsnorm_bf16
     }
     fn from_f64(v: f64) -> Self {
@@ -151,24 +151,31 @@ fn run_type<T: Element, B: Backend>(world: &World<B>, rows: usize) -> Result<usi
     // A collective step: the kernel waits for its peers' kernels (its barriers), so the
     // ranks launch it together where they share a device context.
     world.collectively(|| {
-        module.launch(
-            T::kernel(),
-            GRID,
-            (
-                &out,
-                &res,
-                &xs,
-                &w,
-                world.heap_bases(),
-                xs.peer_bases(),
-                size as u32,
-                rank as u32,
-                rows as u32,
-                HIDDEN as u32,
-                EPS,
-                &signals,
-            ),
-        )
+        // SAFETY: the kernel's contract (its crate's documentation): `xs` is this rank's
+        // copy of a symmetric buffer of `rows * HIDDEN` elements with its table, `out` and
+        // `res` hold as many, `w` `HIDDEN`, `signals` is a zeroed symmetric array of
+        // `signal_words(size, GRID.blocks)` words used by this launch alone, and every
+        // rank launches the same grid with the same `rows` and `HIDDEN`.
+        unsafe {
+            module.launch_unchecked(
+                T::kernel(),
+                GRID,
+                (
+                    &out,
+                    &res,
+                    &xs,
+                    &w,
+                    world.heap_bases(),
+                    xs.peer_bases(),
+                    size as u32,
+                    rank as u32,
+                    rows as u32,
+                    HIDDEN as u32,
+                    EPS,
+                    &signals,
+                ),
+            )
+        }
     })?;
     let (want_res, want_out) = reference::<T>(size, rows);
     let checked = check(rank, "residual", &world.read(&res)?, &want_res)?

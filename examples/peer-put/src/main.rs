@@ -17,7 +17,8 @@ type Failed = Box<dyn std::error::Error + Send + Sync>;
 
 static KERNELS: symmem::CodeObjects = symmem::include_kernels!("peer_put_kernels");
 
-/// Elements each rank sends (a multiple of 4: the kernel stores 16 bytes at a time).
+/// Elements each rank sends (a multiple of 4: the kernel stores 16 bytes at a time, and
+/// each rank's slot stays 16-aligned).
 const N: usize = 1 << 16;
 
 /// What rank `rank` sends, element `i`.
@@ -36,33 +37,17 @@ fn run<B: Backend>(world: World<B>) -> Result<usize, Failed> {
     let grid = world.backend().grid_for_bytes(N * 4);
     let mut checked = 0;
 
-    // 1. A buffer of the symmetric heap and the table that came with it.
-    let (data, bases) = world.allocate_symmetric::<u32>(size * N)?;
-    world.fill_zero(&data)?;
+    // 1. A buffer of the symmetric heap (the view carries the table that came with it).
+    let data = world.zeros::<u32>(size * N)?;
     world.barrier()?;
-    module.launch(
-        peer_put_kernels::ring_put,
-        grid,
-        (&data, &src, &bases, rank as u32, to as u32, N as u32),
-    )?;
+    module.launch(peer_put_kernels::ring_put, grid, (&data, &src, to as u32))?;
     world.barrier()?;
     checked += verify(&world.read(&data)?, rank, from, "heap buffer")?;
 
     // 2. The program's own allocations, shared by a rendezvous: the same kernel.
     let shared = Rendezvous::new(world.device_zeros::<u32>(size * N)?)?;
     world.barrier()?;
-    module.launch(
-        peer_put_kernels::ring_put,
-        grid,
-        (
-            &shared,
-            &src,
-            shared.peer_bases(),
-            rank as u32,
-            to as u32,
-            N as u32,
-        ),
-    )?;
+    module.launch(peer_put_kernels::ring_put, grid, (&shared, &src, to as u32))?;
     world.barrier()?;
     checked += verify(&world.read(&shared)?, rank, from, "rendezvous")?;
     Ok(checked)

@@ -388,24 +388,31 @@ fn check_block<B: Backend>(
     // A collective step: the kernel waits for its peers' kernels (its barriers), so the
     // ranks launch it together where they share a device context.
     world.collectively(|| {
-        module.launch(
-            kernels::fused_ar_rmsnorm_f32,
-            FUSED_GRID,
-            (
-                &out,
-                &residual,
-                y,
-                &weight,
-                world.heap_bases(),
-                y.peer_bases(),
-                shape.world as u32,
-                rank as u32,
-                shape.batch as u32,
-                shape.hidden as u32,
-                EPS,
-                &signals,
-            ),
-        )
+        // SAFETY: the fused kernel's contract (fused-allreduce-rmsnorm-kernels): `y` is
+        // this rank's registered output of `batch * hidden` elements with its table,
+        // `out` and `residual` hold as many, `weight` `hidden`, `signals` is a zeroed
+        // symmetric array of `signal_words(world, FUSED_GRID.blocks)` words used by this
+        // launch alone, and every rank launches the same grid and shape.
+        unsafe {
+            module.launch_unchecked(
+                kernels::fused_ar_rmsnorm_f32,
+                FUSED_GRID,
+                (
+                    &out,
+                    &residual,
+                    y,
+                    &weight,
+                    world.heap_bases(),
+                    y.peer_bases(),
+                    shape.world as u32,
+                    rank as u32,
+                    shape.batch as u32,
+                    shape.hidden as u32,
+                    EPS,
+                    &signals,
+                ),
+            )
+        }
     })?;
     let (want_res, want_out) = fused_reference(reference, shape.hidden);
     close(rank, "residual (fused)", &world.read(&residual)?, &want_res)?;

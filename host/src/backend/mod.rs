@@ -234,10 +234,11 @@ pub trait HeapAccess: Send {
 pub struct KernelLaunch<'a> {
     /// The kernel's exported name in the code object.
     pub name: &'static str,
-    /// One pointer per parameter, in order, to its value in the parameter's ABI type.
+    /// One pointer per ABI primitive, in order (a parameter's one, or a view's two or
+    /// three), to its value.
     pub args: &'a [*const ()],
-    /// Each parameter's size, alignment and kind, in order.
-    pub slots: &'static [Slot],
+    /// Each primitive's size, alignment and kind, in order.
+    pub slots: &'a [Slot],
     /// The same kernel with the same arguments, for CPU threads.
     pub host: &'a dyn HostKernel,
 }
@@ -503,8 +504,9 @@ pub trait Backend: Send + Sync + 'static {
     unsafe fn replay(&self, graph: &Self::Graph) -> Result<()>;
 }
 
-/// The most parameters a kernel has (the tuples `Params` is implemented for).
-pub(crate) const MAX_PARAMS: usize = 16;
+/// The most ABI primitives a kernel takes: 16 parameters (the tuples `Params` is
+/// implemented for) of at most three primitives each (a symmetric view).
+pub(crate) const MAX_PRIMITIVES: usize = 48;
 
 /// Enqueues `kernel` of `module` over `grid` on `backend` with arguments already lowered
 /// to the kernel's ABI (`abi`): the one way a kernel reaches a backend. `Module::launch`
@@ -523,19 +525,27 @@ pub(crate) unsafe fn launch_lowered<B: Backend, P: Params>(
     abi: P::Abi,
 ) -> Result<()> {
     let host = HostBody { kernel, abi };
-    let mut pointers = [std::ptr::null::<()>(); MAX_PARAMS];
+    let mut pointers = [std::ptr::null::<()>(); MAX_PRIMITIVES];
     let mut count = 0;
     P::visit(&host.abi, &mut |p| {
         pointers[count] = p;
         count += 1;
     });
+    let mut slots = [Slot {
+        size: 0,
+        align: 1,
+        kind: symmem_device::AbiKind::Int,
+    }; MAX_PRIMITIVES];
+    for (slot, s) in slots.iter_mut().zip(symmem_device::slots::<P>()) {
+        *slot = s;
+    }
     let launch = KernelLaunch {
         name: kernel.name(),
         args: &pointers[..count],
-        slots: P::SLOTS,
+        slots: &slots[..count],
         host: &host,
     };
-    // SAFETY: one pointer per parameter into `host.abi`, in order (`Params::visit`),
+    // SAFETY: one pointer per primitive into `host.abi`, in order (`Params::visit`),
     // which outlives the call; the addresses in it are the caller's contract, and `host`
     // runs the same body with the same values.
     unsafe { backend.launch(module, &launch, grid) }

@@ -20,6 +20,7 @@
 //! * `mpi` (cargo feature `mpi`): ranks started by `mpirun`, over `MPI_COMM_WORLD`.
 
 pub mod auth;
+mod credentials;
 pub mod local;
 #[cfg(feature = "mpi")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mpi")))]

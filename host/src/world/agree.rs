@@ -5,6 +5,7 @@ use super::World;
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::ledger::{self, Proposal};
+use crate::table::DeviceTable;
 use std::time::Duration;
 
 /// An agreement that waited longer than this for the other ranks is reported
@@ -116,7 +117,7 @@ impl<B: Backend> World<B> {
             if let Some((offset, _, table)) = r.allocation {
                 // Allocated since its creation and released once: cannot fail.
                 let _ = state.allocator.free(offset);
-                state.tables.free.push(table);
+                state.tables.free.push(DeviceTable::memory_of(table));
             }
             r.mappings.clear();
             if r.exported {

@@ -164,12 +164,22 @@ impl<B: Backend> World<B> {
             let departed = self.shared.departures.all.is_set(peer);
             departed.then_some(Some(peer)).or(self.shared.abort.read())
         };
-        gate.pass(gone)?;
+        self.gate_passed(gate.pass(gone))?;
         let launched = launches();
         // Passed whatever `launches` returned: peers wait here for this rank too.
-        let passed = gate.pass(gone);
+        let passed = self.gate_passed(gate.pass(gone));
         let value = launched?;
         passed.map(|()| value)
+    }
+
+    /// `passed`, after poisoning the world where a peer never reached the call: the
+    /// ranks are out of step, so this rank's waits end (the abort word names the peer)
+    /// and every later call reports it ([`World::check_waits`]).
+    fn gate_passed(&self, passed: Result<()>) -> Result<()> {
+        if let Err(Error::NotReached { peer, .. }) = &passed {
+            self.shared.abort.abort(Some(*peer));
+        }
+        passed
     }
 }
 

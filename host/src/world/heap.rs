@@ -6,7 +6,7 @@ use crate::backend::{Backend, DeviceRegion};
 use crate::error::{Error, Result};
 use crate::ledger::{Ledger, Record};
 use crate::offset_alloc::{AllocError, OffsetAllocator};
-use crate::table::{ObjectTag, PeerBases};
+use crate::table::{DeviceTable, ObjectTag, PeerBases};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, MutexGuard};
 
@@ -187,14 +187,16 @@ impl<B: Backend> World<B> {
             offset,
             "symmetric allocation"
         );
-        // SAFETY: a table slot holds `world_size` u64s, and no launch uses it before this.
+        let words = DeviceTable::words(self.shared.rank, &entries);
+        // SAFETY: a table slot holds a table's header and `world_size` u64s, and no
+        // launch uses it before this.
         unsafe {
             self.shared
                 .backend
-                .upload(slot, bytemuck::cast_slice(&entries))?
+                .upload(slot, bytemuck::cast_slice(&words))?
         };
         let table = PeerBases::new(
-            slot,
+            DeviceTable::entries_at(slot),
             entries,
             self.shared.serial,
             Some(ObjectTag::new(id, offset)),
@@ -209,7 +211,7 @@ impl<B: Backend> World<B> {
 
     fn table_slot(&self, state: &mut HeapState<B>) -> Result<u64> {
         if state.tables.free.is_empty() {
-            let stride = (self.shared.world_size * 8).next_multiple_of(64);
+            let stride = DeviceTable::bytes(self.shared.world_size).next_multiple_of(64);
             let chunk = self
                 .shared
                 .backend

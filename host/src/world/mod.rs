@@ -43,7 +43,7 @@ use crate::control::{AbortWord, Causes, DepartedMask, Departures};
 use crate::error::{Error, Result};
 use crate::liveness::{Departure, Watchdog};
 use crate::offset_alloc::MIN_ALIGN;
-use crate::table::PeerBases;
+use crate::table::{DeviceTable, PeerBases};
 use crate::topology::Topology;
 use crate::transport::{Attach, EnginePath, Heap, Link, OffNode};
 use faults::Fault;
@@ -263,11 +263,13 @@ impl<B: Backend> World<B> {
             .map(|b| 1usize << b.trailing_zeros().min(30))
             .min()
             .unwrap_or(MIN_ALIGN);
-        let heap_bases_memory = backend.alloc_device(world_size * 8)?;
-        // SAFETY: the allocation just made holds `world_size` u64s.
-        unsafe { backend.upload(heap_bases_memory.base(), bytemuck::cast_slice(&bases))? };
+        let heap_bases_memory = backend.alloc_device(DeviceTable::bytes(world_size))?;
+        let table = DeviceTable::words(rank, &bases);
+        // SAFETY: the allocation just made holds the header and `world_size` u64s.
+        unsafe { backend.upload(heap_bases_memory.base(), bytemuck::cast_slice(&table))? };
         let serial = heap::next_serial();
-        let heap_bases = PeerBases::new(heap_bases_memory.base(), bases.into(), serial, None);
+        let entries_at = DeviceTable::entries_at(heap_bases_memory.base());
+        let heap_bases = PeerBases::new(entries_at, bases.into(), serial, None);
         // The control block, then its departed-peer bitmask (read by the device), then
         // the host's bitmask of the peers that left healthy and its table of the causes
         // the peers that left failed named.
@@ -402,6 +404,13 @@ impl<B: Backend> World<B> {
     /// registered memory is. The same on every rank.
     pub fn shares_address_space(&self) -> bool {
         self.shared.shares_address_space
+    }
+
+    /// Whether this world's collectives launch their kernels together (its ranks share
+    /// a device context: threads of this process on one GPU; see
+    /// [`World::collectively`]). The same on every rank.
+    pub fn launches_together(&self) -> bool {
+        self.shared.gate.is_some()
     }
 
     /// Who rank `rank` is, as the bootstrap verified it: what an import of its exports

@@ -738,10 +738,6 @@ fn put_through(
             (
                 &shared.slice(me * region..(me + 1) * region)?,
                 &source.slice(to * region..(to + 1) * region)?,
-                region as u64,
-                shared.peer_bases(),
-                n as u32,
-                me as u32,
                 to as u32,
             ),
         )?;
@@ -826,15 +822,7 @@ fn rendezvous_slice_at_an_offset() {
         world.kernels().launch(
             symmem_kernels::symmem_put,
             world.backend().grid_for_bytes(16),
-            (
-                &dst,
-                &source,
-                16u64,
-                dst.peer_bases(),
-                n as u32,
-                me as u32,
-                to as u32,
-            ),
+            (&dst, &source, to as u32),
         )?;
         world.barrier()?;
         let from = (me + n - 1) % n;

@@ -67,7 +67,6 @@ impl Layer {
             (
                 &self.activations.as_slice().local().as_bytes(),
                 &self.out.as_slice().local().as_bytes(),
-                (n * 4) as u64,
             ),
         )?;
         self.collectives.world().read(&self.activations)

@@ -12,7 +12,10 @@ type W = World<TestBackend>;
 /// world's `wait_deadline` instead of hanging, names the absent rank, and poisons its
 /// world (every later call returns the same error); the skipper learns it at the next
 /// barrier (the others failed, and recorded a call it did not make); and the process then
-/// makes a new world whose collectives complete.
+/// makes a new world whose collectives complete. Where the ranks launch collectives
+/// together (threads sharing a GPU: `World::launches_together`), the others give up at
+/// the call itself (`NotReached`, after the same deadline, naming the skipper), which
+/// poisons their worlds naming it.
 #[test]
 fn a_rank_that_skips_a_collective_times_out_the_others_and_poisons_their_worlds() {
     if super::skip() {
@@ -28,19 +31,21 @@ fn a_rank_that_skips_a_collective_times_out_the_others_and_poisons_their_worlds(
         let start = Instant::now();
         let results = symmem::spawn_ranks(n, &cfg, super::make_backend, |world: W| {
             let coll = Collectives::new(&world)?;
+            let together = world.launches_together();
             if world.rank() == skipper {
-                return Ok((world.barrier(), Ok(())));
+                return Ok((world.barrier(), Ok(()), together));
             }
             let waited = Instant::now();
-            // The launch returns (on the CPU once the kernel's wait gave up; on a GPU at
-            // once, the barrier below waits for the device).
-            coll.barrier()?;
-            // The barrier reports it, and tells the skipper (which waits there).
-            let first = world.barrier();
+            // Where the ranks launch collectives together (threads sharing a GPU), the
+            // call itself waits for the skipper, up to the deadline. Elsewhere the launch
+            // returns (on the CPU once the kernel's wait gave up; on a GPU at once) and
+            // the barrier after it reports the failed wait, and tells the skipper (which
+            // waits there).
+            let first = coll.barrier().and_then(|()| world.barrier());
             assert!(waited.elapsed() >= deadline, "gave up early");
-            // Poisoned: every later call answers at once, with the same error.
+            // Poisoned: every later call answers at once.
             let again = coll.barrier();
-            Ok((first, again))
+            Ok((first, again, together))
         })
         .expect("launch");
         let elapsed = start.elapsed();
@@ -49,7 +54,30 @@ fn a_rank_that_skips_a_collective_times_out_the_others_and_poisons_their_worlds(
             "world of {n}: {elapsed:?}"
         );
         for (rank, r) in results.into_iter().enumerate() {
-            let (first, again) = r.unwrap_or_else(|e| panic!("rank {rank}: {e}"));
+            let (first, again, together) = r.unwrap_or_else(|e| panic!("rank {rank}: {e}"));
+            if together {
+                // The others gave up at the call, naming the skipper, and left: the
+                // skipper's barrier finds them gone. Their worlds are poisoned, naming it.
+                if rank == skipper {
+                    assert!(
+                        matches!(&first, Err(Error::PeerLost { .. })),
+                        "skipper: {first:?}"
+                    );
+                    continue;
+                }
+                match (&first, &again) {
+                    (
+                        Err(Error::NotReached { peer, waited, .. }),
+                        Err(Error::PeerLost { rank: lost, .. }),
+                    ) => {
+                        assert_eq!(*peer, skipper, "rank {rank}");
+                        assert!(*waited >= deadline, "rank {rank}: {waited:?}");
+                        assert_eq!(*lost, Some(skipper), "rank {rank}");
+                    }
+                    other => panic!("world of {n}, rank {rank}: {other:?}"),
+                }
+                continue;
+            }
             if rank == skipper {
                 // The others failed their part, and their ledgers record a device call
                 // the skipper's does not: named by the majority (`CollectiveMismatch`),

@@ -212,14 +212,15 @@ impl CudaEngineHeap {
                 let old = std::ptr::without_provenance_mut::<u64>(word as usize);
                 // SAFETY: `at` is an aligned element inside the heap (checked by the
                 // proxy), `old` a device word of this instance; both outlive the launch,
-                // which the event recorded behind it says has completed.
+                // which the event recorded behind it says has completed: the kernel's
+                // contract.
                 unsafe {
                     crate::backend::launch_lowered(
                         &self.cuda,
                         &self.module,
-                        symmem_kernels::symmem_engine_atomic,
+                        symmem_kernels::symmem_engine_atomic.assume_checked(),
                         Grid::new(1, 1),
-                        (at, request, operand, compare, old),
+                        ((at,), (request,), (operand,), (compare,), (old,)),
                     )?;
                 }
                 // SAFETY: the word the launch before it on the same stream writes.

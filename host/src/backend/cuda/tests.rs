@@ -339,12 +339,13 @@ fn put_through_imported_heap(r0: Cuda, r1: Cuda) {
     assert_ne!(m01.base(), h1.base(), "an import must get its own address");
     assert_ne!(m10.base(), h0.base());
 
-    // Rank 0: source buffer and the 2-entry peer-base table, in device memory.
+    // Rank 0: source buffer and the 2-entry peer-base table, in device memory, laid out
+    // as symmem uploads one (its header, then the entries).
     let bytes = g + 4096 + 13; // crosses the vector/tail split
     let offset = 4096usize;
     let src = pattern(bytes, 0x5a);
     let src_dev = r0.alloc_device(bytes).unwrap();
-    let table: Vec<u8> = [h0.base(), m01.base()]
+    let table: Vec<u8> = crate::table::DeviceTable::words(0, &[h0.base(), m01.base()])
         .iter()
         .flat_map(|b| b.to_le_bytes())
         .collect();
@@ -372,8 +373,10 @@ fn put_through_imported_heap(r0: Cuda, r1: Cuda) {
 
     let grid = r0.grid_for_bytes(bytes);
     println!("put of {bytes} bytes with {grid:?}");
-    // SAFETY: `dst` lies in rank 0's heap with `bytes` to spare, and translates
-    // through the two-entry table to rank 1's heap mapped here; `src` holds `bytes`.
+    let entries = crate::table::DeviceTable::entries_at(bases.base());
+    // SAFETY: the symmetric view lies in rank 0's heap with `bytes` to spare, and its
+    // table (header and two entries) reaches rank 1's heap mapped here; `src` holds
+    // `bytes`.
     unsafe {
         launch_lowered(
             &r0,
@@ -381,13 +384,13 @@ fn put_through_imported_heap(r0: Cuda, r1: Cuda) {
             symmem_kernels::symmem_put,
             grid,
             (
-                device(h0.base() + offset as u64),
-                device(src_dev.base()),
-                bytes as u64,
-                device(bases.base()),
-                2,
-                0,
-                1,
+                (
+                    device(h0.base() + offset as u64),
+                    bytes as u64,
+                    device(entries),
+                ),
+                (device(src_dev.base()), bytes as u64),
+                (1,),
             ),
         )
         .unwrap()
@@ -424,13 +427,14 @@ fn put_through_imported_heap(r0: Cuda, r1: Cuda) {
     assert_eq!(r0.device_to_host_syncs(), 3);
 
     // Get back: rank 1 reads rank 0's heap through its own table.
-    let table1: Vec<u8> = [m10.base(), h1.base()]
+    let table1: Vec<u8> = crate::table::DeviceTable::words(1, &[m10.base(), h1.base()])
         .iter()
         .flat_map(|b| b.to_le_bytes())
         .collect();
-    let bases1 = r1.alloc_device(16).unwrap();
-    // SAFETY: the table's allocation holds its 16 bytes.
+    let bases1 = r1.alloc_device(table1.len()).unwrap();
+    // SAFETY: the table's allocation holds its bytes.
     unsafe { r1.upload(bases1.base(), &table1).unwrap() };
+    let entries1 = crate::table::DeviceTable::entries_at(bases1.base());
     let dst1 = r1.alloc_device(64).unwrap();
     // SAFETY: `src` is rank 1's heap, which the table translates to rank 0's heap
     // mapped here; `dst` holds 64 bytes.
@@ -441,13 +445,9 @@ fn put_through_imported_heap(r0: Cuda, r1: Cuda) {
             symmem_kernels::symmem_get,
             r1.grid_for_bytes(64),
             (
-                device(dst1.base()),
-                device(h1.base()),
-                64,
-                device(bases1.base()),
-                2,
-                1,
-                0,
+                (device(dst1.base()), 64),
+                (device(h1.base()), 64, device(entries1)),
+                (0,),
             ),
         )
         .unwrap()
@@ -484,7 +484,7 @@ unsafe fn copy_kernel_read(cuda: &Cuda, src: u64, len: usize) -> Vec<u8> {
             &module,
             symmem_kernels::symmem_copy,
             cuda.grid_for_bytes(len),
-            (device(dst.base()), device(src), len as u64),
+            ((device(dst.base()), len as u64), (device(src), len as u64)),
         )
         .unwrap();
         cuda.download(&mut got, dst.base()).unwrap();

@@ -464,7 +464,7 @@ impl gpu::GpuBackend for Hip {
                 kernel: launch.name,
                 args: launch.args.len(),
                 params: launch.slots.len(),
-                max: crate::backend::MAX_PARAMS,
+                max: crate::backend::MAX_PRIMITIVES,
             });
         }
         // SAFETY: each argument points at a value of its parameter's ABI type, whose size

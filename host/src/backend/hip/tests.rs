@@ -88,11 +88,11 @@ fn hip_gpu_two_ranks_put_and_get() {
     let bytes = 4096 + 13;
     let src: Vec<u8> = (0..bytes).map(|i| (i * 31 + 7) as u8).collect();
     let src_dev = r0.alloc_device(bytes).unwrap();
-    let table: Vec<u8> = [h0.base(), m01.base()]
+    let table: Vec<u8> = crate::table::DeviceTable::words(0, &[h0.base(), m01.base()])
         .iter()
         .flat_map(|b| b.to_le_bytes())
         .collect();
-    let bases = r0.alloc_device(16).unwrap();
+    let bases = r0.alloc_device(table.len()).unwrap();
     // SAFETY: the allocations just made, of these lengths; rank 1's whole heap.
     unsafe {
         r0.upload(src_dev.base(), &src).unwrap();
@@ -100,8 +100,9 @@ fn hip_gpu_two_ranks_put_and_get() {
         r1.memset(h1.base(), 0, g).unwrap();
     }
     r1.synchronize().unwrap();
-    // SAFETY: `dst` lies in rank 0's heap with `bytes` to spare, and translates
-    // through the two-entry table to rank 1's heap; `src` holds `bytes`.
+    let entries = crate::table::DeviceTable::entries_at(bases.base());
+    // SAFETY: the symmetric view lies in rank 0's heap with `bytes` to spare, and its
+    // table (header and two entries) reaches rank 1's heap; `src` holds `bytes`.
     unsafe {
         launch_lowered(
             &r0,
@@ -109,13 +110,9 @@ fn hip_gpu_two_ranks_put_and_get() {
             symmem_kernels::symmem_put,
             r0.grid_for_bytes(bytes),
             (
-                device(h0.base() + 64),
-                device(src_dev.base()),
-                bytes as u64,
-                device(bases.base()),
-                2,
-                0,
-                1,
+                (device(h0.base() + 64), bytes as u64, device(entries)),
+                (device(src_dev.base()), bytes as u64),
+                (1,),
             ),
         )
         .unwrap()
@@ -128,12 +125,13 @@ fn hip_gpu_two_ranks_put_and_get() {
     assert!(got[64..64 + bytes] == src[..], "put data differs");
     assert!(got[64 + bytes..].iter().all(|&b| b == 0));
 
-    let table1: Vec<u8> = [m10.base(), h1.base()]
+    let table1: Vec<u8> = crate::table::DeviceTable::words(1, &[m10.base(), h1.base()])
         .iter()
         .flat_map(|b| b.to_le_bytes())
         .collect();
-    let bases1 = r1.alloc_device(16).unwrap();
-    // SAFETY: the table's allocation holds its 16 bytes; rank 0's own heap.
+    let bases1 = r1.alloc_device(table1.len()).unwrap();
+    let entries1 = crate::table::DeviceTable::entries_at(bases1.base());
+    // SAFETY: the table's allocation holds its bytes; rank 0's own heap.
     unsafe {
         r1.upload(bases1.base(), &table1).unwrap();
         r0.memset(h0.base(), 0x11, 64).unwrap();
@@ -149,13 +147,9 @@ fn hip_gpu_two_ranks_put_and_get() {
             symmem_kernels::symmem_get,
             r1.grid_for_bytes(64),
             (
-                device(dst1.base()),
-                device(h1.base()),
-                64,
-                device(bases1.base()),
-                2,
-                1,
-                0,
+                (device(dst1.base()), 64),
+                (device(h1.base()), 64, device(entries1)),
+                (0,),
             ),
         )
         .unwrap()
@@ -194,9 +188,8 @@ fn hip_gpu_capture_and_replay() {
             symmem_kernels::symmem_copy,
             r0.grid_for_bytes(bytes),
             (
-                device(dst.base()),
-                device::<u8>(src.base()).cast_const(),
-                bytes as u64,
+                (device(dst.base()), bytes as u64),
+                (device::<u8>(src.base()).cast_const(), bytes as u64),
             ),
         )
     };
