@@ -23,6 +23,7 @@ pub fn unavailable<T>(init: symmem::Result<T>) -> Option<String> {
     }
 }
 
+pub mod determinism;
 pub mod mpi;
 pub mod objects;
 pub mod off_node;

@@ -323,7 +323,8 @@ fn hip_abi_every_declared_kernel_matches_its_metadata() {
 
 #[test]
 fn hip_abi_parser_reads_a_known_kernel() {
-    // Guards the parser itself: symmem_copy is (dst, src, n) = 3 x 8 bytes.
+    // Guards the parser itself: symmem_copy is (dst: ViewMut<u8>, src: View<u8>), each an
+    // address and a length: 4 x 8 bytes.
     let name = symmem_kernels::symmem_copy.name();
     for target in symmem_tests::objects::amd_targets() {
         let image = symmem::backend::code_objects::KERNELS
@@ -336,7 +337,7 @@ fn hip_abi_parser_reads_a_known_kernel() {
                 .iter()
                 .map(|a| (a.offset, a.size))
                 .collect::<Vec<_>>(),
-            vec![(0, 8), (8, 8), (16, 8)],
+            vec![(0, 8), (8, 8), (16, 8), (24, 8)],
             "{target}"
         );
         assert_eq!(copy.segment_size, 24, "{target}");

@@ -34,6 +34,8 @@ mod per_world;
 mod app_memory;
 #[path = "suite/cudarc_app.rs"]
 mod cudarc_app;
+#[path = "suite/determinism.rs"]
+mod determinism;
 #[path = "suite/host_api.rs"]
 mod host_api;
 #[path = "suite/lifetimes.rs"]

@@ -31,6 +31,8 @@ mod per_world;
 
 #[path = "suite/app_memory.rs"]
 mod app_memory;
+#[path = "suite/determinism.rs"]
+mod determinism;
 #[path = "suite/host_api.rs"]
 mod host_api;
 #[path = "suite/lifetimes.rs"]
