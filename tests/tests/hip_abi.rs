@@ -340,8 +340,9 @@ fn hip_abi_parser_reads_a_known_kernel() {
             vec![(0, 8), (8, 8), (16, 8), (24, 8)],
             "{target}"
         );
-        assert_eq!(copy.segment_size, 24, "{target}");
-        assert_eq!(copy.args[2].value_kind, "by_value", "{target}");
+        assert_eq!(copy.segment_size, 32, "{target}");
+        assert_eq!(copy.args[1].value_kind, "by_value", "{target}");
         assert_eq!(copy.args[0].value_kind, "global_buffer", "{target}");
+        assert_eq!(copy.args[2].value_kind, "global_buffer", "{target}");
     }
 }
