@@ -60,9 +60,10 @@ fn table(rank: usize, bases: &[u64]) -> Vec<u64> {
         .collect()
 }
 
-/// The kernels' argument for a table: its first entry.
+/// The kernels' argument for a table: its first entry, with the whole table's provenance
+/// (the kernel reads the header in front of it).
 fn entries(table: &[u64]) -> *const u64 {
-    table[2..].as_ptr()
+    table.as_ptr().wrapping_add(2)
 }
 
 fn pattern(rank: usize, i: usize) -> u8 {

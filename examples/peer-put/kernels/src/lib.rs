@@ -78,7 +78,7 @@ mod tests {
                 .into_iter()
                 .chain(bases.iter().copied())
                 .collect();
-            let entries = table[2..].as_ptr();
+            let entries = table.as_ptr().wrapping_add(2);
             // To the other rank, to a rank outside the table, and to one with entry 0.
             for to in [1 - rank as u32, 2, 7] {
                 for thread in 0..256 {
