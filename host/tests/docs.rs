@@ -90,32 +90,7 @@ fn every_environment_variable_has_a_row_in_the_environment_table() {
     // of the engine's ring and of NVSHMEM's heap alias.
     let not_variables = ["SYMMEM_CONTROL", "SYMMEM_ENGINE", "SYMMEM_NVSHMEM"];
     let mut missing = Vec::new();
-    let roots = [
-        "host/src",
-        "host/benches",
-        "device/build/src",
-        "crates",
-        "tests/src",
-        "tests/tests",
-        "examples",
-    ];
-    let mut stack: Vec<PathBuf> = roots.iter().map(|r| repo().join(r)).collect();
-    while let Some(path) = stack.pop() {
-        if path.is_dir() {
-            for entry in std::fs::read_dir(&path).expect("a readable folder") {
-                let entry = entry.expect("a folder entry").path();
-                if entry
-                    .file_name()
-                    .is_some_and(|n| n != "target" && n != "results")
-                {
-                    stack.push(entry);
-                }
-            }
-            continue;
-        }
-        let Ok(text) = std::fs::read_to_string(&path) else {
-            continue;
-        };
+    for (path, text) in sources(&ROOTS) {
         for (at, _) in text.match_indices("SYMMEM_") {
             // `DEP_SYMMEM_KERNELS_SOURCE` is cargo's (the `links` key), not a name of ours.
             let before = text[..at].chars().next_back();
@@ -135,4 +110,181 @@ fn every_environment_variable_has_a_row_in_the_environment_table() {
         }
     }
     assert!(missing.is_empty(), "docs/environment.md lacks {missing:?}");
+}
+
+/// The folders whose sources name environment variables.
+const ROOTS: [&str; 8] = [
+    "host/src",
+    "host/benches",
+    "device/build",
+    "crates",
+    "tests/src",
+    "tests/tests",
+    "examples",
+    "demo",
+];
+
+/// Every readable file under `roots` (but build outputs and bench results), with its text.
+fn sources(roots: &[&str]) -> Vec<(PathBuf, String)> {
+    let mut out = Vec::new();
+    let mut stack: Vec<PathBuf> = roots.iter().map(|r| repo().join(r)).collect();
+    while let Some(path) = stack.pop() {
+        if path.is_dir() {
+            for entry in std::fs::read_dir(&path).expect("a readable folder") {
+                let entry = entry.expect("a folder entry").path();
+                if entry
+                    .file_name()
+                    .is_some_and(|n| n != "target" && n != "results")
+                {
+                    stack.push(entry);
+                }
+            }
+        } else if let Ok(text) = std::fs::read_to_string(&path) {
+            out.push((path, text));
+        }
+    }
+    out
+}
+
+/// Every variable any code reads with `std::env::var` or `var_os` (not only symmem's own
+/// `SYMMEM_*` names: `CUDA_MODULE_LOADING`, cargo's `OUT_DIR`, `HOME`...) has a row in
+/// `docs/environment.md`. A call's argument is a string literal, or a constant whose
+/// `const NAME: &str = "VALUE"` the sources define, or one of the few variables whose name
+/// is data (a hardware-queue setting's `variable: "..."`, a list walked in a loop),
+/// collected from those definitions.
+#[test]
+fn every_variable_the_code_reads_has_a_row_in_the_environment_table() {
+    let table = read("docs/environment.md");
+    let files = sources(&ROOTS);
+    let quoted = |rest: &str| -> Option<String> {
+        let rest = rest.strip_prefix('"')?;
+        Some(rest[..rest.find('"')?].to_owned())
+    };
+    // `const NAME: &str = "VALUE";` and `variable: "VALUE"` anywhere in the sources.
+    let mut constants = std::collections::HashMap::new();
+    let mut data_names = Vec::new();
+    for (_, text) in &files {
+        for (at, _) in text.match_indices("const ") {
+            let rest = &text[at + 6..];
+            let Some((name, rest)) = rest.split_once(": &str = ") else {
+                continue;
+            };
+            if let Some(value) = quoted(rest) {
+                constants.insert(name.trim().to_owned(), value);
+            }
+        }
+        for (at, _) in text.match_indices("variable: ") {
+            data_names.extend(quoted(&text[at + 10..]));
+        }
+    }
+    let mut read = std::collections::BTreeMap::new();
+    for (path, text) in &files {
+        for call in ["env::var(", "env::var_os("] {
+            for (at, _) in text.match_indices(call) {
+                let rest = text[at + call.len()..].trim_start();
+                let arg: String = rest
+                    .chars()
+                    .take_while(|c| !matches!(c, ')' | ','))
+                    .collect();
+                let name = quoted(rest).or_else(|| {
+                    let last = arg.rsplit("::").next().unwrap_or(&arg).trim();
+                    constants.get(last).cloned()
+                });
+                match name {
+                    Some(name) => {
+                        read.insert(name, path.display().to_string());
+                    }
+                    // A name held in a variable: one of `data_names`, or a list's element
+                    // (the MPI launchers' `OMPI_COMM_WORLD_SIZE`, `PMI_SIZE`, `PMIX_RANK`),
+                    // each checked below.
+                    None => assert!(
+                        matches!(arg.trim(), "setting.variable" | "var" | "v" | "name"),
+                        "{}: env::var of `{arg}`: name it with a literal or a constant",
+                        path.display()
+                    ),
+                }
+            }
+        }
+    }
+    for name in data_names
+        .into_iter()
+        .chain(["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"].map(String::from))
+    {
+        read.insert(name, "a setting's name".to_owned());
+    }
+    let missing: Vec<String> = read
+        .into_iter()
+        .filter(|(name, _)| !table.contains(&format!("`{name}`")))
+        .map(|(name, at)| format!("{name} ({at})"))
+        .collect();
+    assert!(missing.is_empty(), "docs/environment.md lacks {missing:?}");
+}
+
+/// The reference documents say what is, not what happened: README.md and docs/ hold no
+/// commit hash, no "this machine", and no date of a measurement (history goes to the
+/// changelog and BENCHMARKS-history.md). A toolchain's name (a `nightly-` date) and a
+/// link's target are no dates of ours; a section headed "Tested on" may date its rows.
+#[test]
+fn the_reference_documents_keep_no_diary() {
+    let mut files = vec![repo().join("README.md")];
+    for entry in std::fs::read_dir(repo().join("docs")).expect("docs/") {
+        let path = entry.expect("an entry").path();
+        if path.extension().is_some_and(|e| e == "md") {
+            files.push(path);
+        }
+    }
+    let mut diary = Vec::new();
+    for path in files {
+        let text = std::fs::read_to_string(&path).expect("readable");
+        let mut tested_on = false;
+        for (n, line) in text.lines().enumerate() {
+            if line.starts_with('#') {
+                tested_on = line.contains("Tested on");
+            }
+            if tested_on {
+                continue;
+            }
+            let at = format!("{}:{}", path.display(), n + 1);
+            if line.to_lowercase().contains("this machine") {
+                diary.push(format!("{at}: \"this machine\""));
+            }
+            // Link targets and toolchain names removed, a date left is a diary's.
+            let mut plain = String::new();
+            let mut rest = line;
+            while let Some(open) = rest.find("](") {
+                plain.push_str(&rest[..open]);
+                rest = rest[open..].split_once(')').map_or("", |(_, after)| after);
+            }
+            plain.push_str(rest);
+            let bytes = plain.as_bytes();
+            for i in 0..bytes.len().saturating_sub(9) {
+                let date = &bytes[i..i + 10];
+                let shape = date.iter().enumerate().all(|(k, &b)| match k {
+                    4 | 7 => b == b'-',
+                    _ => b.is_ascii_digit(),
+                });
+                // A date inside a name (`nightly-2026-09-15`) follows a `-`.
+                let alone =
+                    i == 0 || !(bytes[i - 1].is_ascii_alphanumeric() || bytes[i - 1] == b'-');
+                if shape && alone && date.starts_with(b"20") {
+                    diary.push(format!("{at}: a date ({})", &plain[i..i + 10]));
+                }
+            }
+            // A commit hash in backticks: 7 to 12 lower-case hex digits, letters and digits.
+            for quoted in line.split('`').skip(1).step_by(2) {
+                let hex = quoted
+                    .bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+                let mixed = quoted.bytes().any(|b| b.is_ascii_digit())
+                    && quoted.bytes().any(|b| b.is_ascii_alphabetic());
+                if hex && mixed && (7..=12).contains(&quoted.len()) {
+                    diary.push(format!("{at}: a commit hash ({quoted})"));
+                }
+            }
+        }
+    }
+    assert!(
+        diary.is_empty(),
+        "history in the reference documents: {diary:#?}"
+    );
 }
