@@ -124,7 +124,8 @@ pub fn folded<T: Data>(world: usize, i: usize, reversed: bool) -> T {
 }
 
 /// Every all-reduce that serves `T` on `world`'s topology, of every count, both grids, in
-/// place and out of place, against the host's fold in rank order, bit for bit. Returns
+/// place and out of place, then a reduce-scatter and (on one node) an all-reduce replayed
+/// from a graph, against the host's fold in rank order, bit for bit. Returns
 /// how many elements a fold in reverse rank order would have got wrong.
 pub fn check<B: Backend, T: Data>(
     world: &World<B>,
@@ -158,23 +159,46 @@ pub fn check<B: Backend, T: Data>(
                     }
                     result => result?,
                 }
-                let same = |got: Vec<T>, how: &str| {
-                    let wrong = (0..count).find(|&i| got[i].bits() != want[i].bits());
-                    assert!(
-                        wrong.is_none(),
-                        "{what} {how}: element {i} is {:?}, the fold in rank order {:?}",
-                        got[wrong.unwrap_or(0)],
-                        want[wrong.unwrap_or(0)],
-                        i = wrong.unwrap_or(0)
-                    );
-                };
-                same(world.read(&dst)?, "out of place");
+                same_bits(&world.read(&dst)?, &want, &what, "out of place");
                 coll.all_reduce_in_place(&src, count, ReduceOp::Sum, algorithm)?;
-                same(world.read(&src)?, "in place");
+                same_bits(&world.read(&src)?, &want, &what, "in place");
+            }
+            let what = format!(
+                "{} world {n} rank {rank} count {count} {:?}",
+                T::NAME,
+                coll.grid()
+            );
+            // Reduce-scatter: this rank's chunk of every rank's `world * count` elements.
+            let chunk: Vec<T> = (0..count)
+                .map(|i| folded(n, rank * count + i, false))
+                .collect();
+            let src = world.device_from_slice(&data::<T>(rank, n * count))?;
+            let dst = world.device_zeros::<T>(count)?;
+            coll.reduce_scatter(&dst, &src, count, ReduceOp::Sum)?;
+            same_bits(&world.read(&dst)?, &chunk, &what, "reduce-scatter");
+            // Replayed from a graph (on one node: a capture across nodes is refused).
+            if world.topology().nodes() == 1 {
+                let src = world.device_from_slice(&mine)?;
+                let dst = world.device_zeros::<T>(count)?;
+                let graph = world.capture(|| {
+                    coll.all_reduce(&dst, &src, count, ReduceOp::Sum, Algorithm::Auto)
+                })?;
+                graph.replay()?;
+                same_bits(&world.read(&dst)?, &want, &what, "replayed from a graph");
             }
         }
     }
     Ok(order_shows)
+}
+
+/// Panics, naming the first element whose bits differ, unless `got` is `want` bit for bit.
+fn same_bits<T: Data>(got: &[T], want: &[T], what: &str, how: &str) {
+    if let Some(i) = (0..want.len()).find(|&i| got[i].bits() != want[i].bits()) {
+        panic!(
+            "{what} {how}: element {i} is {:?}, the fold in rank order {:?}",
+            got[i], want[i]
+        );
+    }
 }
 
 /// Every type's [`check`]: how many elements of each (`f32`, `bf16`, `f16`, `f64`) a fold

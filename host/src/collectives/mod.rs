@@ -62,6 +62,31 @@
 //! another context waits out a slice (about 4.5 ms per collective, measured on an H200).
 //! Put ranks that share a GPU in one process (threads), or give each process its own GPU.
 //!
+//! ## Determinism
+//! Reductions ([`Collectives::all_reduce`], [`Collectives::reduce_scatter`]) are
+//! deterministic and batch-invariant by construction: every rank folds the ranks in
+//! rank order `0, 1, .., world-1`, starting from the operator's identity (`+0.0` for
+//! sums), and accumulates [`bf16`] and [`f16`](struct@f16) in `f32`, rounding once at the
+//! end. So element `i` of the result
+//!
+//! * is the same bits on every rank, and equals a host fold of the ranks' element `i`
+//!   in rank order, bit for bit;
+//! * does not depend on the [`Algorithm`] (one-shot, two-shot, barrier-free, or the
+//!   `Auto` choice among them), on the count of the call it rides in (a row's sum is the
+//!   same alone or in a batch of a thousand), on the grid, on whether the call is in
+//!   place, replayed from a [`crate::Graph`], or on how the ranks are split into nodes
+//!   (the off-node engines fold in rank order too).
+//!
+//! This holds for `Sum`, `Min` and `Max` of every [`Element`] type (`f32`, `f64`,
+//! `bf16`, `f16`, `i32`; integer sums wrap). What is *not* promised: the same bits for
+//! another world size or another assignment of data to ranks (the fold has other
+//! operands); the same bits as NCCL or any library that folds in another order; NaN
+//! payloads (any NaN stays a NaN); and the output of a collective that failed
+//! ([`Error::NotReached`], an aborted world), which is undefined. Every backend's test
+//! suite checks the guarantee against a host fold, with data whose sums change with the
+//! order, for every type, algorithm, several counts and grids, in place and out of
+//! place; `tests/tests/determinism.rs` adds emulated nodes.
+//!
 //! ## Lifetime
 //! Dropping a handle frees its signal array (a collective free) without waiting for the
 //! device, like any symmetric buffer; [`Collectives::finalize`] waits for this rank's
