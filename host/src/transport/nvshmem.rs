@@ -81,6 +81,12 @@ fn granularity(value: Option<&str>) -> Option<usize> {
     digits.parse::<usize>().ok()?.checked_mul(1 << shift)
 }
 
+/// NVSHMEM's heap granularity in this process's environment (`None`: unreadable, NVSHMEM
+/// decides): a world whose off-node transport is NVSHMEM rounds its heap up to it.
+pub(crate) fn heap_granularity() -> Option<usize> {
+    granularity(std::env::var(GRANULARITY_ENV).ok().as_deref())
+}
+
 /// `NVSHMEMX_INIT_WITH_MPI_COMM`.
 const INIT_WITH_MPI_COMM: c_uint = 1 << 1;
 /// `NVSHMEMX_INIT_WITH_UNIQUEID`.
@@ -397,10 +403,10 @@ impl Transport for NvshmemTransport {
         ))?;
         // NVSHMEM maps a registered buffer in whole units of its granularity: a heap that
         // is not a multiple would be mapped past its end, which NVSHMEM reports only as a
-        // failed cuMemMap and then a crash. Every rank has the same heap, so every rank
-        // refuses alike, before NVSHMEM starts.
-        let env = std::env::var(GRANULARITY_ENV).ok();
-        if let Some(g) = granularity(env.as_deref())
+        // failed cuMemMap and then a crash. `World::new` rounds the heap up to it; this
+        // refuses a heap made otherwise (or an environment changed since), on every rank
+        // alike, before NVSHMEM starts.
+        if let Some(g) = heap_granularity()
             && g > 0
             && !attach.heap.len.is_multiple_of(g)
         {

@@ -34,6 +34,7 @@ mod gate;
 
 pub(crate) use agree::Call;
 mod heap;
+mod off_node;
 pub(crate) use heap::Registration;
 
 use crate::backend::code_objects::{KERNELS, KERNELS_ON_NODE, Loaded};
@@ -45,7 +46,7 @@ use crate::liveness::{Departure, Watchdog};
 use crate::offset_alloc::MIN_ALIGN;
 use crate::table::{DeviceTable, PeerBases};
 use crate::topology::Topology;
-use crate::transport::{Attach, EnginePath, Heap, Link, OffNode};
+use crate::transport::{EnginePath, Link, OffNode};
 use faults::Fault;
 use gate::LaunchGate;
 use heap::HeapState;
@@ -57,8 +58,11 @@ use symmem_rma::watch::Control;
 /// How a world is made.
 #[derive(Clone, Debug)]
 pub struct Config {
-    /// Bytes of symmetric heap per rank (rounded up to the backend's granularity); the
-    /// same on every rank.
+    /// Bytes of symmetric heap per rank; the same on every rank. Default 64 MiB. Rounded
+    /// up to the backend's allocation granularity (the driver's on CUDA: 2 MiB on current
+    /// GPUs), and with the NVSHMEM
+    /// off-node transport to NVSHMEM's heap granularity (512 MiB unless
+    /// `NVSHMEM_CUMEM_GRANULARITY` says otherwise); the size chosen is logged.
     pub heap_bytes: usize,
     /// How long a rank waits for peers before reporting them lost.
     pub timeout: Duration,
@@ -207,8 +211,27 @@ impl<B: Backend> World<B> {
     /// `config`. Creates this rank's heap, exchanges handles, maps every peer's heap at
     /// an address of its own and uploads the heap-base table.
     ///
-    /// Errors: `HeapSizeMismatch` if ranks ask for different sizes, `PeerLost` if a
-    /// rank does not take part in time, and the backend's own errors.
+    /// # Errors
+    /// Every rank gets the same error where the cause is collective (a rank that differs
+    /// is named):
+    /// * [`Error::ZeroSize`]: `heap_bytes` is 0; [`Error::HeapSizeMismatch`]: ranks ask
+    ///   for different heaps;
+    /// * [`Error::BadEnv`], [`Error::BadConfig`], [`Error::NodeSplitMismatch`]: the node
+    ///   split ([`Config::ranks_per_node`], `SYMMEM_RANKS_PER_NODE`) is unreadable or
+    ///   differs between ranks; [`Error::OffNodeMismatch`]: ranks chose different
+    ///   off-node transports;
+    /// * [`Error::PeerLost`]: a rank did not take part within [`Config::timeout`];
+    ///   [`Error::BadMessage`]: a rank sent something malformed;
+    /// * [`Error::BadPeerMemory`]: a peer's heap export is not what it claims (its size,
+    ///   its sender);
+    /// * [`Error::NoCodeObject`]: symmem's kernels were built for none of this GPU's
+    ///   processors ([`Error::LibraryMissing`], [`Error::Driver`]: the runtime's own);
+    /// * across nodes: [`Error::NoEngine`] (the transport cannot serve this backend),
+    ///   [`Error::NvshmemUnavailable`], [`Error::NvshmemFailed`] and
+    ///   [`Error::NvshmemHeapGranularity`] (the NVSHMEM transport).
+    ///
+    /// The backend's own limits come when it is made (`Cuda::new`: a missing device,
+    /// more ranks on one GPU than it has hardware queues).
     pub fn new(mut bootstrap: Box<dyn Bootstrap>, backend: B, config: &Config) -> Result<Self> {
         let (rank, world_size) = (bootstrap.rank(), bootstrap.world_size());
         let sizes = bootstrap.all_gather(&(config.heap_bytes as u64).to_le_bytes())?;
@@ -237,8 +260,29 @@ impl<B: Backend> World<B> {
         // process is believed only from a rank verified to be a thread of it.
         let verified = bootstrap.verified_pids()?;
         let senders: Vec<Sender> = verified.iter().map(|&pid| Sender::verified(pid)).collect();
-        let granule = backend.heap_granularity().max(MIN_ALIGN);
+        // Agreed before the heap exists: NVSHMEM's registration sizes it.
+        let off_node = if topology.nodes() > 1 {
+            Some(off_node::agree(&mut *bootstrap, config.off_node)?)
+        } else {
+            None
+        };
+        let granule = off_node::heap_granule(
+            backend.heap_granularity().max(MIN_ALIGN),
+            off_node,
+            backend.kind(),
+        );
         let heap_len = config.heap_bytes.div_ceil(granule) * granule;
+        if heap_len != config.heap_bytes {
+            tracing::info!(
+                rank,
+                asked = config.heap_bytes,
+                heap_bytes = heap_len,
+                granule,
+                transport = off_node.map(OffNode::name),
+                "the heap is rounded up to whole units of the backend's (and the off-node \
+                 transport's) allocation granularity"
+            );
+        }
         let heap = backend.create_heap(heap_len)?;
         let handles = bootstrap.all_gather_shareable(backend.export_heap(&heap)?)?;
         let mut peer_heaps = Vec::with_capacity(world_size);
@@ -316,15 +360,8 @@ impl<B: Backend> World<B> {
             serial,
             config,
         )?;
-        let transport = if topology.nodes() > 1 {
-            let link = start_transport(
-                &mut *bootstrap,
-                &backend,
-                &heap,
-                abort,
-                config.off_node,
-                &topology,
-            )?;
+        let transport = if let Some(choice) = off_node {
+            let link = off_node::start(&mut *bootstrap, &backend, &heap, abort, choice, &topology)?;
             // SAFETY: the live control block's word, before any launch.
             unsafe { (*control.host_ptr().cast::<Control>()).ring = link.device_handle() };
             Some(link)
@@ -876,105 +913,4 @@ fn nvshmem_kernels() -> Result<&'static crate::backend::CodeObjects> {
          bootstrap's transport (SYMMEM_OFF_NODE=bootstrap)",
     ));
     kernels
-}
-
-/// Starts the off-node transport of a world that spans several nodes: the one its
-/// bootstrap offers, attached to `heap`.
-///
-/// The transport moves data between kernel memory and peers itself where it reaches
-/// kernel memory: the backend's heap is host memory ([`Backend::heap_host_ptr`]), or the
-/// transport moves the backend's device memory
-/// ([`crate::transport::Transport::reaches_device_memory`]: a CUDA-aware MPI). Elsewhere
-/// data is staged through host memory and applied by the target ([`Backend::heap_access`]),
-/// as it is wherever `SYMMEM_ENGINE_STAGING=1` forces it.
-///
-/// Which transport: `choice`, else the environment's ([`OffNode::resolve`]), agreed by
-/// every rank ([`Error::OffNodeMismatch`] names the first that differs from rank 0).
-fn start_transport<B: Backend>(
-    bootstrap: &mut dyn Bootstrap,
-    backend: &B,
-    heap: &B::Heap,
-    abort: AbortWord,
-    choice: Option<OffNode>,
-    topology: &Topology,
-) -> Result<Box<dyn Link>> {
-    let choice = OffNode::resolve(choice)?;
-    let chosen = bootstrap
-        .all_gather(&[choice as u8])?
-        .iter()
-        .enumerate()
-        .map(|(rank, c)| {
-            c.first()
-                .and_then(|&code| OffNode::ALL.get(usize::from(code)).copied())
-                .ok_or(Error::BadMessage {
-                    from: Some(rank),
-                    what: "off-node transport choice",
-                })
-        })
-        .collect::<Result<Vec<_>>>()?;
-    // As for the node split (`Topology::exchange`): every rank names the same first rank
-    // whose choice is not rank 0's.
-    if let Some(rank) = chosen.iter().position(|&c| c != chosen[0]) {
-        return Err(Error::OffNodeMismatch {
-            rank,
-            expected: chosen[0].name(),
-            found: chosen[rank].name(),
-        });
-    }
-    let transport: Box<dyn crate::transport::Transport> = match choice {
-        OffNode::Bootstrap => bootstrap.transport()?,
-        OffNode::Nvshmem => {
-            // Refused before NVSHMEM starts where no kernels could call it.
-            nvshmem_kernels()?;
-            let (rank, world_size) = (bootstrap.rank(), bootstrap.world_size());
-            let mpi = bootstrap.mpi_communicator();
-            let mut all_gather = |mine: &[u8]| bootstrap.all_gather(mine);
-            Box::new(crate::transport::nvshmem::NvshmemTransport::new(
-                rank,
-                world_size,
-                &mut all_gather,
-                mpi,
-            )?)
-        }
-    };
-    let off_node: Vec<usize> = (0..bootstrap.world_size())
-        .filter(|&r| !topology.reaches(r))
-        .collect();
-    tracing::info!(
-        rank = bootstrap.rank(),
-        transport = transport.name(),
-        ?off_node,
-        "peers on other nodes go through the off-node transport; the others by load and store"
-    );
-    let staging_forced = std::env::var(crate::transport::ENV_ENGINE_STAGING).as_deref() == Ok("1");
-    let direct = backend
-        .heap_host_ptr(heap)
-        .or_else(|| {
-            transport
-                .reaches_device_memory(backend.kind())
-                .then(|| std::ptr::with_exposed_provenance_mut(heap.base() as usize))
-        })
-        .filter(|_| !staging_forced);
-    if direct.is_none() {
-        tracing::warn!(
-            rank = bootstrap.rank(),
-            forced = staging_forced,
-            "the off-node engine stages data through host memory: the transport cannot reach \
-             this heap directly (set by SYMMEM_ENGINE_STAGING=1, or a GPU heap with an MPI \
-             that is not GPU-aware)"
-        );
-    }
-    transport.attach(Attach {
-        heap: Heap {
-            device_base: heap.base(),
-            len: heap.len(),
-            direct,
-            access: Box::new(|| backend.heap_access(heap)),
-        },
-        memory: backend,
-        kernels_on_host: backend.kernels_on_host(),
-        abort,
-        kind: backend.kind(),
-        device: backend.device_binding(),
-    })
 }
