@@ -134,6 +134,59 @@ impl Topology {
     }
 }
 
+/// A rank's place among the ranks of its machine: what chooses its GPU when a launcher
+/// (`mpirun`, [`crate::bootstrap::unix::spawn`]) starts one process per rank on several
+/// machines, where the world rank counts across machines and would pick a GPU that is
+/// another rank's, or none.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LocalRank {
+    /// This rank's index among its machine's ranks, in world-rank order (0 for the
+    /// machine's lowest world rank).
+    pub rank: usize,
+    /// How many ranks of the world run on this machine.
+    pub ranks: usize,
+}
+
+/// This rank's [`LocalRank`], learnt from every rank's machine (its kernel host name).
+/// Collective: every rank of `bootstrap` calls it, before [`crate::World::new`], to pick
+/// its device:
+///
+/// ```no_run
+/// # #[cfg(feature = "mpi")]
+/// # fn main() -> symmem::Result<()> {
+/// use symmem::backend::cuda::Cuda;
+/// use symmem::bootstrap::mpi::MpiBootstrap;
+/// use symmem::{Config, World};
+///
+/// let mut bootstrap = MpiBootstrap::new()?;
+/// let local = symmem::topology::local_rank(&mut bootstrap)?;
+/// let backend = Cuda::new(local.rank % Cuda::device_count()?)?;
+/// let world = World::new(Box::new(bootstrap), backend, &Config::default())?;
+/// # Ok(())
+/// # }
+/// # #[cfg(not(feature = "mpi"))]
+/// # fn main() {}
+/// ```
+///
+/// (An emulated node split, [`ENV_RANKS_PER_NODE`], does not change it: GPUs belong to
+/// machines.)
+///
+/// # Errors
+/// The bootstrap's ([`Error::PeerLost`] where a rank does not take part in time).
+pub fn local_rank(bootstrap: &mut dyn Bootstrap) -> Result<LocalRank> {
+    let hosts = bootstrap.all_gather(host_name().as_bytes())?;
+    Ok(local_of(bootstrap.rank(), &hosts))
+}
+
+/// `rank`'s [`LocalRank`] among ranks on machines `hosts` (one name per rank).
+fn local_of(rank: usize, hosts: &[Vec<u8>]) -> LocalRank {
+    let mine = &hosts[rank];
+    LocalRank {
+        rank: hosts[..rank].iter().filter(|h| *h == mine).count(),
+        ranks: hosts.iter().filter(|h| *h == mine).count(),
+    }
+}
+
 /// This machine's host name (the kernel's; empty if it cannot be read).
 fn host_name() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
@@ -147,6 +200,16 @@ mod tests {
 
     fn hosts(names: &[&str]) -> Vec<Vec<u8>> {
         names.iter().map(|n| n.as_bytes().to_vec()).collect()
+    }
+
+    #[test]
+    fn a_local_rank_counts_the_ranks_of_its_machine_only() {
+        // Two machines, their ranks interleaved as `mpirun --map-by node` places them.
+        let h = hosts(&["a", "b", "a", "b", "a"]);
+        let got: Vec<_> = (0..5).map(|r| local_of(r, &h)).collect();
+        let want =
+            [(0, 3), (0, 2), (1, 3), (1, 2), (2, 3)].map(|(rank, ranks)| LocalRank { rank, ranks });
+        assert_eq!(got, want);
     }
 
     #[test]

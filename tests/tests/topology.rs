@@ -201,3 +201,17 @@ fn nvshmem_where_it_cannot_serve_is_refused() {
         }
     }
 }
+
+#[test]
+fn ranks_of_one_machine_are_numbered_on_it_before_the_world_forms() {
+    // Ranks as threads share the machine: local rank = world rank, all of them on it
+    // (across machines, the unit test of `topology` counts each machine's own).
+    let ranks: Vec<_> = LocalBootstrap::default_group(3)
+        .into_iter()
+        .map(|mut b| std::thread::spawn(move || symmem::topology::local_rank(&mut b)))
+        .collect();
+    for (rank, handle) in ranks.into_iter().enumerate() {
+        let local = handle.join().expect("rank thread").expect("local_rank");
+        assert_eq!((local.rank, local.ranks), (rank, 3));
+    }
+}

@@ -192,11 +192,17 @@ fn run<B: Backend>(world: World<B>, rows: usize) -> Result<usize, Failed> {
 #[cfg(feature = "mpi")]
 fn mpi_rank(backend: &str, rows: usize) -> Result<String, Failed> {
     use symmem::bootstrap::{Bootstrap, mpi::MpiBootstrap};
-    let bootstrap = Box::new(MpiBootstrap::new()?);
+    let mut bootstrap = Box::new(MpiBootstrap::new()?);
     let config = Config::default();
     let (rank, size) = (bootstrap.rank(), bootstrap.world_size());
+    // The GPU by the rank's place on its machine: across machines the world rank would
+    // pick another rank's GPU, or none.
+    let local = symmem::topology::local_rank(&mut *bootstrap)?;
     let (checked, node, nodes) = match backend {
-        "cuda" => on_world(World::new(bootstrap, Cuda::for_rank(rank)?, &config)?, rows)?,
+        "cuda" => {
+            let device = Cuda::new(local.rank % Cuda::device_count()?)?;
+            on_world(World::new(bootstrap, device, &config)?, rows)?
+        }
         _ => on_world(World::new(bootstrap, Cpu::new(), &config)?, rows)?,
     };
     Ok(format!(

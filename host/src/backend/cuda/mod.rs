@@ -451,7 +451,9 @@ impl Cuda {
 
     /// The backend for `rank` on a machine with several GPUs: device
     /// `rank % device_count`, so one GPU per rank while there are enough and ranks
-    /// sharing GPUs round-robin after that.
+    /// sharing GPUs round-robin after that. `rank` is the rank's place on its machine:
+    /// the world rank where every rank runs on one machine (ranks as threads), else
+    /// [`crate::topology::local_rank`]'s.
     ///
     /// # Errors
     /// As [`Cuda::device_count`] and [`Cuda::new`].
