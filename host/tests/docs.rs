@@ -288,3 +288,29 @@ fn the_reference_documents_keep_no_diary() {
         "history in the reference documents: {diary:#?}"
     );
 }
+
+#[test]
+fn every_example_has_a_readme_with_its_run_command_and_the_readme_links_it() {
+    let readme = read("README.md");
+    let mut examples = 0;
+    for entry in std::fs::read_dir(repo().join("examples")).expect("examples/") {
+        let dir = entry.expect("examples/ entry").path();
+        if !dir.join("Cargo.toml").exists() {
+            continue;
+        }
+        examples += 1;
+        let name = dir.file_name().and_then(|n| n.to_str()).expect("a UTF-8 name");
+        let guide = std::fs::read_to_string(dir.join("README.md"))
+            .unwrap_or_else(|e| panic!("examples/{name}/README.md: {e}"));
+        let run = format!("cargo run --release -p {name}");
+        assert!(
+            guide.contains(&run) && guide.contains("## Where CI runs it"),
+            "examples/{name}/README.md must give `{run}` and say where CI runs it"
+        );
+        assert!(
+            readme.contains(&format!("examples/{name}/README.md")),
+            "README.md must link examples/{name}/README.md"
+        );
+    }
+    assert!(examples >= 4, "only {examples} examples found");
+}
