@@ -30,6 +30,7 @@ mod control;
 mod cudarc_view;
 mod error;
 pub mod graph;
+pub mod guides;
 mod io;
 mod launch;
 mod ledger;

@@ -1,8 +1,10 @@
 //! The reference documents keep up with the code: the README shows the first program
 //! exactly as `host/src/first_program.md` has it (which the crate runs as a doctest), every
 //! variant of `symmem::Error` and `symmem_build::BuildError` has a row in
-//! `docs/troubleshooting.md`, and every `SYMMEM_*` environment variable the code names has
-//! one in `docs/environment.md`.
+//! `docs/troubleshooting.md`, every environment variable the code reads has one in
+//! `docs/environment.md`, every example has a README the README links, the mpirun guide
+//! shows the program CI runs, and the reference documents (README, docs/, the guides, the
+//! examples' READMEs) keep no diary.
 
 use std::path::{Path, PathBuf};
 
@@ -227,10 +229,18 @@ fn every_variable_the_code_reads_has_a_row_in_the_environment_table() {
 #[test]
 fn the_reference_documents_keep_no_diary() {
     let mut files = vec![repo().join("README.md")];
-    for entry in std::fs::read_dir(repo().join("docs")).expect("docs/") {
-        let path = entry.expect("an entry").path();
-        if path.extension().is_some_and(|e| e == "md") {
-            files.push(path);
+    for dir in ["docs", "host/src/guides"] {
+        for entry in std::fs::read_dir(repo().join(dir)).expect(dir) {
+            let path = entry.expect("an entry").path();
+            if path.extension().is_some_and(|e| e == "md") {
+                files.push(path);
+            }
+        }
+    }
+    for entry in std::fs::read_dir(repo().join("examples")).expect("examples/") {
+        let readme = entry.expect("an entry").path().join("README.md");
+        if readme.exists() {
+            files.push(readme);
         }
     }
     let mut diary = Vec::new();
@@ -299,7 +309,10 @@ fn every_example_has_a_readme_with_its_run_command_and_the_readme_links_it() {
             continue;
         }
         examples += 1;
-        let name = dir.file_name().and_then(|n| n.to_str()).expect("a UTF-8 name");
+        let name = dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .expect("a UTF-8 name");
         let guide = std::fs::read_to_string(dir.join("README.md"))
             .unwrap_or_else(|e| panic!("examples/{name}/README.md: {e}"));
         let run = format!("cargo run --release -p {name}");
@@ -313,4 +326,17 @@ fn every_example_has_a_readme_with_its_run_command_and_the_readme_links_it() {
         );
     }
     assert!(examples >= 4, "only {examples} examples found");
+}
+
+#[test]
+fn the_mpirun_guide_shows_the_example_ci_runs_under_mpirun() {
+    let guide = read("host/src/guides/mpirun.md");
+    let start = guide.find("```rust,ignore\n").expect("the guide's program") + 15;
+    let program = &guide[start..start + guide[start..].find("```").expect("its end")];
+    assert!(
+        program.starts_with("fn mpi_rank(")
+            && read("examples/fused-allreduce-rmsnorm/src/main.rs").contains(program),
+        "host/src/guides/mpirun.md's program must be the fused example's `mpi_rank`, \
+         word for word:\n{program}"
+    );
 }
