@@ -11,6 +11,7 @@
 //! | 4 | `world` | forming and leaving, the heap, agreement, faults |
 //! | 5 | `memory`, `launch`, `io`, `provider`, `graph`, `cudarc_view` | typed handles, launch, host I/O, providers, graphs, memory lent to cudarc |
 //! | 6 | `collectives` | built on launch, as a user's code is |
+//! | 7 | `guides` | documentation only: one guide per way of running, over everything |
 //!
 //! `lib.rs` (declarations and re-exports) stands on no floor. A new module must be given a
 //! floor here.
@@ -37,6 +38,7 @@ const FLOORS: &[(&str, u32)] = &[
     ("graph", 5),
     ("cudarc_view", 5),
     ("collectives", 6),
+    ("guides", 7),
 ];
 
 /// The top-level module a file of `host/src` belongs to (`backend/cuda/mod.rs` ->
