@@ -42,6 +42,27 @@ use std::sync::Arc;
 /// (symmetric memory is reused only after a barrier, which waits for the device first).
 /// Through a shared view cudarc may write (`DevicePtrMut`, a kernel): device memory is not
 /// Rust memory, and the races it could have are the same as for two symmem kernels.
+///
+/// # Examples
+/// A symmetric buffer filled by cudarc's copy on the world's stream, then all-reduced by
+/// symmem on the same stream (no synchronisation between them):
+/// ```no_run
+/// use symmem::backend::cuda::Cuda;
+/// use symmem::collectives::{Algorithm, Collectives, ReduceOp};
+/// use symmem::{Config, CudarcView};
+///
+/// symmem::spawn_ranks(2, &Config::default(), Cuda::for_rank, |world| {
+///     let stream = world.backend().cudarc_stream().clone();
+///     let coll = Collectives::new(&world)?;
+///     let x = world.zeros::<f32>(1024)?;
+///     stream.memcpy_htod(&[1.0f32; 1024], &mut CudarcView::new(&x))?; // cudarc writes it
+///     coll.all_reduce_in_place(&x, 1024, ReduceOp::Sum, Algorithm::Auto)?;
+///     assert_eq!(stream.clone_dtoh(&CudarcView::new(&x))?, [2.0; 1024]);
+///     Ok(())
+/// })?;
+/// # Ok::<(), symmem::Error>(())
+/// ```
+/// More: [`crate::guides::cudarc`].
 #[derive(Debug)]
 pub struct CudarcView<'a, T> {
     ptr: CUdeviceptr,

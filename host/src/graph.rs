@@ -22,6 +22,25 @@ use crate::world::World;
 use std::sync::atomic::Ordering;
 
 /// A rank's recorded launches ([`World::capture`]), replayable with [`Graph::replay`].
+///
+/// # Examples
+/// ```
+/// use symmem::collectives::{Algorithm, Collectives, ReduceOp};
+/// use symmem::{Config, backend::cpu::Cpu};
+///
+/// symmem::spawn_ranks(2, &Config::default(), |_| Ok(Cpu::new()), |world| {
+///     let coll = Collectives::new(&world)?;
+///     let (x, y) = (world.zeros::<f32>(64)?, world.zeros::<f32>(64)?);
+///     world.barrier()?;
+///     let graph = world.capture(|| coll.all_reduce(&y, &x, 64, ReduceOp::Sum, Algorithm::Auto))?;
+///     world.write(&x, 0, &[1.0; 64])?;
+///     graph.replay()?; // every replay is a new all-reduce of `x`'s contents now
+///     assert_eq!(world.read(&y)?, [2.0; 64]);
+///     Ok(())
+/// })?;
+/// # Ok::<(), symmem::Error>(())
+/// ```
+/// More: [`crate::guides::graphs`].
 pub struct Graph<B: Backend> {
     world: World<B>,
     /// Whether the capture recorded a [`World::collectively`] step (a collective): then

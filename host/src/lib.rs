@@ -11,6 +11,47 @@
 //!
 #![doc = include_str!("first_program.md")]
 //!
+//! # A tour
+//! - **A world**: [`World`] is one rank's membership, its heap and its device stream.
+//!   Ranks as threads: [`spawn_ranks`]; as processes or under `mpirun`: [`World::new`]
+//!   with a [`bootstrap`] ([`bootstrap::unix::UnixBootstrap`], `bootstrap::mpi::MpiBootstrap`
+//!   with the `mpi` feature). [`Config`] sizes the heap and bounds the waits. Backends:
+//!   [`backend::cpu::Cpu`] (kernels on host threads), [`backend::cuda::Cuda`], `Hip`
+//!   (feature `hip`).
+//! - **Memory**: [`SymmetricBuffer`] (the same offset on every rank, with its
+//!   [`PeerBases`] table), [`DeviceBuffer`] (this rank's only), [`Rendezvous`]
+//!   ([`World::register`]: memory the program already has, made symmetric),
+//!   [`ExternalTable`] (a table another library built); host I/O with [`World::read`],
+//!   [`World::write`], and one-sided [`World::put`] and [`World::get`].
+//! - **Your kernel**: a `#[kernel]` function in a `no_std` crate built by your `build.rs`
+//!   (`symmem-build`), written with `symmem-device`; loaded as a [`Module`] and launched
+//!   with arguments checked against its signature ([`Module::launch`]; an `unsafe fn`
+//!   kernel only through [`Module::launch_unchecked`]). Kernels take views: [`View`],
+//!   [`ViewMut`], [`SymView`], [`SymViewMut`], [`PeerTable`].
+//! - **Collectives**: [`collectives::Collectives`] (all-reduce, reduce-scatter,
+//!   all-gather, all-to-all, broadcast, barrier; put, get, signals), deterministic by
+//!   construction ([`collectives`], *Determinism*).
+//! - **Graphs**: [`World::capture`] and [`Graph::replay`].
+//! - **cudarc**: [`CudarcView`] lends symmem memory to cudarc; [`World::borrow_cudarc`]
+//!   lends cudarc memory to symmem.
+//! - **Errors**: one [`Error`] type; each variant says what happened and what to do
+//!   (docs/troubleshooting.md has every one). [`Error::is_device_missing`] tells a
+//!   machine without the device from a failure.
+//! - **Guides**, one per way of running: [`guides`].
+//!
+//! # Features
+//! | feature | what it adds | needs at build time |
+//! |---------|--------------|---------------------|
+//! | (none) | the CPU and CUDA backends (the CUDA driver is loaded at run time), ranks as threads and as processes | nothing |
+//! | `mpi` | `bootstrap::mpi::MpiBootstrap` and the MPI off-node transport | a system MPI and libclang |
+//! | `hip` | the HIP backend (`backend::hip`) | ROCm's libamdhip64, `HIP_PATH` |
+//! | `nvshmem` | symmem's kernels built with NVSHMEM, for the NVSHMEM off-node transport | NVSHMEM 3.2+ (`SYMMEM_NVSHMEM_HOME`) |
+//!
+//! symmem-device has `std` (host waits yield the thread) and `nvshmem` (NVSHMEM's
+//! device API in your kernels, with `KernelCrate::nvshmem` in your build script). The
+//! host crates build on Rust 1.89 and later; the GPU code objects are built with a pinned
+//! nightly, which `symmem-build` picks by itself.
+//!
 //! The crate stands on floors, each importing only from floors below it (checked by
 //! `host/tests/layers.rs`): errors, the offset allocator and peer tables; the
 //! [`backend`] contract (code objects, [`Grid`], the CPU thread runner, what the off-node

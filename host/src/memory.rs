@@ -44,6 +44,20 @@ fn bounds(range: impl RangeBounds<usize>, len: usize) -> Result<(usize, usize)> 
 /// on the CPU backend). Its contents start undefined unless made by
 /// [`World::device_zeros`] or [`World::device_from_slice`]. Share it with the other
 /// ranks through a [`crate::Rendezvous`].
+///
+/// # Examples
+/// ```
+/// use symmem::{Config, backend::cpu::Cpu};
+///
+/// symmem::spawn_ranks(2, &Config::default(), |_| Ok(Cpu::new()), |world| {
+///     let x = world.device_from_slice(&[1.0f32, 2.0, 3.0])?; // this rank's memory only
+///     assert_eq!(x.len(), 3);
+///     world.write(&x, 1, &[5.0])?; // element 1
+///     assert_eq!(world.read(&x)?, [1.0, 5.0, 3.0]);
+///     Ok(())
+/// })?;
+/// # Ok::<(), symmem::Error>(())
+/// ```
 pub struct DeviceBuffer<T, B: Backend> {
     world: World<B>,
     /// Taken only by `into_parts` and `drop`.
@@ -628,6 +642,23 @@ pub struct RawSymmetric {
 /// `len` elements of `T` at the same heap offset on every rank. Dropping it lets go of
 /// it; its memory is reused after a barrier at which every rank has (see the module
 /// documentation).
+///
+/// # Examples
+/// ```
+/// use symmem::{Config, backend::cpu::Cpu};
+///
+/// let copies = symmem::spawn_ranks(2, &Config::default(), |_| Ok(Cpu::new()), |world| {
+///     let data = world.zeros::<u32>(4)?; // collective: every rank allocates it
+///     let peer = 1 - world.rank();
+///     world.barrier()?; // every copy exists before a peer's put reaches it
+///     let mine = world.device_from_slice(&[world.rank() as u32 + 10; 4])?;
+///     world.put(&data, &mine, peer)?; // into the peer's copy
+///     world.barrier()?; // every put has landed
+///     world.read(&data)
+/// })?;
+/// assert_eq!(copies[0].as_ref().unwrap(), &[11; 4]); // rank 1 wrote rank 0's copy
+/// # Ok::<(), symmem::Error>(())
+/// ```
 pub struct SymmetricBuffer<T, B: Backend> {
     world: World<B>,
     serial: u64,

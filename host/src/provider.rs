@@ -191,6 +191,7 @@ impl<T: 'static, B: Backend> Registrable<T, B> for RawRange<T> {
 /// The collectives ([`crate::collectives::Collectives`]) read and write a rendezvous
 /// through its table, as they do symmetric buffers: the all-reduce stages none of it.
 ///
+/// # Examples
 /// ```
 /// use symmem::{Config, Rendezvous, backend::cpu::Cpu};
 /// symmem::spawn_ranks(2, &Config::default(), |_| Ok(Cpu::new()), |world| {
@@ -390,6 +391,7 @@ impl<B: Backend> World<B> {
 /// outlive this value and every kernel launched over it. Dropping it frees only the
 /// uploaded table (at the next barrier at which every rank has dropped its table).
 ///
+/// # Examples
 /// ```
 /// use symmem::{Config, ExternalTable, backend::cpu::Cpu};
 /// symmem::spawn_ranks(2, &Config::default(), |_| Ok(Cpu::new()), |world| {

@@ -52,6 +52,22 @@ use std::time::{Duration, Instant};
 pub use ::mpi as rsmpi;
 
 /// One MPI rank's end of the world.
+///
+/// # Examples
+/// Under `mpirun`, each rank on the GPU of its place on its machine:
+/// ```no_run
+/// use symmem::backend::cuda::Cuda;
+/// use symmem::bootstrap::mpi::MpiBootstrap;
+/// use symmem::{Config, World};
+///
+/// let mut bootstrap = MpiBootstrap::new()?;
+/// let local = symmem::topology::local_rank(&mut bootstrap)?;
+/// let backend = Cuda::new(local.rank % Cuda::device_count()?)?;
+/// let world = World::new(Box::new(bootstrap), backend, &Config::default())?;
+/// # let _ = world;
+/// # Ok::<(), symmem::Error>(())
+/// ```
+/// More: [`crate::guides::mpirun`].
 pub struct MpiBootstrap {
     /// `MPI_COMM_WORLD`, or symmem's own duplicate of the application's communicator.
     /// Declared before `_universe`, so it is freed before this bootstrap's own MPI, if

@@ -68,6 +68,19 @@ pub const ENV_SECRET: &str = "SYMMEM_UNIX_SECRET";
 pub const ENV_TIMEOUT_MS: &str = "SYMMEM_TIMEOUT_MS";
 
 /// One process-rank's end of a UNIX-socket group.
+///
+/// # Examples
+/// A rank started by [`spawn`] joins its group:
+/// ```no_run
+/// use symmem::backend::cpu::Cpu;
+/// use symmem::bootstrap::unix::UnixBootstrap;
+/// use symmem::{Config, World};
+///
+/// let world = World::new(Box::new(UnixBootstrap::from_env()?), Cpu::new(), &Config::default())?;
+/// # let _ = world;
+/// # Ok::<(), symmem::Error>(())
+/// ```
+/// The launcher and the ranks as one program: [`crate::guides::processes`].
 pub struct UnixBootstrap {
     rank: usize,
     world: usize,

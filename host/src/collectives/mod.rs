@@ -151,6 +151,7 @@ impl<T: bytemuck::Pod + symmem_kernels::ReductionKernels> Element for T {}
 /// A rank's handle for launching collectives and RMA kernels over its [`World`]: the
 /// world, a launch shape, and the symmetric signal array the collectives synchronise on.
 ///
+/// # Examples
 /// ```
 /// use symmem::collectives::{Algorithm, Collectives, ReduceOp};
 /// use symmem::{Config, backend::cpu::Cpu};
@@ -198,7 +199,7 @@ impl<T: bytemuck::Pod + symmem_kernels::ReductionKernels> Element for T {}
 /// and writes registered (or symmetric) buffers through theirs, in place included (each
 /// element is read, on every rank, only by the thread that then writes it). A one-shot
 /// in place, a registered buffer paired with plain memory in a two-shot, and the other
-/// collectives still stage it.
+/// collectives still stage it:
 ///
 /// ```
 /// use symmem::collectives::{Algorithm, Collectives, ReduceOp};

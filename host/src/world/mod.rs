@@ -56,6 +56,19 @@ use std::time::Duration;
 use symmem_rma::watch::Control;
 
 /// How a world is made.
+///
+/// # Examples
+/// ```
+/// use std::time::Duration;
+/// use symmem::Config;
+///
+/// let config = Config {
+///     heap_bytes: 256 << 20,                     // 256 MiB of symmetric heap per rank
+///     wait_deadline: Duration::from_secs(30),    // a stall fails in 30 s, not 10 minutes
+///     ..Config::default()
+/// };
+/// # let _ = config;
+/// ```
 #[derive(Clone, Debug)]
 pub struct Config {
     /// Bytes of symmetric heap per rank; the same on every rank. Default 64 MiB. Rounded
@@ -105,6 +118,7 @@ impl Default for Config {
 
 /// One rank's world.
 ///
+/// # Examples
 /// ```
 /// use symmem::{Config, backend::cpu::Cpu};
 /// let sizes = symmem::spawn_ranks(3, &Config::default(), |_| Ok(Cpu::new()), |world| {

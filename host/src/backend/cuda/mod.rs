@@ -253,6 +253,26 @@ pub type CudaModule = gpu::Module<CudaDriver>;
 
 /// The CUDA backend of one rank: a device, its primary context and a non-blocking
 /// stream, which is a cudarc stream ([`Cuda::cudarc_stream`], [`Cuda::from_cudarc_stream`]). Kernel crates are loaded with [`Backend::load_module`](super::Backend::load_module).
+///
+/// # Examples
+/// One rank per GPU (round-robin where ranks outnumber GPUs), the CPU backend where no
+/// CUDA driver answers:
+/// ```
+/// use symmem::backend::{cpu::Cpu, cuda::Cuda};
+/// use symmem::{Config, World};
+///
+/// let ranks = match Cuda::device_count() {
+///     Ok(_) => symmem::spawn_ranks(2, &Config::default(), Cuda::for_rank, |w| Ok(w.rank()))?,
+///     Err(e) if e.is_device_missing() => {
+///         symmem::spawn_ranks(2, &Config::default(), |_| Ok(Cpu::new()), |w| Ok(w.rank()))?
+///     }
+///     Err(e) => return Err(e),
+/// };
+/// assert_eq!(ranks.len(), 2);
+/// # Ok::<(), symmem::Error>(())
+/// ```
+/// An application's own stream instead: [`Cuda::from_cudarc_stream`]
+/// ([`crate::guides::cudarc`]).
 pub struct Cuda {
     major: i32,
     minor: i32,
