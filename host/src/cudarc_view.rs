@@ -224,7 +224,8 @@ impl World<Cuda> {
     /// every collective takes it as it takes symmem's memory (staged where an algorithm
     /// needs a symmetric buffer; [`World::register`] makes it symmetric instead).
     ///
-    /// Errors: [`Error::NotShareable`] for memory of another CUDA context than this
+    /// # Errors
+    /// [`Error::NotShareable`] for memory of another CUDA context than this
     /// rank's.
     pub fn borrow_cudarc<'a, T, S>(&'a self, slice: &'a mut S) -> Result<CudarcBorrow<'a, T>>
     where

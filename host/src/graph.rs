@@ -63,7 +63,8 @@ impl<B: Backend> World<B> {
     /// running them. Collective exactly when `record`'s calls are: every rank captures
     /// the same collective calls.
     ///
-    /// Errors: the world's failed device wait, [`Error::Capturing`] for a capture inside
+    /// # Errors
+    /// The world's failed device wait, [`Error::Capturing`] for a capture inside
     /// a capture (and whatever `record` returns, for instance `Capturing` for a call that
     /// cannot be recorded), and the backend's capture errors.
     pub fn capture(&self, record: impl FnOnce() -> Result<()>) -> Result<Graph<B>> {
@@ -123,7 +124,8 @@ impl<B: Backend> Graph<B> {
     /// ([`World::collectively`]): every rank replays it, in the same order as its other
     /// collective calls.
     ///
-    /// Errors: the world's failed device wait (it is poisoned), [`Error::Capturing`]
+    /// # Errors
+    /// The world's failed device wait (it is poisoned), [`Error::Capturing`]
     /// while the world records another graph, the launch gate's errors (for a graph that
     /// recorded a collective), and the backend's launch errors.
     pub fn replay(&self) -> Result<()> {

@@ -14,7 +14,8 @@ impl<B: Backend> World<B> {
     /// `symmem_rma_put`, whose team reaches it through the engine). Nothing tells `to`
     /// that the data arrived: follow with a [`World::barrier`].
     ///
-    /// Errors: [`Error::RankOutOfRange`], [`Error::LengthMismatch`] unless `src` and
+    /// # Errors
+    /// [`Error::RankOutOfRange`], [`Error::LengthMismatch`] unless `src` and
     /// `dst` have the same length, [`Error::NotAgreed`] before a barrier has confirmed
     /// `dst`'s allocation, and the launch's errors.
     pub fn put<T: bytemuck::Pod + 'static>(
@@ -59,7 +60,8 @@ impl<B: Backend> World<B> {
     /// as [`World::put`] (`symmem_get`, or `symmem_rma_get` for a rank on another node).
     /// Rank `from` must have finished writing them.
     ///
-    /// Errors: as [`World::put`].
+    /// # Errors
+    /// As [`World::put`].
     pub fn get<T: bytemuck::Pod + 'static>(
         &self,
         dst: &impl AsDeviceSlice<T, B>,
@@ -110,7 +112,8 @@ impl<B: Backend> World<B> {
     /// A direct device copy of `src` into `dst` with no translation (`symmem_copy`, the
     /// baseline translated puts are measured against).
     ///
-    /// Errors: [`Error::LengthMismatch`], the launch's errors.
+    /// # Errors
+    /// [`Error::LengthMismatch`], the launch's errors.
     pub fn copy<T: bytemuck::Pod + 'static>(
         &self,
         dst: &impl AsDeviceSlice<T, B>,
@@ -147,7 +150,8 @@ impl<B: Backend> World<B> {
     /// address space (one counted synchronisation of this rank; the peer must have
     /// finished writing it, a barrier before).
     ///
-    /// Errors: [`Error::RankOutOfRange`].
+    /// # Errors
+    /// [`Error::RankOutOfRange`].
     pub fn read_peer<T: bytemuck::Pod>(
         &self,
         view: &impl AsSymSlice<T, B>,
@@ -184,7 +188,8 @@ impl<B: Backend> World<B> {
 
     /// Enqueues writing `data` into `view` (this rank's memory), from element `at`.
     ///
-    /// Errors: [`Error::OutOfBounds`] when `at..at + data.len()` is not inside.
+    /// # Errors
+    /// [`Error::OutOfBounds`] when `at..at + data.len()` is not inside.
     pub fn write<T: bytemuck::Pod>(
         &self,
         view: &impl AsDeviceSlice<T, B>,

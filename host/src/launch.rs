@@ -148,7 +148,8 @@ impl<B: Backend> Module<B> {
     /// buffer and table must belong to this module's world, and a peer table must belong
     /// to an object every rank has agreed on (a [`World::barrier`] after allocating).
     ///
-    /// Errors: the world's failed device wait ([`World::check_waits`]: it is poisoned),
+    /// # Errors
+    /// The world's failed device wait ([`World::check_waits`]: it is poisoned),
     /// [`Error::WrongModule`] for a kernel of another crate,
     /// [`Error::KernelNotFound`] if the code object lacks it, [`Error::ForeignHandle`],
     /// [`Error::NotAgreed`], the poisoning [`Error::CollectiveMismatch`], an empty
@@ -224,7 +225,8 @@ impl<B: Backend> World<B> {
     /// for this rank's device, once per world: the object built for its architecture.
     /// Every kernel is loaded now, so no launch waits for a load.
     ///
-    /// Errors: the world's failed device wait ([`World::check_waits`]),
+    /// # Errors
+    /// The world's failed device wait ([`World::check_waits`]),
     /// [`Error::NoCodeObject`] naming the crate and the device's architecture when none
     /// of the objects runs here; the backend's load errors.
     pub fn load(&self, objects: &'static CodeObjects) -> Result<Module<B>> {
@@ -270,7 +272,8 @@ pub struct Lowering<'a, B: Backend> {
 impl<B: Backend> Lowering<'_, B> {
     /// Checks that a handle of world `owner` may be passed to this launch.
     ///
-    /// Errors: [`Error::ForeignHandle`] if it belongs to another world.
+    /// # Errors
+    /// [`Error::ForeignHandle`] if it belongs to another world.
     pub fn check_owner(&self, owner: &World<B>) -> Result<()> {
         self.world.check_own(owner)
     }

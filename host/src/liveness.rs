@@ -244,7 +244,8 @@ impl Watchdog {
     /// where it left in good order). `None` in a world
     /// of one rank.
     ///
-    /// Errors: the bootstrap's; [`Error::Os`] where the socket or the thread cannot be
+    /// # Errors
+    /// The bootstrap's; [`Error::Os`] where the socket or the thread cannot be
     /// made.
     pub(crate) fn start(
         bootstrap: &mut dyn Bootstrap,

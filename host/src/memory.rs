@@ -102,7 +102,10 @@ impl<T: bytemuck::Pod, B: Backend> DeviceBuffer<T, B> {
         }
     }
 
-    /// Elements `range` of the buffer. Errors: [`Error::OutOfBounds`].
+    /// Elements `range` of the buffer.
+    ///
+    /// # Errors
+    /// [`Error::OutOfBounds`].
     pub fn slice(&self, range: impl RangeBounds<usize>) -> Result<DeviceSlice<'_, T, B>> {
         self.as_slice().slice(range)
     }
@@ -175,7 +178,10 @@ impl<'a, T, B: Backend> DeviceSlice<'a, T, B> {
         }
     }
 
-    /// Elements `range` of this view. Errors: [`Error::OutOfBounds`].
+    /// Elements `range` of this view.
+    ///
+    /// # Errors
+    /// [`Error::OutOfBounds`].
     pub fn slice(&self, range: impl RangeBounds<usize>) -> Result<Self> {
         let (start, len) = bounds(range, self.len)?;
         Ok(self.sub(start, len))
@@ -223,7 +229,10 @@ impl<'a, T, B: Backend> DeviceSlice<'a, T, B> {
     }
 
     /// The first `count` elements of `U` of the same memory (a staging area's bytes as the
-    /// type of the data staged through it). Errors: [`Error::OutOfBounds`] where they do
+    /// type of the data staged through it).
+    ///
+    /// # Errors
+    /// [`Error::OutOfBounds`] where they do
     /// not fit, [`Error::BadAlignment`] where the memory is not aligned for `U`.
     pub(crate) fn reinterpret<U>(&self, count: usize) -> Result<DeviceSlice<'a, U, B>> {
         let bytes = count
@@ -289,7 +298,10 @@ impl<'a, T, B: Backend> SymSlice<'a, T, B> {
         }
     }
 
-    /// Elements `range` of this view. Errors: [`Error::OutOfBounds`].
+    /// Elements `range` of this view.
+    ///
+    /// # Errors
+    /// [`Error::OutOfBounds`].
     pub fn slice(&self, range: impl RangeBounds<usize>) -> Result<Self> {
         let (start, len) = bounds(range, self.local.len)?;
         Ok(Self {
@@ -318,7 +330,10 @@ impl<'a, T, B: Backend> SymSlice<'a, T, B> {
 
     /// Rank `rank`'s copy of the view, as mapped in this address space: a device view
     /// this rank's kernels can read and write directly (what a translated access
-    /// reaches). It lives as long as the object. Errors: [`Error::RankOutOfRange`].
+    /// reaches). It lives as long as the object.
+    ///
+    /// # Errors
+    /// [`Error::RankOutOfRange`].
     pub fn peer(&self, rank: usize) -> Result<DeviceSlice<'a, T, B>> {
         Ok(DeviceSlice {
             ptr: self.peer_ptr(rank)?,
@@ -327,7 +342,10 @@ impl<'a, T, B: Backend> SymSlice<'a, T, B> {
     }
 
     /// Device address of the view's first element on rank `rank`, as mapped in this
-    /// address space. Errors: [`Error::RankOutOfRange`], [`Error::OffNode`] for a rank on
+    /// address space.
+    ///
+    /// # Errors
+    /// [`Error::RankOutOfRange`], [`Error::OffNode`] for a rank on
     /// another node (its table entry is 0).
     pub fn peer_ptr(&self, rank: usize) -> Result<u64> {
         let entries = self.table.entries();
@@ -601,7 +619,10 @@ impl<B: Backend> World<B> {
 
     /// Allocates plain device memory for `len` elements of `T` on this rank (not
     /// collective, not symmetric; share it with [`crate::Rendezvous`]). Its contents are
-    /// undefined. Errors: [`Error::ZeroSize`], the backend's out-of-memory error.
+    /// undefined.
+    ///
+    /// # Errors
+    /// [`Error::ZeroSize`], the backend's out-of-memory error.
     pub fn alloc<T: bytemuck::Pod>(&self, len: usize) -> Result<DeviceBuffer<T, B>> {
         self.not_capturing("an allocation")?;
         DeviceBuffer::new(self.clone(), len)
@@ -623,7 +644,10 @@ impl<B: Backend> World<B> {
 
     /// Lets go of a buffer given up with [`SymmetricBuffer::into_raw`], as dropping it
     /// would (collective: its memory is reused only after a barrier at which every rank
-    /// has let go of it). Errors: `NotAllocated` for a buffer freed already or not of
+    /// has let go of it).
+    ///
+    /// # Errors
+    /// `NotAllocated` for a buffer freed already or not of
     /// this world.
     pub fn free_raw(&self, raw: RawSymmetric) -> Result<()> {
         self.retire_allocation(raw.offset, raw.serial, raw.table)
@@ -707,7 +731,10 @@ impl<T, B: Backend> SymmetricBuffer<T, B> {
         SymSlice::new(&self.world, self.ptr(), self.len, &self.table)
     }
 
-    /// Elements `range` of the buffer, on every rank. Errors: [`Error::OutOfBounds`].
+    /// Elements `range` of the buffer, on every rank.
+    ///
+    /// # Errors
+    /// [`Error::OutOfBounds`].
     pub fn slice(&self, range: impl RangeBounds<usize>) -> Result<SymSlice<'_, T, B>> {
         self.as_slice().slice(range)
     }

@@ -214,7 +214,8 @@ impl<T: bytemuck::Pod, B: Backend> Rendezvous<T, B> {
     /// Collective: shares `buffer` (this rank's allocation, of the same length on every
     /// rank) with every rank of its world: [`World::register`] of the buffer.
     ///
-    /// Errors: as [`World::register`].
+    /// # Errors
+    /// As [`World::register`].
     pub fn new(buffer: DeviceBuffer<T, B>) -> Result<Self> {
         let world = buffer.world().clone();
         world.register(buffer)
@@ -352,7 +353,8 @@ impl<B: Backend> World<B> {
     /// kernels use as they use a symmetric buffer's. The rendezvous keeps the memory
     /// until every rank has dropped it (see [`Rendezvous`]).
     ///
-    /// Errors: [`Error::NotShareable`] for memory that cannot be shared (not one
+    /// # Errors
+    /// [`Error::NotShareable`] for memory that cannot be shared (not one
     /// allocation of this rank's device; a GPU allocation without an IPC handle or the
     /// CPU backend's plain host memory, where ranks are processes),
     /// [`Error::ForeignHandle`] for another world's buffer, [`Error::ZeroSize`],
@@ -420,7 +422,8 @@ impl<T, B: Backend> ExternalTable<T, B> {
     /// 0 for exactly the peers on other nodes (as `nvshmem_ptr` gives null for them; see
     /// [`crate::topology`]), entries congruent modulo 16, and the same `len` on every rank.
     ///
-    /// Errors: [`Error::ZeroSize`]; [`Error::TooLarge`] for more bytes than an allocation
+    /// # Errors
+    /// [`Error::ZeroSize`]; [`Error::TooLarge`] for more bytes than an allocation
     /// can hold; [`Error::BadPeerTable`] for a table of the wrong length, a null entry for
     /// a peer on this node or a non-null one for a peer on another, an own entry that is
     /// not `local`, or an allocation that would run past the end of the address space;

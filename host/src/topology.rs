@@ -32,7 +32,8 @@ impl Topology {
     /// Collective: every rank of `bootstrap` calls it with its split (`None`: the
     /// environment's [`ENV_RANKS_PER_NODE`], else one node per machine).
     ///
-    /// Errors: [`Error::BadConfig`] for a split of 0, [`Error::BadEnv`] for an
+    /// # Errors
+    /// [`Error::BadConfig`] for a split of 0, [`Error::BadEnv`] for an
     /// environment value that is not a number of ranks (or is 0),
     /// [`Error::NodeSplitMismatch`] naming the first rank whose split differs from rank
     /// 0's, and the bootstrap's.

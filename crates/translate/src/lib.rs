@@ -137,7 +137,8 @@ impl<'a> PeerBases<'a> {
     /// The checked form for host code: translates `p`, which must point to a whole `T`
     /// inside rank `cur`'s copy of an allocation of `len` bytes, into rank `to`'s copy.
     ///
-    /// Errors: a table shorter than `world`, `cur` or `to` not in `0..world`, or `p`
+    /// # Errors
+    /// A table shorter than `world`, `cur` or `to` not in `0..world`, or `p`
     /// outside `[bases[cur], bases[cur] + len)`.
     #[allow(
         clippy::not_unsafe_ptr_arg_deref,

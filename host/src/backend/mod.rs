@@ -248,7 +248,8 @@ pub struct KernelLaunch<'a> {
 pub trait DeviceBinding: Send + Sync {
     /// Makes the device current.
     ///
-    /// Errors: the runtime's.
+    /// # Errors
+    /// The runtime's.
     fn make_current(&self) -> Result<()>;
 }
 
@@ -335,7 +336,8 @@ pub trait Backend: Send + Sync + 'static {
     /// Maps a peer's exported heap of `bytes` at a fresh address in this address space;
     /// `sender` is who sent it, as the world verified it.
     ///
-    /// Errors: [`Error::BadPeerMemory`](crate::Error::BadPeerMemory) where the memory is
+    /// # Errors
+    /// [`Error::BadPeerMemory`](crate::Error::BadPeerMemory) where the memory is
     /// smaller than `bytes` (as the runtime or the kernel says, whatever the export
     /// claims) or names this process from a rank that is not verified to be of it.
     fn import_heap(&self, handle: Shareable, bytes: usize, sender: Sender)
@@ -350,7 +352,8 @@ pub trait Backend: Send + Sync + 'static {
     /// export of [`Backend::export_device_memory`] or [`Backend::export_range`]; `sender`
     /// is who sent it, as the world verified it.
     ///
-    /// Errors: [`Error::BadPeerMemory`](crate::Error::BadPeerMemory) where the allocation
+    /// # Errors
+    /// [`Error::BadPeerMemory`](crate::Error::BadPeerMemory) where the allocation
     /// the runtime opened (`cuMemGetAddressRange`, `hipMemGetAddressRange`), or the range
     /// this process exported, does not hold `bytes` from the export's offset, whatever
     /// the export claims; or where the export names this process and `sender` is not
@@ -368,7 +371,8 @@ pub trait Backend: Send + Sync + 'static {
     /// host memory, only ranks of this process can map (they alias the pointer; another
     /// process's import is [`Error::NotShareable`](crate::Error::NotShareable)).
     ///
-    /// Errors: [`Error::NotShareable`](crate::Error::NotShareable) for a range that is not in one allocation of this
+    /// # Errors
+    /// [`Error::NotShareable`](crate::Error::NotShareable) for a range that is not in one allocation of this
     /// rank's device.
     ///
     /// # Safety
@@ -397,7 +401,8 @@ pub trait Backend: Send + Sync + 'static {
     /// Loads `objects` for this device: the object built for its architecture (the
     /// newest one it can run).
     ///
-    /// Errors: [`crate::Error::NoCodeObject`] if none of them runs here.
+    /// # Errors
+    /// [`crate::Error::NoCodeObject`] if none of them runs here.
     fn load_module(&self, objects: &'static CodeObjects) -> Result<Self::Module>;
     /// Allocates `bytes` of zeroed host memory that this device reaches too.
     fn alloc_shared(&self, bytes: usize) -> Result<Self::Shared>;
@@ -405,7 +410,8 @@ pub trait Backend: Send + Sync + 'static {
     /// staged data and atomics): complete and visible to this rank's kernels when each
     /// call returns, never queued behind them.
     ///
-    /// Errors: [`crate::Error::NoEngine`] where the backend has none; the backend's errors.
+    /// # Errors
+    /// [`crate::Error::NoEngine`] where the backend has none; the backend's errors.
     fn heap_access(&self, heap: &Self::Heap) -> Result<Box<dyn HeapAccess>>;
     /// Where the host reaches `heap` at the very addresses kernels use (the CPU backend,
     /// whose heap is host memory); `None` where kernel memory is device memory. An
@@ -464,7 +470,8 @@ pub trait Backend: Send + Sync + 'static {
     /// Enqueues `launch` from `module` with launch shape `grid` (a CPU backend runs
     /// `launch.host` on threads and returns when they are done).
     ///
-    /// Errors: [`crate::Error::KernelNotFound`] if `module` lacks the kernel.
+    /// # Errors
+    /// [`crate::Error::KernelNotFound`] if `module` lacks the kernel.
     ///
     /// # Safety
     /// `launch.args` point at values of the kernel's parameter types (`launch.slots`),

@@ -60,7 +60,8 @@ pub struct Secret([u8; SECRET_BYTES]);
 impl Secret {
     /// A new secret from the operating system's random source (`getrandom(2)`).
     ///
-    /// Errors: [`Error::Os`] if the kernel has no random source to give.
+    /// # Errors
+    /// [`Error::Os`] if the kernel has no random source to give.
     pub fn random() -> Result<Self> {
         Ok(Self(random_bytes()?))
     }
@@ -341,7 +342,8 @@ pub(crate) fn poll(fds: &mut [PollFd<'_>], left: Duration) -> io::Result<()> {
 /// listener's credentials once it has proved that it holds `secret`; by then nothing but
 /// this end's answer (no secret) has crossed the socket.
 ///
-/// Errors: [`Error::StrangerRefused`] naming the listener's process and why (another
+/// # Errors
+/// [`Error::StrangerRefused`] naming the listener's process and why (another
 /// user, no proof of the secret, silence past `deadline`).
 pub fn join(
     stream: &mut UnixStream,
@@ -365,7 +367,8 @@ pub fn join(
 /// itself. Returns the member: the rank it proved, the connection and its process's
 /// credentials; a connection that fails is sent nothing more, and is logged.
 ///
-/// Errors: [`Error::StrangerRefused`] naming the connecting process and why.
+/// # Errors
+/// [`Error::StrangerRefused`] naming the connecting process and why.
 pub fn admit(
     stream: UnixStream,
     secret: &Secret,
@@ -557,7 +560,8 @@ impl<'a> Doorman<'a> {
     /// or the next handshake's deadline, and moves every handshake on
     /// ([`progress`](Self::progress)). Returns the members admitted meanwhile (often none).
     ///
-    /// Errors: [`Error::Os`] where accepting or polling fails.
+    /// # Errors
+    /// [`Error::Os`] where accepting or polling fails.
     pub(crate) fn members_at(
         &mut self,
         listener: &UnixListener,

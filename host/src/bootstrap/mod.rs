@@ -69,7 +69,10 @@ fn max_frame_from_env() -> Result<usize> {
 
 /// Where every rank's contribution lies in one buffer of them all, from the lengths the
 /// ranks announced (`announced`, by rank; from peers): MPI counts and displacements, and
-/// the total. Errors: [`Error::FrameTooLarge`](crate::Error::FrameTooLarge) naming the
+/// the total.
+///
+/// # Errors
+/// [`Error::FrameTooLarge`](crate::Error::FrameTooLarge) naming the
 /// first rank whose length is over `limit` or an MPI count (`i32`), or naming no rank when
 /// the contributions together overflow an MPI count.
 #[cfg(any(feature = "mpi", test, fuzzing))]
@@ -202,7 +205,8 @@ pub trait Bootstrap: Send {
     /// spans several nodes ([`crate::transport`]): the local wire for thread-ranks, MPI
     /// for ranks `mpirun` started.
     ///
-    /// Errors: [`Error::NoEngine`](crate::Error::NoEngine) where the group has none (the
+    /// # Errors
+    /// [`Error::NoEngine`](crate::Error::NoEngine) where the group has none (the
     /// default); the transport's own (an MPI below `MPI_THREAD_MULTIPLE`).
     fn transport(&self) -> Result<Box<dyn Transport>> {
         Err(crate::error::Error::NoEngine(

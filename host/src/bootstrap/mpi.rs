@@ -188,7 +188,8 @@ impl MpiBootstrap {
     /// [`ENV_MAX_FRAME_BYTES`](super::ENV_MAX_FRAME_BYTES) are refused. MPI is finalised
     /// when the bootstrap (the world made from it) goes.
     ///
-    /// Errors: [`Error::MpiAlreadyInitialised`] if the application initialised MPI
+    /// # Errors
+    /// [`Error::MpiAlreadyInitialised`] if the application initialised MPI
     /// (then use [`from_communicator`](Self::from_communicator));
     /// [`Error::MpiThreadLevel`] if the MPI library provides a lower thread level than
     /// `MPI_THREAD_SERIALIZED` (MPI is finalised again on every rank alike).
@@ -211,7 +212,8 @@ impl MpiBootstrap {
     /// MPI. Drop the world before the application's `Universe` finalises MPI; a world
     /// that outlives MPI leaks its duplicate rather than free it after `MPI_Finalize`.
     ///
-    /// Errors: [`Error::MpiNotInitialised`] if MPI is not initialised (or already
+    /// # Errors
+    /// [`Error::MpiNotInitialised`] if MPI is not initialised (or already
     /// finalised); [`Error::MpiThreadLevel`] if the application initialised MPI with a
     /// lower thread level than `MPI_THREAD_SERIALIZED` (`MPI_THREAD_MULTIPLE` for a
     /// world across nodes): initialise it with
@@ -414,7 +416,10 @@ struct FdSender<'a> {
 
 impl FdSender<'_> {
     /// Sends `fd` to every other rank on this machine, each once its socket has proved
-    /// that it holds the job's secret and is the process MPI named for it. Errors: the
+    /// that it holds the job's secret and is the process MPI named for it.
+    ///
+    /// # Errors
+    /// The
     /// rank that could not be reached (`Ok(rank)`: it is lost), or the error.
     fn send(
         &self,

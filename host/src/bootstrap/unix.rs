@@ -185,7 +185,8 @@ impl UnixBootstrap {
     /// Contributions longer than [`DEFAULT_MAX_FRAME_BYTES`] are refused (see
     /// [`UnixBootstrap::set_max_frame_bytes`]).
     ///
-    /// Errors: on the hub, [`Error::NeverJoined`] naming every rank that did not connect
+    /// # Errors
+    /// On the hub, [`Error::NeverJoined`] naming every rank that did not connect
     /// and prove itself within `timeout` (the ranks that did get the same error from their
     /// first collective), [`Error::Os`] if the name is taken; on a spoke, `PeerLost`
     /// naming rank 0 if no hub listens within `timeout`, [`Error::StrangerRefused`] if the
@@ -664,7 +665,8 @@ impl Drop for Ranks {
 /// cannot be started, the ranks started before it are killed and reaped, and the error
 /// names the failure.
 ///
-/// Errors: [`Error::Os`] if the random source or a child's start fails.
+/// # Errors
+/// [`Error::Os`] if the random source or a child's start fails.
 pub fn spawn(command: &mut Command, world: usize, timeout: Duration) -> Result<Ranks> {
     // 128 random bits: a name nobody can bind before the hub does.
     let group = Secret::random()?.to_hex()[..32].to_owned();

@@ -41,7 +41,8 @@ impl<B: Backend> Collectives<B> {
     /// staging scratch and each copies its result out ([`Collectives` staging](Collectives#memory-the-application-owns)).
     /// Collective.
     ///
-    /// Errors: `dst` shorter than `world * count` or `src` shorter than `count`
+    /// # Errors
+    /// `dst` shorter than `world * count` or `src` shorter than `count`
     /// ([`Error::OutOfBounds`]), and the staging scratch's allocation errors.
     pub fn all_gather<T: bytemuck::Pod + 'static>(
         &self,
@@ -73,7 +74,8 @@ impl<B: Backend> Collectives<B> {
     /// memory of this rank (a `dst` that is not symmetric is staged, as for
     /// [`Collectives::all_gather`]). Collective.
     ///
-    /// Errors: as [`Collectives::all_gather`].
+    /// # Errors
+    /// As [`Collectives::all_gather`].
     pub fn all_to_all<T: bytemuck::Pod + 'static>(
         &self,
         dst: &impl AsDeviceSlice<T, B>,
@@ -104,7 +106,8 @@ impl<B: Backend> Collectives<B> {
     /// where `src` is not symmetric memory of this world's heap, the root copies it into
     /// this handle's staging scratch first. Collective.
     ///
-    /// Errors: `root` out of range ([`Error::RankOutOfRange`]), `src` or `dst` shorter
+    /// # Errors
+    /// `root` out of range ([`Error::RankOutOfRange`]), `src` or `dst` shorter
     /// than `count`, and the staging scratch's allocation errors.
     pub fn broadcast<T: bytemuck::Pod + 'static>(
         &self,

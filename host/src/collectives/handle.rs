@@ -23,7 +23,8 @@ impl<B: Backend> Collectives<B> {
     /// waits for this rank's device first, one counted synchronisation), so no peer's
     /// first signal can be overwritten by a late zeroing.
     ///
-    /// Errors: [`Error::EmptyGrid`] for an empty grid, [`Error::TooManyBlocks`] for more
+    /// # Errors
+    /// [`Error::EmptyGrid`] for an empty grid, [`Error::TooManyBlocks`] for more
     /// than [`MAX_BLOCKS`] blocks, [`Error::CollectiveMismatch`] if ranks chose different
     /// block counts (or made different heap calls before), and the allocation's errors.
     pub fn with_grid(world: &World<B>, grid: Grid) -> Result<Self> {
@@ -34,7 +35,8 @@ impl<B: Backend> Collectives<B> {
     /// `capacity` bytes per rank (rounded up to 16; it takes `3 * world * capacity`
     /// bytes of the heap). Collective: every rank passes the same `capacity`.
     ///
-    /// Errors: as [`Collectives::with_grid`], and [`Error::TooLarge`] for a workspace
+    /// # Errors
+    /// As [`Collectives::with_grid`], and [`Error::TooLarge`] for a workspace
     /// whose size overflows.
     pub fn with_lamport_capacity(world: &World<B>, grid: Grid, capacity: usize) -> Result<Self> {
         let too_large = || Error::TooLarge {

@@ -146,7 +146,10 @@ impl<B: Backend> Collectives<B> {
     }
 }
 
-/// The first `count` elements of the local view `view`. Errors: [`Error::OutOfBounds`].
+/// The first `count` elements of the local view `view`.
+///
+/// # Errors
+/// [`Error::OutOfBounds`].
 pub(super) fn local<T, B: Backend>(
     view: &impl AsDeviceSlice<T, B>,
     count: usize,

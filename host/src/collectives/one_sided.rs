@@ -16,7 +16,8 @@ impl<B: Backend> Collectives<B> {
     /// arrived: follow with [`Collectives::barrier`] (every rank) or use
     /// [`Collectives::put_with_signal`].
     ///
-    /// Errors: `to` out of range, `at..at+src.len()` outside `dst`, `dst` not in the
+    /// # Errors
+    /// `to` out of range, `at..at+src.len()` outside `dst`, `dst` not in the
     /// heap or not agreed yet ([`Error::NotAgreed`]).
     pub fn put<T: bytemuck::Pod + 'static>(
         &self,
@@ -44,7 +45,8 @@ impl<B: Backend> Collectives<B> {
     /// `dst` (all of it). The peer must have finished writing them (a barrier or a
     /// signal before).
     ///
-    /// Errors: as [`Collectives::put`].
+    /// # Errors
+    /// As [`Collectives::put`].
     pub fn get<T: bytemuck::Pod + 'static>(
         &self,
         dst: &impl AsDeviceSlice<T, B>,
@@ -73,7 +75,8 @@ impl<B: Backend> Collectives<B> {
     /// [`Collectives::signal_total`]`(value)`: once rank `to` sees it grown by that
     /// much (with [`Collectives::signal_wait_until`]), all the elements are there.
     ///
-    /// Errors: as [`Collectives::put`], and for `index` outside `signal`.
+    /// # Errors
+    /// As [`Collectives::put`], and for `index` outside `signal`.
     #[allow(clippy::too_many_arguments)]
     pub fn put_with_signal<T: bytemuck::Pod + 'static>(
         &self,
@@ -131,7 +134,8 @@ impl<B: Backend> Collectives<B> {
     /// the world's abort and the deadline do): where one rank satisfies the condition,
     /// [`Collectives::signal_wait_until_from`] ends promptly when that rank leaves.
     ///
-    /// Errors: `index` outside `signal`, `signal` not in the heap.
+    /// # Errors
+    /// `index` outside `signal`, `signal` not in the heap.
     pub fn signal_wait_until(
         &self,
         signal: &SymmetricBuffer<u64, B>,
@@ -148,7 +152,8 @@ impl<B: Backend> Collectives<B> {
     /// reports [`Error::PeerLost`] naming `from`. A signal `from`
     /// sent before it left still satisfies the wait.
     ///
-    /// Errors: as [`Collectives::signal_wait_until`], and `from` outside the world.
+    /// # Errors
+    /// As [`Collectives::signal_wait_until`], and `from` outside the world.
     pub fn signal_wait_until_from(
         &self,
         signal: &SymmetricBuffer<u64, B>,
@@ -195,7 +200,8 @@ impl<B: Backend> Collectives<B> {
     /// `blocks * threads * iters`. When every rank calls it, each counter grows by
     /// `world` times that; wait for the adds with a [`Collectives::barrier`].
     ///
-    /// Errors: `index` outside `counter`, `counter` not in the heap.
+    /// # Errors
+    /// `index` outside `counter`, `counter` not in the heap.
     pub fn atomic_add_all(
         &self,
         counter: &SymmetricBuffer<u64, B>,

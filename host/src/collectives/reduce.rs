@@ -30,7 +30,8 @@ impl<B: Backend> Collectives<B> {
     /// address space, where its kernel exchanges the addresses instead (see [memory the application owns](Collectives#memory-the-application-owns)).
     /// Collective.
     ///
-    /// Errors: either view shorter than `count`, [`Error::OverlappingBuffers`] for `dst`
+    /// # Errors
+    /// Either view shorter than `count`, [`Error::OverlappingBuffers`] for `dst`
     /// and `src` that partly overlap, [`Error::LamportUnavailable`] for
     /// [`Algorithm::Lamport`] where its kernel cannot serve the call,
     /// [`Error::Capturing`] inside [`World::capture`] across nodes (the hierarchical path
@@ -216,7 +217,8 @@ impl<B: Backend> Collectives<B> {
     /// cudarc's `Comm::all_reduce_in_place`: the barrier-free path reduces it where it is;
     /// the others stage the source first. Collective.
     ///
-    /// Errors: as [`Collectives::all_reduce`].
+    /// # Errors
+    /// As [`Collectives::all_reduce`].
     pub fn all_reduce_in_place<T: Element>(
         &self,
         buffer: &impl AsDeviceSlice<T, B>,
@@ -232,7 +234,8 @@ impl<B: Backend> Collectives<B> {
     /// any device memory of this rank; a `src` that is not symmetric memory of this
     /// world's heap is first copied into this handle's staging scratch. Collective.
     ///
-    /// Errors: `src` shorter than `world * count`, `dst` shorter than `count`,
+    /// # Errors
+    /// `src` shorter than `world * count`, `dst` shorter than `count`,
     /// [`Error::Capturing`] inside [`World::capture`] across nodes (as
     /// [`Collectives::all_reduce`]) or where the staging scratch must grow, and the
     /// scratch's allocation errors.

@@ -61,7 +61,8 @@ impl<B: Backend> Collectives<B> {
     /// Which all-reduce serves `bytes` of `T` under `op` for `algorithm` (the same on every
     /// rank: it depends on the call and the world alone).
     ///
-    /// Errors: [`Error::LamportUnavailable`].
+    /// # Errors
+    /// [`Error::LamportUnavailable`].
     pub(super) fn reduce_route<T: Element>(
         &self,
         algorithm: Algorithm,

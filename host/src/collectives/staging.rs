@@ -16,7 +16,8 @@ impl<B: Backend> Collectives<B> {
     /// symmetric can be captured into a graph ([`World::capture`] cannot record the
     /// scratch's growth). A call stages at most its source's and destination's bytes.
     ///
-    /// Errors: the allocation's ([`Error::OutOfHeap`]: raise
+    /// # Errors
+    /// The allocation's ([`Error::OutOfHeap`]: raise
     /// [`Config::heap_bytes`](crate::Config::heap_bytes)), [`Error::Capturing`].
     pub fn reserve_staging(&self, bytes: usize) -> Result<()> {
         let mut staging = self.staging.lock().unwrap_or_else(|p| p.into_inner());

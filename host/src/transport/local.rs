@@ -80,7 +80,8 @@ impl Transport for LocalTransport {
     /// rank attaches before its world's first barrier, so every window is there before
     /// any kernel can put.
     ///
-    /// Errors: [`Error::NoEngine`] where kernels do not run on host threads (a GPU
+    /// # Errors
+    /// [`Error::NoEngine`] where kernels do not run on host threads (a GPU
     /// backend): thread-ranks of one GPU share its context, and a rank's device-wide
     /// synchronising call (a `cuMemFree` waits for every kernel of the context) blocks
     /// this rank's proxy behind it while a peer's kernel, which the call waits for,

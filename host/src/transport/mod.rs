@@ -81,7 +81,8 @@ impl OffNode {
 
     /// `choice`, else [`ENV_OFF_NODE`]'s, else [`OffNode::Bootstrap`].
     ///
-    /// Errors: [`Error::BadEnv`] for a value that names no transport.
+    /// # Errors
+    /// [`Error::BadEnv`] for a value that names no transport.
     pub fn resolve(choice: Option<OffNode>) -> Result<OffNode> {
         match choice {
             Some(choice) => Ok(choice),
@@ -92,7 +93,8 @@ impl OffNode {
     /// The transport [`ENV_OFF_NODE`]'s value `value` names ([`OffNode::Bootstrap`] when
     /// unset).
     ///
-    /// Errors: [`Error::BadEnv`] for a value that names no transport.
+    /// # Errors
+    /// [`Error::BadEnv`] for a value that names no transport.
     fn from_env_value(value: Option<String>) -> Result<OffNode> {
         match value {
             None => Ok(OffNode::Bootstrap),
@@ -189,7 +191,8 @@ pub trait Transport: Send {
     /// Attaches this rank's heap and starts the transport. Collective: every rank of the
     /// world calls it, in the same order relative to the bootstrap's other collectives.
     ///
-    /// Errors: the transport's own (an MPI that cannot make a window, a thread that
+    /// # Errors
+    /// The transport's own (an MPI that cannot make a window, a thread that
     /// cannot start).
     fn attach(self: Box<Self>, attach: Attach<'_>) -> Result<Box<dyn Link>>;
 }
@@ -210,7 +213,8 @@ pub trait Link: ModuleTransport + Send + Sync {
     /// Waits until every request this rank's kernels posted so far is complete at its
     /// target (call it once the device is idle); bounded by `deadline`.
     ///
-    /// Errors: the transport's failure ([`Link::failure`]), [`Error::PeerLost`] once a
+    /// # Errors
+    /// The transport's failure ([`Link::failure`]), [`Error::PeerLost`] once a
     /// peer is lost (what is in flight to it is never answered), [`Error::WaitTimedOut`].
     fn quiet(&self, deadline: Duration) -> Result<()>;
     /// The error the transport met, if it met one (it then serves nothing more, and has

@@ -71,7 +71,8 @@ impl MpiTransport {
     /// The transport over communicator `comm` of an MPI initialised at thread level
     /// `provided` (its MPI name), `thread_multiple` if that is `MPI_THREAD_MULTIPLE`.
     ///
-    /// Errors: [`Error::MpiThreadLevel`] below `MPI_THREAD_MULTIPLE`.
+    /// # Errors
+    /// [`Error::MpiThreadLevel`] below `MPI_THREAD_MULTIPLE`.
     pub(crate) fn new(
         comm: ffi::MPI_Comm,
         thread_multiple: bool,

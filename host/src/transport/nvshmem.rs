@@ -191,7 +191,8 @@ struct Api {
 impl Api {
     /// Loads the host library at `path` and its entry points.
     ///
-    /// Errors: [`Error::NvshmemUnavailable`] naming the library and what was missing.
+    /// # Errors
+    /// [`Error::NvshmemUnavailable`] naming the library and what was missing.
     fn load(path: &str) -> Result<Self> {
         let unavailable = |why: String| Error::NvshmemUnavailable {
             library: path.to_owned(),
@@ -287,7 +288,8 @@ impl NvshmemTransport {
     /// makes and `all_gather` (the world's bootstrap's: every rank's bytes, by rank)
     /// carries. Collective: every rank of the world calls it.
     ///
-    /// Errors: [`Error::NvshmemUnavailable`] on every rank if any rank cannot load the
+    /// # Errors
+    /// [`Error::NvshmemUnavailable`] on every rank if any rank cannot load the
     /// library (naming that rank's library and why); [`Error::NvshmemFailed`] if rank 0
     /// cannot make the id; [`Error::NoEngine`] where this process already runs a world
     /// through NVSHMEM; the bootstrap's errors.

@@ -38,7 +38,8 @@ impl<B: Backend> World<B> {
     /// A world poisoned by a failed device wait ([`World::check_waits`]) still takes
     /// part, as failed, so its peers are not left waiting for it, and returns that error.
     ///
-    /// Errors: the failed wait's, the poisoning [`Error::CollectiveMismatch`] (at once,
+    /// # Errors
+    /// The failed wait's, the poisoning [`Error::CollectiveMismatch`] (at once,
     /// without an exchange, when an earlier agreement failed: every rank knows that), a
     /// call-parameter `CollectiveMismatch`, [`Error::PeerFailed`], and the bootstrap's.
     pub(crate) fn agree(
@@ -157,7 +158,10 @@ impl<B: Backend> World<B> {
     }
 
     /// Checks that every allocation in `ids` (id, heap offset) is agreed before a
-    /// one-sided operation uses it. Errors: the poisoning `CollectiveMismatch`, or
+    /// one-sided operation uses it.
+    ///
+    /// # Errors
+    /// The poisoning `CollectiveMismatch`, or
     /// [`Error::NotAgreed`] naming the first allocation no agreement has confirmed.
     pub(crate) fn check_one_sided(&self, ids: &[(u64, usize)]) -> Result<()> {
         let state = self.lock_state();

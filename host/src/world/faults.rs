@@ -16,7 +16,8 @@ impl<B: Backend> World<B> {
     /// check it first; a read checks again after it has waited for the device). Reads
     /// host memory only: no device synchronisation.
     ///
-    /// Errors: [`Error::WaitTimedOut`], [`Error::PeerLost`] (an abort: a peer lost; or a
+    /// # Errors
+    /// [`Error::WaitTimedOut`], [`Error::PeerLost`] (an abort: a peer lost; or a
     /// wait on a peer that had left).
     pub fn check_waits(&self) -> Result<()> {
         self.shared.check_waits()

@@ -83,7 +83,8 @@ impl LaunchGate {
     /// asked about the first rank that has not passed, says whether the world lost a rank
     /// (`Some`, with the rank where known: that one, or another), which ends the wait.
     ///
-    /// Errors: [`Error::PeerLost`] naming the rank `gone` named; [`Error::NotReached`]
+    /// # Errors
+    /// [`Error::PeerLost`] naming the rank `gone` named; [`Error::NotReached`]
     /// naming the first rank that had not passed once the patience ran out.
     pub(crate) fn pass(&self, gone: impl Fn(usize) -> Option<Option<usize>>) -> Result<()> {
         let counts = &self.passes.counts;

@@ -344,7 +344,8 @@ impl<B: Backend> World<B> {
     /// Translates the local `ptr` (inside a live symmetric allocation) to rank `to`'s
     /// copy, as mapped in this address space: the checked host-side form.
     ///
-    /// Errors: [`Error::RankOutOfRange`], [`Error::OffNode`] for a rank on another node
+    /// # Errors
+    /// [`Error::RankOutOfRange`], [`Error::OffNode`] for a rank on another node
     /// (not mapped here), [`Error::NotSymmetric`].
     pub fn translate(&self, ptr: u64, to: usize) -> Result<u64> {
         self.check_rank(to)?;

@@ -634,7 +634,8 @@ impl<B: Backend> World<B> {
     /// waits for every kernel on the device, a peer's waiting collective included, so it
     /// is deferred to where no peer waits for this rank (and to its departure).
     ///
-    /// Errors: [`Error::CollectiveMismatch`] naming the ranks that differ from the
+    /// # Errors
+    /// [`Error::CollectiveMismatch`] naming the ranks that differ from the
     /// majority (every rank gets it, and the world refuses symmetric operations from
     /// then on), [`Error::PeerFailed`] if another rank's device failed, [`Error::PeerLost`],
     /// and this rank's synchronisation error. Nothing is released on an error.
@@ -662,7 +663,8 @@ impl<B: Backend> World<B> {
     /// last handle of the world (this `World`, its clones, the buffers and other handles
     /// made from it) does the same and ignores the errors.
     ///
-    /// Errors: [`Error::WorldInUse`] while other handles of the world are alive (nothing
+    /// # Errors
+    /// [`Error::WorldInUse`] while other handles of the world are alive (nothing
     /// is done: the world leaves with the last of them); this rank's synchronisation
     /// error, [`Error::PeerLost`] if a rank did not
     /// leave in time (everything is freed anyway), [`Error::Teardown`] if runtime calls
@@ -840,7 +842,8 @@ impl<B: Backend> Shared<B> {
 /// are all threads of its process; `ordinal`: its device) is gathered, so every rank
 /// answers alike, yes only where all are in one process on one device.
 ///
-/// Errors: the bootstrap's.
+/// # Errors
+/// The bootstrap's.
 fn agree_shared_address_space(
     bootstrap: &mut dyn Bootstrap,
     ordinal: Option<usize>,
@@ -916,7 +919,8 @@ fn module_transport(
 /// symmem's kernels built with NVSHMEM's device library, for a world whose transport is
 /// NVSHMEM.
 ///
-/// Errors: [`Error::NoEngine`] where symmem was built without its `nvshmem` feature.
+/// # Errors
+/// [`Error::NoEngine`] where symmem was built without its `nvshmem` feature.
 fn nvshmem_kernels() -> Result<&'static crate::backend::CodeObjects> {
     #[cfg(feature = "nvshmem")]
     let kernels = Ok(&crate::backend::code_objects::KERNELS_NVSHMEM);

@@ -129,7 +129,8 @@ pub const MAX_THREADS: u64 = 1024;
 /// when all have finished. A panic in any thread is re-raised here (after every thread
 /// has left; the first panic's payload).
 ///
-/// Errors: `EmptyGrid` for a grid with zero blocks or threads, `TooManyThreads` for
+/// # Errors
+/// `EmptyGrid` for a grid with zero blocks or threads, `TooManyThreads` for
 /// more than [`MAX_THREADS`] threads; `Os` when the OS refuses to start a thread, in which case no
 /// thread has run the body.
 pub fn run<F>(grid: Grid, body: F) -> Result<()>

@@ -326,7 +326,10 @@ impl fmt::Debug for Cuda {
 }
 
 impl Cuda {
-    /// GPUs the driver sees (after `cuInit`). Errors: [`Error::LibraryMissing`] without a
+    /// GPUs the driver sees (after `cuInit`).
+    ///
+    /// # Errors
+    /// [`Error::LibraryMissing`] without a
     /// usable `libcuda`, [`Error::NoDevice`] when the driver reports none.
     pub fn device_count() -> Result<usize> {
         if !driver::library_present() {

@@ -89,7 +89,8 @@ impl QueueSlot {
     /// `context_made_before_us`: the device's context existed before any live rank of
     /// symmem's used it (another library made it, perhaps before the variable was set).
     ///
-    /// Errors: [`Error::HardwareQueues`] when this process's ranks on the device would
+    /// # Errors
+    /// [`Error::HardwareQueues`] when this process's ranks on the device would
     /// then outnumber its queues.
     pub(in crate::backend) fn take(
         setting: &QueueSetting,

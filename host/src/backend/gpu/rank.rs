@@ -129,7 +129,8 @@ impl<R: Runtime> Rank<R> {
     /// pool's memory, VMM memory), an export without one ([`IpcExport::has_handle`]),
     /// which only ranks of this process can use: they alias the pointer.
     ///
-    /// Errors: [`Error::NotShareable`] for a range that runs past the allocation's end.
+    /// # Errors
+    /// [`Error::NotShareable`] for a range that runs past the allocation's end.
     pub(in crate::backend) fn export_ipc_range(
         &self,
         ptr: u64,

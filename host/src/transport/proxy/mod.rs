@@ -139,7 +139,8 @@ type Failure = (Option<usize>, String);
 /// memory the rank's kernels reach and starts the proxy thread. What a [`Wire`]'s
 /// [`super::Transport::attach`] returns.
 ///
-/// Errors: the ring's allocation, [`Error::Os`] when the thread cannot start.
+/// # Errors
+/// The ring's allocation, [`Error::Os`] when the thread cannot start.
 ///
 /// [`Error::Os`]: crate::error::Error::Os
 pub fn start_proxy(wire: Box<dyn Wire>, attach: Attach<'_>) -> Result<Box<dyn Link>> {
