@@ -4,9 +4,10 @@
 //!
 //! Bytes travel through MPI all-gathers. File descriptors cannot travel through MPI, so
 //! each rank also listens on an abstract-namespace UNIX socket named after the job and
-//! its rank, and hands its descriptor to every peer over it (SCM_RIGHTS): ranks of one
-//! world must therefore share a machine, as ranks sharing GPU memory do. A rank that
-//! dies makes `mpirun` end the job; socket waits are bounded by the timeout.
+//! its rank, and hands its descriptor to every peer **on its machine** over it
+//! (SCM_RIGHTS): ranks on other machines are reached through the off-node transport
+//! instead. A rank that dies makes `mpirun` end the job; socket waits are bounded by the
+//! timeout.
 //!
 //! symmem asks for `MPI_THREAD_MULTIPLE` and needs `MPI_THREAD_SERIALIZED`: a
 //! [`World`](crate::World) may be created, used and dropped on any thread (it is `Send`
