@@ -340,3 +340,25 @@ fn the_mpirun_guide_shows_the_example_ci_runs_under_mpirun() {
          word for word:\n{program}"
     );
 }
+
+#[test]
+fn the_readme_links_into_the_repository_name_files_that_exist() {
+    // Absolute, so they work on crates.io too (the README is the crate's page there).
+    let base = "](https://github.com/symmem/symmem/blob/main/";
+    let readme = read("README.md");
+    let mut missing = Vec::new();
+    for link in readme.split(base).skip(1) {
+        let target = link.split([')', '#']).next().unwrap_or("");
+        if !repo().join(target).exists() {
+            missing.push(target.to_owned());
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "README links to files that do not exist: {missing:?}"
+    );
+    assert!(
+        !readme.contains("](docs/") && !readme.contains("](examples/"),
+        "README links must be absolute (relative ones break on crates.io)"
+    );
+}
