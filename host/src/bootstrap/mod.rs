@@ -21,6 +21,7 @@
 
 pub mod auth;
 mod credentials;
+mod dial;
 pub mod local;
 #[cfg(feature = "mpi")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mpi")))]

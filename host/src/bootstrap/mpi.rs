@@ -3,8 +3,9 @@
 //! ([`MpiBootstrap::from_communicator`]: the world, or a split of it).
 //!
 //! Bytes travel through MPI all-gathers. File descriptors cannot travel through MPI, so
-//! each rank also listens on an abstract-namespace UNIX socket named after the job and
-//! its rank, and hands its descriptor to every peer **on its machine** over it
+//! each rank also listens on an abstract-namespace UNIX socket of a random name of its own
+//! (chosen and bound before it is published over MPI, so no process can predict and take
+//! it first), and hands its descriptor to every peer **on its machine** over it
 //! (SCM_RIGHTS): ranks on other machines are reached through the off-node transport
 //! instead. A rank that dies makes `mpirun` end the job; socket waits are bounded by the
 //! timeout.
@@ -22,8 +23,8 @@
 //! another machine cannot map this one's memory anyway, and reaches it through the
 //! engine.
 //!
-//! **Only the communicator's ranks connect.** Rank 0 makes the job's socket names (128
-//! random bits) and a [`Secret`], and broadcasts both over MPI, whose launcher admits only
+//! **Only the communicator's ranks connect.** Rank 0 makes the job's name (128 random
+//! bits, which every handshake is bound to) and a [`Secret`], and broadcasts both over MPI, whose launcher admits only
 //! its job's processes; the ranks' process ids travel over MPI too. Every connection to a
 //! rank's socket passes [`auth`]'s handshake (same user, proof of the secret,
 //! in both directions) and must come from the process id MPI gave for the rank it proves;
@@ -35,6 +36,7 @@
 //! [`Error::FrameTooLarge`] on every rank alike, before anything is allocated for it.
 
 use super::auth::{self, Context, Doorman, Secret};
+use super::dial;
 use super::scm::{self, Kind, RecvError};
 use super::{Bootstrap, DEFAULT_TIMEOUT, max_frame_from_env};
 use crate::backend::Shareable;
@@ -44,7 +46,7 @@ use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
 use std::mem::ManuallyDrop;
 use std::os::linux::net::SocketAddrExt;
-use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
+use std::os::unix::net::{SocketAddr, UnixListener};
 use std::time::{Duration, Instant};
 
 /// The `mpi` crate (rsmpi) this bootstrap is built on: an application that initialises
@@ -82,9 +84,13 @@ pub struct MpiBootstrap {
     same_machine: Vec<bool>,
     /// Every rank's process id, as MPI carried it.
     pids: Vec<u32>,
-    /// The job's random name (its ranks' socket names) and secret, from rank 0 over MPI.
+    /// The job's random name (what the handshakes are about) and secret, from rank 0
+    /// over MPI.
     job: String,
     secret: Secret,
+    /// Every rank's socket address: a random name each rank chose and bound itself
+    /// before any was published (over MPI), so none can be predicted and squatted.
+    names: Vec<SocketAddr>,
     listener: UnixListener,
     timeout: Duration,
     max_frame: usize,
@@ -173,8 +179,33 @@ fn os(what: &'static str) -> impl Fn(std::io::Error) -> Error {
     move |source| Error::Os { what, source }
 }
 
-fn socket_name(job: &str, rank: usize) -> std::io::Result<SocketAddr> {
-    SocketAddr::from_abstract_name(format!("symmem-mpi-{job}-{rank}"))
+/// Bytes of randomness in a rank's socket name.
+const NAME_BYTES: usize = 16;
+
+/// The socket address of the random name `bytes`.
+fn socket_name(bytes: &[u8]) -> std::io::Result<SocketAddr> {
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    SocketAddr::from_abstract_name(format!("symmem-mpi-{hex}"))
+}
+
+/// A listener on a new random name of this rank's own: chosen and bound before anyone
+/// can see it, so no other process can take it first (a name derived from the job's, or
+/// from the rank, could be squatted once the first rank's showed in `/proc/net/unix`).
+/// Returns the name's bytes and the listener.
+fn bind_random_name() -> Result<([u8; NAME_BYTES], UnixListener)> {
+    let mut attempts = 0;
+    loop {
+        let name: [u8; NAME_BYTES] = auth::random_bytes()?;
+        let addr = socket_name(&name).map_err(os("socket name"))?;
+        match UnixListener::bind_addr(&addr) {
+            Ok(listener) => return Ok((name, listener)),
+            // 128 random bits taken: only by chance, so a few tries settle it.
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && attempts < 4 => {
+                attempts += 1;
+            }
+            Err(e) => return Err(os("bind of the rank socket")(e)),
+        }
+    }
 }
 
 impl MpiBootstrap {
@@ -262,10 +293,15 @@ impl MpiBootstrap {
         let mut hosts = vec![0u8; 64 * world.size() as usize];
         world.all_gather_into(&this[..], &mut hosts[..]);
         let same_machine = hosts.chunks(64).map(|h| h == this).collect();
-        let addr = socket_name(&job, world.rank() as usize).map_err(os("socket name"))?;
-        let listener = UnixListener::bind_addr(&addr).map_err(os("bind of the rank socket"))?;
+        let (name, listener) = bind_random_name()?;
         listener.set_nonblocking(true).map_err(os("rank socket"))?;
-        world.barrier();
+        let mut all_names = vec![0u8; NAME_BYTES * world.size() as usize];
+        world.all_gather_into(&name[..], &mut all_names[..]);
+        let names = all_names
+            .chunks(NAME_BYTES)
+            .map(socket_name)
+            .collect::<std::io::Result<Vec<_>>>()
+            .map_err(os("socket name"))?;
         Ok(Self {
             world,
             _universe: universe,
@@ -274,6 +310,7 @@ impl MpiBootstrap {
             pids,
             job,
             secret,
+            names,
             listener,
             timeout: DEFAULT_TIMEOUT,
             max_frame,
@@ -307,7 +344,7 @@ impl MpiBootstrap {
             // socket needs that peer to serve its own socket meanwhile.
             let sender = FdSender {
                 me,
-                job: &self.job,
+                names: &self.names,
                 secret: &self.secret,
                 pids: &self.pids,
                 same_machine: &self.same_machine,
@@ -365,14 +402,7 @@ impl MpiBootstrap {
                         continue;
                     }
                     let mut stream = member.stream;
-                    stream
-                        .set_read_timeout(Some(
-                            deadline
-                                .saturating_duration_since(Instant::now())
-                                .max(Duration::from_millis(1)),
-                        ))
-                        .map_err(os("rank socket"))?;
-                    let (_, item) = match scm::recv(&mut stream, FD_FRAME_BYTES) {
+                    let (_, item) = match scm::recv(&mut stream, FD_FRAME_BYTES, deadline) {
                         Ok(frame) => frame,
                         Err(RecvError::Io(_)) => return Err(lost(f)),
                         Err(RecvError::TooLarge { bytes, limit }) => {
@@ -407,7 +437,7 @@ impl MpiBootstrap {
 /// runs on a thread of its own beside the receiving half.
 struct FdSender<'a> {
     me: usize,
-    job: &'a str,
+    names: &'a [SocketAddr],
     secret: &'a Secret,
     pids: &'a [u32],
     same_machine: &'a [bool],
@@ -428,8 +458,9 @@ impl FdSender<'_> {
     ) -> std::result::Result<(), std::result::Result<usize, Error>> {
         let n = self.pids.len();
         for peer in (0..n).filter(|&p| p != self.me && self.same_machine[p]) {
-            let addr = socket_name(self.job, peer).map_err(|e| Err(os("socket name")(e)))?;
-            let mut stream = UnixStream::connect_addr(&addr).map_err(|_| Ok(peer))?;
+            let addr = &self.names[peer];
+            // Bounded even where the peer's backlog is full (a stranger's doing).
+            let mut stream = dial::connect_by(addr, self.deadline).map_err(|_| Ok(peer))?;
             // The descriptor goes to the process MPI named for `peer`, once it has proved
             // that it holds the job's secret; nothing goes to anyone else.
             let listener = auth::connect_as(

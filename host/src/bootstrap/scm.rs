@@ -13,6 +13,7 @@ use std::io::{self, IoSlice, IoSliceMut, Read, Write};
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
 
 /// What a frame means.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -104,14 +105,49 @@ fn parse_header(header: [u8; HEADER], max: usize) -> Result<(Kind, usize), RecvE
     Ok((kind, len))
 }
 
-/// Receives one frame whose payload is at most `max` bytes. End of stream is
-/// `UnexpectedEof`.
-pub(crate) fn recv(stream: &mut UnixStream, max: usize) -> Result<(Kind, Shareable), RecvError> {
+/// `stream` read with one deadline for everything read through it: each read may wait
+/// only for the time left, so a sender that trickles a byte at a time (each just inside
+/// a per-read timeout) is cut off at the deadline all the same.
+struct ByDeadline<'a> {
+    stream: &'a UnixStream,
+    deadline: Instant,
+}
+
+impl ByDeadline<'_> {
+    /// Bounds the next read by the time left (`TimedOut` once none is).
+    fn arm(&self) -> io::Result<()> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        // Zero means "no timeout" to the socket: never ask for less than a millisecond.
+        self.stream
+            .set_read_timeout(Some(left.max(Duration::from_millis(1))))
+    }
+}
+
+impl Read for ByDeadline<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.arm()?;
+        (&*self.stream).read(buf)
+    }
+}
+
+/// Receives one frame whose payload is at most `max` bytes, whole by `deadline` (one
+/// deadline for the frame, not one per read). End of stream is `UnexpectedEof`; the
+/// deadline passing, `TimedOut` or `WouldBlock`.
+pub(crate) fn recv(
+    stream: &mut UnixStream,
+    max: usize,
+    deadline: Instant,
+) -> Result<(Kind, Shareable), RecvError> {
+    let mut timed = ByDeadline { stream, deadline };
     let mut header = [0u8; HEADER];
     let mut space = [MaybeUninit::uninit(); CMSG_SPACE];
     let mut control = RecvAncillaryBuffer::new(&mut space);
+    timed.arm()?;
     let got = rustix::net::recvmsg(
-        &*stream,
+        &*timed.stream,
         &mut [IoSliceMut::new(&mut header)],
         &mut control,
         RecvFlags::CMSG_CLOEXEC,
@@ -129,12 +165,12 @@ pub(crate) fn recv(stream: &mut UnixStream, max: usize) -> Result<(Kind, Shareab
             fd = fds.last().or(fd);
         }
     }
-    stream.read_exact(&mut header[got..])?;
+    timed.read_exact(&mut header[got..])?;
     let (kind, len) = parse_header(header, max)?;
     // Grows with the bytes that arrive, not with the length announced (a frame that
     // announces `max` and ends early costs only what it sent).
     let mut bytes = Vec::with_capacity(len.min(READ_AHEAD));
-    Read::take(&mut *stream, len as u64).read_to_end(&mut bytes)?;
+    Read::take(&mut timed, len as u64).read_to_end(&mut bytes)?;
     if bytes.len() != len {
         return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into());
     }
@@ -163,7 +199,7 @@ pub(crate) fn check_stream(bytes: &[u8], max: usize) {
         .expect("a read timeout");
     let mut rest = &bytes[..sent];
     loop {
-        let got = recv(&mut rx, max);
+        let got = recv(&mut rx, max, Instant::now() + Duration::from_secs(10));
         let Some((header, after)) = rest.split_first_chunk::<HEADER>() else {
             assert!(
                 matches!(&got, Err(RecvError::Io(e)) if e.kind() == io::ErrorKind::UnexpectedEof),
@@ -269,7 +305,7 @@ mod tests {
             let kind = if abort { Kind::Abort } else { Kind::Data };
             let fd = with_fd.then(|| OwnedFd::from(std::fs::File::open("/dev/null").unwrap()));
             send(&mut tx, kind, &Shareable { bytes: payload.clone(), fd }).unwrap();
-            let (got, item) = recv(&mut rx, payload.len()).unwrap();
+            let (got, item) = recv(&mut rx, payload.len(), Instant::now() + Duration::from_secs(10)).unwrap();
             prop_assert_eq!(got, kind);
             prop_assert_eq!(item.bytes, payload);
             prop_assert_eq!(item.fd.is_some(), with_fd);

@@ -41,6 +41,7 @@
 //! its half of the handshake.
 
 use super::auth::{self, Context, Doorman, Secret};
+use super::dial;
 use super::scm::{self, Kind, RecvError};
 use super::{Bootstrap, DEFAULT_MAX_FRAME_BYTES, DEFAULT_TIMEOUT, max_frame_from_env};
 use crate::backend::Shareable;
@@ -282,17 +283,12 @@ impl UnixBootstrap {
         secret: &Secret,
         context: Context<'_>,
     ) -> Result<()> {
-        let lost = || Verdict::Lost(0).error(start.elapsed());
-        let mut stream = loop {
-            match UnixStream::connect_addr(addr) {
-                Ok(stream) => break stream,
-                Err(_) if start.elapsed() < self.timeout => {
-                    std::thread::sleep(Duration::from_millis(2));
-                }
-                Err(_) => return Err(lost()),
-            }
-        };
         let deadline = start + self.timeout;
+        // Bounded even where the hub's backlog is full (a stranger's doing).
+        let mut stream = dial::connect_by(addr, deadline).map_err(|error| {
+            tracing::debug!(%error, "no hub reached within the timeout");
+            Verdict::Lost(0).error(start.elapsed())
+        })?;
         let hub = auth::connect_as(&mut stream, secret, &context, self.rank, deadline).map_err(
             |refusal| {
                 let (why, peer) = refusal;
@@ -402,7 +398,8 @@ impl UnixBootstrap {
                 let Some(stream) = self.peers[rank].as_mut() else {
                     return Err(self.abort(Verdict::Lost(rank), start));
                 };
-                match scm::recv(stream, self.max_frame) {
+                // One deadline for the whole frame: a member that trickles it is lost.
+                match scm::recv(stream, self.max_frame, start + self.timeout) {
                     Ok((Kind::Data, item)) => got[rank] = Some(item),
                     Ok((Kind::Abort, notice)) => {
                         // The spoke gives up because of the loss it names; one that
@@ -490,17 +487,7 @@ impl UnixBootstrap {
         }
         let mut all = Vec::with_capacity(self.world);
         while all.len() < self.world {
-            let left = deadline
-                .checked_duration_since(Instant::now())
-                .filter(|left| !left.is_zero());
-            let received = match left {
-                Some(left) => stream
-                    .set_read_timeout(Some(left))
-                    .map_err(RecvError::Io)
-                    .and_then(|()| scm::recv(stream, self.max_frame)),
-                None => Err(RecvError::Io(io::ErrorKind::TimedOut.into())),
-            };
-            let verdict = match received {
+            let verdict = match scm::recv(stream, self.max_frame, deadline) {
                 Ok((Kind::Data, item)) => {
                     all.push(item);
                     continue;
@@ -527,7 +514,12 @@ fn pending_verdict(stream: &mut UnixStream, world: usize) -> Option<Verdict> {
     stream.set_nonblocking(true).ok()?;
     loop {
         // A verdict is at most a tag and one word per rank, or four words.
-        match scm::recv(stream, 8 * (world + 4)) {
+        // Non-blocking: what is there already, or nothing.
+        match scm::recv(
+            stream,
+            8 * (world + 4),
+            Instant::now() + Duration::from_secs(1),
+        ) {
             Ok((Kind::Abort, notice)) => return Verdict::decode(&notice.bytes, world),
             Ok((Kind::Data, _)) => continue,
             Err(_) => return None,
