@@ -147,7 +147,7 @@ pub(crate) fn recv(
     let mut control = RecvAncillaryBuffer::new(&mut space);
     timed.arm()?;
     let got = rustix::net::recvmsg(
-        &*timed.stream,
+        timed.stream,
         &mut [IoSliceMut::new(&mut header)],
         &mut control,
         RecvFlags::CMSG_CLOEXEC,
