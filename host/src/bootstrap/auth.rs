@@ -44,9 +44,21 @@ const NONCE_BYTES: usize = 16;
 /// Bytes of a MAC (BLAKE3's output).
 const MAC_BYTES: usize = 32;
 
-/// The connections a [`Doorman`] handshakes with at once; an older one is dropped for a
-/// newer beyond that (so strangers cannot exhaust this process's descriptors).
+/// The connections a [`Doorman`] handshakes with at once; beyond that one is dropped for
+/// a newer, the oldest that has not begun its answer first (so strangers cannot exhaust
+/// this process's descriptors, and a member, which answers at once, is not the one
+/// dropped).
 const MAX_PENDING: usize = 64;
+
+/// The connections a [`Doorman`] accepts in one round, before it moves the pending
+/// handshakes on and checks their deadlines: a flood of connections cannot keep it
+/// accepting.
+const ACCEPT_BATCH: usize = 32;
+
+/// How often a [`Doorman`] logs its count of refused connections (the first of each kind
+/// at once, the rest as one line per kind and interval): a flood is a few lines, not one
+/// per connection.
+const TALLY_INTERVAL: Duration = Duration::from_secs(1);
 
 /// What every message of the handshake starts with: the protocol and its version, and the
 /// message's letter.
@@ -164,7 +176,7 @@ struct Nonces {
 }
 
 /// Why a handshake failed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Refusal {
     /// The process at the other end runs as another user.
     OtherUser,
@@ -178,6 +190,9 @@ pub(crate) enum Refusal {
     Silent,
     /// The credentials could not be read, or the socket failed.
     Io,
+    /// Dropped unanswered for a newer connection: too many were waiting for their
+    /// handshakes at once.
+    Crowded,
     /// A member, but not the process its launcher named for the rank it proved (the MPI
     /// bootstrap's check; the UNIX-socket hub names the processes itself).
     #[cfg_attr(not(feature = "mpi"), allow(dead_code))]
@@ -195,6 +210,9 @@ impl Refusal {
                 "it closed or went silent during the handshake (it may refuse this rank's secret)"
             }
             Refusal::Io => "its socket failed",
+            Refusal::Crowded => {
+                "too many connections were waiting for their handshakes: it had not answered"
+            }
             Refusal::NotTheRank => "it is not the process the launcher named for its rank",
         }
     }
@@ -491,6 +509,17 @@ pub(crate) struct Doorman<'a> {
     /// How long a connection has for its whole handshake.
     limit: Duration,
     pending: Vec<Pending>,
+    /// The refusals not logged yet.
+    tally: std::cell::RefCell<Tally>,
+}
+
+/// Refused connections counted by their user and why, logged per interval.
+struct Tally {
+    /// When the interval began.
+    since: Instant,
+    /// Per (user, why): how many were refused this interval, how many of them were
+    /// logged one by one (the first), and the last one's process.
+    counts: std::collections::BTreeMap<(Option<u32>, Refusal), (u64, u64, Option<u32>)>,
 }
 
 impl<'a> Doorman<'a> {
@@ -502,25 +531,64 @@ impl<'a> Doorman<'a> {
             context,
             limit,
             pending: Vec::new(),
+            tally: std::cell::RefCell::new(Tally {
+                since: Instant::now(),
+                counts: std::collections::BTreeMap::new(),
+            }),
         }
     }
 
-    /// Logs and counts a refused connection (dropping it closes it).
+    /// Counts a refused connection (dropping it closes it): the first of its kind (user
+    /// and why) in an interval is logged at once, naming its process; the others of the
+    /// interval as one line with their count ([`TALLY_INTERVAL`]).
     fn refuse(&self, peer: Option<Peer>, why: Refusal) {
-        match peer {
-            Some(p) => tracing::warn!(
-                group = %String::from_utf8_lossy(self.context.group),
-                pid = p.pid,
-                uid = p.uid,
-                why = why.why(),
-                "refused a connection to the group's socket"
-            ),
-            None => tracing::warn!(
-                group = %String::from_utf8_lossy(self.context.group),
-                why = why.why(),
-                "refused a connection to the group's socket (its credentials unreadable)"
-            ),
+        let mut tally = self.tally.borrow_mut();
+        let count = tally
+            .counts
+            .entry((peer.map(|p| p.uid), why))
+            .or_insert((0, 0, None));
+        count.0 += 1;
+        count.2 = peer.map(|p| p.pid);
+        if count.0 == 1 {
+            count.1 = 1;
+            match peer {
+                Some(p) => tracing::warn!(
+                    group = %String::from_utf8_lossy(self.context.group),
+                    pid = p.pid,
+                    uid = p.uid,
+                    why = why.why(),
+                    "refused a connection to the group's socket"
+                ),
+                None => tracing::warn!(
+                    group = %String::from_utf8_lossy(self.context.group),
+                    why = why.why(),
+                    "refused a connection to the group's socket (its credentials unreadable)"
+                ),
+            }
         }
+        if tally.since.elapsed() >= TALLY_INTERVAL {
+            self.log_tally(&mut tally);
+        }
+    }
+
+    /// Logs the refusals of the interval not logged yet, one line per kind, and starts a
+    /// new interval.
+    fn log_tally(&self, tally: &mut Tally) {
+        let seconds = tally.since.elapsed().as_secs_f64();
+        for ((uid, why), (refused, logged, last_pid)) in std::mem::take(&mut tally.counts) {
+            if refused > logged {
+                tracing::warn!(
+                    group = %String::from_utf8_lossy(self.context.group),
+                    uid,
+                    last_pid,
+                    count = refused - logged,
+                    seconds,
+                    why = why.why(),
+                    "refused more connections to the group's socket"
+                );
+            }
+        }
+        tally.since = Instant::now();
     }
 
     /// Starts the handshake of a connection just accepted: a process of another user is
@@ -543,8 +611,15 @@ impl<'a> Doorman<'a> {
             return self.refuse(Some(peer), Refusal::Io);
         }
         if self.pending.len() == MAX_PENDING {
-            let oldest = self.pending.remove(0);
-            self.refuse(Some(oldest.peer), Refusal::Silent);
+            // The oldest that has sent nothing of its answer: a member answers as soon as
+            // it has the challenge.
+            let victim = self
+                .pending
+                .iter()
+                .position(|p| p.got.is_empty())
+                .unwrap_or(0);
+            let dropped = self.pending.remove(victim);
+            self.refuse(Some(dropped.peer), Refusal::Crowded);
         }
         self.pending.push(Pending {
             stream,
@@ -555,10 +630,11 @@ impl<'a> Doorman<'a> {
         });
     }
 
-    /// Accepts every connection waiting on `listener` (non-blocking), then waits until a
-    /// connection is waiting or a pending one has sent something, at most until `until`
-    /// or the next handshake's deadline, and moves every handshake on
-    /// ([`progress`](Self::progress)). Returns the members admitted meanwhile (often none).
+    /// Accepts the connections waiting on `listener` (non-blocking; at most
+    /// [`ACCEPT_BATCH`] of them), then waits until a connection is waiting or a pending
+    /// one has sent something, at most until `until` or the next handshake's deadline, and
+    /// moves every handshake on ([`progress`](Self::progress)), refusing those past their
+    /// deadlines. Returns the members admitted meanwhile (often none).
     ///
     /// # Errors
     /// [`Error::Os`] where accepting or polling fails.
@@ -568,7 +644,7 @@ impl<'a> Doorman<'a> {
         until: Instant,
     ) -> Result<Vec<Admitted>> {
         let os = |what| move |source| Error::Os { what, source };
-        loop {
+        for _ in 0..ACCEPT_BATCH {
             match listener.accept() {
                 Ok((stream, _)) => self.arrive(stream),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
@@ -693,6 +769,13 @@ impl<'a> Doorman<'a> {
             why,
             "refused a member's connection"
         );
+    }
+}
+
+impl Drop for Doorman<'_> {
+    fn drop(&mut self) {
+        let mut tally = self.tally.borrow_mut();
+        self.log_tally(&mut tally);
     }
 }
 

@@ -667,6 +667,14 @@ pub fn spawn(command: &mut Command, world: usize, timeout: Duration) -> Result<R
         children: Vec::with_capacity(world),
         group,
     };
+    // NVSHMEM's unique-id socket, should the ranks start NVSHMEM, on loopback: the ranks
+    // share this machine, and NVSHMEM's default interface may be reachable from others.
+    use crate::transport::nvshmem::ENV_UID_IFNAME;
+    if std::env::var_os(ENV_UID_IFNAME).is_none()
+        && !command.get_envs().any(|(k, _)| k == ENV_UID_IFNAME)
+    {
+        command.env(ENV_UID_IFNAME, "lo");
+    }
     for rank in 0..world {
         let child = command
             .env(ENV_RANK, rank.to_string())

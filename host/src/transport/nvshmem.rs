@@ -62,6 +62,11 @@ const LIBRARY: &str = "libnvshmem_host.so.3";
 /// NVSHMEM's environment variable for its heap granularity, and its default (512 MiB:
 /// NVSHMEM 3.x's `NVSHMEM_CUMEM_GRANULARITY`).
 const GRANULARITY_ENV: &str = "NVSHMEM_CUMEM_GRANULARITY";
+
+/// NVSHMEM's environment variable naming the interface of its unique-id bootstrap's
+/// socket, which [`crate::bootstrap::unix::spawn`] sets to `lo` for the ranks it starts
+/// (they share one machine) unless the caller chose one.
+pub const ENV_UID_IFNAME: &str = "NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME";
 const DEFAULT_GRANULARITY: usize = 512 << 20;
 
 /// NVSHMEM's heap granularity as `value` (its environment variable's value) sets it: a
@@ -356,14 +361,25 @@ impl NvshmemTransport {
                 claim,
             });
         }
-        tracing::warn!(
-            rank,
-            "NVSHMEM starts over its unique-id bootstrap: rank 0 listens on a TCP port \
-             whose only secret (a random 64-bit magic) travels in clear, and a stranger who \
-             connects there can stop this world from forming or stall it; confine it with \
-             NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME (docs/off-node.md, \"Who can join\"), or \
-             start the ranks with mpirun"
-        );
+        match std::env::var(ENV_UID_IFNAME) {
+            Ok(interface) => tracing::info!(
+                rank,
+                interface,
+                "NVSHMEM starts over its unique-id bootstrap: rank 0 listens on a TCP port of \
+                 this interface (NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME; bootstrap::unix::spawn \
+                 sets lo for its ranks), whose only secret travels in clear: a process that \
+                 reaches it can stop this world from forming (docs/off-node.md, \"Who can \
+                 join\"); mpirun avoids it"
+            ),
+            Err(_) => tracing::warn!(
+                rank,
+                "NVSHMEM starts over its unique-id bootstrap on NVSHMEM's default interface, \
+                 which other hosts may reach: rank 0 listens on a TCP port whose only secret \
+                 travels in clear, and a stranger who connects there can stop this world from \
+                 forming or stall it; set NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME=lo for ranks of \
+                 one machine (bootstrap::unix::spawn does), or start the ranks with mpirun"
+            ),
+        }
         let id_bytes: [u8; 128] =
             all[0]
                 .get(1..129)
