@@ -517,9 +517,19 @@ pub(crate) struct Doorman<'a> {
 struct Tally {
     /// When the interval began.
     since: Instant,
-    /// Per (user, why): how many were refused this interval, how many of them were
-    /// logged one by one (the first), and the last one's process.
-    counts: std::collections::BTreeMap<(Option<u32>, Refusal), (u64, u64, Option<u32>)>,
+    /// Per (user, why): this interval's refusals.
+    counts: std::collections::BTreeMap<(Option<u32>, Refusal), Refused>,
+}
+
+/// One kind's refusals in a [`Tally`]'s interval.
+#[derive(Default)]
+struct Refused {
+    /// How many.
+    count: u64,
+    /// How many of them were logged one by one (the first).
+    logged: u64,
+    /// The last one's process.
+    last_pid: Option<u32>,
 }
 
 impl<'a> Doorman<'a> {
@@ -543,14 +553,11 @@ impl<'a> Doorman<'a> {
     /// interval as one line with their count ([`TALLY_INTERVAL`]).
     fn refuse(&self, peer: Option<Peer>, why: Refusal) {
         let mut tally = self.tally.borrow_mut();
-        let count = tally
-            .counts
-            .entry((peer.map(|p| p.uid), why))
-            .or_insert((0, 0, None));
-        count.0 += 1;
-        count.2 = peer.map(|p| p.pid);
-        if count.0 == 1 {
-            count.1 = 1;
+        let refused = tally.counts.entry((peer.map(|p| p.uid), why)).or_default();
+        refused.count += 1;
+        refused.last_pid = peer.map(|p| p.pid);
+        if refused.count == 1 {
+            refused.logged = 1;
             match peer {
                 Some(p) => tracing::warn!(
                     group = %String::from_utf8_lossy(self.context.group),
@@ -575,13 +582,13 @@ impl<'a> Doorman<'a> {
     /// new interval.
     fn log_tally(&self, tally: &mut Tally) {
         let seconds = tally.since.elapsed().as_secs_f64();
-        for ((uid, why), (refused, logged, last_pid)) in std::mem::take(&mut tally.counts) {
-            if refused > logged {
+        for ((uid, why), refused) in std::mem::take(&mut tally.counts) {
+            if refused.count > refused.logged {
                 tracing::warn!(
                     group = %String::from_utf8_lossy(self.context.group),
                     uid,
-                    last_pid,
-                    count = refused - logged,
+                    last_pid = refused.last_pid,
+                    count = refused.count - refused.logged,
                     seconds,
                     why = why.why(),
                     "refused more connections to the group's socket"
