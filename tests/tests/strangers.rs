@@ -380,7 +380,7 @@ fn a_squatter_on_the_name_gets_no_descriptor_and_spokes_refuse_it() {
     // Same user, no secret: the spoke answers its challenge (which proves nothing) and
     // refuses its garbage proof; the squatter got the answer alone (64 bytes), no frame
     // and no descriptor.
-    let group = format!("strangers-squat-{}", Secret::random().unwrap().to_hex());
+    let group = format!("strangers-squat-{}", *Secret::random().unwrap().to_hex());
     let listener = UnixListener::bind_addr(&address(&group)).expect("squat");
     let spoke = {
         let (group, secret) = (group.clone(), secret.clone());
@@ -428,7 +428,7 @@ fn a_squatter_on_the_name_gets_no_descriptor_and_spokes_refuse_it() {
     }
     // Another user: the spoke refuses it before it sends a byte.
     let test = "a_squatter_on_the_name_gets_no_descriptor_and_spokes_refuse_it";
-    let group = format!("strangers-squat-{}", Secret::random().unwrap().to_hex());
+    let group = format!("strangers-squat-{}", *Secret::random().unwrap().to_hex());
     let mut squatter = as_nobody(&mut this_binary(test, "squatter"))
         .env(ATTACK, &group)
         .stdout(Stdio::piped())

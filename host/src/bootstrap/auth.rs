@@ -2,8 +2,9 @@
 //! any frame, byte of a contribution or file descriptor crosses it.
 //!
 //! A group has a [`Secret`] (32 bytes from the operating system's random source) that only
-//! its members hold: [`unix::spawn`](super::unix::spawn) hands it to the ranks it starts in
-//! their environment ([`ENV_SECRET`](super::unix::ENV_SECRET)); the MPI bootstrap's rank 0
+//! its members hold: [`unix::spawn`](super::unix::spawn) hands it to each rank it starts
+//! through a pipe the rank alone inherits and reads once
+//! ([`ENV_SECRET_FD`](super::unix::ENV_SECRET_FD) names it); the MPI bootstrap's rank 0
 //! makes one and broadcasts it over MPI, whose launcher already admits only its job's
 //! ranks. A connection is admitted when both hold:
 //!
@@ -65,9 +66,15 @@ const TALLY_INTERVAL: Duration = Duration::from_secs(1);
 const MAGIC: [u8; 7] = *b"symmem1";
 
 /// A group's shared secret: members hold it, strangers do not. Its `Debug` shows no byte
-/// of it.
+/// of it, and its bytes are wiped when it is dropped.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Secret([u8; SECRET_BYTES]);
+
+impl Drop for Secret {
+    fn drop(&mut self) {
+        zeroize::Zeroize::zeroize(&mut self.0);
+    }
+}
 
 impl Secret {
     /// A new secret from the operating system's random source (`getrandom(2)`).
@@ -84,9 +91,14 @@ impl Secret {
     }
 
     /// The secret as 64 lower-case hexadecimal digits, as [`spawn`](super::unix::spawn)
-    /// passes it to its ranks.
-    pub fn to_hex(&self) -> String {
-        self.0.iter().map(|b| format!("{b:02x}")).collect()
+    /// passes it to its ranks; wiped when dropped.
+    pub fn to_hex(&self) -> zeroize::Zeroizing<String> {
+        let mut hex = String::with_capacity(2 * SECRET_BYTES);
+        for b in &self.0 {
+            hex.push(char::from_digit(u32::from(b >> 4), 16).expect("a nibble"));
+            hex.push(char::from_digit(u32::from(b & 0xf), 16).expect("a nibble"));
+        }
+        zeroize::Zeroizing::new(hex)
     }
 
     /// The secret written by [`to_hex`](Self::to_hex); `None` for anything else.
@@ -95,12 +107,12 @@ impl Secret {
         if digits.len() != 2 * SECRET_BYTES {
             return None;
         }
-        let mut out = [0u8; SECRET_BYTES];
+        let mut out = zeroize::Zeroizing::new([0u8; SECRET_BYTES]);
         for (byte, pair) in out.iter_mut().zip(digits.as_chunks::<2>().0) {
             let pair = std::str::from_utf8(pair).ok()?;
             *byte = u8::from_str_radix(pair, 16).ok()?;
         }
-        Some(Self(out))
+        Some(Self(*out))
     }
 
     /// The MAC that `role` of a handshake sends, over everything both ends must agree on.

@@ -22,6 +22,7 @@
 pub mod auth;
 mod credentials;
 mod dial;
+mod handoff;
 pub mod local;
 #[cfg(feature = "mpi")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mpi")))]

@@ -41,9 +41,9 @@
 //! its half of the handshake.
 
 use super::auth::{self, Context, Doorman, Secret};
-use super::dial;
 use super::scm::{self, Kind, RecvError};
 use super::{Bootstrap, DEFAULT_MAX_FRAME_BYTES, DEFAULT_TIMEOUT, max_frame_from_env};
+use super::{dial, handoff};
 use crate::backend::Shareable;
 use crate::error::{Error, Result};
 use rustix::event::{PollFd, PollFlags};
@@ -62,9 +62,10 @@ pub const ENV_RANK: &str = "SYMMEM_RANK";
 pub const ENV_WORLD: &str = "SYMMEM_WORLD_SIZE";
 /// Environment variable naming the group's socket.
 pub const ENV_GROUP: &str = "SYMMEM_UNIX_GROUP";
-/// Environment variable holding the group's secret ([`Secret::to_hex`]), which [`spawn`]
-/// hands to the ranks it starts and nobody else.
-pub const ENV_SECRET: &str = "SYMMEM_UNIX_SECRET";
+/// Environment variable naming the pipe that holds the group's secret for a rank
+/// [`spawn`] started (`fd:inode`, no secret itself): the rank reads it once and closes
+/// it, so the processes it starts inherit neither (see `handoff`).
+pub const ENV_SECRET_FD: &str = "SYMMEM_UNIX_SECRET_FD";
 /// Environment variable holding the timeout in milliseconds (optional).
 pub const ENV_TIMEOUT_MS: &str = "SYMMEM_TIMEOUT_MS";
 
@@ -338,13 +339,13 @@ impl UnixBootstrap {
             Err(_) => DEFAULT_TIMEOUT,
         };
         let max_frame = max_frame_from_env()?;
-        let secret = var(ENV_SECRET)?;
-        let secret = Secret::from_hex(&secret).ok_or_else(|| Error::BadEnv {
-            name: ENV_SECRET,
-            // Not shown: a malformed secret may be a real one cut short.
-            value: Some("<64 hexadecimal digits expected>".to_owned()),
-            expected: "the group's secret, set by bootstrap::unix::spawn for the ranks it \
-                       starts: start ranks with spawn, not by hand",
+        let named = var(ENV_SECRET_FD)?;
+        let secret = handoff::take(&named).ok_or_else(|| Error::BadEnv {
+            name: ENV_SECRET_FD,
+            value: Some(named),
+            expected: "the pipe holding the group's secret that bootstrap::unix::spawn gives \
+                       each rank it starts, read once: call UnixBootstrap::from_env once per \
+                       rank process, started by spawn",
         })?;
         let mut this = Self::connect(
             number(ENV_RANK)?,
@@ -651,11 +652,13 @@ impl Drop for Ranks {
 }
 
 /// Starts `world` processes of `command`, each with the environment
-/// [`UnixBootstrap::from_env`] reads: a new group with a random name and a new random
-/// [`Secret`], both handed to these children only (in their environment, which only this
-/// user's processes can read). `timeout` bounds every wait of the children. If a rank
-/// cannot be started, the ranks started before it are killed and reaped, and the error
-/// names the failure.
+/// [`UnixBootstrap::from_env`] reads: a new group with a random name, and a new random
+/// [`Secret`] handed to these children only, each through a pipe it alone inherits and
+/// reads once (not in the environment: the processes a rank starts get nothing of it).
+/// `command` keeps the non-secret variables and an inert `pre_exec` hook. `timeout`
+/// bounds every wait of the children. If a rank cannot be started, the ranks started
+/// before it are killed and reaped, and the error names the failure. The children's
+/// `NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME` is `lo` unless this process or `command` sets it.
 ///
 /// # Errors
 /// [`Error::Os`] if the random source or a child's start fails.
@@ -675,17 +678,21 @@ pub fn spawn(command: &mut Command, world: usize, timeout: Duration) -> Result<R
     {
         command.env(ENV_UID_IFNAME, "lo");
     }
+    let handoff = handoff::Handoff::install(command);
     for rank in 0..world {
+        // Open until the child has started (it inherits it then), closed here after.
+        let (_pipe, named) = handoff.arm(&secret)?;
         let child = command
             .env(ENV_RANK, rank.to_string())
             .env(ENV_WORLD, world.to_string())
             .env(ENV_GROUP, &ranks.group)
-            .env(ENV_SECRET, secret.to_hex())
+            .env(ENV_SECRET_FD, named)
             .env(ENV_TIMEOUT_MS, timeout.as_millis().to_string())
             .spawn()
             .map_err(os("starting a rank process"))?;
         ranks.children.push(child);
     }
+    handoff.disarm();
     tracing::debug!(group = %ranks.group, world, "started the group's rank processes");
     Ok(ranks)
 }
