@@ -340,7 +340,7 @@ impl UnixBootstrap {
         };
         let max_frame = max_frame_from_env()?;
         let named = var(ENV_SECRET_FD)?;
-        let secret = handoff::take(&named).ok_or_else(|| Error::BadEnv {
+        let secret = handoff::take(&named).ok_or(Error::BadEnv {
             name: ENV_SECRET_FD,
             value: Some(named),
             expected: "the pipe holding the group's secret that bootstrap::unix::spawn gives \
