@@ -43,10 +43,11 @@ pub(crate) fn connect_by(addr: &SocketAddr, deadline: Instant) -> io::Result<Uni
             Err(Errno::INTR) => {}
             // The backlog is full, or nobody listens yet: again, until the deadline.
             Err(Errno::AGAIN | Errno::CONNREFUSED) => {
-                if Instant::now() + RETRY >= deadline {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
                     return Err(io::ErrorKind::TimedOut.into());
                 }
-                std::thread::sleep(RETRY);
+                std::thread::sleep(left.min(RETRY));
             }
             Err(e) => return Err(e.into()),
         }
