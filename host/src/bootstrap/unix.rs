@@ -30,15 +30,18 @@
 //! handshake before anything else crosses it: the process at the other end must run as
 //! this user (`SO_PEERCRED`, checked by both ends) and prove that it holds the group's
 //! [`Secret`] (which never crosses the socket). `spawn` makes a new secret and a new
-//! random group name for every group and hands both to its children only (their
-//! environment); [`UnixBootstrap::connect`] takes them from its caller. The hub runs every
-//! pending connection's handshake at once, each bounded by one deadline, drops and logs
-//! (tracing `warn`, with the process's pid and uid) every connection that fails it, claims
-//! a rank the hub does not wait for, or stays silent, and keeps accepting: a stranger gets
-//! no frame, no byte of a contribution and no descriptor, and does not stop the real ranks
-//! from forming the group. A spoke that reaches a process that is no member (a squatter
-//! that bound the name first) returns [`Error::StrangerRefused`] having sent it nothing but
-//! its half of the handshake.
+//! random group name for every group and hands the secret to its children only, each
+//! through a pipe it alone inherits and reads once (`handoff`); [`UnixBootstrap::connect`]
+//! takes them from its caller. The hub runs every pending connection's handshake at once,
+//! each bounded by one deadline, accepting a bounded batch a round; it drops and logs
+//! (tracing `warn`: the first of each kind with the process's pid and uid, then counts)
+//! every connection that fails it, claims a rank the hub does not wait for, or stays
+//! silent, and keeps accepting: a stranger gets no frame, no byte of a contribution and no
+//! descriptor, and does not stop the real ranks from forming the group. A spoke connects
+//! within its deadline even where a stranger filled the hub's backlog, and every frame
+//! has one deadline, so no wait is unbounded. A spoke that reaches a process that is no
+//! member (a squatter that bound the name first) returns [`Error::StrangerRefused`] having
+//! sent it nothing but its half of the handshake.
 
 use super::auth::{self, Context, Doorman, Secret};
 use super::scm::{self, Kind, RecvError};
