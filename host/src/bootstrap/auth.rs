@@ -23,8 +23,10 @@
 //! Every message of the handshake has a fixed length, and the whole handshake one deadline
 //! (not one per read): a peer that trickles a byte at a time cannot hold a rank past it.
 //! A listener (`Doorman`) runs the handshakes of all its pending connections at once,
-//! so a silent or slow stranger never delays a member; every refusal is a tracing `warn`
-//! naming the process (pid, uid) and why.
+//! so a silent or slow stranger never delays a member; it accepts a bounded batch a round,
+//! so a flood cannot keep it accepting. Every refusal is counted: the first of each kind
+//! (user and why) in a second is a tracing `warn` naming the process (pid, uid) and why,
+//! the rest of that second one line with their count.
 
 pub use super::credentials::Peer;
 use super::credentials::{my_uid, peer_of};
