@@ -270,12 +270,22 @@ impl PeerTable {
 
     /// The byte offset from this rank's copy to rank `to`'s: `base(to) - base(rank())`,
     /// or `None` where [`PeerTable::base`] gives nothing for `to`.
+    ///
+    /// Two memory latencies, not four: both header words are read at once, then both
+    /// entries at once (a rank out of range reads this rank's entry instead, and the
+    /// answer is `None`), with no branch between the reads.
     #[inline(always)]
     pub fn offset_to(self, to: usize) -> Option<usize> {
-        let target = self.base(to)?;
-        // SAFETY: the table's own rank is inside it.
-        let mine = unsafe { self.base_unchecked(self.rank()) };
-        Some(target.wrapping_sub(mine) as usize)
+        let (len, rank) = (self.len(), self.rank());
+        let inside = to < len;
+        // SAFETY: the table's own rank is inside it, and `to` is read only when inside.
+        let (mine, target) = unsafe {
+            (
+                self.base_unchecked(rank),
+                self.base_unchecked(if inside { to } else { rank }),
+            )
+        };
+        (inside && target != 0).then(|| target.wrapping_sub(mine) as usize)
     }
 
     /// The table as [`PeerBases`] of `world` entries (translation by pointer offset).

@@ -290,6 +290,13 @@ impl<T: Pod> ViewMut<T> {
     /// element per thread otherwise.
     #[inline(always)]
     pub fn copy_from<A: Arch>(self, arch: &A, src: View<T>) {
+        self.copy_from_loaded(arch, src, None);
+    }
+
+    /// [`ViewMut::copy_from`], where `loaded` is this thread's first vector of `src`
+    /// (vector `arch.global_id()` of `src.split_vectors()`) if the caller read it already.
+    #[inline(always)]
+    fn copy_from_loaded<A: Arch>(self, arch: &A, src: View<T>, loaded: Option<U32x4>) {
         let n = self.len.min(src.len);
         let (dst, src) = (Self { len: n, ..self }, View { len: n, ..src });
         let (stride, first) = (arch.global_threads(), arch.global_id());
@@ -297,6 +304,13 @@ impl<T: Pod> ViewMut<T> {
             (Some((dv, dst_tail)), Some((sv, src_tail))) => {
                 let vectors = dv.len.min(sv.len);
                 let mut i = first;
+                if let Some(vector) = loaded
+                    && i < vectors
+                {
+                    // SAFETY: `i` is below both views' vector counts.
+                    unsafe { dv.set_unchecked(i, vector) };
+                    i += stride;
+                }
                 while i < vectors {
                     // SAFETY: `i` is below both views' vector counts.
                     unsafe { dv.set_unchecked(i, sv.get_unchecked(i)) };
@@ -431,5 +445,37 @@ impl<T: Pod> SymViewMut<T> {
             ptr: self.ptr.wrapping_byte_add(offset),
             len: self.len,
         })
+    }
+
+    /// Put: copies `src` (this rank's memory) into rank `to`'s copy, as many elements as
+    /// both hold, the whole grid cooperating as in [`ViewMut::copy_from`]; `false`
+    /// (nothing written) where [`SymViewMut::peer`] gives nothing. The same as
+    /// `peer(to)` then `copy_from`, one memory latency sooner: each thread's first
+    /// source vector is read before the peer table, so the two reads overlap (the
+    /// vector path is chosen from the local address, which every rank's copy shares
+    /// modulo 16: the host refuses a table whose entries are not congruent).
+    #[inline(always)]
+    pub fn put_from<A: Arch>(self, arch: &A, to: usize, src: View<T>) -> bool {
+        let n = self.len.min(src.len);
+        let local = ViewMut {
+            ptr: self.ptr,
+            len: n,
+        };
+        let first = arch.global_id();
+        let loaded = match (
+            local.split_vectors(),
+            (View { len: n, ..src }).split_vectors(),
+        ) {
+            (Some((dv, _)), Some((sv, _))) if first < dv.len.min(sv.len) => {
+                // SAFETY: `first` is below both views' vector counts.
+                Some(unsafe { sv.get_unchecked(first) })
+            }
+            _ => None,
+        };
+        let Some(remote) = self.peer(to) else {
+            return false;
+        };
+        remote.copy_from_loaded(arch, src, loaded);
+        true
     }
 }

@@ -5,7 +5,8 @@
 //!
 //! * [`symmem_put`], [`symmem_get`], [`symmem_copy`]: translated put and get, and the
 //!   direct copy they are measured against: safe kernels over views
-//!   ([`ViewMut::copy_from`](symmem_device::ViewMut::copy_from), a grid-stride loop,
+//!   ([`SymViewMut::put_from`](symmem_device::SymViewMut::put_from) and
+//!   [`ViewMut::copy_from`](symmem_device::ViewMut::copy_from), a grid-stride loop,
 //!   correct for any launch geometry; the fast geometry on a GPU is about one 16-byte
 //!   vector per thread, where the loop runs once).
 //! * `rma`: device RMA entry points (put, get, put with signal, the cross-rank barrier,
@@ -56,9 +57,7 @@ use symmem_arch::Arch;
 /// (its entry is 0). Safe: the views carry their lengths and `dst` its own table.
 #[kernel]
 pub fn symmem_put(arch: &impl Arch, dst: SymViewMut<u8>, src: View<u8>, to: u32) {
-    if let Some(remote) = dst.peer(to as usize) {
-        remote.copy_from(arch, src);
-    }
+    dst.put_from(arch, to as usize, src);
 }
 
 /// Translated get: rank `from`'s copy of `src` into `dst` (this rank's bytes), as many

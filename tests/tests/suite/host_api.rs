@@ -529,6 +529,54 @@ fn put_and_get_at_element_offsets() {
     });
 }
 
+/// The safe put kernel (`SymViewMut::put_from`, which reads each thread's first vector
+/// before the peer table) writes exactly its bytes into the peer's copy, whatever the
+/// grid (a thread with no vector, one, or several), the alignment (16-aligned or not)
+/// and the tail; a rank out of range writes nothing.
+#[test]
+fn safe_put_kernel_writes_exactly_its_bytes_on_any_grid() {
+    if super::skip() {
+        return;
+    }
+    use symmem::Grid;
+    run(2, |world| {
+        let (me, n) = (world.rank(), world.world_size());
+        let to = (me + 1) % n;
+        let bytes: Vec<u8> = (0..1100u32).map(|i| (i * 7 + 1) as u8).collect();
+        let source = world.device_from_slice(&bytes)?;
+        let dst = world.zeros::<u8>(1200)?;
+        for grid in [
+            Grid::new(1, 1),
+            Grid::new(1, 7),
+            Grid::new(3, 32),
+            Grid::new(2, 256),
+        ] {
+            for (at, len) in [(0, 1), (0, 17), (16, 1000), (3, 15), (3, 1001), (32, 16)] {
+                world.fill_zero(&dst)?;
+                world.barrier()?;
+                world.kernels().launch(
+                    symmem_kernels::symmem_put,
+                    grid,
+                    (&dst.slice(at..at + len)?, &source.slice(..len)?, to as u32),
+                )?;
+                // A rank out of range: nothing, anywhere.
+                world.kernels().launch(
+                    symmem_kernels::symmem_put,
+                    grid,
+                    (&dst.slice(..)?, &source.slice(..)?, n as u32),
+                )?;
+                world.barrier()?;
+                let got = world.read(&dst)?;
+                let mut want = vec![0u8; 1200];
+                want[at..at + len].copy_from_slice(&bytes[..len]);
+                assert!(got == want, "{grid:?}, {len} bytes at {at}: wrong bytes");
+                world.barrier()?;
+            }
+        }
+        Ok(())
+    });
+}
+
 #[test]
 fn is_symmetric_inside_and_outside() {
     if super::skip() {
