@@ -150,7 +150,9 @@ impl<B: Backend> World<B> {
     /// What `launches` returns; [`Error::PeerLost`] if a peer left or was lost while this
     /// rank waited for it at the gate, [`Error::NotReached`] if a peer did not reach the
     /// call within [`Config::wait_deadline`](crate::Config::wait_deadline) (`launches`
-    /// did not run if that was before it).
+    /// did not run if that was before it). The first rank to give up on a peer poisons the
+    /// world naming it, so a rank still waiting for the same peer then gets `PeerLost`
+    /// naming that rank.
     pub fn collectively<R>(&self, launches: impl FnOnce() -> Result<R>) -> Result<R> {
         let Some(gate) = self.shared.gate.as_ref() else {
             return launches();

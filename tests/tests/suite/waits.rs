@@ -14,8 +14,9 @@ type W = World<TestBackend>;
 /// barrier (the others failed, and recorded a call it did not make); and the process then
 /// makes a new world whose collectives complete. Where the ranks launch collectives
 /// together (threads sharing a GPU: `World::launches_together`), the others give up at
-/// the call itself (`NotReached`, after the same deadline, naming the skipper), which
-/// poisons their worlds naming it.
+/// the call itself: the first to reach the deadline with `NotReached` naming the skipper,
+/// which poisons the world naming it, so that a rank still waiting then ends its wait with
+/// `PeerLost` naming the same rank.
 #[test]
 fn a_rank_that_skips_a_collective_times_out_the_others_and_poisons_their_worlds() {
     if super::skip() {
@@ -42,12 +43,14 @@ fn a_rank_that_skips_a_collective_times_out_the_others_and_poisons_their_worlds(
             // the barrier after it reports the failed wait, and tells the skipper (which
             // waits there).
             let first = coll.barrier().and_then(|()| world.barrier());
-            assert!(waited.elapsed() >= deadline, "gave up early");
+            // Ungated, each rank's own wait gives up; gated, the first rank's does.
+            assert!(together || waited.elapsed() >= deadline, "gave up early");
             // Poisoned: every later call answers at once.
             let again = coll.barrier();
             Ok((first, again, together))
         })
         .expect("launch");
+        let (mut gated, mut not_reached) = (false, 0);
         let elapsed = start.elapsed();
         assert!(
             elapsed < deadline + Duration::from_secs(5),
@@ -56,6 +59,7 @@ fn a_rank_that_skips_a_collective_times_out_the_others_and_poisons_their_worlds(
         for (rank, r) in results.into_iter().enumerate() {
             let (first, again, together) = r.unwrap_or_else(|e| panic!("rank {rank}: {e}"));
             if together {
+                gated = true;
                 // The others gave up at the call, naming the skipper, and left: the
                 // skipper's barrier finds them gone. Their worlds are poisoned, naming it.
                 if rank == skipper {
@@ -73,6 +77,15 @@ fn a_rank_that_skips_a_collective_times_out_the_others_and_poisons_their_worlds(
                         assert_eq!(*peer, skipper, "rank {rank}");
                         assert!(*waited >= deadline, "rank {rank}: {waited:?}");
                         assert_eq!(*lost, Some(skipper), "rank {rank}");
+                        not_reached += 1;
+                    }
+                    // Still waiting when another rank's `NotReached` poisoned the world.
+                    (
+                        Err(Error::PeerLost { rank: lost, .. }),
+                        Err(Error::PeerLost { rank: again, .. }),
+                    ) => {
+                        assert_eq!(*lost, Some(skipper), "rank {rank}");
+                        assert_eq!(*again, Some(skipper), "rank {rank}");
                     }
                     other => panic!("world of {n}, rank {rank}: {other:?}"),
                 }
@@ -99,6 +112,10 @@ fn a_rank_that_skips_a_collective_times_out_the_others_and_poisons_their_worlds(
                 }
             }
         }
+        assert!(
+            !gated || not_reached > 0,
+            "world of {n}: no rank gave up with NotReached"
+        );
         // A new world in the same process: its collectives complete.
         let ok = symmem::spawn_ranks(n, &cfg, super::make_backend, |world: W| {
             let coll = Collectives::new(&world)?;
