@@ -32,6 +32,7 @@ pub mod waits;
 /// Spawning ranks as child processes, collecting their outcomes, ending a child.
 pub mod processes {
     use std::io::{BufRead, BufReader, Write};
+    use std::os::unix::process::CommandExt;
     use std::process::{Command, ExitStatus, Stdio};
     use std::sync::mpsc;
     use std::time::{Duration, Instant};
@@ -49,6 +50,62 @@ pub mod processes {
     /// defines), or `None` in the parent.
     pub fn child_mode() -> Option<String> {
         std::env::var(CHILD).ok()
+    }
+
+    /// This test binary as a child running test `test` alone (`--exact`) in child mode
+    /// `mode`, its stdin closed.
+    pub fn this_binary(test: &str, mode: &str) -> Command {
+        let mut command = Command::new(std::env::current_exe().expect("current_exe"));
+        command
+            .args(["--exact", test, "--nocapture", "--test-threads=1"])
+            .env(CHILD, mode)
+            .stdin(Stdio::null());
+        command
+    }
+
+    /// Group `group`'s hub socket address ([`unix::hub_address`]).
+    pub fn hub_address(group: &str) -> std::os::unix::net::SocketAddr {
+        unix::hub_address(group).expect("the hub's socket name")
+    }
+
+    /// Waits until `path` exists, at most `within` (then goes on regardless).
+    pub fn wait_for_path(path: &std::path::Path, within: Duration) {
+        let start = Instant::now();
+        while !path.exists() && start.elapsed() < within {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// A member of a group under attack: forms a CPU world over `bootstrap` and checks
+    /// that an all-gather of every rank's number holds, which shows that the group formed.
+    ///
+    /// # Panics
+    /// Where the all-gather gives other bytes.
+    pub fn form_checked_cpu_world(
+        bootstrap: Box<dyn symmem::bootstrap::Bootstrap>,
+    ) -> symmem::Result<symmem::World<symmem::backend::cpu::Cpu>> {
+        let world = symmem::World::new(
+            bootstrap,
+            symmem::backend::cpu::Cpu::new(),
+            &symmem::Config::default(),
+        )?;
+        let me = world.rank() as u64;
+        let all = world.all_gather_bytes(&me.to_le_bytes())?;
+        let want: Vec<Vec<u8>> = (0..world.world_size() as u64)
+            .map(|r| r.to_le_bytes().to_vec())
+            .collect();
+        assert_eq!(all, want, "rank {me}: all-gather");
+        Ok(world)
+    }
+
+    /// Whether the tests run as root, so that a child can drop to another user.
+    pub fn root() -> bool {
+        rustix::process::getuid().is_root()
+    }
+
+    /// `command` run as uid and gid 65534 (`nobody`): another user.
+    pub fn as_nobody(command: &mut Command) -> &mut Command {
+        command.uid(65534).gid(65534)
     }
 
     /// How one child ended.
@@ -86,13 +143,9 @@ pub mod processes {
         deadline: Duration,
         kill: Option<(usize, &str)>,
     ) -> Vec<Outcome> {
-        let exe = std::env::current_exe().expect("current_exe");
-        let mut command = Command::new(exe);
+        let mut command = this_binary(test, mode);
         command
-            .args(["--exact", test, "--nocapture", "--test-threads=1"])
-            .env(CHILD, mode)
             .env("RUST_BACKTRACE", "0")
-            .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         let start = Instant::now();

@@ -18,17 +18,18 @@
 use std::io::{Read, Write};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixStream};
-use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
-use symmem::backend::cpu::Cpu;
+use symmem::Error;
 use symmem::bootstrap::Bootstrap;
 use symmem::bootstrap::auth::{self, Secret};
 use symmem::bootstrap::unix::{self, UnixBootstrap};
-use symmem::{Config, Error, World};
 use symmem_tests::mpi::{self, mpirun_available};
-use symmem_tests::processes::{CHILD, child_mode};
+use symmem_tests::processes::{
+    as_nobody, child_mode, exit_child, form_checked_cpu_world, hub_address, root, this_binary,
+    wait_for_path,
+};
 
 /// Environment variable: the group (or, under `mpirun`, nothing) a child attacks.
 const ATTACK: &str = "SYMMEM_TEST_ATTACK";
@@ -39,30 +40,6 @@ const CHECK_CHILD: &str = "SYMMEM_TEST_CHECK_CHILD";
 
 /// Connections the flood makes.
 const FLOOD: usize = 10_000;
-
-fn address(group: &str) -> SocketAddr {
-    SocketAddr::from_abstract_name(format!("symmem-{group}")).expect("socket name")
-}
-
-/// Whether the tests run as root, so that a child can drop to another user.
-fn root() -> bool {
-    rustix::process::getuid().is_root()
-}
-
-/// `command` run as uid and gid 65534 (`nobody`).
-fn as_nobody(command: &mut Command) -> &mut Command {
-    command.uid(65534).gid(65534)
-}
-
-/// This test binary as a child running `test` in `mode`.
-fn this_binary(test: &str, mode: &str) -> Command {
-    let mut command = Command::new(std::env::current_exe().expect("current_exe"));
-    command
-        .args(["--exact", test, "--nocapture", "--test-threads=1"])
-        .env(CHILD, mode)
-        .stdin(Stdio::null());
-    command
-}
 
 /// Whether `text` holds a run of 64 hexadecimal digits: what a secret written out looks
 /// like.
@@ -88,20 +65,11 @@ fn member() -> ! {
         if std::env::var(unix::ENV_RANK).as_deref() != Ok("0")
             && let Ok(path) = std::env::var(JOIN_AFTER)
         {
-            let start = Instant::now();
-            while !Path::new(&path).exists() && start.elapsed() < Duration::from_secs(20) {
-                std::thread::sleep(Duration::from_millis(2));
-            }
+            wait_for_path(Path::new(&path), Duration::from_secs(20));
         }
-        let bootstrap = Box::new(UnixBootstrap::from_env()?);
-        let world = World::new(bootstrap, Cpu::new(), &Config::default())?;
-        let me = world.rank() as u64;
-        let all = world.all_gather_bytes(&me.to_le_bytes())?;
-        let want: Vec<Vec<u8>> = (0..world.world_size() as u64)
-            .map(|r| r.to_le_bytes().to_vec())
-            .collect();
-        assert_eq!(all, want, "rank {me}: all-gather");
+        let world = form_checked_cpu_world(Box::new(UnixBootstrap::from_env()?))?;
         if std::env::var_os(CHECK_CHILD).is_some() {
+            let me = world.rank();
             let environ = std::fs::read("/proc/self/environ").expect("/proc/self/environ");
             assert!(
                 !holds_a_secret(&environ),
@@ -117,16 +85,9 @@ fn member() -> ! {
                 "rank {me}'s child: {said}"
             );
         }
-        world.barrier()?;
-        Ok(())
+        world.barrier()
     })();
-    match result {
-        Ok(()) => std::process::exit(0),
-        Err(e) => {
-            eprintln!("member: {e}");
-            std::process::exit(4)
-        }
-    }
+    exit_child(&result)
 }
 
 /// A process a rank started: looks for the secret in its environment and in the
@@ -155,7 +116,7 @@ fn grandchild() -> ! {
 /// how many connected before the hub's socket went away).
 fn flooder() -> ! {
     let group = std::env::var(ATTACK).expect("group");
-    let addr = address(&group);
+    let addr = hub_address(&group);
     let mut connected = 0;
     for i in 0..FLOOD {
         if i == FLOOD / 2 {
@@ -253,14 +214,16 @@ fn a_full_backlog_gives_a_typed_error_within_the_timeout() {
     // A hub's socket whose backlog a stranger filled: a listener of backlog 0 that never
     // accepts, and connections that fill it.
     let group = format!("denial-backlog-{}", *Secret::random().unwrap().to_hex());
-    let name = format!("symmem-{group}");
     let listener = rustix::net::socket(
         rustix::net::AddressFamily::UNIX,
         rustix::net::SocketType::STREAM,
         None,
     )
     .expect("socket");
-    let addr = rustix::net::SocketAddrUnix::new_abstract_name(name.as_bytes()).expect("name");
+    let name = hub_address(&group);
+    let addr =
+        rustix::net::SocketAddrUnix::new_abstract_name(name.as_abstract_name().expect("abstract"))
+            .expect("name");
     rustix::net::bind(&listener, &addr).expect("bind");
     rustix::net::listen(&listener, 0).expect("listen");
     let mut filled = Vec::new();
@@ -322,7 +285,7 @@ fn a_member_trickling_a_frame_is_lost_at_the_frames_deadline() {
     // one-second read timeout, for 5 s.
     let start = Instant::now();
     let mut stream = loop {
-        match UnixStream::connect_addr(&address(&group)) {
+        match UnixStream::connect_addr(&hub_address(&group)) {
             Ok(stream) => break stream,
             Err(_) if start.elapsed() < Duration::from_secs(5) => {
                 std::thread::sleep(Duration::from_millis(2));

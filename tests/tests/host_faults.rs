@@ -17,8 +17,7 @@ use rustix::fs::{MemfdFlags, SealFlags};
 use rustix::process::{Resource, Rlimit};
 use std::io::{Read, Write};
 use std::os::fd::OwnedFd;
-use std::os::linux::net::SocketAddrExt;
-use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -35,7 +34,8 @@ use symmem::bootstrap::unix::{self, UnixBootstrap};
 use symmem::bootstrap::{Bootstrap, DEFAULT_MAX_FRAME_BYTES};
 use symmem_arch::Arch;
 use symmem_tests::processes::{
-    CHILD, EXIT_ERROR, EXIT_PEER_LOST, Outcome, child_mode, exit_child, report, spawn_ranks,
+    CHILD, EXIT_ERROR, EXIT_PEER_LOST, Outcome, child_mode, exit_child, hub_address, report,
+    spawn_ranks,
 };
 
 /// Held by every test that starts processes.
@@ -266,10 +266,6 @@ fn header(kind: u8, len: u64) -> [u8; 9] {
     h
 }
 
-fn group_address(group: &str) -> SocketAddr {
-    SocketAddr::from_abstract_name(format!("symmem-{group}")).expect("socket name")
-}
-
 /// The secret of the hand-made groups below.
 fn secret() -> Secret {
     Secret::from_bytes([3; 32])
@@ -280,7 +276,7 @@ fn secret() -> Secret {
 fn fake_spoke(group: &str) -> UnixStream {
     let start = Instant::now();
     let mut stream = loop {
-        match UnixStream::connect_addr(&group_address(group)) {
+        match UnixStream::connect_addr(&hub_address(group)) {
             Ok(stream) => break stream,
             Err(e) if start.elapsed() < Duration::from_secs(5) => {
                 let _ = e;
@@ -349,7 +345,7 @@ fn hub_refuses_a_frame_over_the_limit() {
 #[test]
 fn spoke_refuses_a_frame_over_the_limit() {
     let group = format!("faults-spoke-frame-{}", std::process::id());
-    let listener = UnixListener::bind_addr(&group_address(&group)).expect("bind");
+    let listener = UnixListener::bind_addr(&hub_address(&group)).expect("bind");
     let spoke_group = group.clone();
     let spoke = std::thread::spawn(move || {
         let mut spoke =

@@ -14,9 +14,8 @@ use std::mem::MaybeUninit;
 use std::os::fd::AsFd;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
-use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 use symmem::backend::cpu::Cpu;
 use symmem::bootstrap::auth::Secret;
@@ -24,7 +23,10 @@ use symmem::bootstrap::unix::{self, UnixBootstrap};
 use symmem::collectives::{Algorithm, Collectives, ReduceOp};
 use symmem::{Config, Error, World};
 use symmem_tests::mpi::{self, mpirun_available};
-use symmem_tests::processes::{CHILD, child_mode};
+use symmem_tests::processes::{
+    as_nobody, child_mode, exit_child, form_checked_cpu_world, hub_address, root, this_binary,
+    wait_for_path,
+};
 
 /// What a stranger received over a connection: bytes, file descriptors, and whether the
 /// bytes were exactly one handshake challenge.
@@ -48,10 +50,6 @@ const NOTHING: Got = Got {
     fds: 0,
     challenge_only: false,
 };
-
-fn address(group: &str) -> SocketAddr {
-    SocketAddr::from_abstract_name(format!("symmem-{group}")).expect("socket name")
-}
 
 /// Everything `stream` delivers until its end or `for_at_most`, writing `answer` once a
 /// challenge has arrived (a stranger's attempt to pass as a rank).
@@ -103,16 +101,6 @@ fn forged_answer() -> Vec<u8> {
     answer
 }
 
-/// Whether the tests run as root, so that a child can drop to another user.
-fn root() -> bool {
-    rustix::process::getuid().is_root()
-}
-
-/// `command` run as uid and gid 65534 (`nobody`).
-fn as_nobody(command: &mut Command) -> &mut Command {
-    command.uid(65534).gid(65534)
-}
-
 // ---------------------------------------------------------------------------------------
 // Children.
 
@@ -129,36 +117,18 @@ fn member() -> ! {
         if std::env::var(unix::ENV_RANK).as_deref() == Ok("1")
             && let Ok(path) = std::env::var(RANK1_AFTER)
         {
-            let start = Instant::now();
-            while !Path::new(&path).exists() && start.elapsed() < Duration::from_secs(20) {
-                std::thread::sleep(Duration::from_millis(5));
-            }
+            wait_for_path(Path::new(&path), Duration::from_secs(20));
         }
-        let bootstrap = Box::new(UnixBootstrap::from_env()?);
-        let world = World::new(bootstrap, Cpu::new(), &Config::default())?;
-        let me = world.rank() as u64;
-        let all = world.all_gather_bytes(&me.to_le_bytes())?;
-        let want: Vec<Vec<u8>> = (0..world.world_size() as u64)
-            .map(|r| r.to_le_bytes().to_vec())
-            .collect();
-        assert_eq!(all, want, "rank {me}: all-gather");
-        world.barrier()?;
-        Ok(())
+        form_checked_cpu_world(Box::new(UnixBootstrap::from_env()?))?.barrier()
     })();
-    match result {
-        Ok(()) => std::process::exit(0),
-        Err(e) => {
-            eprintln!("member: {e}");
-            std::process::exit(4)
-        }
-    }
+    exit_child(&result)
 }
 
 /// A stranger (run as another user): connects to the group's hub, tries to pass as rank 1,
 /// and prints what it received as `got <bytes> <fds> <challenge_only>`.
 fn stranger() -> ! {
     let group = std::env::var(ATTACK).expect("group");
-    let stream = UnixStream::connect_addr(&address(&group)).expect("connect to the hub");
+    let stream = UnixStream::connect_addr(&hub_address(&group)).expect("connect to the hub");
     let got = receive_all(&stream, &forged_answer(), Duration::from_secs(2));
     println!("got {} {} {}", got.bytes, got.fds, got.challenge_only);
     std::process::exit(0)
@@ -168,7 +138,7 @@ fn stranger() -> ! {
 /// connection, and prints what it received.
 fn squatter() -> ! {
     let group = std::env::var(ATTACK).expect("group");
-    let listener = UnixListener::bind_addr(&address(&group)).expect("bind the name first");
+    let listener = UnixListener::bind_addr(&hub_address(&group)).expect("bind the name first");
     println!("bound");
     // Gone after 10 s whatever happens, so that a failed test leaves no process behind.
     listener.set_nonblocking(true).expect("non-blocking");
@@ -271,16 +241,6 @@ fn parse_got(output: &str) -> Got {
     }
 }
 
-/// This test binary as a child running `test` in `mode`.
-fn this_binary(test: &str, mode: &str) -> Command {
-    let mut command = Command::new(std::env::current_exe().expect("current_exe"));
-    command
-        .args(["--exact", test, "--nocapture", "--test-threads=1"])
-        .env(CHILD, mode)
-        .stdin(Stdio::null());
-    command
-}
-
 // ---------------------------------------------------------------------------------------
 // Tests.
 
@@ -296,7 +256,7 @@ fn world_under_attack<T>(test: &str, within: Duration, attack: impl FnOnce(&str)
     let ranks = unix::spawn(&mut command, 3, Duration::from_secs(10)).expect("spawn");
     let group = ranks.group().to_owned();
     // The hub is up once its name answers.
-    while UnixStream::connect_addr(&address(&group)).is_err() {
+    while UnixStream::connect_addr(&hub_address(&group)).is_err() {
         assert!(start.elapsed() < Duration::from_secs(10), "no hub");
         std::thread::sleep(Duration::from_millis(2));
     }
@@ -322,7 +282,7 @@ fn a_stranger_that_claims_a_rank_first_gets_nothing_and_the_world_forms() {
     let test = "a_stranger_that_claims_a_rank_first_gets_nothing_and_the_world_forms";
     // Same user, no secret: the challenge, then nothing for its forged answer.
     let got = world_under_attack(test, Duration::from_secs(10), |group| {
-        let stream = UnixStream::connect_addr(&address(group)).expect("connect");
+        let stream = UnixStream::connect_addr(&hub_address(group)).expect("connect");
         receive_all(&stream, &forged_answer(), Duration::from_secs(1))
     });
     assert_eq!(got, CHALLENGE_ONLY);
@@ -350,10 +310,10 @@ fn silent_garbage_and_trickling_connections_leave_the_world_forming_in_time() {
     // it. All three stay connected while rank 1 joins.
     let mut held = Vec::new();
     world_under_attack(test, Duration::from_secs(8), |group| {
-        let silent = UnixStream::connect_addr(&address(group)).expect("connect");
-        let mut garbage = UnixStream::connect_addr(&address(group)).expect("connect");
+        let silent = UnixStream::connect_addr(&hub_address(group)).expect("connect");
+        let mut garbage = UnixStream::connect_addr(&hub_address(group)).expect("connect");
         garbage.write_all(&[0xff; 200]).expect("garbage");
-        let trickle = UnixStream::connect_addr(&address(group)).expect("connect");
+        let trickle = UnixStream::connect_addr(&hub_address(group)).expect("connect");
         let answer = forged_answer();
         let trickler = std::thread::spawn(move || {
             // One byte a second, the first 5 of an answer: still going when rank 1 joins.
@@ -365,7 +325,7 @@ fn silent_garbage_and_trickling_connections_leave_the_world_forming_in_time() {
             }
         });
         held.extend([silent, garbage]);
-        held.push(UnixStream::connect_addr(&address(group)).expect("connect"));
+        held.push(UnixStream::connect_addr(&hub_address(group)).expect("connect"));
         trickler
     })
     .join()
@@ -381,7 +341,7 @@ fn a_squatter_on_the_name_gets_no_descriptor_and_spokes_refuse_it() {
     // refuses its garbage proof; the squatter got the answer alone (64 bytes), no frame
     // and no descriptor.
     let group = format!("strangers-squat-{}", *Secret::random().unwrap().to_hex());
-    let listener = UnixListener::bind_addr(&address(&group)).expect("squat");
+    let listener = UnixListener::bind_addr(&hub_address(&group)).expect("squat");
     let spoke = {
         let (group, secret) = (group.clone(), secret.clone());
         std::thread::spawn(move || UnixBootstrap::connect(1, 2, &group, &secret, timeout).map(drop))

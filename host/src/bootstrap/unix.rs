@@ -172,7 +172,13 @@ impl Verdict {
     }
 }
 
-fn address(group: &str) -> io::Result<SocketAddr> {
+/// The abstract socket name group `group`'s hub listens on (rank 0 binds it; the other
+/// ranks connect to it): what a program that listens on a group's socket itself
+/// ([`auth::admit`]) binds.
+///
+/// # Errors
+/// Where `symmem-<group>` is too long for a socket address.
+pub fn hub_address(group: &str) -> io::Result<SocketAddr> {
     SocketAddr::from_abstract_name(format!("symmem-{group}"))
 }
 
@@ -207,7 +213,7 @@ impl UnixBootstrap {
             return Err(Error::RankOutOfRange { rank, world });
         }
         let start = Instant::now();
-        let addr = address(group).map_err(os("socket name"))?;
+        let addr = hub_address(group).map_err(os("socket name"))?;
         let mut pids = vec![None; world];
         pids[rank] = Some(std::process::id());
         let mut this = Self {

@@ -7,11 +7,10 @@
 use clap::Parser;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
-use symmem::backend::cpu::Cpu;
+use std::time::Duration;
 use symmem::bootstrap::Bootstrap;
 use symmem::bootstrap::mpi::MpiBootstrap;
-use symmem::{Config, World};
+use symmem_tests::processes::{form_checked_cpu_world, wait_for_path};
 
 /// Ranks that form a world, optionally once a file exists.
 #[derive(Parser)]
@@ -26,17 +25,10 @@ fn main() -> ExitCode {
     let result = (|| -> symmem::Result<(usize, usize)> {
         let bootstrap = MpiBootstrap::new()?;
         if let Some(flag) = &options.after {
-            let start = Instant::now();
-            while !flag.exists() && start.elapsed() < Duration::from_secs(20) {
-                std::thread::sleep(Duration::from_millis(5));
-            }
+            wait_for_path(flag, Duration::from_secs(20));
         }
         let (rank, n) = (bootstrap.rank(), bootstrap.world_size());
-        let world = World::new(Box::new(bootstrap), Cpu::new(), &Config::default())?;
-        let all = world.all_gather_bytes(&(rank as u64).to_le_bytes())?;
-        let want: Vec<Vec<u8>> = (0..n as u64).map(|r| r.to_le_bytes().to_vec()).collect();
-        assert_eq!(all, want, "rank {rank}: all-gather");
-        world.barrier()?;
+        form_checked_cpu_world(Box::new(bootstrap))?.barrier()?;
         Ok((rank, n))
     })();
     match result {

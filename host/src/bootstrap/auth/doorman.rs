@@ -357,22 +357,15 @@ pub fn admit(
     };
     let peer = peer_of(&stream).ok();
     let refused = |why: Refusal| stranger_error("the connecting process", (why, peer));
-    let doorman = Doorman::new(secret, context, Duration::ZERO);
-    let mut pending = {
-        let mut doorman = doorman;
-        doorman.arrive(stream);
-        match doorman.pending.pop() {
-            Some(p) => (doorman, p),
-            // `arrive` refused it (and logged why): another user, or its socket failed.
-            None => {
-                return Err(refused(match peer {
-                    Some(p) if p.uid != my_uid() => Refusal::OtherUser,
-                    _ => Refusal::Io,
-                }));
-            }
-        }
+    let mut doorman = Doorman::new(secret, context, Duration::ZERO);
+    doorman.arrive(stream);
+    let Some(mut p) = doorman.pending.pop() else {
+        // `arrive` refused it (and logged why): another user, or its socket failed.
+        return Err(refused(match peer {
+            Some(p) if p.uid != my_uid() => Refusal::OtherUser,
+            _ => Refusal::Io,
+        }));
     };
-    let (doorman, p) = (&pending.0, &mut pending.1);
     let why = loop {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
@@ -383,7 +376,7 @@ pub fn admit(
             Ok(true) => {}
             Err(_) => break Refusal::Io,
         }
-        match doorman.read_answer(p) {
+        match doorman.read_answer(&mut p) {
             Ok(None) => {}
             Ok(Some(member)) => return Ok(member),
             Err(why) => break why,
